@@ -1,0 +1,35 @@
+# The README's two commands are `make smoke` and `make test`; both create .venv if missing.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.requirements-installed
+OUT    ?= runs/smoke
+
+# Every numbered script, in order (01 trains what 02 probes, ...).
+SMOKE_SCRIPTS := $(sort $(wildcard 0[1-8]_*.py))
+
+.PHONY: install smoke test lint clean-smoke
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## smoke: install, then run every numbered script on the offline default (--preset smoke)
+smoke: $(STAMP)
+	@set -e; for script in $(SMOKE_SCRIPTS); do \
+		echo "== $(PY) $$script --preset smoke --out $(OUT)"; \
+		$(PY) $$script --preset smoke --out $(OUT); \
+	done; echo "smoke: all $(words $(SMOKE_SCRIPTS)) scripts finished; results under $(OUT)/"
+
+## test: install, then run the whole test suite (ruff included, as a test)
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean-smoke:
+	rm -rf $(OUT)

@@ -1,0 +1,157 @@
+"""The flags every numbered script shares, and the command-line boundary.
+
+A numbered script builds its parser with :func:`make_parser`, adds its own flags, and wraps
+its ``main`` with :func:`entry_point`, which turns a :class:`~common.errors.UserError` into
+one line on stderr and exit code 2 (DESIGN.md section 4, STYLE.md "Our conventions").
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from common.errors import UserError
+
+PRESETS = ("smoke", "paper")
+DEVICES = ("auto", "cpu", "cuda", "npu", "mps")
+LAUNCHERS = ("inline", "local", "slurm")
+
+log = logging.getLogger("common")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (plus exit code 2), not a usage dump."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def make_parser(description: str, *, prog: str | None = None) -> argparse.ArgumentParser:
+    """A parser with the shared flags of DESIGN.md section 4 already added."""
+    parser = OneLineParser(
+        prog=prog,
+        description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    shared = parser.add_argument_group("shared flags (every numbered script)")
+    shared.add_argument(
+        "--preset",
+        choices=PRESETS,
+        default="paper",
+        help="'paper': the paper's settings (GPU cluster scale, real datasets); "
+        "'smoke': minutes on a laptop CPU with offline data, same code paths",
+    )
+    shared.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs"),
+        help="root directory of run directories (config.json, metrics.jsonl, result.json, checkpoints)",
+    )
+    shared.add_argument("--seed", type=int, default=0, help="base random seed of every planned run")
+    shared.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where to compute; 'auto' picks CUDA, then an Ascend NPU (torch_npu), then MPS, then CPU",
+    )
+    shared.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="inline",
+        help="'inline': in this process, one run after another; 'local': submitit's local executor "
+        "(one process per run); 'slurm': submitit job array on a SLURM cluster",
+    )
+    shared.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the planned runs (and which are already finished) and exit without running",
+    )
+    shared.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv``, set up logging, and check ``--out`` unless this is a dry run."""
+    args = parser.parse_args(argv)
+    setup_logging(verbose=getattr(args, "verbose", False))
+    if not getattr(args, "dry_run", False):
+        args.out = ensure_writable_dir(args.out, flag="--out")
+    return args
+
+
+def ensure_writable_dir(path: Path, *, flag: str) -> Path:
+    """Create ``path`` if needed and prove it is writable by writing a probe file."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UserError(
+            f"{flag} {path}: cannot write there ({reason}); pass {flag} a writable directory"
+        ) from None
+    return path
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """Log ``common`` and script messages to stderr with timestamps (idempotent)."""
+    level = logging.DEBUG if verbose else logging.INFO
+    root = logging.getLogger()
+    if not any(getattr(h, "_depth_sufficiency", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        handler._depth_sufficiency = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def entry_point(main: Callable[..., int]) -> Callable[..., int]:
+    """Wrap a script's ``main(argv=None) -> int`` so user mistakes exit 2 with one line."""
+
+    @functools.wraps(main)
+    def wrapped(argv: Sequence[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except UserError as exc:
+            prog = Path(sys.argv[0]).name if argv is None else main.__module__
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted; finished runs are kept and unfinished ones resume on the next call", file=sys.stderr)
+            return 130
+
+    return wrapped
+
+
+def comma_ints(text: str) -> list[int]:
+    """Parse ``"0,1,2"`` or ``"1:100"`` (inclusive range) or ``"1:49:4"`` into a list of ints."""
+    try:
+        if ":" in text:
+            parts = [int(p) for p in text.split(":")]
+            if len(parts) not in (2, 3):
+                raise ValueError
+            start, stop = parts[0], parts[1]
+            step = parts[2] if len(parts) == 3 else 1
+            if step <= 0:
+                raise ValueError
+            return list(range(start, stop + 1, step))
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list like 0,1,2 or a range like 1:100 or 1:49:4"
+        ) from None
+
+
+def cpu_count() -> int:
+    """CPUs this process may use (respects affinity masks, unlike ``os.cpu_count``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS
+        return os.cpu_count() or 1

@@ -1,0 +1,1 @@
+"""Models whose residual streams the probe reads: CIFAR/ImageNet-100 ResNets, GPT-style decoders."""

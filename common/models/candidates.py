@@ -1,0 +1,23 @@
+"""Insertion candidates (DESIGN.md section 1).
+
+Every candidate ``l`` is a residual-stream state ``z_l`` where a shape-preserving block
+``z -> z + h_l(z)`` fits. In every model family of this repository ``z_l`` is exactly the
+*input of one module* (a residual block, or the head/final norm for the last state), so a
+candidate is named by that module: a forward pre-hook on it sees ``z_l``. Candidates are
+fixed by the model's structure before any gradient is looked at (the protocol).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """Candidate ``l``: the tensor entering ``module`` is the residual-stream state ``z_l``."""
+
+    index: int
+    name: str
+    module: nn.Module

@@ -1,0 +1,240 @@
+"""Run directories and their records (DESIGN.md section 4).
+
+A run is a pure function of its config. Its directory ``<out>/<experiment>/<name>-<hash8>``
+is derived from the config; it holds
+
+- ``config.json``   the config, written when the run is first prepared;
+- ``metrics.jsonl`` one JSON object per line, appended as the run goes;
+- ``checkpoint.pt`` the latest resumable state (atomic, loaded with ``weights_only=True``);
+- ``result.json``   written last and atomically: its presence means "finished".
+
+Keys under ``config["runtime"]`` (device, launcher, ...) are stored but are not part of the
+run's identity: the same run may resume on another device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob as globlib
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from common.errors import UserError
+
+log = logging.getLogger(__name__)
+
+CONFIG = "config.json"
+METRICS = "metrics.jsonl"
+RESULT = "result.json"
+CHECKPOINT = "checkpoint.pt"
+RUNTIME_KEY = "runtime"
+
+
+# ----------------------------------------------------------------------------- identity
+def identity(config: dict) -> dict:
+    """The part of a config that defines the run (everything but ``runtime``)."""
+    return {k: v for k, v in config.items() if k != RUNTIME_KEY}
+
+
+def config_hash(config: dict) -> str:
+    """Short stable hash of the run identity (sorted-key JSON, sha1, 8 hex digits)."""
+    text = json.dumps(identity(config), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def run_name(config: dict) -> str:
+    """Readable part of the directory name: ``config['name']`` made filesystem-safe."""
+    name = str(config.get("name") or config.get("experiment") or "run")
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", name).strip("_") or "run"
+
+
+def run_dir(out: str | os.PathLike, config: dict) -> Path:
+    """``<out>/<experiment>/<name>-<hash8>``, derived from the config alone."""
+    experiment = run_name({"name": config.get("experiment", "misc")})
+    return Path(out) / experiment / f"{run_name(config)}-{config_hash(config)}"
+
+
+# ----------------------------------------------------------------------------- atomic IO
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to a temp file beside ``path``, fsync, then ``os.replace`` it into place.
+
+    A crash at any point leaves either the old file or the new one, never a torn one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Atomically write ``obj`` as indented JSON."""
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode())
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file; a corrupt one is a :class:`UserError` naming the file and the fix."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"{path} is corrupt ({exc.msg} at line {exc.lineno}); delete its run directory "
+            f"{path.parent} to start that run again"
+        ) from None
+
+
+def append_jsonl(path: str | os.PathLike, record: dict) -> None:
+    """Append one JSON object as one line (flushed and fsynced)."""
+    with open(path, "a") as handle:
+        handle.write(json.dumps(record, sort_keys=True, default=_json_default) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """All complete lines of a JSONL file (a torn last line from a crash is ignored)."""
+    records = []
+    path = Path(path)
+    if not path.exists():
+        return records
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            log.warning("%s: skipping an unreadable line (an interrupted write)", path)
+    return records
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
+    """``torch.save`` to memory, then :func:`atomic_write_bytes`; tensors and plain types only."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
+    """Load with ``weights_only=True``; a corrupt file is a :class:`UserError` naming the fix."""
+    path = Path(path)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
+        raise UserError(
+            f"checkpoint {path} cannot be loaded ({type(exc).__name__}); delete it to restart "
+            "that run from scratch"
+        ) from None
+
+
+# ----------------------------------------------------------------------------- run lifecycle
+def prepare_run(out: str | os.PathLike, config: dict) -> Path:
+    """Create the run directory and its ``config.json``, or check the stored one matches.
+
+    A stored config whose identity differs from ``config`` refuses to resume (UserError).
+    """
+    path = run_dir(out, config)
+    stored_path = path / CONFIG
+    if stored_path.exists():
+        stored = read_json(stored_path)
+        if not isinstance(stored, dict) or identity(stored) != identity(json.loads(json.dumps(config, default=str))):
+            changed = _changed_keys(stored if isinstance(stored, dict) else {}, config)
+            raise UserError(
+                f"{stored_path} holds a different config (keys {', '.join(changed) or '?'} differ); "
+                f"delete {path} to start over, or use another --out"
+            )
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(stored_path, config)
+    return path
+
+
+def is_done(path: str | os.PathLike) -> bool:
+    """A run is finished exactly when its ``result.json`` exists (it is written last)."""
+    return (Path(path) / RESULT).is_file()
+
+
+def read_result(path: str | os.PathLike) -> dict:
+    return read_json(Path(path) / RESULT)
+
+
+def write_result(path: str | os.PathLike, result: dict) -> None:
+    """Mark the run finished: write ``result.json`` atomically, last."""
+    atomic_write_json(Path(path) / RESULT, result)
+
+
+def append_metrics(path: str | os.PathLike, record: dict) -> None:
+    append_jsonl(Path(path) / METRICS, record)
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    return read_jsonl(Path(path) / METRICS)
+
+
+def checkpoint_path(path: str | os.PathLike) -> Path:
+    return Path(path) / CHECKPOINT
+
+
+def resume_state(path: str | os.PathLike, map_location: Any = "cpu") -> dict | None:
+    """The run's last checkpoint, or None when it has none yet."""
+    ckpt = checkpoint_path(path)
+    return load_checkpoint(ckpt, map_location) if ckpt.exists() else None
+
+
+# ----------------------------------------------------------------------------- collecting
+def collect(pattern: str | os.PathLike | Iterable[str | os.PathLike]):
+    """One row per finished run matching a glob of run directories (or ``result.json`` paths).
+
+    Columns: the config's keys (nested ``runtime`` flattened as ``runtime.<key>``), then the
+    result's keys (a result key wins over a config key of the same name), then ``run_dir``.
+    """
+    import pandas as pd
+
+    patterns = [pattern] if isinstance(pattern, str | os.PathLike) else list(pattern)
+    rows = []
+    for pat in patterns:
+        for match in sorted(globlib.glob(str(pat), recursive=True)):
+            directory = Path(match).parent if Path(match).name == RESULT else Path(match)
+            if not is_done(directory):
+                continue
+            config = read_json(directory / CONFIG) if (directory / CONFIG).exists() else {}
+            row = {k: v for k, v in config.items() if k != RUNTIME_KEY}
+            row.update({f"{RUNTIME_KEY}.{k}": v for k, v in config.get(RUNTIME_KEY, {}).items()})
+            row.update(read_result(directory))
+            row["run_dir"] = str(directory)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _changed_keys(stored: dict, requested: dict) -> list[str]:
+    a, b = identity(stored), identity(json.loads(json.dumps(requested, default=str)))
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item"):  # numpy / torch scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

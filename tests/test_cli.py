@@ -1,0 +1,61 @@
+"""common/cli.py: shared flags and one-line errors with exit code 2 (checked in a real process)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common import runs
+from tests.jobs import demo_configs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_demo(*args: str) -> subprocess.CompletedProcess:
+    code = "import sys; from tests.jobs import demo_main; raise SystemExit(demo_main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--preset", "huge"], ["--preset", "smoke", "paper"]),
+        (["--device", "tpu"], ["--device", "cuda"]),
+        (["--launcher", "kubernetes"], ["--launcher", "slurm"]),
+        (["--xs", "1;2"], ["--xs", "1:100"]),
+    ],
+)
+def test_unknown_flag_values_give_one_line_and_exit_2(args, needles, tmp_path):
+    assert_one_line_error(run_demo(*args, "--out", str(tmp_path)), *needles)
+
+
+def test_unwritable_out_gives_one_line_and_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run_demo("--out", str(blocker / "runs"))
+    assert_one_line_error(proc, "--out", "writable directory")
+
+
+def test_corrupt_config_gives_one_line_exit_2_and_nothing_finished(tmp_path):
+    config = demo_configs([1])[0]
+    path = runs.prepare_run(tmp_path, config)
+    (path / "config.json").write_text("{oops")
+    proc = run_demo("--out", str(tmp_path), "--xs", "1,2")
+    assert_one_line_error(proc, "corrupt", "delete")
+    assert not runs.is_done(path)
+
+
+def test_help_and_dry_run(tmp_path):
+    assert run_demo("--help").returncode == 0
+    proc = run_demo("--dry-run", "--out", str(tmp_path / "never"))
+    assert proc.returncode == 0 and "3 planned runs" in proc.stdout
+    assert not (tmp_path / "never").exists()

@@ -1,0 +1,114 @@
+"""common/runs.py: run directories, atomic writes, resume, collect."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from common import runs
+from common.errors import UserError
+
+
+def test_run_dir_is_derived_from_config_and_ignores_runtime(tmp_path):
+    a = {"experiment": "sweep", "name": "resnet-9", "lr": 0.1}
+    b = {**a, "runtime": {"device": "cuda"}}
+    c = {**a, "lr": 0.2}
+    assert runs.run_dir(tmp_path, a) == runs.run_dir(tmp_path, b)
+    assert runs.run_dir(tmp_path, a) != runs.run_dir(tmp_path, c)
+    assert runs.run_dir(tmp_path, a).parent == tmp_path / "sweep"
+    assert runs.run_dir(tmp_path, a).name.startswith("resnet-9-")
+
+
+def test_atomic_write_survives_crash_between_temp_write_and_rename(tmp_path, monkeypatch):
+    target = tmp_path / "result.json"
+    runs.atomic_write_json(target, {"v": 1})
+
+    def crash(src, dst):
+        raise OSError("simulated crash before rename")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="simulated crash"):
+        runs.atomic_write_json(target, {"v": 2})
+    monkeypatch.undo()
+    assert json.loads(target.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temp file left behind
+
+
+def test_crash_before_first_result_leaves_run_unfinished(tmp_path, monkeypatch):
+    path = runs.prepare_run(tmp_path, {"experiment": "e", "name": "n"})
+    monkeypatch.setattr(os, "replace", lambda s, d: (_ for _ in ()).throw(OSError("crash")))
+    with pytest.raises(OSError):
+        runs.write_result(path, {"loss": 0.1})
+    monkeypatch.undo()
+    assert not runs.is_done(path)
+
+
+def test_checkpoint_round_trip_loads_weights_only(tmp_path):
+    state = {"model": {"w": torch.randn(3, 3, dtype=torch.float64)}, "epoch": 4, "rng": (1, [2, 3], None)}
+    runs.save_checkpoint(tmp_path / "checkpoint.pt", state)
+    loaded = runs.load_checkpoint(tmp_path / "checkpoint.pt")
+    assert loaded["epoch"] == 4 and torch.equal(loaded["model"]["w"], state["model"]["w"])
+
+
+def test_resume_state_none_then_checkpoint(tmp_path):
+    path = runs.prepare_run(tmp_path, {"experiment": "e", "name": "n"})
+    assert runs.resume_state(path) is None
+    runs.save_checkpoint(runs.checkpoint_path(path), {"epoch": 2})
+    assert runs.resume_state(path) == {"epoch": 2}
+
+
+def test_corrupt_checkpoint_is_a_user_error_naming_the_fix(tmp_path):
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="delete it to restart"):
+        runs.load_checkpoint(tmp_path / "checkpoint.pt")
+
+
+def test_checkpoint_with_arbitrary_pickle_is_refused(tmp_path):
+    torch.save({"obj": object.__new__(UserError)}, tmp_path / "checkpoint.pt")
+    with pytest.raises(UserError):
+        runs.load_checkpoint(tmp_path / "checkpoint.pt")
+
+
+def test_resume_refuses_changed_config(tmp_path):
+    config = {"experiment": "e", "name": "n", "lr": 0.1}
+    path = runs.prepare_run(tmp_path, config)
+    stored = json.loads((path / "config.json").read_text())
+    stored["lr"] = 0.5  # the directory now holds another run's config
+    (path / "config.json").write_text(json.dumps(stored))
+    with pytest.raises(UserError, match="lr"):
+        runs.prepare_run(tmp_path, config)
+
+
+def test_resume_accepts_same_config_on_another_device(tmp_path):
+    config = {"experiment": "e", "name": "n", "runtime": {"device": "cpu"}}
+    first = runs.prepare_run(tmp_path, config)
+    assert runs.prepare_run(tmp_path, {**config, "runtime": {"device": "cuda"}}) == first
+
+
+def test_corrupt_config_is_a_user_error(tmp_path):
+    config = {"experiment": "e", "name": "n"}
+    path = runs.prepare_run(tmp_path, config)
+    (path / "config.json").write_text("{ half written")
+    with pytest.raises(UserError, match="corrupt"):
+        runs.prepare_run(tmp_path, config)
+
+
+def test_metrics_append_and_torn_last_line_is_ignored(tmp_path):
+    runs.append_metrics(tmp_path, {"epoch": 0})
+    runs.append_metrics(tmp_path, {"epoch": 1})
+    with open(tmp_path / "metrics.jsonl", "a") as handle:
+        handle.write('{"epoch": 2, "lo')
+    assert runs.read_metrics(tmp_path) == [{"epoch": 0}, {"epoch": 1}]
+
+
+def test_collect_builds_one_row_per_finished_run(tmp_path):
+    for depth in (1, 2, 3):
+        config = {"experiment": "sweep", "name": f"d{depth}", "depth_n": depth, "runtime": {"device": "cpu"}}
+        path = runs.prepare_run(tmp_path, config)
+        if depth != 3:  # the third run is unfinished and must not appear
+            runs.write_result(path, {"test_loss": 1.0 / depth})
+    frame = runs.collect(str(tmp_path / "sweep" / "*"))
+    assert sorted(frame["depth_n"]) == [1, 2]
+    assert set(frame.columns) >= {"depth_n", "test_loss", "runtime.device", "run_dir", "experiment"}
+    assert frame.set_index("depth_n").loc[2, "test_loss"] == pytest.approx(0.5)
