@@ -118,6 +118,18 @@ def launch(
     return [runs.read_result(spec.dir) for spec in plan.specs]
 
 
+def launch_from_args(fn: JobFn, specs: Sequence[RunSpec], args, *, job_kind: str = "train", desc: str = "runs") -> list[dict] | None:
+    """What every numbered script calls: ``--dry-run`` prints the plan, else :func:`launch`.
+
+    ``job_kind`` ("train", "probe", ...) selects the per-experiment section of a SLURM profile.
+    Returns None on a dry run.
+    """
+    if getattr(args, "dry_run", False):
+        print(Plan.of(specs).describe())
+        return None
+    return launch(fn, specs, launcher=args.launcher, desc=desc)
+
+
 def make_executor(launcher: str, folder: str | Path, params: dict[str, Any]) -> submitit.AutoExecutor:
     """A submitit ``AutoExecutor`` for ``local`` or ``slurm`` with ``params`` applied."""
     params = dict(params)

@@ -9,7 +9,7 @@ import os
 
 from common import runs
 from common.cli import comma_ints, entry_point, make_parser, parse_args
-from common.launch import Plan, launch, make_specs
+from common.launch import launch_from_args, make_specs
 
 
 def square_job(spec) -> dict:
@@ -36,8 +36,5 @@ def demo_main(argv=None) -> int:
     parser.add_argument("--xs", type=comma_ints, default=[1, 2, 3])
     args = parse_args(parser, argv)
     specs = make_specs(demo_configs(args.xs), args.out)
-    if args.dry_run:
-        print(Plan.of(specs).describe())
-        return 0
-    launch(square_job, specs, launcher=args.launcher)
+    launch_from_args(square_job, specs, args)
     return 0
