@@ -64,8 +64,12 @@ def test_corrupt_checkpoint_is_a_user_error_naming_the_fix(tmp_path):
         runs.load_checkpoint(tmp_path / "checkpoint.pt")
 
 
+class NotAllowedInCheckpoints:
+    """A plain class: ``weights_only=True`` must refuse to unpickle it."""
+
+
 def test_checkpoint_with_arbitrary_pickle_is_refused(tmp_path):
-    torch.save({"obj": object.__new__(UserError)}, tmp_path / "checkpoint.pt")
+    torch.save({"obj": NotAllowedInCheckpoints()}, tmp_path / "checkpoint.pt")
     with pytest.raises(UserError):
         runs.load_checkpoint(tmp_path / "checkpoint.pt")
 
