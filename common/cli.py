@@ -73,13 +73,49 @@ def make_parser(description: str, *, prog: str | None = None) -> argparse.Argume
         help="print the planned runs (and which are already finished) and exit without running",
     )
     shared.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    add_slurm_flags(parser)
     return parser
+
+
+def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
+    """``--slurm-profile``, ``--wait`` and the flags that override profile keys (slurm/README.md)."""
+    group = parser.add_argument_group(
+        "SLURM (with --launcher slurm; a flag overrides the profile, see slurm/README.md)"
+    )
+    group.add_argument(
+        "--slurm-profile",
+        type=Path,
+        metavar="TOML",
+        help="cluster profile: partition, account, time limit, GPUs, ... per job kind "
+        "(e.g. slurm/example.toml); without one, only the flags below and SLURM's defaults apply",
+    )
+    group.add_argument(
+        "--wait",
+        action="store_true",
+        help="after submitting, wait for every job and report failures with their log paths "
+        "(rerun a command with --wait to collect jobs it submitted earlier; nothing is submitted twice)",
+    )
+    group.add_argument("--partition", help="sbatch --partition")
+    group.add_argument("--account", help="sbatch --account")
+    group.add_argument("--qos", help="sbatch --qos")
+    group.add_argument("--constraint", help="sbatch --constraint (node features)")
+    group.add_argument("--time-min", type=positive_int, metavar="MIN", help="time limit per job, minutes")
+    group.add_argument("--gpus-per-node", type=non_negative_int, metavar="N", help="GPUs per job (per node)")
+    group.add_argument("--cpus-per-task", type=positive_int, metavar="N", help="CPUs per task")
+    group.add_argument("--mem-gb", type=positive_float, metavar="GB", help="memory per job (per node), GB")
+    group.add_argument(
+        "--array-parallelism", type=positive_int, metavar="N", help="at most N jobs of the array run at once"
+    )
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse ``argv``, set up logging, and check ``--out`` unless this is a dry run."""
     args = parser.parse_args(argv)
     setup_logging(verbose=getattr(args, "verbose", False))
+    if getattr(args, "slurm_profile", None) is not None:  # a bad profile fails before any planning
+        from common.slurm import load_profile
+
+        load_profile(args.slurm_profile)
     if not getattr(args, "dry_run", False):
         args.out = ensure_writable_dir(args.out, flag="--out")
     return args
@@ -100,14 +136,28 @@ def ensure_writable_dir(path: Path, *, flag: str) -> Path:
     return path
 
 
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is *now* (pytest's capture swaps it between tests)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def setup_logging(verbose: bool = False) -> None:
     """Log ``common`` and script messages to stderr with timestamps (idempotent)."""
     level = logging.DEBUG if verbose else logging.INFO
     root = logging.getLogger()
-    if not any(getattr(h, "_depth_sufficiency", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _CurrentStderrHandler) for h in root.handlers):
+        handler = _CurrentStderrHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
-        handler._depth_sufficiency = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)
 
@@ -147,6 +197,31 @@ def comma_ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a list like 0,1,2 or a range like 1:100 or 1:49:4"
         ) from None
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    return _number(text, int, lambda v: v >= 1, "an integer >= 1")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    return _number(text, int, lambda v: v >= 0, "an integer >= 0")
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number > 0."""
+    return _number(text, float, lambda v: v > 0, "a number > 0")
+
+
+def _number(text: str, kind: type, ok: Callable[[float], bool], want: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {want}")
+    return value
 
 
 def cpu_count() -> int:

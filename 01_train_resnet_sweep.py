@@ -1,0 +1,71 @@
+"""Train the ResNet depth sweep of paper B.1-B.3: ResNet-8 plus N blocks added cyclically.
+
+One run per (depth N, seed) on CIFAR-10/100 (N = 0..100, 200 epochs), ImageNet-100
+(N in {1, 5, ..., 49}, 300 epochs), an .npz file, scikit-learn's digits (the offline smoke
+default) or synthetic data. Finished runs are skipped, unfinished ones resume; a summary
+table of every planned run is printed at the end. The job function is
+:func:`common.sweep.train_resnet_run`.
+
+    python 01_train_resnet_sweep.py --preset smoke
+    python 01_train_resnet_sweep.py --dataset cifar10 --data-root data --depths 0:100 --launcher slurm
+"""
+
+from __future__ import annotations
+
+from common.cli import comma_ints, entry_point, make_parser, parse_args
+from common.data.vision import DATASETS
+from common.launch import launch_from_args, make_specs
+from common.sweep import summary_table, sweep_configs, train_resnet_run
+
+
+def build_parser():
+    parser = make_parser(__doc__.split("\n\n")[0], prog="01_train_resnet_sweep.py")
+    sweep = parser.add_argument_group("ResNet sweep (paper B.1-B.3)")
+    sweep.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        help="data source; None: cifar10 with --preset paper, digits (offline, bundled with scikit-learn) with smoke",
+    )
+    sweep.add_argument(
+        "--data-root",
+        default=None,
+        help="CIFAR download directory (None: data/), ImageNet-100 folder holding train/ and val/, or the .npz file",
+    )
+    sweep.add_argument("--depths", type=comma_ints, default=None, help="extra blocks N, e.g. 0,1,2 or 1:100 or 1:49:4; None: the preset's grid")
+    sweep.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one run each; None: --seed")
+    sweep.add_argument("--epochs", type=int, default=None, help="epochs per run; None: the preset's")
+    sweep.add_argument("--batch-size", type=int, default=None, help="training batch size; None: the preset's")
+    sweep.add_argument("--lr", type=float, default=None, help="peak SGD learning rate; None: the preset's")
+    sweep.add_argument("--image-size", type=int, default=None, help="ImageNet-100 resolution in pixels; None: the preset's (64)")
+    sweep.add_argument(
+        "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"
+    )
+    return parser
+
+
+@entry_point
+def main(argv=None) -> int:
+    args = parse_args(build_parser(), argv)
+    configs = sweep_configs(
+        preset=args.preset,
+        dataset=args.dataset,
+        depths=args.depths,
+        seeds=args.seeds if args.seeds is not None else [args.seed],
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        image_size=args.image_size,
+        data_root=args.data_root,
+        device=args.device,
+        compile=args.compile,
+    )
+    specs = make_specs(configs, args.out)
+    results = launch_from_args(train_resnet_run, specs, args, job_kind="train", desc="resnet sweep")
+    if results is not None:
+        print(summary_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

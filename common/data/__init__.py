@@ -1,0 +1,1 @@
+"""Datasets of the reproduction: image classification (vision.py) and, later, token streams."""

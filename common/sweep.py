@@ -1,0 +1,255 @@
+"""The ResNet depth sweep of paper B.1-B.3 as run configs and one job function.
+
+Each run trains ResNet-(8+N) (``common/models/resnet.py``) on one dataset with one seed and
+leaves ``config.json``, ``metrics.jsonl``, ``model.pt`` (final weights) and ``result.json``
+in its run directory. Scripts 02, 03, 06 and 07 read the finished runs back through
+:func:`finished_sweep_runs` and :func:`load_trained_resnet`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from common import runs
+from common.data.vision import DATASETS, TensorLoader, load_vision
+from common.device import resolve_device, seed_everything
+from common.errors import UserError
+from common.launch import RunSpec
+from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
+from common.presets import DEFAULT_DATASET, sweep_preset
+from common.train import TrainSettings, finish_run, load_weights, train
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "resnet_sweep"
+RESULT_KEYS = ("depth_n", "depth_label", "params", "train_loss", "train_acc", "test_loss", "test_acc", "epochs", "seed")
+
+
+def sweep_configs(
+    *,
+    preset: str = "smoke",
+    dataset: str | None = None,
+    depths: Sequence[int] | None = None,
+    seeds: Sequence[int] = (0,),
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    image_size: int | None = None,
+    data_root: str | Path | None = None,
+    device: str = "auto",
+    compile: str = "auto",
+    synthetic: dict | None = None,
+) -> list[dict]:
+    """One config per (depth N, seed): identity keys plus a ``runtime`` sub-dict.
+
+    Unset values come from :func:`common.presets.sweep_preset`. ``compile``: "auto" (on for
+    CUDA only), "on" or "off". ``synthetic``: ``num_train`` / ``num_test`` / ``num_classes`` /
+    ``image_size`` of the synthetic source.
+    """
+    dataset = dataset or DEFAULT_DATASET[preset]
+    if dataset not in DATASETS:
+        raise UserError(f"--dataset {dataset}: unknown dataset; use one of {', '.join(DATASETS)}")
+    settings = sweep_preset(preset, dataset)
+    depths = list(settings.depths if depths is None else depths)
+    if not depths or min(depths) < 0:
+        raise UserError(f"--depths {depths}: give extra-block counts N >= 0, e.g. 0,1,2 or 1:100")
+    for flag, value in (("--epochs", epochs), ("--batch-size", batch_size), ("--lr", lr), ("--image-size", image_size)):
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} {value}: must be positive")
+    if dataset == "npz" and not data_root:
+        raise UserError("--dataset npz needs --data-root path/to/file.npz (x_train, y_train, x_test, y_test)")
+    if dataset in ("cifar10", "cifar100") and not data_root:
+        data_root = "data"  # torchvision downloads into data/cifar-10-batches-py (gitignored)
+    data: dict = {}
+    if dataset == "imagenet100":
+        data["image_size"] = image_size or settings.image_size
+    elif dataset == "npz":
+        data["file"] = Path(data_root).name  # the file's name is part of the run identity
+    elif dataset == "synthetic":
+        data = {"num_train": 512, "num_test": 256, "num_classes": 10, "image_size": 32, "data_seed": 0, **(synthetic or {})}
+    widths = list(ResNetConfig.for_dataset(dataset, 0, 1).widths)
+    train_keys = {
+        "epochs": epochs or settings.epochs,
+        "batch_size": batch_size or settings.batch_size,
+        "lr": lr or settings.lr,
+        "momentum": settings.momentum,
+        "weight_decay": settings.weight_decay,
+        "nesterov": settings.nesterov,
+        "warmup_epochs": settings.warmup_epochs,
+        "label_smoothing": settings.label_smoothing,
+        "crop_pad": settings.crop_pad,
+        "flip": settings.flip,
+    }
+    runtime = {
+        "device": device,
+        "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
+        "compile": compile,
+        "eval_batch_size": settings.eval_batch_size,
+    }
+    configs = []
+    for seed in seeds:
+        for n in depths:
+            configs.append(
+                {
+                    "experiment": EXPERIMENT,
+                    "name": f"{dataset}-resnet{depth_label(n)}-n{n}-seed{seed}",
+                    "preset": preset,
+                    "dataset": dataset,
+                    "depth_n": n,
+                    "depth_label": depth_label(n),
+                    "seed": seed,
+                    "data": data,
+                    "model": {"widths": widths},
+                    "train": train_keys,
+                    "runtime": dict(runtime),
+                }
+            )
+    return configs
+
+
+def load_sweep_data(config: dict):
+    """The :class:`~common.data.vision.VisionData` a sweep config trains on."""
+    data = dict(config.get("data", {}))
+    root = config.get("runtime", {}).get("data_root")
+    if config["dataset"] == "synthetic":
+        return load_vision(
+            "synthetic",
+            None,
+            seed=data.get("data_seed", 0),
+            image_size=data.get("image_size"),
+            num_train=data.get("num_train"),
+            num_test=data.get("num_test"),
+            num_classes=data.get("num_classes"),
+        )
+    return load_vision(config["dataset"], root, image_size=data.get("image_size"))
+
+
+def build_resnet(config: dict, num_classes: int) -> ResNet:
+    """The untrained ResNet-(8+N) of a sweep config (initialised from the current torch RNG)."""
+    widths = tuple(config.get("model", {}).get("widths", ResNetConfig.for_dataset(config["dataset"], 0, 1).widths))
+    return ResNet(ResNetConfig(extra_blocks=config["depth_n"], widths=widths, num_classes=num_classes))
+
+
+def train_resnet_run(spec: RunSpec) -> dict:
+    """Job function of script 01: train one (dataset, N, seed) run; resumes; returns its result."""
+    config = spec.config
+    path = runs.prepare_run(spec.out, config)
+    runtime = config.get("runtime", {})
+    device = resolve_device(runtime.get("device") or "auto")
+    hp = config["train"]
+    seed_everything(config["seed"])
+    data = load_sweep_data(config)
+    model = build_resnet(config, data.num_classes)
+    use_compile = {"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda")
+    channels_last = True
+    common = {"mean": data.mean, "std": data.std, "device": device, "channels_last": channels_last}
+    eval_bs = runtime.get("eval_batch_size", 500)
+    x_train, y_train = data.x_train.to(device), data.y_train.to(device)  # once: both train loaders share it
+    train_loader = TensorLoader(
+        x_train, y_train, hp["batch_size"], train=True, seed=config["seed"],
+        crop_pad=hp["crop_pad"], flip=hp["flip"], **common,
+    )  # fmt: skip
+    test_loader = TensorLoader(data.x_test, data.y_test, eval_bs, train=False, **common)
+    clean_train_loader = TensorLoader(x_train, y_train, eval_bs, train=False, **common)
+    settings = TrainSettings(
+        epochs=hp["epochs"],
+        lr=hp["lr"],
+        momentum=hp["momentum"],
+        weight_decay=hp["weight_decay"],
+        nesterov=hp["nesterov"],
+        warmup_epochs=hp["warmup_epochs"],
+        label_smoothing=hp["label_smoothing"],
+        compile=use_compile,
+        channels_last=channels_last,
+    )
+    summary = train(
+        model,
+        train_loader,
+        {"test": test_loader},
+        final_eval_loaders={"train": clean_train_loader},
+        run_dir=path,
+        settings=settings,
+        device=device,
+        desc=config["name"],
+    )
+    result = {
+        "dataset": config["dataset"],
+        "depth_n": config["depth_n"],
+        "depth_label": config["depth_label"],
+        "seed": config["seed"],
+        "params": count_parameters(model),
+        "num_classes": data.num_classes,
+        "num_blocks": len(model.blocks),
+        "train_size": len(data.y_train),
+        "test_size": len(data.y_test),
+        "device": device.type,
+        "settings": asdict(settings),
+        **{k: summary[k] for k in ("train_loss", "train_acc", "test_loss", "test_acc", "epochs", "steps", "wall_s")},
+        "train_loss_running": summary["train_loss_running"],
+        "train_acc_running": summary["train_acc_running"],
+        "images_per_s": summary["images_per_s"],
+    }
+    finish_run(path, result)
+    return result
+
+
+def load_trained_resnet(run_dir: str | Path, map_location="cpu") -> ResNet:
+    """The trained model of a finished sweep run, in eval mode (from config.json + model.pt)."""
+    run_dir = Path(run_dir)
+    if not runs.is_done(run_dir):
+        raise UserError(f"{run_dir} is not a finished sweep run (no result.json); run 01_train_resnet_sweep.py first")
+    config = runs.read_json(run_dir / runs.CONFIG)
+    state = load_weights(run_dir, map_location)
+    model = build_resnet(config, num_classes=state["head.fc.weight"].shape[0])
+    model.load_state_dict(state)
+    return model.to(map_location).eval()
+
+
+def finished_sweep_runs(out: str | Path, dataset: str, *, preset: str | None = None, seed: int | None = None) -> list[Path]:
+    """Directories of the finished sweep runs on ``dataset`` under ``out``, sorted by (N, seed)."""
+    found = []
+    for directory in sorted((Path(out) / EXPERIMENT).glob("*")):
+        if not runs.is_done(directory) or not (directory / runs.CONFIG).is_file():
+            continue
+        config = runs.read_json(directory / runs.CONFIG)
+        if config.get("dataset") != dataset:
+            continue
+        if (preset is not None and config.get("preset") != preset) or (seed is not None and config.get("seed") != seed):
+            continue
+        found.append((config["depth_n"], config["seed"], directory))
+    return [d for _, _, d in sorted(found)]
+
+
+def summary_table(results: Sequence[dict]) -> str:
+    """Fixed-width table of finished runs: N, ResNet-d, params, final losses/accuracies, wall time."""
+    header = f"{'N':>4} {'model':<11} {'params':>9} {'train_loss':>10} {'train_acc':>9} {'test_loss':>9} {'test_acc':>8} {'seed':>4} {'wall':>8}"
+    lines = [header, "-" * len(header)]
+    for r in sorted(results, key=lambda r: (r["depth_n"], r["seed"])):
+        lines.append(
+            f"{r['depth_n']:>4} {'ResNet-' + str(r['depth_label']):<11} {r['params']:>9,} {r['train_loss']:>10.4f} "
+            f"{r['train_acc']:>9.4f} {r['test_loss']:>9.4f} {r['test_acc']:>8.4f} {r['seed']:>4} {_hms(r.get('wall_s', 0.0)):>8}"
+        )
+    return "\n".join(lines)
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+__all__ = [
+    "EXPERIMENT",
+    "RESULT_KEYS",
+    "build_resnet",
+    "finished_sweep_runs",
+    "load_sweep_data",
+    "load_trained_resnet",
+    "summary_table",
+    "sweep_configs",
+    "train_resnet_run",
+]

@@ -1,0 +1,271 @@
+"""One training loop for classifiers and token models (paper B.1-B.3 for the ResNet sweep).
+
+SGD with momentum and weight decay, a per-step cosine schedule with optional linear warm-up,
+bf16 autocast on accelerators, optional ``torch.compile`` and channels_last memory. After every
+epoch: evaluation, one line in ``metrics.jsonl`` and an atomic checkpoint (model, optimizer,
+schedule, RNG states, epoch), so a killed run resumes and ends with bit-identical weights on
+the CPU. A non-finite loss stops the run with :class:`NonFiniteLossError` naming the step;
+nothing is marked finished.
+
+Batches are ``(inputs, targets)``; the model maps inputs to logits ``(..., classes)`` and the
+loss is the mean cross-entropy over all target positions (images: one per image; tokens: one
+per position). Loaders with a ``set_epoch`` method get the epoch before each pass.
+
+Run lifecycle (with :mod:`common.runs`): the caller prepares the run directory, calls
+:func:`train` (which also writes the final weights ``model.pt``), then :func:`finish_run`
+(``result.json`` last, then the checkpoint is dropped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common import device as devices
+from common import runs
+from common.errors import UserError
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = "model.pt"  # final weights of a finished run: {"model": state_dict}
+
+
+class NonFiniteLossError(UserError):
+    """The training loss became NaN or inf; a :class:`UserError` (one line, exit 2): the fix is
+    a smaller learning rate or longer warm-up, and the run stays unfinished."""
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Optimisation settings of one run (the values of the sweep live in ``common/presets.py``)."""
+
+    epochs: int
+    lr: float
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    nesterov: bool = False
+    warmup_epochs: float = 0.0
+    label_smoothing: float = 0.0
+    amp: bool = True  # bf16 autocast where common.device.autocast_dtype has one (not on the CPU)
+    compile: bool = False
+    channels_last: bool = False
+    nan_check_every: int = 25  # steps between host syncs that look for a non-finite loss
+
+
+def cosine_lr(step: int, total_steps: int, base_lr: float, warmup_steps: int = 0) -> float:
+    """Learning rate of ``step`` (0-based): linear warm-up to ``base_lr``, then cosine to 0."""
+    if step < warmup_steps:
+        return base_lr * (step + 1) / warmup_steps
+    span = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / span)
+    return 0.5 * base_lr * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: nn.Module, settings: TrainSettings) -> torch.optim.SGD:
+    """SGD with momentum; weight decay on every parameter (as in the CIFAR ResNet recipes)."""
+    return torch.optim.SGD(
+        model.parameters(),
+        lr=settings.lr,
+        momentum=settings.momentum,
+        weight_decay=settings.weight_decay,
+        nesterov=settings.nesterov,
+    )
+
+
+def classification_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), label_smoothing=label_smoothing)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader: Iterable, device: torch.device, *, amp: bool = True) -> dict:
+    """Mean cross-entropy and accuracy over every target of ``loader`` (eval mode, no augmentation)."""
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    count = 0
+    for x, y in loader:
+        with devices.autocast(device, amp):
+            logits = model(x)
+        logits, y = logits.flatten(0, -2).float(), y.flatten()
+        loss_sum += F.cross_entropy(logits, y, reduction="sum").to(loss_sum.dtype)
+        correct += (logits.argmax(-1) == y).sum()
+        count += y.numel()
+    model.train(was_training)
+    return {"loss": loss_sum.item() / max(count, 1), "acc": correct.item() / max(count, 1), "n": count}
+
+
+def train(
+    model: nn.Module,
+    train_loader: Iterable,
+    eval_loaders: dict[str, Iterable],
+    *,
+    run_dir: str | Path,
+    settings: TrainSettings,
+    device: torch.device,
+    final_eval_loaders: dict[str, Iterable] | None = None,
+    on_epoch_end: Callable[[int, dict], None] | None = None,
+    desc: str = "train",
+) -> dict:
+    """Train ``model`` for ``settings.epochs`` epochs in ``run_dir``, resuming from its checkpoint.
+
+    ``eval_loaders`` (e.g. ``{"test": ...}``) are evaluated after every epoch and logged as
+    ``<name>_loss`` / ``<name>_acc``; ``final_eval_loaders`` (e.g. ``{"train": <clean train
+    loader>}``) once at the end, overriding same-named keys of the summary. The per-epoch
+    ``train_loss`` / ``train_acc`` are running means over the epoch's augmented batches.
+    ``on_epoch_end(epoch, record)`` runs after each checkpoint (epoch counts from 1).
+
+    Returns the summary: the last epoch's record, ``train_loss_running`` / ``train_acc_running``,
+    the final evaluations, ``wall_s`` (training time summed over resumptions) and ``steps``.
+    Writes the final weights to ``run_dir/model.pt``; the caller writes ``result.json``.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    model.to(device)
+    if settings.channels_last:
+        model.to(memory_format=torch.channels_last)
+    optimizer = make_optimizer(model, settings)
+    steps_per_epoch = len(train_loader)  # type: ignore[arg-type]
+    if steps_per_epoch == 0:
+        raise UserError(f"{desc}: the training set is smaller than one batch; lower --batch-size")
+    total_steps = settings.epochs * steps_per_epoch
+    warmup_steps = round(settings.warmup_epochs * steps_per_epoch)
+    start_epoch, step, wall = 0, 0, 0.0
+
+    state = runs.resume_state(run_dir)  # on the CPU: RNG states must stay there
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        devices.set_rng_state(state["rng"])
+        start_epoch, step, wall = state["epoch"], state["schedule"]["step"], state["wall_s"]
+        _truncate_metrics(run_dir, start_epoch)
+        log.info("%s: resuming %s after epoch %d (step %d)", desc, run_dir, start_epoch, step)
+
+    forward = torch.compile(model) if settings.compile else model
+    for epoch in range(start_epoch, settings.epochs):
+        if hasattr(train_loader, "set_epoch"):
+            train_loader.set_epoch(epoch)
+        model.train()
+        start = time.perf_counter()
+        loss_sum, correct, seen, targets, batches = 0.0, torch.zeros((), dtype=torch.int64, device=device), 0, 0, 0
+        pending: list[torch.Tensor] = []
+        lr = settings.lr
+        for batch, (x, y) in enumerate(train_loader):
+            lr = cosine_lr(step, total_steps, settings.lr, warmup_steps)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            with devices.autocast(device, settings.amp):
+                logits = forward(x)
+            loss = classification_loss(logits, y, settings.label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            pending.append(loss.detach())
+            with torch.no_grad():
+                correct += (logits.detach().flatten(0, -2).argmax(-1) == y.flatten()).sum()
+            seen += x.shape[0]
+            targets += y.numel()
+            batches += 1
+            step += 1
+            if len(pending) >= settings.nan_check_every or batch == steps_per_epoch - 1:
+                loss_sum += _check_finite(pending, step, epoch, batch, run_dir)
+                pending = []
+        if pending:
+            loss_sum += _check_finite(pending, step, epoch, batches - 1, run_dir)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        train_time = time.perf_counter() - start
+        record = {
+            "epoch": epoch + 1,
+            "step": step,
+            "lr": lr,
+            "train_loss": loss_sum / max(batches, 1),
+            "train_acc": correct.item() / max(targets, 1),
+            "images_per_s": seen / train_time,
+            "epoch_time_s": train_time,
+        }
+        for name, loader in eval_loaders.items():
+            metrics = evaluate(forward, loader, device, amp=settings.amp)
+            record[f"{name}_loss"], record[f"{name}_acc"] = metrics["loss"], metrics["acc"]
+        wall += time.perf_counter() - start
+        record["wall_s"] = wall
+        runs.append_metrics(run_dir, record)
+        runs.save_checkpoint(
+            runs.checkpoint_path(run_dir),
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "schedule": {"step": step, "total_steps": total_steps, "warmup_steps": warmup_steps, "base_lr": settings.lr},
+                "rng": devices.rng_state(),
+                "epoch": epoch + 1,
+                "wall_s": wall,
+                "settings": asdict(settings),
+            },
+        )
+        log.info(
+            "%s: epoch %d/%d lr %.4g train loss %.4f acc %.4f %s%.0f img/s",
+            desc, epoch + 1, settings.epochs, lr, record["train_loss"], record["train_acc"],
+            "".join(f"{n} loss {record[f'{n}_loss']:.4f} acc {record[f'{n}_acc']:.4f} " for n in eval_loaders),
+            record["images_per_s"],
+        )  # fmt: skip
+        if on_epoch_end is not None:
+            on_epoch_end(epoch + 1, record)
+
+    history = runs.read_metrics(run_dir)
+    summary = dict(history[-1]) if history else {}
+    summary["train_loss_running"] = summary.get("train_loss")
+    summary["train_acc_running"] = summary.get("train_acc")
+    for name, loader in (final_eval_loaders or {}).items():
+        metrics = evaluate(forward, loader, device, amp=settings.amp)
+        summary[f"{name}_loss"], summary[f"{name}_acc"] = metrics["loss"], metrics["acc"]
+    summary.update(epochs=settings.epochs, steps=step, wall_s=wall)
+    runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in model.state_dict().items()}})
+    return summary
+
+
+def finish_run(run_dir: str | Path, result: dict, *, keep_checkpoint: bool = False) -> None:
+    """Write ``result.json`` (last: the run is finished), then drop the resumable checkpoint."""
+    runs.write_result(run_dir, result)
+    if not keep_checkpoint:
+        with contextlib.suppress(FileNotFoundError):
+            runs.checkpoint_path(run_dir).unlink()
+
+
+def load_weights(run_dir: str | Path, map_location="cpu") -> dict:
+    """The final ``state_dict`` a finished run saved with :func:`train`."""
+    return runs.load_checkpoint(Path(run_dir) / WEIGHTS, map_location)["model"]
+
+
+def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int, run_dir: Path) -> float:
+    """Sum of ``losses`` (the last ``len(losses)`` steps), or raise naming the first bad step."""
+    stacked = torch.stack(losses).float()
+    finite = torch.isfinite(stacked)
+    if bool(finite.all()):
+        return float(stacked.sum())
+    first = int((~finite).nonzero()[0, 0])
+    bad_step = step - len(losses) + first  # 0-based global step
+    bad_batch = batch - len(losses) + 1 + first
+    raise NonFiniteLossError(
+        f"training loss became {stacked[first].item()} at step {bad_step} (epoch {epoch + 1}, batch {bad_batch}) "
+        f"in {run_dir}; the run is not marked finished: lower --lr or lengthen the warm-up "
+        f"(a rerun resumes from the last epoch checkpoint; delete {run_dir} to start over)"
+    )
+
+
+def _truncate_metrics(run_dir: Path, epochs_done: int) -> None:
+    """Drop metric lines of epochs after the checkpoint (written just before a crash)."""
+    records = runs.read_metrics(run_dir)
+    kept = [r for r in records if r.get("epoch", 0) <= epochs_done]
+    if len(kept) != len(records):
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+        runs.atomic_write_bytes(Path(run_dir) / runs.METRICS, text.encode())
