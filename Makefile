@@ -8,7 +8,7 @@ OUT    ?= runs/smoke
 # Every numbered script, in order (01 trains what 02 probes, ...).
 SMOKE_SCRIPTS := $(sort $(wildcard 0[1-8]_*.py))
 
-.PHONY: install smoke test lint clean-smoke
+.PHONY: install smoke test lint clean-smoke slurm-up slurm-down slurm-status
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,18 @@ smoke: $(STAMP)
 ## test: install, then run the whole test suite (ruff included, as a test)
 test: $(STAMP)
 	$(PY) -m pytest
+
+## slurm-up / slurm-down: a real single-node SLURM cluster on this Debian machine (as root;
+## installs munge and slurm if missing; state under /tmp/ds-slurm-<uid>; see slurm/README.md).
+## `make test` brings it up and down by itself for the tests marked slurm.
+slurm-up:
+	bash slurm/cluster.sh up
+
+slurm-down:
+	bash slurm/cluster.sh down
+
+slurm-status:
+	bash slurm/cluster.sh status
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

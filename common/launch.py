@@ -1,17 +1,26 @@
-"""Run job functions inline or through submitit (DESIGN.md section 4).
+"""Run job functions inline or through submitit, locally or on SLURM (DESIGN.md section 4).
 
 A *job function* lives in ``common/`` (so submitit can pickle it), takes one
 :class:`RunSpec` and returns the run's result dict. It prepares its run directory with
 :func:`common.runs.prepare_run`, resumes from :func:`common.runs.resume_state`, and writes
-``result.json`` last. The launcher only decides *where* it runs; finished runs are skipped
-before anything is started or submitted.
+``result.json`` last. The launcher only decides *where* it runs:
+
+- ``inline``: in this process, one run after another;
+- ``local``: submitit's local executor, one process per run, waited for;
+- ``slurm``: one SLURM job array per call (parameters from a profile, see
+  :mod:`common.slurm`), requeued on preemption or timeout and resumed from the run's last
+  checkpoint; waited for only with ``--wait``.
+
+Finished runs are skipped before anything is started or submitted, and runs whose SLURM job is
+still queued or running are not submitted again: rerunning a command never does a run twice.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,12 +28,13 @@ from typing import Any
 import submitit
 from tqdm.auto import tqdm
 
-from common import runs
+from common import runs, slurm
 from common.errors import UserError
 
 log = logging.getLogger(__name__)
 
 JobFn = Callable[["RunSpec"], dict]
+LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # submitit's local executor kills a job after timeout_min
 
 
 @dataclass(frozen=True)
@@ -48,20 +58,33 @@ def make_specs(configs: Sequence[dict], out: str | Path) -> list[RunSpec]:
 
 
 class RunJob(submitit.helpers.Checkpointable):
-    """What submitit runs: ``fn(spec)``.
+    """What submitit runs: ``fn(spec)`` (the shape of facebookresearch's ``run_with_submitit``).
 
-    As a ``Checkpointable``, on preemption or timeout submitit requeues the same call; the
-    job function then resumes from the checkpoint in its run directory, so nothing is lost
-    and nothing finished is redone.
+    On preemption or timeout submitit calls :meth:`checkpoint`, which returns the same call
+    for the requeued job; the job function then resumes from the checkpoint in its run
+    directory, so nothing is lost and nothing finished is redone. The job function itself
+    knows nothing about SLURM.
     """
 
     def __init__(self, fn: JobFn) -> None:
         self.fn = fn
 
     def __call__(self, spec: RunSpec) -> dict:
+        if os.environ.get("SUBMITIT_EXECUTOR"):  # in a submitit job: INFO logs go to the .err log
+            from common.cli import setup_logging
+
+            setup_logging()
+            logging.getLogger("submitit").propagate = False  # it has its own handler
         if runs.is_done(spec.dir):
             return runs.read_result(spec.dir)
         return self.fn(spec)
+
+    def checkpoint(self, spec: RunSpec) -> submitit.helpers.DelayedSubmission:
+        """Requeue the same call; the job function resumes from ``spec.dir``'s checkpoint."""
+        ckpt = runs.checkpoint_path(spec.dir)
+        where = f"its checkpoint {ckpt}" if ckpt.exists() else "the start (no checkpoint yet)"
+        log.warning("%s: preempted or timed out; requeued, it resumes from %s", spec.name, where)
+        return submitit.helpers.DelayedSubmission(RunJob(self.fn), spec)
 
 
 @dataclass
@@ -79,10 +102,20 @@ class Plan:
             (plan.done if runs.is_done(spec.dir) else plan.todo).append(spec)
         return plan
 
-    def describe(self) -> str:
-        lines = [f"{len(self.specs)} planned runs: {len(self.done)} finished, {len(self.todo)} to run"]
+    def describe(self, queued: Mapping[Path, submitit.Job] | None = None) -> str:
+        """One line per run: ``[done]``, ``[todo]``, or ``[queued <job id>]`` (SLURM)."""
+        queued = queued or {}
+        counts = f"{len(self.done)} finished, {len(self.todo)} to run"
+        if queued:
+            counts += f" ({len(queued)} of them already queued on SLURM)"
+        lines = [f"{len(self.specs)} planned runs: {counts}"]
         for spec in self.specs:
-            state = "done" if spec in self.done else "todo"
+            if spec in self.done:
+                state = "done"
+            elif spec.dir in queued:
+                state = f"queued {queued[spec.dir].job_id}"
+            else:
+                state = "todo"
             lines.append(f"  [{state}] {spec.dir}")
         return "\n".join(lines)
 
@@ -95,67 +128,192 @@ def launch(
     executor_params: dict[str, Any] | None = None,
     log_folder: str | Path | None = None,
     desc: str = "runs",
-) -> list[dict]:
-    """Run every unfinished spec with ``fn`` and return all results in ``specs`` order.
+    wait: bool = True,
+    wait_timeout_s: float | None = None,
+) -> list[dict] | None:
+    """Run every unfinished spec with ``fn``; return all results in ``specs`` order.
 
     ``inline``: sequentially in this process, with a tqdm bar.
     ``local`` / ``slurm``: one submitit job array (``executor.batch()``) through
-    ``submitit.AutoExecutor(cluster=...)``; waits for every job and raises a
-    :class:`UserError` listing failed runs with their log paths.
+    ``submitit.AutoExecutor(cluster=...)`` with ``executor_params`` (AutoExecutor names:
+    ``timeout_min``, ``slurm_partition``, ..., ``slurm_max_num_timeout``), logs under
+    ``log_folder`` (default ``<out>/submitit/%j``). ``local`` always waits. ``slurm`` prints
+    the job ids, the log folder and how to collect the results; with ``wait=False`` it returns
+    None right after submitting ("submitted, not waited"). Failed runs raise a
+    :class:`UserError` naming each run, its error and its log; they are not marked finished.
     """
     plan = Plan.of(specs)
-    log.info("%s: %d planned, %d already finished, %d to run (%s)", desc, len(plan.specs), len(plan.done), len(plan.todo), launcher)
+    log.info(
+        "%s: %d planned, %d already finished, %d to run (%s)",
+        desc,
+        len(plan.specs),
+        len(plan.done),
+        len(plan.todo),
+        launcher,
+    )
     for spec in plan.todo:  # surface a config mismatch before anything starts
         runs.prepare_run(spec.out, spec.config)
     job = RunJob(fn)
+    folder = Path(log_folder) if log_folder else default_log_folder(specs)
     if launcher == "inline":
         for spec in tqdm(plan.todo, desc=desc, unit="run", disable=not plan.todo):
             job(spec)
-    elif launcher in ("local", "slurm"):
-        _submit_and_wait(job, plan.todo, launcher, executor_params or {}, log_folder, desc)
+    elif launcher == "local":
+        if plan.todo:
+            jobs = _submit(job, plan.todo, "local", executor_params or {}, folder)
+            _raise_failures(list(zip(plan.todo, jobs, strict=True)), {})
+    elif launcher == "slurm":
+        if not _launch_slurm(job, plan, executor_params or {}, folder, desc, wait, wait_timeout_s):
+            return None
     else:
         raise UserError(f"--launcher {launcher}: unknown launcher; use inline, local or slurm")
     return [runs.read_result(spec.dir) for spec in plan.specs]
 
 
-def launch_from_args(fn: JobFn, specs: Sequence[RunSpec], args, *, job_kind: str = "train", desc: str = "runs") -> list[dict] | None:
+def launch_from_args(
+    fn: JobFn,
+    specs: Sequence[RunSpec],
+    args,
+    *,
+    job_kind: str = "train",
+    desc: str = "runs",
+    distributed: bool = False,
+) -> list[dict] | None:
     """What every numbered script calls: ``--dry-run`` prints the plan, else :func:`launch`.
 
-    ``job_kind`` ("train", "probe", ...) selects the per-experiment section of a SLURM profile.
-    Returns None on a dry run.
+    ``job_kind`` ("train", "probe", "gpt2", ...) selects the ``[job_kind]`` table of the SLURM
+    profile; ``distributed`` marks multi-GPU jobs (one task per GPU, see
+    :mod:`common.distributed`). Returns the results in ``specs`` order, or **None** when
+    nothing was waited for: a dry run, or ``--launcher slurm`` without ``--wait`` (the jobs
+    are submitted; rerunning the command with ``--wait`` collects them). A script reports
+    only when it gets results.
     """
+    launcher = args.launcher
+    resolved = None
+    if launcher == "slurm":
+        profile = slurm.load_profile(getattr(args, "slurm_profile", None))
+        resolved = slurm.resolve(profile, job_kind, slurm.overrides_from_args(args), distributed=distributed)
+        params = resolved.executor_params()
+    elif launcher == "local":
+        params = {"timeout_min": LOCAL_TIMEOUT_MIN}
+        if distributed:
+            import torch
+
+            params["tasks_per_node"] = max(1, torch.cuda.device_count())
+    else:
+        params = {}
+    if getattr(args, "slurm_profile", None) and launcher != "slurm":
+        log.warning("--slurm-profile is used only with --launcher slurm; ignored")
     if getattr(args, "dry_run", False):
-        print(Plan.of(specs).describe())
+        plan = Plan.of(specs)
+        queued = slurm.queued_jobs(s.dir for s in plan.todo) if launcher == "slurm" else {}
+        print(plan.describe(queued))
+        if resolved is not None:
+            n = len(plan.todo) - len(queued)
+            shape = "one job array" if n > 1 else "one job" if n == 1 else "nothing"
+            print(f"--launcher slurm would submit {n} jobs ({shape}); {resolved.describe()}:")
+            print(slurm.sbatch_preview(slurm.with_repo_on_path(params), default_log_folder(specs), n))
         return None
-    return launch(fn, specs, launcher=args.launcher, desc=desc)
+    return launch(fn, specs, launcher=launcher, executor_params=params, desc=desc, wait=getattr(args, "wait", False))
+
+
+def default_log_folder(specs: Sequence[RunSpec]) -> Path:
+    """``<out>/submitit/%j``: submitit logs live under the run root (``%j`` becomes the job id)."""
+    out = specs[0].out if specs else "runs"
+    return Path(out) / "submitit" / "%j"
 
 
 def make_executor(launcher: str, folder: str | Path, params: dict[str, Any]) -> submitit.AutoExecutor:
-    """A submitit ``AutoExecutor`` for ``local`` or ``slurm`` with ``params`` applied."""
+    """A submitit ``AutoExecutor`` for ``local`` or ``slurm`` with ``params`` applied.
+
+    SLURM jobs get the repository on ``PYTHONPATH`` (see :func:`common.slurm.with_repo_on_path`).
+    """
     params = dict(params)
     max_num_timeout = params.pop("slurm_max_num_timeout", 3)
     executor = submitit.AutoExecutor(folder=str(folder), cluster=launcher, slurm_max_num_timeout=max_num_timeout)
     params.setdefault("timeout_min", 60)
+    if launcher == "slurm":
+        params = slurm.with_repo_on_path(params)
+    else:
+        params = {k: v for k, v in params.items() if not k.startswith("slurm_")}
     executor.update_parameters(**params)
     return executor
 
 
-def _submit_and_wait(job: RunJob, todo: list[RunSpec], launcher: str, params: dict, log_folder, desc: str) -> None:
-    if not todo:
-        return
-    folder = Path(log_folder) if log_folder else Path(todo[0].out) / "submitit" / "%j"
+def _submit(job: RunJob, todo: list[RunSpec], launcher: str, params: dict, folder: Path) -> list[submitit.Job]:
     executor = make_executor(launcher, folder, params)
     with executor.batch():
         jobs = [executor.submit(job, spec) for spec in todo]
-    log.info("submitted %d jobs (%s): ids %s; logs under %s", len(jobs), launcher, ", ".join(j.job_id for j in jobs), folder)
+    log.info(
+        "submitted %d jobs (%s): ids %s; logs under %s", len(jobs), launcher, ", ".join(j.job_id for j in jobs), folder
+    )
+    return jobs
+
+
+def _launch_slurm(job: RunJob, plan: Plan, params: dict, folder: Path, desc: str, wait: bool, wait_timeout_s) -> bool:
+    """Submit what is neither finished nor queued; report; wait when asked. False: not waited."""
+    queued = slurm.queued_jobs(spec.dir for spec in plan.todo)
+    to_submit = [spec for spec in plan.todo if spec.dir not in queued]
+    submitted = _submit(job, to_submit, "slurm", params, folder) if to_submit else []
+    for spec, sub in zip(to_submit, submitted, strict=True):
+        slurm.record_submission(spec.dir, sub, folder)
+    print(_submission_report(plan, submitted, queued, folder, waiting=wait), flush=True)
+    if not wait:
+        return False
+    handles = {spec.dir: sub for spec, sub in zip(to_submit, submitted, strict=True)} | dict(queued)
+    pairs = [(spec, handles[spec.dir]) for spec in plan.todo]
+    lost = slurm.wait_for_jobs([sub for _, sub in pairs], desc=desc, timeout_s=wait_timeout_s)
+    _raise_failures(pairs, lost)
+    return True
+
+
+def _submission_report(
+    plan: Plan, submitted: list[submitit.Job], queued: Mapping[Path, submitit.Job], folder: Path, *, waiting: bool
+) -> str:
+    ids = [sub.job_id for sub in submitted]
+    if not ids:
+        what = "submitted nothing"
+    elif len(ids) == 1:
+        what = f"submitted 1 run as SLURM job {ids[0]}"
+    else:
+        what = f"submitted {len(ids)} runs as SLURM job array {ids[0].split('_')[0]} ({ids[0]} .. {ids[-1]})"
+    extra = [f"{len(plan.done)} already finished"]
+    if queued:
+        extra.append(f"{len(queued)} already queued ({', '.join(sorted(sub.job_id for sub in queued.values()))})")
+    lines = [f"{what}; {', '.join(extra)}"]
+    if ids or queued:
+        lines.append(f"logs:    {folder.parent}/<job id>/<job id>_0_log.out and .err")
+    if ids:
+        lines.append(f"watch:   squeue -j {ids[0].split('_')[0]}")
+    if not waiting and (ids or queued):
+        experiments = sorted({str(spec.dir.parent) for spec in plan.specs})
+        lines.append(
+            "collect: rerun this command with --wait (finished runs are skipped, queued runs are not "
+            "submitted again), or in Python: " + "; ".join(f'common.runs.collect("{e}/*")' for e in experiments)
+        )
+    return "\n".join(lines)
+
+
+def _raise_failures(pairs: list[tuple[RunSpec, submitit.Job]], lost: Mapping[str, str]) -> None:
+    """Wait for each job's outcome; raise one :class:`UserError` listing every failed run."""
     failures = []
-    for spec, sub in tqdm(list(zip(todo, jobs, strict=True)), desc=desc, unit="run"):
+    for spec, sub in pairs:
+        log_path = sub.task(0).paths.stderr
+        if sub.job_id in lost:
+            failures.append(f"{spec.name}: job {sub.job_id} {lost[sub.job_id]} (log: {log_path})")
+            continue
         try:
-            sub.result()
+            sub.results()
         except Exception as exc:  # submitit wraps the job's exception with its traceback
-            failures.append(f"{spec.name}: {failure_reason(exc)} (log: {sub.paths.stderr})")
+            failures.append(f"{spec.name}: {failure_reason(exc)} (log: {log_path})")
+            continue
+        if not runs.is_done(spec.dir):
+            failures.append(f"{spec.name}: job {sub.job_id} ended without writing {runs.RESULT} (log: {log_path})")
     if failures:
-        raise UserError(f"{len(failures)} of {len(todo)} runs failed; fix and rerun (finished runs are skipped): " + "; ".join(failures))
+        raise UserError(
+            f"{len(failures)} of {len(pairs)} runs failed; fix and rerun (finished runs are skipped): "
+            + "; ".join(failures)
+        )
 
 
 def failure_reason(exc: BaseException) -> str:

@@ -1,21 +1,30 @@
-"""Trivial job functions and a demo command line for the launcher and CLI tests.
+"""Small job functions and a demo command line for the launcher, CLI and SLURM tests.
 
 They live in an importable module (not a test file) because submitit pickles jobs by reference.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import time
+
+import torch
 
 from common import runs
 from common.cli import comma_ints, entry_point, make_parser, parse_args
+from common.distributed import destroy_distributed, init_distributed
 from common.launch import launch_from_args, make_specs
 
 
 def square_job(spec) -> dict:
-    """Record ``x`` and ``x**2``; one metrics line per execution (to count re-runs)."""
+    """Record ``x`` and ``x**2``; one metrics line per execution (to count re-runs).
+
+    ``config["runtime"]["sleep_s"]`` (optional) keeps the job busy that long first.
+    """
     path = runs.prepare_run(spec.out, spec.config)
     runs.append_metrics(path, {"x": spec.config["x"], "pid": os.getpid()})
+    time.sleep(spec.config.get("runtime", {}).get("sleep_s", 0))
     result = {"x": spec.config["x"], "y": spec.config["x"] ** 2}
     runs.write_result(path, result)
     return result
@@ -26,15 +35,122 @@ def failing_job(spec) -> dict:
     raise RuntimeError(f"deliberate failure in {spec.config['name']}")
 
 
-def demo_configs(xs) -> list[dict]:
-    return [{"experiment": "demo", "name": f"x{x}", "x": x} for x in xs]
+def demo_configs(xs, sleep_s: float = 0.0) -> list[dict]:
+    runtime = {"runtime": {"sleep_s": sleep_s}} if sleep_s else {}
+    return [{"experiment": "demo", "name": f"x{x}", "x": x, **runtime} for x in xs]
 
 
 @entry_point
 def demo_main(argv=None) -> int:
     parser = make_parser("demo sweep for the CLI tests")
     parser.add_argument("--xs", type=comma_ints, default=[1, 2, 3])
+    parser.add_argument("--sleep-s", type=float, default=0.0, help="seconds each job sleeps")
     args = parse_args(parser, argv)
-    specs = make_specs(demo_configs(args.xs), args.out)
-    launch_from_args(square_job, specs, args)
+    specs = make_specs(demo_configs(args.xs, args.sleep_s), args.out)
+    results = launch_from_args(square_job, specs, args, job_kind="probe")
+    if results is not None:
+        print("results:", " ".join(f"{r['x']}->{r['y']}" for r in results))
     return 0
+
+
+# ----------------------------------------------------------------------------- checkpointing job
+def epoch_configs(seeds, *, epochs: int = 4, sleep_s: float = 0.0) -> list[dict]:
+    """Configs of :func:`epoch_train_job`; ``sleep_s`` (per epoch) is runtime, not identity."""
+    return [
+        {"experiment": "epochs", "name": f"seed{s}", "seed": s, "epochs": epochs, "runtime": {"sleep_s": sleep_s}}
+        for s in seeds
+    ]
+
+
+def epoch_train_job(spec) -> dict:
+    """Train a tiny MLP for ``epochs`` epochs, checkpointing after each; resume from the last one.
+
+    Deterministic: the data and each epoch's batch order come from generators seeded by
+    (seed, epoch), so an interrupted-and-resumed run ends with bit-identical weights. Each
+    epoch first sleeps ``runtime.sleep_s`` (so a test can interrupt it mid-run); a resume
+    prints ``resumed from epoch E`` to the job's stdout.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same reduction order in every process
+    try:
+        return _epoch_train(spec)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _epoch_train(spec) -> dict:
+    cfg = spec.config
+    path = runs.prepare_run(spec.out, cfg)
+    torch.manual_seed(cfg["seed"])
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    data = torch.Generator().manual_seed(cfg["seed"])
+    x = torch.randn(256, 8, generator=data)
+    y = torch.sin(x.sum(dim=1, keepdim=True))
+    start, loss = 0, float("nan")
+    state = runs.resume_state(path)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start, loss = state["epoch"], state["loss"]
+        print(f"resumed from epoch {start}", flush=True)
+    for epoch in range(start, cfg["epochs"]):
+        time.sleep(cfg.get("runtime", {}).get("sleep_s", 0))
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1000 * cfg["seed"] + epoch))
+        for batch in order.split(32):
+            optimizer.zero_grad()
+            batch_loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch])
+            batch_loss.backward()
+            optimizer.step()
+            loss = batch_loss.item()
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1, "loss": loss}
+        runs.save_checkpoint(runs.checkpoint_path(path), state)
+        runs.append_metrics(path, {"epoch": epoch + 1, "loss": loss, "pid": os.getpid()})
+        print(f"epoch {epoch + 1} of {cfg['epochs']} done", flush=True)
+    result = {"epochs": cfg["epochs"], "loss": loss, "weights_sha256": weights_digest(model.state_dict())}
+    runs.write_result(path, result)
+    return result
+
+
+def weights_digest(state_dict: dict) -> str:
+    """sha256 over every tensor's bytes, in key order: equal digests mean bit-identical weights."""
+    digest = hashlib.sha256()
+    for key in sorted(state_dict):
+        digest.update(key.encode())
+        digest.update(state_dict[key].detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------- distributed job
+def distributed_job(spec) -> dict:
+    """Every rank joins the process group and all-reduces ``rank + 1``; rank 0 records the sum."""
+    info = init_distributed("cpu")
+    value = torch.tensor([float(info.rank + 1)])
+    if info.world_size > 1:
+        torch.distributed.all_reduce(value)
+    result = {"world_size": info.world_size, "sum": value.item(), "backend": info.backend}
+    if info.is_main:
+        runs.write_result(runs.prepare_run(spec.out, spec.config), result)
+    destroy_distributed()
+    return result
+
+
+# ----------------------------------------------------------------------------- the real training job, paced
+def paced_resnet_run(spec) -> dict:
+    """:func:`common.sweep.train_resnet_run` unchanged, pausing ``runtime.pause_s`` after each
+    epoch's checkpoint, so a test can interrupt it mid-run even when epochs take milliseconds.
+
+    The pause is runtime (not identity): the run directory and the weights are those of an
+    unpaced run of the same config.
+    """
+    import functools
+
+    import common.sweep as sweep
+
+    pause_s = spec.config.get("runtime", {}).get("pause_s", 0)
+    train = sweep.train
+    sweep.train = functools.partial(train, on_epoch_end=lambda epoch, record: time.sleep(pause_s))
+    try:
+        return sweep.train_resnet_run(spec)
+    finally:
+        sweep.train = train
