@@ -1,0 +1,118 @@
+"""Probe the trained ResNet sweep: AG_l at every candidate, AGmax vs depth (paper B.1, Experiments).
+
+For every finished sweep run of ``--dataset`` under ``--out`` (from 01_train_resnet_sweep.py):
+B analysis batches (``--n-batches``, default 10) of ``--batch-size`` (default 128) examples
+from ``--split`` (default train; no augmentation, BatchNorm in eval mode unless ``--bn-mode
+train``), one forward and one backward pass each, give ``AG_l``, ``AG~_l`` and the per-example
+RMS at every candidate; ``--exact`` adds the tangent-space growth value ``V_S,l`` of the
+protocol's zero-output block. The separated saturation test of App. G runs on an independent
+sample (``--saturation-split``, default test: never trained on, disjoint from the analysis
+batches). One run per model (experiment ``ag_probe``): finished runs are skipped.
+
+Prints depth vs AGmax with the paper's 5e-3 low-signal line marked and ends with the path of
+the summary CSV (one row per depth and seed). The job function is
+:func:`common.probe.probe_sweep_run`.
+
+    python 02_probe_ag.py --dataset cifar100
+    python 02_probe_ag.py --dataset cifar10 --exact --split test
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pandas as pd
+
+from common import runs
+from common.cli import comma_ints, entry_point, make_parser, parse_args, positive_int
+from common.data.vision import DATASETS
+from common.errors import UserError
+from common.launch import launch_from_args, make_specs
+from common.paper import LOW_SIGNAL_AG
+from common.presets import DEFAULT_DATASET
+from common.probe import (
+    BN_MODES,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_N_BATCHES,
+    EXPERIMENT,
+    SPLITS,
+    probe_configs,
+    probe_sweep_run,
+    summary_rows,
+    summary_table,
+)
+from common.sweep import EXPERIMENT as SWEEP_EXPERIMENT
+from common.sweep import finished_sweep_runs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = make_parser(__doc__.split("\n\n")[0], prog="02_probe_ag.py")
+    probe = parser.add_argument_group("activation-gradient probe (paper B.1, DESIGN.md section 2)")
+    probe.add_argument("--dataset", choices=DATASETS, default=None,
+                       help="which sweep to probe; None: cifar10 with --preset paper, digits with smoke")
+    probe.add_argument("--data-root", default=None,
+                       help="as in 01_train_resnet_sweep.py (None: the data root the sweep run was trained with)")
+    probe.add_argument("--seeds", type=comma_ints, default=None, help="sweep seeds to probe; None: every finished run")
+    probe.add_argument("--split", choices=SPLITS, default="train", help="where the analysis batches come from")
+    probe.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
+                       help="analysis batch size (AG_l of the batch-mean loss scales like 1/sqrt(batch size))")
+    probe.add_argument("--n-batches", type=positive_int, default=DEFAULT_N_BATCHES, help="B: analysis batches per model")
+    probe.add_argument("--bn-mode", choices=BN_MODES, default="eval",
+                       help="BatchNorm during the probe: running statistics (eval) or batch statistics (train)")
+    probe.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
+                       help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke, off with paper")
+    sat = parser.add_argument_group("separated saturation test (App. G)")
+    sat.add_argument("--saturation-delta", type=float, default=LOW_SIGNAL_AG,
+                     help="delta: saturated within delta when max_l AG_l < delta + t on the independent sample")
+    sat.add_argument("--saturation-t", type=float, default=0.0, help="t: the separation margin of the test")
+    sat.add_argument("--saturation-split", choices=SPLITS, default="test",
+                     help="the independent probe sample (test: never trained on; train is flagged as reused training data)")
+    return parser
+
+
+@entry_point
+def main(argv=None) -> int:
+    args = parse_args(build_parser(), argv)
+    dataset = args.dataset or DEFAULT_DATASET[args.preset]
+    exact = args.exact if args.exact is not None else args.preset == "smoke"
+    sweep_dirs = finished_sweep_runs(args.out, dataset)
+    if args.seeds is not None:
+        sweep_dirs = [d for d in sweep_dirs if runs.read_json(d / runs.CONFIG)["seed"] in args.seeds]
+    if not sweep_dirs:
+        smoke = " --preset smoke" if args.preset == "smoke" else ""
+        raise UserError(
+            f"no finished sweep runs for --dataset {dataset} under {args.out / SWEEP_EXPERIMENT}; train them first: "
+            f"python 01_train_resnet_sweep.py{smoke} --dataset {dataset} --out {args.out}"
+        )
+    configs = probe_configs(
+        sweep_dirs,
+        split=args.split,
+        batch_size=args.batch_size,
+        n_batches=args.n_batches,
+        exact=exact,
+        bn_mode=args.bn_mode,
+        seed=args.seed,
+        saturation_delta=args.saturation_delta,
+        saturation_t=args.saturation_t,
+        saturation_split=args.saturation_split,
+        device=args.device,
+        data_root=args.data_root,
+    )
+    results = launch_from_args(probe_sweep_run, make_specs(configs, args.out), args, job_kind="probe", desc="ag probe")
+    if results is None:
+        return 0
+    rows = summary_rows(results)
+    print(summary_table(rows, LOW_SIGNAL_AG))
+    tag = f"{dataset}-{args.split}-b{args.batch_size}x{args.n_batches}" + ("-exact" if exact else "")
+    tag += "" if args.bn_mode == "eval" else f"-bn{args.bn_mode}"
+    path = args.out / EXPERIMENT / f"summary-{tag}.csv"
+    buffer = io.StringIO()
+    pd.DataFrame(rows).to_csv(buffer, index=False)
+    runs.atomic_write_bytes(path, buffer.getvalue().encode())
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

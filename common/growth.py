@@ -1,0 +1,102 @@
+"""Function-preserving growth: insert standard zero-output blocks at candidates (DESIGN.md 1, App. E).
+
+Candidate ``l`` is the input of ``model.blocks[l]`` (the last candidate is the input of the
+head), so a block inserted at candidate ``l`` becomes ``model.blocks[l]`` (appended for the
+last candidate): it reads ``z_l`` and, being zero-output, hands the same ``z_l`` on. The model
+computes the same function pointwise (:func:`function_preserved` checks it bit for bit).
+
+Works for any model with a ``blocks`` ``nn.ModuleList`` and a ``candidates()`` method that
+follows :mod:`common.models.candidates` (the ResNets now, decoders later).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from common.tangent import ZeroOutputBlock, make_zero_block
+
+
+def candidate_width(model: nn.Module, index: int) -> int:
+    """``d``: channels (or features) of the state ``z_index``, read from the module that consumes it.
+
+    A model may answer itself with ``candidate_width(index)``; otherwise the first Conv2d,
+    Linear or LayerNorm of the candidate's module gives its input width.
+    """
+    if hasattr(model, "candidate_width"):
+        return int(model.candidate_width(index))
+    module = _candidate(model, index).module
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d):
+            return m.in_channels
+        if isinstance(m, nn.Linear):
+            return m.in_features
+        if isinstance(m, nn.LayerNorm):
+            return int(m.normalized_shape[-1])
+    raise ValueError(f"cannot tell the width of candidate {index} ({type(module).__name__}); pass width=")
+
+
+def insert_zero_block(
+    model: nn.Module,
+    index: int,
+    family: str | None = None,
+    seed: int = 0,
+    *,
+    width: int | None = None,
+) -> ZeroOutputBlock:
+    """Insert the protocol's zero-output block at candidate ``index`` (in place) and return it.
+
+    ``family`` defaults to :func:`model_family` (``conv3x3`` for the ResNets); ``U_l`` is seeded by ``(seed, index)``
+    exactly as in the probe's exact projection, so the block's tangent features are the ``Psi``
+    whose growth value the probe reported. The block takes the dtype and device of the model.
+    """
+    candidates = model.candidates()
+    if not 0 <= index < len(candidates):
+        raise ValueError(f"candidate {index} out of range: the model has {len(candidates)} candidates")
+    family = family or model_family(model)
+    width = width if width is not None else candidate_width(model, index)
+    like = next(model.parameters())
+    block = make_zero_block(family, width, seed, index, like=like)
+    block.train(model.training)
+    model.blocks.insert(index, block)
+    stages = getattr(model, "stage_of_block", None)
+    if isinstance(stages, list) and stages:
+        stages.insert(index, stages[index - 1] if index > 0 else stages[0])
+    return block
+
+
+def insert_zero_blocks(model: nn.Module, indices: Sequence[int], family: str | None = None, seed: int = 0) -> list[ZeroOutputBlock]:
+    """Joint insertion (App. E): one zero-output block at each of several candidates of the *original* model.
+
+    Inserts from the last index to the first so that each index still names the original
+    candidate; returns the blocks in the order of ``indices``.
+    """
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"joint insertion needs distinct candidates, got {list(indices)}")
+    widths = {i: candidate_width(model, i) for i in indices}
+    family = family or model_family(model)
+    blocks = {i: insert_zero_block(model, i, family, seed, width=widths[i]) for i in sorted(indices, reverse=True)}
+    return [blocks[i] for i in indices]
+
+
+@torch.no_grad()
+def function_preserved(before: nn.Module, after: nn.Module, x: torch.Tensor) -> bool:
+    """True when ``after(x)`` equals ``before(x)`` exactly (``torch.equal``, no tolerance)."""
+    return bool(torch.equal(before(x), after(x)))
+
+
+def _candidate(model: nn.Module, index: int):
+    candidates = model.candidates()
+    if not 0 <= index < len(candidates):
+        raise ValueError(f"candidate {index} out of range: the model has {len(candidates)} candidates")
+    return candidates[index]
+
+
+def model_family(model: nn.Module) -> str:
+    """The model's tangent family: its ``tangent_family`` attribute, else ``conv3x3`` for conv nets, else ``linear``."""
+    family = getattr(model, "tangent_family", None)
+    if family:
+        return str(family)
+    return "conv3x3" if any(isinstance(m, nn.Conv2d) for m in model.modules()) else "linear"

@@ -1,0 +1,129 @@
+"""The papers' reported numbers, for side-by-side comparison only (never used as an output).
+
+Every row of ``../shared/PAPER-NUMBERS.md`` is one :class:`PaperNumber` in :data:`PAPER_NUMBERS`
+with the section it comes from; the few values the code compares against (the 5e-3 low-signal
+line of 02, the growth-vs-scratch losses of 03, the matched-insertion reductions of 06) are also
+named constants below, defined once and referenced by the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SOURCE = "arXiv 2608.14664 (Liu et al.)"
+COHEN = "Cohen, Cont, Rossier, Xu, ICML 2021 (scaling properties of deep ResNets)"
+
+# ----------------------------------------------------------------------------- named values
+LOW_SIGNAL_AG = 5e-3  # AGmax below ~5e-3: the low-signal regime (Experiments, depth saturation)
+
+GROWTH_MEAN_TRAIN_LOSS = {"growth": 0.0066, "scratch": 0.0072}  # ResNet-10..13, CIFAR-10
+GROWTH_MEAN_TEST_LOSS = {"growth": 0.2576, "scratch": 0.2922}
+GROWTH_TEST_RELATIVE_REDUCTION = 0.118  # "about 11.8%"
+GROWTH_TEST_ABS_REDUCTION_RANGE = {"ResNet-12": 0.0242, "ResNet-10": 0.0456}  # smallest and largest
+GROWTH_DEPTHS = (10, 11, 12, 13)
+
+MATCHED_INSERTION_ALPHA = 1e-3
+MATCHED_INSERTION_REDUCTION = {8: 7e-4, 14: 4e-4, 20: 2e-4, 34: 2e-4}  # depth d of ResNet-d -> loss drop (H.1)
+
+CIFAR_EXTRA_BLOCKS = tuple(range(1, 101))  # N = 1..100 (B.1)
+IMAGENET100_EXTRA_BLOCKS = tuple(range(1, 50, 4))  # N in {1, 5, 9, ..., 49} (B.3)
+GPT2_BASELINE_LAYERS = 12
+GPT2_DIMS = {"hidden": 768, "feed_forward": 3072, "heads": 12}
+FINEWEB_EDU_TOKENS = 310_000_347
+
+
+@dataclass(frozen=True)
+class PaperNumber:
+    """One reported number (or fact) with where it is reported."""
+
+    what: str
+    value: Any
+    section: str
+    source: str = SOURCE
+
+
+PAPER_NUMBERS: tuple[PaperNumber, ...] = (
+    PaperNumber("low-signal threshold on AGmax", LOW_SIGNAL_AG, "Experiments (depth saturation)"),
+    PaperNumber(
+        "extended-depth runs",
+        "AGmax stays below ~5e-3; test performance fluctuates without systematic gains",
+        "Experiments",
+    ),
+    PaperNumber(
+        "CIFAR backbone",
+        {"backbone": "ResNet-8", "stage_widths": (16, 32, 64), "extra_blocks": CIFAR_EXTRA_BLOCKS, "blocks": "3+N"},
+        "B.1",
+    ),
+    PaperNumber(
+        "ImageNet-100",
+        {
+            "stem": "CIFAR-style 3-stage", "base_channels": 32, "extra_blocks": IMAGENET100_EXTRA_BLOCKS,
+            "epochs": 300, "no_7x7_stride2_conv": True, "no_max_pool": True,
+        },
+        "B.3",
+    ),
+    PaperNumber(
+        "CIFAR-10 / CIFAR-100",
+        {"train": 50_000, "test": 10_000, "classes": {"cifar10": 10, "cifar100": 100},
+         "preprocessing": "crop, flip, per-dataset normalisation"},
+        "B.2",
+    ),
+    PaperNumber(
+        "GPT-2 sweep",
+        {"baseline_layers": GPT2_BASELINE_LAYERS, **GPT2_DIMS, "fineweb_edu_tokens": FINEWEB_EDU_TOKENS},
+        "B.4",
+    ),
+    PaperNumber(
+        "Pythia",
+        {"configs": 6, "deduplicated": True, "revision": "step143000", "procedure": "continued pretraining, frozen-model AG"},
+        "B.5",
+    ),
+    PaperNumber("growth vs scratch, mean training loss", GROWTH_MEAN_TRAIN_LOSS, "Function-preserving growth"),
+    PaperNumber(
+        "growth vs scratch, mean test loss",
+        {**GROWTH_MEAN_TEST_LOSS, "relative_reduction": GROWTH_TEST_RELATIVE_REDUCTION},
+        "Function-preserving growth",
+    ),
+    PaperNumber(
+        "growth vs scratch, per architecture",
+        {
+            "growth_lower_train_loss": ("ResNet-10", "ResNet-11", "ResNet-13"),
+            "growth_higher_train_loss": ("ResNet-12",),
+            "growth_lower_test_loss": ("ResNet-10", "ResNet-11", "ResNet-12", "ResNet-13"),
+            "abs_test_loss_reduction_min": ("ResNet-12", GROWTH_TEST_ABS_REDUCTION_RANGE["ResNet-12"]),
+            "abs_test_loss_reduction_max": ("ResNet-10", GROWTH_TEST_ABS_REDUCTION_RANGE["ResNet-10"]),
+        },
+        "Function-preserving growth",
+    ),
+    PaperNumber(
+        "matched insertion, immediate training-loss reduction",
+        {"alpha": MATCHED_INSERTION_ALPHA, "reduction_by_depth": MATCHED_INSERTION_REDUCTION, "task_loss_training": False},
+        "H.1",
+    ),
+    PaperNumber(
+        "finite-sample detector",
+        "false-negative probability Pr(Sat_n = 0) <= 1 / (n tau_n^2); separated test H0: Gamma <= delta "
+        "vs H1: Gamma >= delta + 2t at threshold delta + t",
+        "G",
+    ),
+    PaperNumber("gradient-descent decrease", "at eta = 1/L_l a one-step decrease of at least ||g_l||^2 / (2 L_l)", "D"),
+    # Second seed paper (Cohen et al. 2021).
+    PaperNumber(
+        "fully connected, tanh, shared delta, synthetic data",
+        {"beta": 0.3, "alpha": 0.7, "hypothesis": "1 (smooth limit) more likely", "noise_part": "negligible"},
+        "Cohen et al.", COHEN,
+    ),
+    PaperNumber("fully connected, ReLU, per-layer delta", {"alpha_plus_beta": 1.0, "hypothesis": "2 (diffusive)"}, "Cohen et al.", COHEN),
+    PaperNumber(
+        "convolutional ResNets on CIFAR-10 (no BatchNorm)",
+        "max norm, scaled increments and root sum of squares bounded as L grows: sparse weights, neither hypothesis",
+        "Cohen et al.", COHEN,
+    ),
+    PaperNumber("depths studied", {"max_depth": 10321, "accurate_from_depth": 15}, "Cohen et al.", COHEN),
+)
+
+
+def by_section(section: str) -> list[PaperNumber]:
+    """All rows reported in ``section`` (e.g. ``"H.1"``, ``"Function-preserving growth"``)."""
+    return [row for row in PAPER_NUMBERS if row.section == section]

@@ -1,0 +1,237 @@
+"""Cross-gradient, streamed Gram statistics, the exact growth value V_S,l, the App. G test.
+
+For one sample set ``S`` (DESIGN.md section 2), with ``G`` the rows of ``dL_S/dz_l`` (n x d)
+and ``Psi`` the tangent features (n x k) of candidate ``l``:
+
+- cross-gradient ``C_l = Psi^T G`` (k x d): the gradient of ``L_S`` with respect to ``V_l`` at
+  ``V_l = 0`` (App. F; :func:`common.growth.insert_zero_block` checks it against autograd);
+- exact empirical growth value ``V_S,l = || Psi (Psi^T Psi)^+ Psi^T G ||_F``, the norm of the
+  orthogonal projection of ``G`` onto the residual tangent space ``{Psi W}`` (App. D.1 closed form),
+  computed as ``V_S,l^2 = tr(X^T P^+ X)`` from ``P = Psi^T Psi`` and ``X = Psi^T G`` streamed over
+  row chunks and batches, so memory is ``O(k^2 + k d)`` however many rows go through.
+
+Rank tolerance (one place: :data:`DEFAULT_RTOL_FACTOR`): ``P`` is eigendecomposed in float64 and
+eigenvalues ``<= rtol * max_eig`` count as zero, ``rtol = k * eps(float64)`` by default (numpy's
+``matrix_rank`` convention, applied to the Gram matrix). A spurious direction kept by this rule
+adds at most ``~ eps * ||G||_F^2`` to ``V^2`` (its ``X`` component is rounding noise too), so the
+value is insensitive to the exact factor; the reported rank is what the tolerance defines.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+DEFAULT_RTOL_FACTOR = 1.0  # rtol = DEFAULT_RTOL_FACTOR * k * eps(float64), see the module docstring
+
+
+class GramAccumulator:
+    """Streamed ``P = Psi^T Psi`` (k x k) and ``X = Psi^T G`` (k x d) in float64 (DESIGN.md section 2).
+
+    ``update(psi_rows, grad_rows)`` adds any number of rows; nothing but ``P``, ``X``, the row
+    count and ``||G||_F^2`` is kept. Then ``growth_value()`` is ``V_S,l``,
+    ``cross_gradient_norm()`` is ``||C_l||_F`` and ``grad_norm()`` is ``||G||_F`` over the rows seen.
+
+    >>> acc = GramAccumulator(k=3, d=2)
+    >>> acc.update(torch.eye(3), torch.ones(3, 2))   # Psi = I: every G is realizable
+    >>> round(acc.growth_value(), 12), round(acc.grad_norm(), 12)
+    (2.449489742783, 2.449489742783)
+    """
+
+    def __init__(self, k: int, d: int, *, device: torch.device | str | None = None, rtol: float | None = None) -> None:
+        if k <= 0 or d <= 0:
+            raise ValueError(f"GramAccumulator needs k > 0 and d > 0, got k={k}, d={d}")
+        self.k, self.d = int(k), int(d)
+        self.dtype = torch.float64
+        self.rtol = float(rtol) if rtol is not None else DEFAULT_RTOL_FACTOR * self.k * torch.finfo(self.dtype).eps
+        self.P = torch.zeros(self.k, self.k, dtype=self.dtype, device=device)
+        self.X = torch.zeros(self.k, self.d, dtype=self.dtype, device=device)
+        self.grad_sq = torch.zeros((), dtype=self.dtype, device=device)
+        self.rows = 0
+        self._eig: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    # ------------------------------------------------------------------ streaming
+    def update(self, psi_rows: torch.Tensor, grad_rows: torch.Tensor) -> None:
+        """Add rows: ``psi_rows`` (n x k) and ``grad_rows`` (n x d), row ``i`` of each the same row unit."""
+        if psi_rows.dim() != 2 or grad_rows.dim() != 2:
+            raise ValueError(f"update wants 2-D row matrices, got {tuple(psi_rows.shape)} and {tuple(grad_rows.shape)}")
+        if psi_rows.shape[0] != grad_rows.shape[0]:
+            raise ValueError(f"psi_rows has {psi_rows.shape[0]} rows but grad_rows has {grad_rows.shape[0]}")
+        if psi_rows.shape[1] != self.k or grad_rows.shape[1] != self.d:
+            raise ValueError(f"expected (n, {self.k}) and (n, {self.d}), got {tuple(psi_rows.shape)} and {tuple(grad_rows.shape)}")
+        psi = psi_rows.detach().to(device=self.P.device, dtype=self.dtype)
+        grad = grad_rows.detach().to(device=self.P.device, dtype=self.dtype)
+        self.P.addmm_(psi.T, psi)
+        self.X.addmm_(psi.T, grad)
+        self.grad_sq += grad.square().sum()
+        self.rows += int(psi.shape[0])
+        self._eig = None
+
+    def update_statistics(self, P: torch.Tensor, X: torch.Tensor, grad_sq: float, rows: int) -> None:
+        """Add ``Psi^T Psi``, ``Psi^T G``, ``||G||_F^2`` and the row count of rows summarised elsewhere.
+
+        For structured features whose Gram statistics have a cheaper exact route than the rows
+        (the conv3x3 family's translation structure, :func:`common.tangent._conv_gram`).
+        """
+        if tuple(P.shape) != (self.k, self.k) or tuple(X.shape) != (self.k, self.d):
+            raise ValueError(f"expected P ({self.k}, {self.k}) and X ({self.k}, {self.d}), got {tuple(P.shape)} and {tuple(X.shape)}")
+        self.P += P.to(device=self.P.device, dtype=self.dtype)
+        self.X += X.to(device=self.P.device, dtype=self.dtype)
+        self.grad_sq += float(grad_sq)
+        self.rows += int(rows)
+        self._eig = None
+
+    def merge(self, other: GramAccumulator, *, grad_scale: float = 1.0) -> None:
+        """Add another accumulator's rows, their gradients multiplied by ``grad_scale``.
+
+        Pooling B batch-mean gradients into the gradient of the mean over all their examples
+        uses ``grad_scale = batch_size / total_examples`` (the union's ``G`` rows are scaled).
+        """
+        if (other.k, other.d) != (self.k, self.d):
+            raise ValueError(f"cannot merge a ({other.k}, {other.d}) accumulator into a ({self.k}, {self.d}) one")
+        self.P += other.P
+        self.X.add_(other.X, alpha=grad_scale)
+        self.grad_sq += other.grad_sq * grad_scale**2
+        self.rows += other.rows
+        self._eig = None
+
+    def scaled(self, grad_scale: float) -> GramAccumulator:
+        """A copy whose gradient rows are multiplied by ``grad_scale`` (``P`` unchanged)."""
+        out = copy.copy(self)
+        out.P = self.P.clone()
+        out.X = self.X * grad_scale
+        out.grad_sq = self.grad_sq * grad_scale**2
+        out._eig = self._eig
+        return out
+
+    # ------------------------------------------------------------------ results
+    def _eigh(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._eig is None:
+            evals, evecs = torch.linalg.eigh(self.P)
+            self._eig = (evals, evecs)
+        return self._eig
+
+    def _kept(self) -> tuple[torch.Tensor, torch.Tensor]:
+        evals, evecs = self._eigh()
+        top = evals.max().clamp_min(0.0)
+        keep = evals > self.rtol * top
+        if top <= 0:
+            keep = torch.zeros_like(keep)
+        return evals[keep], evecs[:, keep]
+
+    def rank(self) -> int:
+        """Numerical rank of ``Psi`` (= of ``P``) under the documented tolerance."""
+        return int(self._kept()[0].numel())
+
+    def growth_value(self) -> float:
+        """``V_S,l = sqrt(tr(X^T P^+ X))`` (DESIGN.md section 2; App. D.1 closed form)."""
+        evals, evecs = self._kept()
+        if evals.numel() == 0:
+            return 0.0
+        coords = evecs.T @ self.X  # (rank, d): X in the eigenbasis of P
+        return math.sqrt(max(float((coords.square().sum(dim=1) / evals).sum()), 0.0))
+
+    def solution(self) -> torch.Tensor:
+        """``W* = P^+ X`` (k x d): the minimum-norm least-squares fit ``Psi W* ~ G``."""
+        evals, evecs = self._kept()
+        return evecs @ ((evecs.T @ self.X) / evals[:, None])
+
+    def cross_gradient(self) -> torch.Tensor:
+        """``C_l = Psi^T G`` (k x d) = ``dL_S/dV_l`` at ``V_l = 0`` up to V's weight layout."""
+        return self.X.clone()
+
+    def cross_gradient_norm(self) -> float:
+        """``||C_l||_F``."""
+        return float(torch.linalg.matrix_norm(self.X))
+
+    def grad_norm(self) -> float:
+        """``||G||_F`` over the rows seen (the activation-gradient norm on the same sample)."""
+        return math.sqrt(float(self.grad_sq))
+
+    def state_numel(self) -> int:
+        """Number of stored numbers: ``k^2 + k d + 1``, whatever the number of rows."""
+        return self.P.numel() + self.X.numel() + self.grad_sq.numel()
+
+
+def growth_value(psi_rows: torch.Tensor, grad_rows: torch.Tensor, *, rtol: float | None = None) -> float:
+    """``V_S,l`` of one set of rows (a one-shot :class:`GramAccumulator`)."""
+    acc = GramAccumulator(psi_rows.shape[1], grad_rows.shape[1], device=psi_rows.device, rtol=rtol)
+    acc.update(psi_rows, grad_rows)
+    return acc.growth_value()
+
+
+def cross_gradient(psi_rows: torch.Tensor, grad_rows: torch.Tensor) -> torch.Tensor:
+    """``C_l = Psi^T G`` (k x d), in float64."""
+    return psi_rows.double().T @ grad_rows.double()
+
+
+# ----------------------------------------------------------------------------- App. G
+@dataclass(frozen=True)
+class SaturationDecision:
+    """The separated saturation test of App. G and every number behind its decision.
+
+    ``saturated`` is ``max_l statistic_l < delta + t``: with ``H0: Gamma <= delta`` and
+    ``H1: Gamma >= delta + 2 t`` the threshold ``delta + t`` separates them by ``t`` on each side.
+    """
+
+    saturated: bool
+    statistic: str
+    max_value: float
+    argmax: str
+    threshold: float
+    margin: float  # threshold - max_value: > 0 means saturated
+    delta: float
+    t: float
+    n: int
+    split: str
+    reused_training_data: bool
+    values: dict[str, float]
+
+    def as_record(self) -> dict:
+        return asdict(self)
+
+
+def saturation_test(
+    values: Sequence[float],
+    *,
+    delta: float,
+    t: float,
+    n: int,
+    split: str,
+    reused_training_data: bool,
+    names: Sequence[str] | None = None,
+    statistic: str = "ag_norm",
+) -> SaturationDecision:
+    """App. G: declare "saturated within ``delta``" when ``max_l values_l < delta + t``.
+
+    ``values`` are per-candidate statistics measured on an *independent* probe sample of ``n``
+    examples from ``split``; ``reused_training_data`` must say whether that sample was seen in
+    training (allowed for the deterministic identities, but it voids Theorem 3's i.i.d. argument).
+    """
+    if delta < 0 or t < 0:
+        raise ValueError(f"saturation test needs delta >= 0 and t >= 0, got delta={delta}, t={t}")
+    if len(values) == 0:
+        raise ValueError("saturation test needs at least one candidate")
+    names = list(names) if names is not None else [str(i) for i in range(len(values))]
+    if len(names) != len(values):
+        raise ValueError(f"{len(names)} names for {len(values)} values")
+    best = max(range(len(values)), key=lambda i: values[i])
+    threshold = float(delta) + float(t)
+    return SaturationDecision(
+        saturated=bool(values[best] < threshold),
+        statistic=statistic,
+        max_value=float(values[best]),
+        argmax=names[best],
+        threshold=threshold,
+        margin=threshold - float(values[best]),
+        delta=float(delta),
+        t=float(t),
+        n=int(n),
+        split=split,
+        reused_training_data=bool(reused_training_data),
+        values={name: float(v) for name, v in zip(names, values, strict=True)},
+    )
