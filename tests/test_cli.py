@@ -59,3 +59,20 @@ def test_help_and_dry_run(tmp_path):
     proc = run_demo("--dry-run", "--out", str(tmp_path / "never"))
     assert proc.returncode == 0 and "3 planned runs" in proc.stdout
     assert not (tmp_path / "never").exists()
+
+
+NUMBERED_SCRIPTS = sorted(p.name for p in ROOT.glob("0[1-8]_*.py"))
+SHARED_FLAGS = ("--preset", "--out", "--seed", "--device", "--launcher", "--dry-run", "--slurm-profile")
+
+
+@pytest.mark.parametrize("script", NUMBERED_SCRIPTS)
+def test_every_numbered_script_explains_the_shared_flags_and_rejects_bad_values(script, tmp_path):
+    help_proc = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert help_proc.returncode == 0, help_proc.stderr
+    for flag in SHARED_FLAGS:
+        assert flag in help_proc.stdout, f"{script} --help does not explain {flag}"
+    bad = subprocess.run(
+        [sys.executable, script, "--preset", "huge", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert_one_line_error(bad, "--preset")
+    assert list(tmp_path.iterdir()) == []  # nothing written
