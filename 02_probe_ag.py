@@ -20,9 +20,6 @@ the summary CSV (one row per depth and seed). The job function is
 from __future__ import annotations
 
 import argparse
-import io
-
-import pandas as pd
 
 from common import runs
 from common.cli import comma_ints, entry_point, make_parser, parse_args, positive_int
@@ -39,6 +36,7 @@ from common.probe import (
     SPLITS,
     probe_configs,
     probe_sweep_run,
+    probe_tag,
     summary_rows,
     summary_table,
 )
@@ -104,12 +102,9 @@ def main(argv=None) -> int:
         return 0
     rows = summary_rows(results)
     print(summary_table(rows, LOW_SIGNAL_AG))
-    tag = f"{dataset}-{args.split}-b{args.batch_size}x{args.n_batches}" + ("-exact" if exact else "")
-    tag += "" if args.bn_mode == "eval" else f"-bn{args.bn_mode}"
-    path = args.out / EXPERIMENT / f"summary-{tag}.csv"
-    buffer = io.StringIO()
-    pd.DataFrame(rows).to_csv(buffer, index=False)
-    runs.atomic_write_bytes(path, buffer.getvalue().encode())
+    tag = probe_tag(args.split, args.batch_size, args.n_batches, exact, args.bn_mode)
+    path = args.out / EXPERIMENT / f"summary-{dataset}-{tag}.csv"
+    runs.atomic_write_csv(path, rows)
     print(path)
     return 0
 

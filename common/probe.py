@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
@@ -332,6 +331,11 @@ DEFAULT_N_BATCHES = 10  # B analysis batches per model
 SPLITS = ("train", "test")
 
 
+def probe_tag(split: str, batch_size: int, n_batches: int, exact: bool, bn_mode: str) -> str:
+    """Readable name of the probe settings, e.g. ``train-b128x10-exact`` (run names, summary CSV)."""
+    return f"{split}-b{batch_size}x{n_batches}" + ("-exact" if exact else "") + ("" if bn_mode == "eval" else f"-bn{bn_mode}")
+
+
 def probe_configs(
     sweep_dirs: Iterable,
     *,
@@ -360,7 +364,7 @@ def probe_configs(
     for directory in sweep_dirs:
         directory = Path(directory)
         sweep = runs.read_json(directory / runs.CONFIG)
-        tag = f"{split}-b{batch_size}x{n_batches}" + ("-exact" if exact else "") + ("" if bn_mode == "eval" else f"-bn{bn_mode}")
+        tag = probe_tag(split, batch_size, n_batches, exact, bn_mode)
         configs.append(
             {
                 "experiment": EXPERIMENT,
@@ -390,8 +394,6 @@ def probe_configs(
 
 def probe_sweep_run(spec) -> dict:
     """Job function of script 02: probe one trained sweep model; writes ``candidates.csv`` and ``result.json``."""
-    import pandas as pd
-
     from common.data.vision import TensorLoader
     from common.device import resolve_device
     from common.sweep import load_sweep_data, load_trained_resnet  # imported here: data and training stack
@@ -428,9 +430,7 @@ def probe_sweep_run(spec) -> dict:
     )
     records = [{"depth_n": config["depth_n"], "depth_label": config["depth_label"], "seed": config["seed"], "split": used["split"], **r}
                for r in result.records()]
-    buffer = io.StringIO()
-    pd.DataFrame(records).to_csv(buffer, index=False)
-    runs.atomic_write_bytes(path / "candidates.csv", buffer.getvalue().encode())
+    runs.atomic_write_csv(path / "candidates.csv", records)
     out = {
         "dataset": config["dataset"],
         "depth_n": config["depth_n"],

@@ -90,6 +90,13 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode())
 
 
+def atomic_write_csv(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    """Atomically write ``rows`` (one dict per row) as a CSV with a header line (pandas)."""
+    import pandas as pd
+
+    atomic_write_bytes(path, pd.DataFrame(list(rows)).to_csv(index=False).encode())
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file; a corrupt one is a :class:`UserError` naming the file and the fix."""
     path = Path(path)
