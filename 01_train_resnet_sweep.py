@@ -4,7 +4,7 @@ One run per (depth N, seed) on CIFAR-10/100 (N = 0..100, 200 epochs), ImageNet-1
 (N in {1, 5, ..., 49}, 300 epochs), an .npz file, scikit-learn's digits (the offline smoke
 default) or synthetic data. Finished runs are skipped, unfinished ones resume; a summary
 table of every planned run is printed at the end. The job function is
-:func:`common.sweep.train_resnet_run`.
+:func:`common.experiments.train_resnet_sweep.train_resnet_run`.
 
     python 01_train_resnet_sweep.py --preset smoke
     python 01_train_resnet_sweep.py --dataset cifar10 --data-root data --depths 0:100 --launcher slurm
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from common.cli import comma_ints, entry_point, make_parser, parse_args
 from common.data.vision import DATASETS
-from common.launch import launch_from_args, make_specs
-from common.sweep import summary_table, sweep_configs, train_resnet_run
+from common.experiments.train_resnet_sweep import summary_table, sweep_configs, train_resnet_run
+from common.launch import launch_from_args
+from common.runs import make_specs
 
 
 def build_parser():

@@ -11,7 +11,7 @@ batches). One run per model (experiment ``ag_probe``): finished runs are skipped
 
 Prints depth vs AGmax with the paper's 5e-3 low-signal line marked and ends with the path of
 the summary CSV (one row per depth and seed). The job function is
-:func:`common.probe.probe_sweep_run`.
+:func:`common.experiments.probe_ag.probe_sweep_run`.
 
     python 02_probe_ag.py --dataset cifar100
     python 02_probe_ag.py --dataset cifar10 --exact --split test
@@ -25,11 +25,7 @@ from common import runs
 from common.cli import comma_ints, entry_point, make_parser, parse_args, positive_int
 from common.data.vision import DATASETS
 from common.errors import UserError
-from common.launch import launch_from_args, make_specs
-from common.paper import LOW_SIGNAL_AG
-from common.presets import DEFAULT_DATASET
-from common.probe import (
-    BN_MODES,
+from common.experiments.probe_ag import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_N_BATCHES,
     EXPERIMENT,
@@ -40,8 +36,12 @@ from common.probe import (
     summary_rows,
     summary_table,
 )
-from common.sweep import EXPERIMENT as SWEEP_EXPERIMENT
-from common.sweep import finished_sweep_runs
+from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs
+from common.experiments.train_resnet_sweep import EXPERIMENT as SWEEP_EXPERIMENT
+from common.launch import launch_from_args
+from common.paper import LOW_SIGNAL_AG
+from common.probe import BN_MODES
+from common.runs import make_specs
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,8 +22,8 @@ from torchvision import transforms
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.cli import cpu_count
 from common.data.vision import CIFAR10_STATS, TensorLoader
+from common.device import cpu_count
 
 
 class PILDataset(torch.utils.data.Dataset):

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.cli import cpu_count
+from common.device import cpu_count
 from common.models.resnet import ResNet, ResNetConfig, depth_label
 from common.probe import probe_activation_gradients
 

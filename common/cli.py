@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import argparse
 import functools
-import logging
-import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from common.errors import UserError
+from common.logs import setup_logging
+from common.slurm import load_profile
 
 PRESETS = ("smoke", "paper")
 DEVICES = ("auto", "cpu", "cuda", "npu", "mps")
 LAUNCHERS = ("inline", "local", "slurm")
-
-log = logging.getLogger("common")
-
 
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (plus exit code 2), not a usage dump."""
@@ -113,8 +110,6 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     args = parser.parse_args(argv)
     setup_logging(verbose=getattr(args, "verbose", False))
     if getattr(args, "slurm_profile", None) is not None:  # a bad profile fails before any planning
-        from common.slurm import load_profile
-
         load_profile(args.slurm_profile)
     if not getattr(args, "dry_run", False):
         args.out = ensure_writable_dir(args.out, flag="--out")
@@ -134,32 +129,6 @@ def ensure_writable_dir(path: Path, *, flag: str) -> Path:
             f"{flag} {path}: cannot write there ({reason}); pass {flag} a writable directory"
         ) from None
     return path
-
-
-class _CurrentStderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is *now* (pytest's capture swaps it between tests)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
-def setup_logging(verbose: bool = False) -> None:
-    """Log ``common`` and script messages to stderr with timestamps (idempotent)."""
-    level = logging.DEBUG if verbose else logging.INFO
-    root = logging.getLogger()
-    if not any(isinstance(h, _CurrentStderrHandler) for h in root.handlers):
-        handler = _CurrentStderrHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
-        root.addHandler(handler)
-    root.setLevel(level)
 
 
 def entry_point(main: Callable[..., int]) -> Callable[..., int]:
@@ -222,11 +191,3 @@ def _number(text: str, kind: type, ok: Callable[[float], bool], want: str):
     if value is None or not ok(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not {want}")
     return value
-
-
-def cpu_count() -> int:
-    """CPUs this process may use (respects affinity masks, unlike ``os.cpu_count``)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS
-        return os.cpu_count() or 1

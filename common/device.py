@@ -1,7 +1,8 @@
-"""Device selection, autocast dtype, seeding and determinism (DESIGN.md section 5).
+"""Device selection, autocast dtype, seeding, determinism and CPU count (DESIGN.md section 5).
 
 Supports CUDA, Ascend NPUs (only when ``torch_npu`` imports; it registers the ``npu``
-device type with PyTorch), Apple MPS and the CPU.
+device type with PyTorch), Apple MPS and the CPU. ``torch_npu`` is imported in exactly one
+place, :func:`import_torch_npu`, which names the install command when it is missing.
 """
 
 from __future__ import annotations
@@ -16,13 +17,31 @@ import torch
 
 from common.errors import UserError
 
+NPU_INSTALL_HINT = "pip install -r requirements-npu.txt (torch_npu for Ascend NPUs, with the CANN toolkit)"
+
 
 @functools.cache
+def import_torch_npu():
+    """Import ``torch_npu`` (it registers the ``npu`` device type and ``torch.npu``), or explain.
+
+    The project's one import inside a function: ``torch_npu`` exists only on Ascend machines.
+    A missing or broken install is a :class:`UserError` naming the install command.
+    """
+    try:
+        import torch_npu
+    except Exception as exc:  # ImportError, or a CANN library that fails to load
+        raise UserError(
+            f"--device npu needs torch_npu, which does not import here ({type(exc).__name__}: {exc}); "
+            f"install it with: {NPU_INSTALL_HINT}"
+        ) from None
+    return torch_npu
+
+
 def npu_available() -> bool:
     """True when ``torch_npu`` imports and reports at least one NPU."""
     try:
-        import torch_npu  # noqa: F401  (registers torch.npu)
-    except Exception:
+        import_torch_npu()
+    except UserError:
         return False
     return bool(getattr(torch, "npu", None) and torch.npu.is_available())
 
@@ -43,9 +62,20 @@ def resolve_device(name: str = "auto") -> torch.device:
         name = next(kind for kind, ok in available.items() if ok())
     if name not in available:
         raise UserError(f"--device {name}: unknown device; use one of auto, {', '.join(available)}")
+    if name == "npu":
+        import_torch_npu()  # a missing torch_npu is named as such, with the install command
     if not available[name]():
         raise UserError(f"--device {name}: no such device is visible on this machine; use --device auto or cpu")
     return torch.device(name)
+
+
+def accelerator_count() -> int:
+    """Visible CUDA GPUs, else visible Ascend NPUs, else 0 (sizes one-process-per-device jobs)."""
+    if torch.cuda.is_available():
+        return torch.cuda.device_count()
+    if npu_available():
+        return int(torch.npu.device_count())
+    return 0
 
 
 def autocast_dtype(device: torch.device) -> torch.dtype | None:
@@ -117,3 +147,11 @@ def _numpy_state_to_tensors(state) -> tuple:
 def _numpy_state_from_tensors(state) -> tuple:
     name, keys, pos, has_gauss, cached = state
     return (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached)
+
+
+def cpu_count() -> int:
+    """CPUs this process may use (respects affinity masks, unlike ``os.cpu_count``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS
+        return os.cpu_count() or 1

@@ -2,10 +2,11 @@
 
 ``torchrun`` exports ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
 ``MASTER_PORT``. A submitit job with ``tasks_per_node = gpus`` (``launch_from_args(...,
-distributed=True)``) has SLURM's variables instead; :func:`init_distributed` turns them into the
-same five with ``submitit.helpers.TorchDistributedEnvironment().export()`` and then
-initialises ``torch.distributed`` from the environment (``env://``) either way. A single
-process (no ``WORLD_SIZE`` or ``WORLD_SIZE=1``) needs no process group: it is a no-op.
+distributed=True)``) has SLURM's variables instead; the launcher's job wrapper turns them into
+the same five before the job function starts (:func:`common.launch.export_submitit_env`), so
+:func:`init_distributed` only ever initialises ``torch.distributed`` from the environment
+(``env://``) and this module knows nothing about SLURM or submitit. A single process (no
+``WORLD_SIZE`` or ``WORLD_SIZE=1``) needs no process group: it is a no-op.
 """
 
 from __future__ import annotations
@@ -50,27 +51,12 @@ def backend_for(device: str | torch.device) -> str:
     return BACKENDS[kind]
 
 
-def export_submitit_env() -> bool:
-    """Inside a multi-task submitit job, export torchrun's variables; True when it did."""
-    if not os.environ.get("SUBMITIT_EXECUTOR") or "RANK" in os.environ:
-        return False
-    import submitit
-
-    env = submitit.JobEnvironment()
-    if env.num_tasks <= 1:
-        return False
-    # Keep every GPU visible, as under torchrun; each process picks cuda:<local_rank>.
-    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-    return True
-
-
 def init_distributed(device: str | torch.device = "cpu") -> DistInfo:
     """Join the process group of this job (torchrun or submitit), or do nothing when alone.
 
     ``device`` is the device type the job computes on; it picks the backend and, on CUDA or
     NPU, the process's device becomes ``<type>:<local_rank>``.
     """
-    export_submitit_env()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return DistInfo()

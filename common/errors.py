@@ -5,6 +5,6 @@ class UserError(Exception):
     """A mistake the user can fix: bad flag values, missing data, a corrupt run directory.
 
     Raised deep in ``common/`` and turned into one line on stderr plus exit code 2 by
-    :func:`common.cli.run_cli`. The message names the problem *and* the fix.
+    :func:`common.cli.entry_point`. The message names the problem *and* the fix.
     Programming errors are never wrapped in this type; they keep their tracebacks.
     """

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from common.tangent import ZeroOutputBlock, make_zero_block
+from common.tangent import ZeroOutputBlock, candidate_family, make_zero_block
 
 
 def candidate_width(model: nn.Module, index: int) -> int:
@@ -48,14 +48,12 @@ def insert_zero_block(
 ) -> ZeroOutputBlock:
     """Insert the protocol's zero-output block at candidate ``index`` (in place) and return it.
 
-    ``family`` defaults to :func:`model_family` (``conv3x3`` for the ResNets); ``U_l`` is seeded by ``(seed, index)``
-    exactly as in the probe's exact projection, so the block's tangent features are the ``Psi``
+    ``family`` defaults to the candidate's own (:func:`common.tangent.candidate_family`, the rule the
+    probe uses: ``conv3x3`` for the ResNets); ``U_l`` is seeded by ``(seed, index)`` exactly as in
+    the probe's exact projection, so the block's tangent features are the ``Psi``
     whose growth value the probe reported. The block takes the dtype and device of the model.
     """
-    candidates = model.candidates()
-    if not 0 <= index < len(candidates):
-        raise ValueError(f"candidate {index} out of range: the model has {len(candidates)} candidates")
-    family = family or model_family(model)
+    family = candidate_family(_candidate(model, index), family).name
     width = width if width is not None else candidate_width(model, index)
     like = next(model.parameters())
     block = make_zero_block(family, width, seed, index, like=like)
@@ -76,7 +74,6 @@ def insert_zero_blocks(model: nn.Module, indices: Sequence[int], family: str | N
     if len(set(indices)) != len(indices):
         raise ValueError(f"joint insertion needs distinct candidates, got {list(indices)}")
     widths = {i: candidate_width(model, i) for i in indices}
-    family = family or model_family(model)
     blocks = {i: insert_zero_block(model, i, family, seed, width=widths[i]) for i in sorted(indices, reverse=True)}
     return [blocks[i] for i in indices]
 
@@ -92,11 +89,3 @@ def _candidate(model: nn.Module, index: int):
     if not 0 <= index < len(candidates):
         raise ValueError(f"candidate {index} out of range: the model has {len(candidates)} candidates")
     return candidates[index]
-
-
-def model_family(model: nn.Module) -> str:
-    """The model's tangent family: its ``tangent_family`` attribute, else ``conv3x3`` for conv nets, else ``linear``."""
-    family = getattr(model, "tangent_family", None)
-    if family:
-        return str(family)
-    return "conv3x3" if any(isinstance(m, nn.Conv2d) for m in model.modules()) else "linear"

@@ -1,7 +1,7 @@
 """Run job functions inline or through submitit, locally or on SLURM (DESIGN.md section 4).
 
-A *job function* lives in ``common/`` (so submitit can pickle it), takes one
-:class:`RunSpec` and returns the run's result dict. It prepares its run directory with
+A *job function* lives in ``common/experiments/`` (so submitit can pickle it), takes one
+:class:`common.runs.RunSpec` and returns the run's result dict. It prepares its run directory with
 :func:`common.runs.prepare_run`, resumes from :func:`common.runs.resume_state`, and writes
 ``result.json`` last. The launcher only decides *where* it runs:
 
@@ -29,32 +29,15 @@ import submitit
 from tqdm.auto import tqdm
 
 from common import runs, slurm
+from common.device import accelerator_count
 from common.errors import UserError
+from common.logs import setup_logging
+from common.runs import RunSpec
 
 log = logging.getLogger(__name__)
 
-JobFn = Callable[["RunSpec"], dict]
+JobFn = Callable[[RunSpec], dict]
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # submitit's local executor kills a job after timeout_min
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One planned run: its config (identity plus ``runtime``) and the output root."""
-
-    config: dict
-    out: str
-
-    @property
-    def dir(self) -> Path:
-        return runs.run_dir(self.out, self.config)
-
-    @property
-    def name(self) -> str:
-        return self.dir.name
-
-
-def make_specs(configs: Sequence[dict], out: str | Path) -> list[RunSpec]:
-    return [RunSpec(config=dict(c), out=str(out)) for c in configs]
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -71,10 +54,9 @@ class RunJob(submitit.helpers.Checkpointable):
 
     def __call__(self, spec: RunSpec) -> dict:
         if os.environ.get("SUBMITIT_EXECUTOR"):  # in a submitit job: INFO logs go to the .err log
-            from common.cli import setup_logging
-
             setup_logging()
             logging.getLogger("submitit").propagate = False  # it has its own handler
+            export_submitit_env()
         if runs.is_done(spec.dir):
             return runs.read_result(spec.dir)
         return self.fn(spec)
@@ -85,6 +67,22 @@ class RunJob(submitit.helpers.Checkpointable):
         where = f"its checkpoint {ckpt}" if ckpt.exists() else "the start (no checkpoint yet)"
         log.warning("%s: preempted or timed out; requeued, it resumes from %s", spec.name, where)
         return submitit.helpers.DelayedSubmission(RunJob(self.fn), spec)
+
+
+def export_submitit_env() -> bool:
+    """Inside a multi-task submitit job, export torchrun's variables; True when it did.
+
+    Every task then joins one process group through :func:`common.distributed.init_distributed`,
+    exactly as under ``torchrun``.
+    """
+    if not os.environ.get("SUBMITIT_EXECUTOR") or "RANK" in os.environ:
+        return False
+    env = submitit.JobEnvironment()
+    if env.num_tasks <= 1:
+        return False
+    # Keep every GPU visible, as under torchrun; each process picks cuda:<local_rank>.
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    return True
 
 
 @dataclass
@@ -197,9 +195,7 @@ def launch_from_args(
     elif launcher == "local":
         params = {"timeout_min": LOCAL_TIMEOUT_MIN}
         if distributed:
-            import torch
-
-            params["tasks_per_node"] = max(1, torch.cuda.device_count())
+            params["tasks_per_node"] = max(1, accelerator_count())
     else:
         params = {}
     if getattr(args, "slurm_profile", None) and launcher != "slurm":

@@ -1,7 +1,8 @@
 """The papers' reported numbers, for side-by-side comparison only (never used as an output).
 
-Every row of ``../shared/PAPER-NUMBERS.md`` is one :class:`PaperNumber` in :data:`PAPER_NUMBERS`
-with the section it comes from; the few values the code compares against (the 5e-3 low-signal
+Every number the two papers report (arXiv 2608.14664 and Cohen et al. 2021, as summarised for
+this reproduction) is one :class:`PaperNumber` in :data:`PAPER_NUMBERS` with the section it
+comes from; the few values the code compares against (the 5e-3 low-signal
 line of 02, the growth-vs-scratch losses of 03, the matched-insertion reductions of 06) are also
 named constants below, defined once and referenced by the rows.
 """

@@ -37,24 +37,16 @@ batch statistics and the running buffers are restored afterwards.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import runs
-from common.errors import UserError
-from common.paper import LOW_SIGNAL_AG
-from common.projection import GramAccumulator, saturation_test
-from common.tangent import ZeroOutputBlock, default_family, get_family, make_zero_block
-
-log = logging.getLogger(__name__)
+from common.projection import GramAccumulator
+from common.tangent import ZeroOutputBlock, candidate_family, make_zero_block
 
 BN_MODES = ("eval", "train")
 CHUNK_ELEMENTS = 1 << 20  # float64 elements per chunk of tangent features or padded maps (8 MiB)
@@ -212,8 +204,8 @@ class ProbeResult:
 
     def records(self) -> list[dict]:
         """One plain dict per candidate, with how it was measured (batch size, B, BN mode)."""
-        common = {"batch_size": self.batch_size, "n_batches": self.n_batches, "bn_mode": self.bn_mode, "exact": self.exact}
-        return [{**asdict(s), **common} for s in self.scores]
+        measured = {"batch_size": self.batch_size, "n_batches": self.n_batches, "bn_mode": self.bn_mode, "exact": self.exact}
+        return [{**asdict(s), **measured} for s in self.scores]
 
 
 class _Running:
@@ -241,7 +233,7 @@ def probe_activation_gradients(
     """``AG_l``, ``AG~_l``, per-example RMS (and with ``exact`` ``V_S,l``, ``C_l``) for every candidate.
 
     ``batches`` yields ``(x, y)`` analysis batches, each used for one forward and one backward
-    pass. ``family`` (default: by the state's layout, :func:`common.tangent.default_family`) and
+    pass. ``family`` (default: each candidate's own, :func:`common.tangent.candidate_family`) and
     ``seed`` define the standard zero-output block whose tangent space the exact values use;
     they are the ones :func:`common.growth.insert_zero_block` inserts.
     """
@@ -257,7 +249,7 @@ def probe_activation_gradients(
             sizes.append(b)
             losses.append(float(loss))
             for i, (z, g) in enumerate(zip(states, grads, strict=True)):
-                fam = get_family(family or default_family(z))
+                fam = candidate_family(candidates[i], family)
                 if len(shapes) <= i:
                     shapes.append((fam.name, fam.width(z), fam.rows_per_example(z)))
                 run = running[i]
@@ -322,194 +314,3 @@ def _tangent_gram(block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor,
         sl = slice(start, start + per_chunk)
         acc.update(fam.feature_rows(psi[sl]), fam.state_rows(g[sl]))
     return acc
-
-
-# ----------------------------------------------------------------------------- job of 02_probe_ag.py
-EXPERIMENT = "ag_probe"
-DEFAULT_BATCH_SIZE = 128  # analysis batch size (README, reproduction decisions): AG_l ~ 1/sqrt(batch)
-DEFAULT_N_BATCHES = 10  # B analysis batches per model
-SPLITS = ("train", "test")
-
-
-def probe_tag(split: str, batch_size: int, n_batches: int, exact: bool, bn_mode: str) -> str:
-    """Readable name of the probe settings, e.g. ``train-b128x10-exact`` (run names, summary CSV)."""
-    return f"{split}-b{batch_size}x{n_batches}" + ("-exact" if exact else "") + ("" if bn_mode == "eval" else f"-bn{bn_mode}")
-
-
-def probe_configs(
-    sweep_dirs: Iterable,
-    *,
-    split: str = "train",
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    n_batches: int = DEFAULT_N_BATCHES,
-    exact: bool = False,
-    bn_mode: str = "eval",
-    seed: int = 0,
-    saturation_delta: float = LOW_SIGNAL_AG,
-    saturation_t: float = 0.0,
-    saturation_split: str = "test",
-    device: str = "auto",
-    data_root: str | None = None,
-) -> list[dict]:
-    """One ``ag_probe`` run config per finished sweep run (identity: the sweep run and every probe setting)."""
-    if split not in SPLITS or saturation_split not in SPLITS:
-        raise UserError(f"--split / --saturation-split must be one of {', '.join(SPLITS)}")
-    if batch_size <= 0 or n_batches <= 0:
-        raise UserError(f"--batch-size {batch_size} / --n-batches {n_batches}: both must be positive")
-    if bn_mode not in BN_MODES:
-        raise UserError(f"--bn-mode {bn_mode}: use one of {', '.join(BN_MODES)}")
-    if saturation_delta < 0 or saturation_t < 0:
-        raise UserError("--saturation-delta and --saturation-t must be >= 0")
-    configs = []
-    for directory in sweep_dirs:
-        directory = Path(directory)
-        sweep = runs.read_json(directory / runs.CONFIG)
-        tag = probe_tag(split, batch_size, n_batches, exact, bn_mode)
-        configs.append(
-            {
-                "experiment": EXPERIMENT,
-                "name": f"{sweep['dataset']}-resnet{sweep['depth_label']}-n{sweep['depth_n']}-seed{sweep['seed']}-{tag}",
-                "dataset": sweep["dataset"],
-                "depth_n": sweep["depth_n"],
-                "depth_label": sweep["depth_label"],
-                "seed": sweep["seed"],
-                "sweep_run": directory.name,  # <name>-<hash8>: a retrained sweep run is a new probe run
-                "split": split,
-                "batch_size": batch_size,
-                "n_batches": n_batches,
-                "exact": bool(exact),
-                "bn_mode": bn_mode,
-                "probe_seed": seed,
-                "loss": "cross_entropy_mean",
-                "saturation": {"delta": saturation_delta, "t": saturation_t, "split": saturation_split},
-                "runtime": {
-                    "device": device,
-                    "sweep_dir": str(directory.resolve()),
-                    "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
-                },
-            }
-        )
-    return configs
-
-
-def probe_sweep_run(spec) -> dict:
-    """Job function of script 02: probe one trained sweep model; writes ``candidates.csv`` and ``result.json``."""
-    from common.data.vision import TensorLoader
-    from common.device import resolve_device
-    from common.sweep import load_sweep_data, load_trained_resnet  # imported here: data and training stack
-
-    config = spec.config
-    path = runs.prepare_run(spec.out, config)
-    runtime = config.get("runtime", {})
-    device = resolve_device(runtime.get("device") or "auto")
-    sweep_dir = Path(runtime["sweep_dir"])
-    sweep_config = runs.read_json(sweep_dir / runs.CONFIG)
-    if runtime.get("data_root"):
-        sweep_config = {**sweep_config, "runtime": {**sweep_config.get("runtime", {}), "data_root": runtime["data_root"]}}
-    data = load_sweep_data(sweep_config)
-    model = load_trained_resnet(sweep_dir, map_location=device)
-    b, nb = config["batch_size"], config["n_batches"]
-
-    def batches(split: str, start: int) -> tuple[TensorLoader, dict]:
-        images, labels = (data.x_train, data.y_train) if split == "train" else (data.x_test, data.y_test)
-        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(_selection_seed(config["probe_seed"], split)))
-        size, count = _fit_batches(len(labels) - start, b, nb, split)
-        idx = order[start : start + size * count]
-        loader = TensorLoader(images[idx], labels[idx], size, train=False, drop_last=True, mean=data.mean, std=data.std, device=device)
-        return loader, {"split": split, "batch_size": size, "n_batches": count, "n": size * count, "start": start}
-
-    analysis, used = batches(config["split"], 0)
-    result = probe_activation_gradients(model, analysis, bn_mode=config["bn_mode"], exact=config["exact"], seed=config["probe_seed"])
-    sat = config["saturation"]
-    same = sat["split"] == config["split"]
-    sat_loader, sat_used = batches(sat["split"], used["n"] if same else 0)  # disjoint from the analysis batches
-    sat_probe = probe_activation_gradients(model, sat_loader, bn_mode=config["bn_mode"])
-    decision = saturation_test(
-        [s.ag_norm for s in sat_probe.scores], delta=sat["delta"], t=sat["t"], n=sat_used["n"], split=sat["split"],
-        reused_training_data=sat["split"] == "train", names=[s.name for s in sat_probe.scores],
-    )
-    records = [{"depth_n": config["depth_n"], "depth_label": config["depth_label"], "seed": config["seed"], "split": used["split"], **r}
-               for r in result.records()]
-    runs.atomic_write_csv(path / "candidates.csv", records)
-    out = {
-        "dataset": config["dataset"],
-        "depth_n": config["depth_n"],
-        "depth_label": config["depth_label"],
-        "seed": config["seed"],
-        "sweep_run": config["sweep_run"],
-        "split": used["split"],
-        "probe_seed": config["probe_seed"],
-        **result.summary(),
-        "candidates": records,
-        "saturation": {
-            **decision.as_record(),
-            "batch_size": sat_used["batch_size"],
-            "n_batches": sat_used["n_batches"],
-            "disjoint_from_analysis_batches": True,
-            "statistic_note": "AG_l at this batch size on the independent sample (App. G, DESIGN.md 2)",
-        },
-    }
-    runs.write_result(path, out)
-    return out
-
-
-def summary_rows(results: Iterable[dict]) -> list[dict]:
-    """One row per probed model (depth, seed) for the summary CSV of script 02."""
-    rows = []
-    for r in sorted(results, key=lambda r: (r["depth_n"], r["seed"])):
-        row = {k: r[k] for k in ("depth_n", "depth_label", "ag_max", "ag_max_candidate", "batch_size", "n_batches", "split")}
-        if r.get("exact"):
-            row["v_max"] = r["v_max"]
-            row["v_max_candidate"] = r["v_max_candidate"]
-        sat = r["saturation"]
-        row.update(
-            seed=r["seed"], n_examples=r["n_examples"], bn_mode=r["bn_mode"], mean_loss=r["mean_loss"],
-            saturated=sat["saturated"], saturation_max_ag=sat["max_value"], saturation_threshold=sat["threshold"],
-            saturation_n=sat["n"], saturation_split=sat["split"],
-        )
-        rows.append(row)
-    return rows
-
-
-def summary_table(rows: list[dict], low_signal: float) -> str:
-    """Depth vs AGmax, each row marked when AGmax is below the paper's low-signal line."""
-    exact = any("v_max" in r for r in rows)
-    header = f"{'N':>4} {'model':<11} {'seed':>4} {'AGmax':>10} {'argmax':<10} {'<' + format(low_signal, '.0e'):>7}"
-    header += f" {'V_S,max':>10}" if exact else ""
-    header += f" {'App.G':>7}"
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        line = (f"{r['depth_n']:>4} {'ResNet-' + str(r['depth_label']):<11} {r['seed']:>4} {r['ag_max']:>10.3e} "
-                f"{r['ag_max_candidate']:<10} {'*' if r['ag_max'] < low_signal else '':>7}")
-        line += f" {r['v_max']:>10.3e}" if exact else ""
-        line += f" {'sat' if r['saturated'] else 'not':>7}"
-        lines.append(line)
-    first = rows[0] if rows else {"batch_size": "?", "n_batches": "?", "split": "?"}
-    lines.append(
-        f"* AGmax < {low_signal:g}: the paper's low-signal regime (common.paper.LOW_SIGNAL_AG). AG_l is the norm of "
-        f"the batch-mean loss gradient at batch size {first['batch_size']} (x{first['n_batches']} batches, "
-        f"{first['split']} split) and scales like 1/sqrt(batch size)."
-    )
-    return "\n".join(lines)
-
-
-def _selection_seed(seed: int, split: str) -> int:
-    return int(hashlib.sha256(f"probe-batches:{seed}:{split}".encode()).hexdigest()[:15], 16)
-
-
-def _fit_batches(available: int, batch_size: int, n_batches: int, split: str) -> tuple[int, int]:
-    """``(batch size, number of batches)`` that fit in ``available`` examples (fewer or smaller when short)."""
-    if available <= 0:
-        raise UserError(
-            f"the {split} split has no examples left to probe (the analysis batches took them); use a smaller "
-            "--batch-size or --n-batches, or another --split / --saturation-split"
-        )
-    if available >= batch_size * n_batches:
-        return batch_size, n_batches
-    size = min(batch_size, available)
-    count = max(1, min(n_batches, available // size))
-    log.warning(
-        "the %s split has %d examples left: probing %d batches of %d instead of %d of %d",
-        split, available, count, size, n_batches, batch_size,
-    )
-    return size, count

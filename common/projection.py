@@ -152,10 +152,6 @@ class GramAccumulator:
         """``||G||_F`` over the rows seen (the activation-gradient norm on the same sample)."""
         return math.sqrt(float(self.grad_sq))
 
-    def state_numel(self) -> int:
-        """Number of stored numbers: ``k^2 + k d + 1``, whatever the number of rows."""
-        return self.P.numel() + self.X.numel() + self.grad_sq.numel()
-
 
 def growth_value(psi_rows: torch.Tensor, grad_rows: torch.Tensor, *, rtol: float | None = None) -> float:
     """``V_S,l`` of one set of rows (a one-shot :class:`GramAccumulator`)."""

@@ -23,10 +23,12 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from common.errors import UserError
@@ -64,6 +66,30 @@ def run_dir(out: str | os.PathLike, config: dict) -> Path:
     return Path(out) / experiment / f"{run_name(config)}-{config_hash(config)}"
 
 
+@dataclass(frozen=True)
+class RunSpec:
+    """One planned run: its config (identity plus ``runtime``) and the output root.
+
+    What a job function receives (``fn(spec) -> result dict``), inline or through submitit.
+    """
+
+    config: dict
+    out: str
+
+    @property
+    def dir(self) -> Path:
+        return run_dir(self.out, self.config)
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+
+def make_specs(configs: Sequence[dict], out: str | os.PathLike) -> list[RunSpec]:
+    """One :class:`RunSpec` per config, all under the output root ``out``."""
+    return [RunSpec(config=dict(c), out=str(out)) for c in configs]
+
+
 # ----------------------------------------------------------------------------- atomic IO
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to a temp file beside ``path``, fsync, then ``os.replace`` it into place.
@@ -92,8 +118,6 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def atomic_write_csv(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     """Atomically write ``rows`` (one dict per row) as a CSV with a header line (pandas)."""
-    import pandas as pd
-
     atomic_write_bytes(path, pd.DataFrame(list(rows)).to_csv(index=False).encode())
 
 
@@ -213,8 +237,6 @@ def collect(pattern: str | os.PathLike | Iterable[str | os.PathLike]):
     Columns: the config's keys (nested ``runtime`` flattened as ``runtime.<key>``), then the
     result's keys (a result key wins over a config key of the same name), then ``run_dir``.
     """
-    import pandas as pd
-
     patterns = [pattern] if isinstance(pattern, str | os.PathLike) else list(pattern)
     rows = []
     for pat in patterns:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import submitit
+from submitit.slurm.slurm import SlurmExecutor, _convert_mem, _make_sbatch_string
 from tqdm.auto import tqdm
 
 from common import runs
@@ -246,8 +247,6 @@ def with_repo_on_path(params: Mapping[str, Any]) -> dict[str, Any]:
 
 def sbatch_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """Translate ``AutoExecutor`` parameters into ``SlurmExecutor`` ones, as ``AutoExecutor`` does."""
-    from submitit.slurm.slurm import SlurmExecutor, _convert_mem
-
     equivalent = SlurmExecutor._equivalence_dict()
     native: dict[str, Any] = {}
     for key, value in params.items():
@@ -264,8 +263,6 @@ def sbatch_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 def sbatch_preview(params: Mapping[str, Any], folder: str | os.PathLike, n_jobs: int) -> str:
     """The ``#SBATCH`` lines and setup of the script submitit would submit for ``n_jobs`` runs."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
     text = _make_sbatch_string(
         command="<python> -u -m submitit.core._submit <folder>",
         folder=str(folder),

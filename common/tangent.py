@@ -111,9 +111,14 @@ def get_family(name: str) -> TangentFamily:
         raise ValueError(f"unknown tangent family {name!r}; known: {', '.join(sorted(TANGENT_FAMILIES))}") from None
 
 
-def default_family(z: torch.Tensor) -> str:
-    """The family of a state by its layout: ``(B, C, H, W)`` maps -> ``conv3x3``, else ``linear``."""
-    return "conv3x3" if z.dim() == 4 else "linear"
+def candidate_family(candidate, family: str | None = None) -> TangentFamily:
+    """The one rule that chooses a candidate's tangent family, for the probe and for insertion alike.
+
+    An explicit ``family`` wins; otherwise the family the model declared for the candidate
+    (``candidate.family``, set in its ``candidates()``: ``conv3x3`` for ResNet feature maps,
+    ``linear`` for token states).
+    """
+    return get_family(family or candidate.family)
 
 
 # ----------------------------------------------------------------------------- conv3x3

@@ -1,8 +1,10 @@
 """One training loop for classifiers and token models (paper B.1-B.3 for the ResNet sweep).
 
-SGD with momentum and weight decay, a per-step cosine schedule with optional linear warm-up,
-bf16 autocast on accelerators, optional ``torch.compile`` and channels_last memory. After every
-epoch: evaluation, one line in ``metrics.jsonl`` and an atomic checkpoint (model, optimizer,
+The optimiser and schedule are one declaration, :class:`SGDRecipe` (SGD with momentum and weight
+decay, a per-step cosine schedule with optional linear warm-up), stored in a run's config and
+rebuilt from it. :func:`train_epoch` is one pass of steps (per-step learning rate, bf16 autocast
+on accelerators, a periodic non-finite-loss check); :func:`train` runs the epochs, with optional
+``torch.compile`` and channels_last memory. After every epoch: evaluation, one line in ``metrics.jsonl`` and an atomic checkpoint (model, optimizer,
 schedule, RNG states, epoch), so a killed run resumes and ends with bit-identical weights on
 the CPU. A non-finite loss stops the run with :class:`NonFiniteLossError` naming the step;
 nothing is marked finished.
@@ -24,7 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -46,8 +48,15 @@ class NonFiniteLossError(UserError):
 
 
 @dataclass(frozen=True)
-class TrainSettings:
-    """Optimisation settings of one run (the values of the sweep live in ``common/presets.py``)."""
+class SGDRecipe:
+    """Optimiser and schedule of a run, declared once (the sweep's values: ``common/experiments/train_resnet_sweep.py``).
+
+    SGD with momentum and weight decay on every parameter, a linear warm-up over ``warmup_epochs``
+    and a per-step cosine decay to 0 at ``epochs``; cross-entropy with ``label_smoothing``. A run's
+    config stores exactly these fields (:meth:`to_config`) and the job rebuilds the recipe from
+    them (:meth:`from_config`), so the field names *are* the config keys: adding a field changes
+    every run identity.
+    """
 
     epochs: int
     lr: float
@@ -56,6 +65,28 @@ class TrainSettings:
     nesterov: bool = False
     warmup_epochs: float = 0.0
     label_smoothing: float = 0.0
+
+    def to_config(self) -> dict:
+        """The recipe as plain config keys."""
+        return asdict(self)
+
+    @classmethod
+    def from_config(cls, keys: dict) -> SGDRecipe:
+        """The recipe stored in a config (other keys beside it, e.g. ``batch_size``, are ignored)."""
+        return cls(**{f.name: keys[f.name] for f in fields(cls)})
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.SGD:
+        """SGD with momentum; weight decay on every parameter (as in the CIFAR ResNet recipes)."""
+        return torch.optim.SGD(
+            model.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay, nesterov=self.nesterov
+        )
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How one run trains: its :class:`SGDRecipe` plus execution options that leave the maths unchanged."""
+
+    recipe: SGDRecipe
     amp: bool = True  # bf16 autocast where common.device.autocast_dtype has one (not on the CPU)
     compile: bool = False
     channels_last: bool = False
@@ -71,15 +102,20 @@ def cosine_lr(step: int, total_steps: int, base_lr: float, warmup_steps: int = 0
     return 0.5 * base_lr * (1.0 + math.cos(math.pi * progress))
 
 
-def make_optimizer(model: nn.Module, settings: TrainSettings) -> torch.optim.SGD:
-    """SGD with momentum; weight decay on every parameter (as in the CIFAR ResNet recipes)."""
-    return torch.optim.SGD(
-        model.parameters(),
-        lr=settings.lr,
-        momentum=settings.momentum,
-        weight_decay=settings.weight_decay,
-        nesterov=settings.nesterov,
-    )
+@dataclass(frozen=True)
+class Schedule:
+    """The per-step learning rates of a run: ``total_steps`` steps, the first ``warmup_steps`` warming up."""
+
+    base_lr: float
+    total_steps: int
+    warmup_steps: int
+
+    @classmethod
+    def of(cls, recipe: SGDRecipe, steps_per_epoch: int) -> Schedule:
+        return cls(recipe.lr, recipe.epochs * steps_per_epoch, round(recipe.warmup_epochs * steps_per_epoch))
+
+    def lr(self, step: int) -> float:
+        return cosine_lr(step, self.total_steps, self.base_lr, self.warmup_steps)
 
 
 def classification_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
@@ -105,6 +141,75 @@ def evaluate(model: nn.Module, loader: Iterable, device: torch.device, *, amp: b
     return {"loss": loss_sum.item() / max(count, 1), "acc": correct.item() / max(count, 1), "n": count}
 
 
+@dataclass
+class EpochStats:
+    """What one pass of :func:`train_epoch` measured (running means over its augmented batches)."""
+
+    step: int  # global step after the epoch
+    lr: float  # the last step's learning rate
+    loss: float
+    acc: float
+    examples: int
+    seconds: float
+
+    @property
+    def examples_per_s(self) -> float:
+        return self.examples / self.seconds if self.seconds > 0 else float("nan")
+
+
+def train_epoch(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    loader: Iterable,
+    *,
+    schedule: Schedule,
+    step: int,
+    settings: TrainSettings,
+    device: torch.device,
+    where: str = "training",
+    epoch: int = 0,
+) -> EpochStats:
+    """One pass over ``loader``: per step the scheduled learning rate, a forward (autocast), the loss, a
+    backward and an optimizer step; every ``settings.nan_check_every`` steps one host sync checks that
+    the losses were finite (:class:`NonFiniteLossError` names the first bad step and ``where``).
+
+    The training loop of every run, and what ``benchmarks/bench_train_step.py`` times. ``step`` is the
+    global step the pass starts at; the time includes a device synchronisation at the end.
+    """
+    start = time.perf_counter()
+    loss_sum, correct, seen, targets, batches = 0.0, torch.zeros((), dtype=torch.int64, device=device), 0, 0, 0
+    pending: list[torch.Tensor] = []
+    lr = schedule.base_lr
+    for x, y in loader:
+        lr = schedule.lr(step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        with devices.autocast(device, settings.amp):
+            logits = forward(x)
+        loss = classification_loss(logits, y, settings.recipe.label_smoothing)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        pending.append(loss.detach())
+        with torch.no_grad():
+            correct += (logits.detach().flatten(0, -2).argmax(-1) == y.flatten()).sum()
+        seen += x.shape[0]
+        targets += y.numel()
+        batches += 1
+        step += 1
+        if len(pending) >= settings.nan_check_every:
+            loss_sum += _check_finite(pending, step, epoch, batches - 1, where)
+            pending = []
+    if pending:
+        loss_sum += _check_finite(pending, step, epoch, batches - 1, where)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return EpochStats(
+        step=step, lr=lr, loss=loss_sum / max(batches, 1), acc=correct.item() / max(targets, 1),
+        examples=seen, seconds=time.perf_counter() - start,
+    )  # fmt: skip
+
+
 def train(
     model: nn.Module,
     train_loader: Iterable,
@@ -117,7 +222,7 @@ def train(
     on_epoch_end: Callable[[int, dict], None] | None = None,
     desc: str = "train",
 ) -> dict:
-    """Train ``model`` for ``settings.epochs`` epochs in ``run_dir``, resuming from its checkpoint.
+    """Train ``model`` for ``settings.recipe.epochs`` epochs in ``run_dir``, resuming from its checkpoint.
 
     ``eval_loaders`` (e.g. ``{"test": ...}``) are evaluated after every epoch and logged as
     ``<name>_loss`` / ``<name>_acc``; ``final_eval_loaders`` (e.g. ``{"train": <clean train
@@ -131,15 +236,15 @@ def train(
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    recipe = settings.recipe
     model.to(device)
     if settings.channels_last:
         model.to(memory_format=torch.channels_last)
-    optimizer = make_optimizer(model, settings)
+    optimizer = recipe.make_optimizer(model)
     steps_per_epoch = len(train_loader)  # type: ignore[arg-type]
     if steps_per_epoch == 0:
         raise UserError(f"{desc}: the training set is smaller than one batch; lower --batch-size")
-    total_steps = settings.epochs * steps_per_epoch
-    warmup_steps = round(settings.warmup_epochs * steps_per_epoch)
+    schedule = Schedule.of(recipe, steps_per_epoch)
     start_epoch, step, wall = 0, 0, 0.0
 
     state = runs.resume_state(run_dir)  # on the CPU: RNG states must stay there
@@ -152,47 +257,24 @@ def train(
         log.info("%s: resuming %s after epoch %d (step %d)", desc, run_dir, start_epoch, step)
 
     forward = torch.compile(model) if settings.compile else model
-    for epoch in range(start_epoch, settings.epochs):
+    for epoch in range(start_epoch, recipe.epochs):
         if hasattr(train_loader, "set_epoch"):
             train_loader.set_epoch(epoch)
         model.train()
         start = time.perf_counter()
-        loss_sum, correct, seen, targets, batches = 0.0, torch.zeros((), dtype=torch.int64, device=device), 0, 0, 0
-        pending: list[torch.Tensor] = []
-        lr = settings.lr
-        for batch, (x, y) in enumerate(train_loader):
-            lr = cosine_lr(step, total_steps, settings.lr, warmup_steps)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            with devices.autocast(device, settings.amp):
-                logits = forward(x)
-            loss = classification_loss(logits, y, settings.label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            pending.append(loss.detach())
-            with torch.no_grad():
-                correct += (logits.detach().flatten(0, -2).argmax(-1) == y.flatten()).sum()
-            seen += x.shape[0]
-            targets += y.numel()
-            batches += 1
-            step += 1
-            if len(pending) >= settings.nan_check_every or batch == steps_per_epoch - 1:
-                loss_sum += _check_finite(pending, step, epoch, batch, run_dir)
-                pending = []
-        if pending:
-            loss_sum += _check_finite(pending, step, epoch, batches - 1, run_dir)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        train_time = time.perf_counter() - start
+        stats = train_epoch(
+            forward, optimizer, train_loader, schedule=schedule, step=step, settings=settings, device=device,
+            where=str(run_dir), epoch=epoch,
+        )  # fmt: skip
+        step = stats.step
         record = {
             "epoch": epoch + 1,
             "step": step,
-            "lr": lr,
-            "train_loss": loss_sum / max(batches, 1),
-            "train_acc": correct.item() / max(targets, 1),
-            "images_per_s": seen / train_time,
-            "epoch_time_s": train_time,
+            "lr": stats.lr,
+            "train_loss": stats.loss,
+            "train_acc": stats.acc,
+            "images_per_s": stats.examples_per_s,
+            "epoch_time_s": stats.seconds,
         }
         for name, loader in eval_loaders.items():
             metrics = evaluate(forward, loader, device, amp=settings.amp)
@@ -205,16 +287,15 @@ def train(
             {
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
-                "schedule": {"step": step, "total_steps": total_steps, "warmup_steps": warmup_steps, "base_lr": settings.lr},
+                "schedule": {**asdict(schedule), "step": step},
                 "rng": devices.rng_state(),
                 "epoch": epoch + 1,
                 "wall_s": wall,
-                "settings": asdict(settings),
             },
         )
         log.info(
             "%s: epoch %d/%d lr %.4g train loss %.4f acc %.4f %s%.0f img/s",
-            desc, epoch + 1, settings.epochs, lr, record["train_loss"], record["train_acc"],
+            desc, epoch + 1, recipe.epochs, stats.lr, record["train_loss"], record["train_acc"],
             "".join(f"{n} loss {record[f'{n}_loss']:.4f} acc {record[f'{n}_acc']:.4f} " for n in eval_loaders),
             record["images_per_s"],
         )  # fmt: skip
@@ -228,7 +309,7 @@ def train(
     for name, loader in (final_eval_loaders or {}).items():
         metrics = evaluate(forward, loader, device, amp=settings.amp)
         summary[f"{name}_loss"], summary[f"{name}_acc"] = metrics["loss"], metrics["acc"]
-    summary.update(epochs=settings.epochs, steps=step, wall_s=wall)
+    summary.update(epochs=recipe.epochs, steps=step, wall_s=wall)
     runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in model.state_dict().items()}})
     return summary
 
@@ -246,7 +327,7 @@ def load_weights(run_dir: str | Path, map_location="cpu") -> dict:
     return runs.load_checkpoint(Path(run_dir) / WEIGHTS, map_location)["model"]
 
 
-def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int, run_dir: Path) -> float:
+def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int, where: str) -> float:
     """Sum of ``losses`` (the last ``len(losses)`` steps), or raise naming the first bad step."""
     stacked = torch.stack(losses).float()
     finite = torch.isfinite(stacked)
@@ -257,8 +338,8 @@ def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int,
     bad_batch = batch - len(losses) + 1 + first
     raise NonFiniteLossError(
         f"training loss became {stacked[first].item()} at step {bad_step} (epoch {epoch + 1}, batch {bad_batch}) "
-        f"in {run_dir}; the run is not marked finished: lower --lr or lengthen the warm-up "
-        f"(a rerun resumes from the last epoch checkpoint; delete {run_dir} to start over)"
+        f"in {where}; the run is not marked finished: lower --lr or lengthen the warm-up "
+        f"(a rerun resumes from the last epoch checkpoint; delete {where} to start over)"
     )
 
 

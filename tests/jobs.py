@@ -14,7 +14,8 @@ import torch
 from common import runs
 from common.cli import comma_ints, entry_point, make_parser, parse_args
 from common.distributed import destroy_distributed, init_distributed
-from common.launch import launch_from_args, make_specs
+from common.launch import launch_from_args
+from common.runs import make_specs
 
 
 def square_job(spec) -> dict:
@@ -133,24 +134,3 @@ def distributed_job(spec) -> dict:
         runs.write_result(runs.prepare_run(spec.out, spec.config), result)
     destroy_distributed()
     return result
-
-
-# ----------------------------------------------------------------------------- the real training job, paced
-def paced_resnet_run(spec) -> dict:
-    """:func:`common.sweep.train_resnet_run` unchanged, pausing ``runtime.pause_s`` after each
-    epoch's checkpoint, so a test can interrupt it mid-run even when epochs take milliseconds.
-
-    The pause is runtime (not identity): the run directory and the weights are those of an
-    unpaced run of the same config.
-    """
-    import functools
-
-    import common.sweep as sweep
-
-    pause_s = spec.config.get("runtime", {}).get("pause_s", 0)
-    train = sweep.train
-    sweep.train = functools.partial(train, on_epoch_end=lambda epoch, record: time.sleep(pause_s))
-    try:
-        return sweep.train_resnet_run(spec)
-    finally:
-        sweep.train = train

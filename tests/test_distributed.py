@@ -13,7 +13,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from common.distributed import DistInfo, backend_for, destroy_distributed, init_distributed
-from common.launch import launch, make_specs
+from common.launch import launch
+from common.runs import make_specs
 from tests.jobs import distributed_job
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SUBMITIT_EXECUTOR")

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from common.growth import candidate_width, function_preserved, insert_zero_block, insert_zero_blocks
+from common.models.resnet import ResNet, ResNetConfig
+from common.probe import probe_activation_gradients
 from common.projection import GramAccumulator
-from common.tangent import ZeroOutputBlock, protocol_seed
-from tests.test_projection_identities import CASES, tangent_rows, v_weight_from_rows
+from common.tangent import ZeroOutputBlock, candidate_family, protocol_seed
+from tests.helpers import CASES, tangent_rows, v_weight_from_rows
 
 SEEDS = [0, 1, 2]
 
@@ -80,3 +83,31 @@ def test_joint_insertion_places_each_block_at_its_original_candidate():
         assert following is original[index]
     with pytest.raises(ValueError, match="distinct"):
         insert_zero_blocks(model, [1, 1])
+
+
+class RelabelledResNet(ResNet):
+    """A ResNet that declares the ``linear`` family at candidate 1: a layout rule would say conv3x3."""
+
+    def candidates(self):
+        return [replace(c, family="linear") if c.index == 1 else c for c in super().candidates()]
+
+
+@pytest.mark.parametrize("kind", [*sorted(CASES), "relabelled"])
+def test_probe_and_insertion_choose_the_family_by_the_same_rule(kind):
+    # The rule is common.tangent.candidate_family: the family the model declares per candidate.
+    if kind == "relabelled":
+        torch.manual_seed(0)
+        model = RelabelledResNet(ResNetConfig(extra_blocks=1, widths=(4, 8, 16), num_classes=5)).double().eval()
+        # 4x4 images: the linear family acts on the last axis (W = 4), which equals candidate 1's
+        # channel count, the width insert_zero_block reads from the module.
+        x, y = torch.randn(2, 3, 4, 4, dtype=torch.float64), torch.tensor([0, 3])
+    else:
+        model, x, y = CASES[kind](0)
+    declared = {c.index: c.family for c in model.candidates()}
+    assert kind != "relabelled" or declared[1] == "linear" != declared[0]
+    scores = probe_activation_gradients(model, [(x, y)], exact=True).scores
+    assert [s.family for s in scores] == [declared[s.index] for s in scores]
+    for c in model.candidates():
+        grown = copy.deepcopy(model)
+        assert insert_zero_block(grown, c.index).family == declared[c.index] == candidate_family(c).name
+        assert function_preserved(model, grown, x)

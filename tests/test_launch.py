@@ -4,7 +4,8 @@ import pytest
 
 from common import runs
 from common.errors import UserError
-from common.launch import Plan, launch, make_specs
+from common.launch import Plan, launch
+from common.runs import make_specs
 from tests.jobs import demo_configs, failing_job, square_job
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from common.probe import probe_activation_gradients
 from common.projection import saturation_test
-from tests.test_projection_identities import CASES, ResidualMLP, resnet_case, tangent_rows
+from tests.helpers import CASES, ResidualMLP, explicit_states_grads, resnet_case, tangent_rows
 
 SEEDS = [0, 1]
 RTOL = 1e-10  # float64, same sums of products by two routes (see test_projection_identities)
@@ -19,20 +19,6 @@ RTOL = 1e-10  # float64, same sums of products by two routes (see test_projectio
 
 def split_batches(x, y, size):
     return [(x[i : i + size], y[i : i + size]) for i in range(0, x.shape[0], size)]
-
-
-def explicit_states_grads(model, x, y):
-    """``[z_l]`` and ``[dL/dz_l]`` by running the ResNet by hand with ``retain_grad`` (no hooks)."""
-    model = copy.deepcopy(model).eval()
-    states = [model.stem(x)]
-    z = states[0]
-    for block in model.blocks:
-        z = block(z)
-        states.append(z)
-    for s in states:
-        s.retain_grad()
-    F.cross_entropy(model.head(z), y).backward()
-    return states, [s.grad for s in states]
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -1,4 +1,4 @@
-"""02_probe_ag.py end to end on a tiny synthetic sweep trained through common.sweep."""
+"""02_probe_ag.py end to end on a tiny synthetic sweep trained through common.experiments.train_resnet_sweep."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from common import runs
-from common.launch import launch, make_specs
-from common.sweep import sweep_configs, train_resnet_run
+from common.experiments.train_resnet_sweep import load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
+from common.launch import launch
+from common.runs import make_specs
+from tests.helpers import explicit_states_grads
 
 script = importlib.import_module("02_probe_ag")
 PROBE = ["--dataset", "synthetic", "--device", "cpu", "--batch-size", "16", "--n-batches", "2"]
@@ -57,7 +60,10 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
         assert ratio.to_numpy() == pytest.approx(1.0)
         sat = runs.read_result(run)["saturation"]
         assert (sat["split"], sat["n"], sat["reused_training_data"], sat["delta"]) == ("test", 32, False, 5e-3)
-        assert sat["saturated"] == (sat["max_value"] < sat["delta"] + sat["t"])
+        # The decision, from the App. G statistic recomputed by hand on the recorded sample.
+        statistic = max(independent_ag(run, "saturation"))
+        assert sat["max_value"] == pytest.approx(statistic, rel=1e-5)
+        assert sat["saturated"] == (statistic < 5e-3 + 0.0)
 
     stamps = [(r / "result.json").stat().st_mtime_ns for r in found]
     assert script.main([*PROBE, "--exact", "--out", str(sweep_out)]) == 0  # everything finished: skipped
@@ -72,9 +78,34 @@ def test_saturation_sample_is_disjoint_from_test_analysis_batches_and_flags_trai
     assert "v_max" not in result and result["split"] == "test"
     # 64 test images: 32 for the analysis batches, the other 32 for the App. G sample.
     assert (result["saturation"]["split"], result["saturation"]["n"]) == ("test", 32)
+    samples = runs.read_json(run / "samples.json")
+    analysis, held_out = set(samples["analysis"]["indices"]), set(samples["saturation"]["indices"])
+    assert len(analysis) == len(held_out) == 32 and not analysis & held_out
+    assert result["saturation"]["disjoint_from_analysis_batches"] and result["saturation"]["shared_examples_with_analysis"] == 0
+    # The recorded indices are the examples probed: AG_l recomputed on them matches the result.
+    assert [c["ag_norm"] for c in result["candidates"]] == pytest.approx(independent_ag(run, "analysis"), rel=1e-5)
     assert script.main([*PROBE, "--no-exact", "--saturation-split", "train", "--seeds", "0", "--out", str(sweep_out)]) == 0
     reused = [runs.read_result(r)["saturation"] for r in probe_runs(sweep_out) if runs.read_json(r / "config.json")["saturation"]["split"] == "train"]
     assert len(reused) == 2 and all(s["reused_training_data"] for s in reused)
+
+
+def independent_ag(run: Path, sample: str) -> list[float]:
+    """``AG_l`` per candidate on a recorded sample, by hand: the model run block by block with
+    ``retain_grad`` (no probe code), batch by batch as recorded, averaged over the batches."""
+    used = runs.read_json(run / "samples.json")[sample]
+    sweep_dir = Path(runs.read_json(run / "config.json")["runtime"]["sweep_dir"])
+    data = load_sweep_data(runs.read_json(sweep_dir / "config.json"))
+    model = load_trained_resnet(sweep_dir)
+    images, labels = (data.x_train, data.y_train) if used["split"] == "train" else (data.x_test, data.y_test)
+    mean, std = torch.tensor(data.mean).view(1, -1, 1, 1), torch.tensor(data.std).view(1, -1, 1, 1)
+    idx = torch.tensor(used["indices"])
+    sums = None
+    for batch in idx.split(used["batch_size"]):
+        x = (images[batch].float() / 255 - mean) / std
+        _, grads = explicit_states_grads(model, x, labels[batch])
+        norms = [float(g.norm()) for g in grads]
+        sums = norms if sums is None else [a + b for a, b in zip(sums, norms, strict=True)]
+    return [v / used["n_batches"] for v in sums]
 
 
 def test_dry_run_plans_without_probing(sweep_out, capsys):

@@ -19,106 +19,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.growth import insert_zero_block
-from common.models.candidates import Candidate
-from common.models.resnet import ResNet, ResNetConfig
-from common.probe import activation_gradients, probe_mode
+from common.growth import insert_zero_block, insert_zero_blocks
 from common.projection import GramAccumulator, growth_value
-from common.tangent import default_family, get_family, make_zero_block
+from common.tangent import get_family
+from tests.helpers import CASES, loss_of, mlp_case, resnet_case, rows_to_state, tangent_rows, v_weight_from_rows
 
 SEEDS = [0, 1, 2]
 RTOL = 1e-10  # float64 identities by two routes of O(k)..O(n) reductions (see module docstring)
-
-
-# ----------------------------------------------------------------------------- small models
-class MLPBlock(nn.Module):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(width, 2 * width), nn.Linear(2 * width, width)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return z + self.fc2(torch.tanh(self.fc1(z)))
-
-
-class ResidualMLP(nn.Module):
-    """A smooth (tanh) residual MLP that reports candidates like the ResNets do."""
-
-    def __init__(self, d_in: int = 5, width: int = 6, depth: int = 2, classes: int = 3) -> None:
-        super().__init__()
-        self.stem = nn.Linear(d_in, width)
-        self.blocks = nn.ModuleList(MLPBlock(width) for _ in range(depth))
-        self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, classes))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = torch.tanh(self.stem(x))
-        for block in self.blocks:
-            z = block(z)
-        return self.head(z)
-
-    def candidates(self) -> list[Candidate]:
-        found = [Candidate(i, f"block{i}.in", b) for i, b in enumerate(self.blocks)]
-        return [*found, Candidate(len(self.blocks), "head.in", self.head)]
-
-
-def tiny_resnet(seed: int, extra_blocks: int = 1) -> ResNet:
-    """A random ResNet-8+N in float64, eval mode, with non-trivial BN running statistics."""
-    torch.manual_seed(seed)
-    model = ResNet(ResNetConfig(extra_blocks=extra_blocks, widths=(4, 8, 16), num_classes=5)).double()
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.normal_(0, 0.1)
-            m.running_var.uniform_(0.5, 2.0)
-            m.weight.data.uniform_(0.5, 1.5)
-            m.bias.data.normal_(0, 0.1)
-    return model.eval()
-
-
-def resnet_case(seed: int, batch: int = 2, size: int = 16):
-    model = tiny_resnet(seed)
-    g = torch.Generator().manual_seed(100 + seed)
-    x = torch.randn(batch, 3, size, size, generator=g, dtype=torch.float64)
-    return model, x, torch.randint(0, 5, (batch,), generator=g)
-
-
-def mlp_case(seed: int, batch: int = 8):
-    torch.manual_seed(seed)
-    model = ResidualMLP().double().eval()
-    g = torch.Generator().manual_seed(100 + seed)
-    x = torch.randn(batch, 5, generator=g, dtype=torch.float64)
-    return model, x, torch.randint(0, 3, (batch,), generator=g)
-
-
-CASES = {"resnet": resnet_case, "mlp": mlp_case}
-
-
-def tangent_rows(model, x, y, index: int, seed: int = 0):
-    """``(Psi, G rows, G tensor)`` of candidate ``index``: the real probe path and the protocol's block."""
-    with probe_mode(model):
-        _, states, grads = activation_gradients(model, x, y)
-    z, g = states[index], grads[index]
-    fam = get_family(default_family(z))
-    block = make_zero_block(fam.name, fam.width(z), seed, index, like=z).eval()
-    with torch.no_grad():
-        psi = block.tangent_features(z)
-    return psi, fam.state_rows(g), g
-
-
-def rows_to_state(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Inverse of the family's ``state_rows``."""
-    if like.dim() == 4:
-        b, c, h, w = like.shape
-        return rows.reshape(b, h, w, c).permute(0, 3, 1, 2)
-    return rows.reshape(like.shape)
-
-
-def v_weight_from_rows(block, matrix_kd: torch.Tensor) -> torch.Tensor:
-    """A (k x d) matrix in Psi-row coordinates as ``block.v.weight`` (d x k, or d x C x 3 x 3)."""
-    return matrix_kd.T.reshape(block.v.weight.shape)
-
-
-def loss_of(model, x, y) -> float:
-    with torch.no_grad():
-        return float(F.cross_entropy(model(x), y))
 
 
 # ----------------------------------------------------------------------------- identities
@@ -304,8 +211,6 @@ def test_joint_insertion_gradient_is_the_concatenation_of_single_insertions(seed
 
 
 def insert_zero_blocks_frozen(model, indices):
-    from common.growth import insert_zero_blocks
-
     blocks = insert_zero_blocks(model, indices, seed=0)
     for p in model.parameters():
         p.requires_grad_(any(p is b.v.weight for b in blocks))
@@ -342,17 +247,6 @@ def test_streamed_gram_handles_rank_deficient_features_like_lstsq():
     assert acc.rank() == 6
     direct = torch.linalg.matrix_norm(psi @ torch.linalg.lstsq(psi, g_rows, rcond=1e-12, driver="gelsd").solution)
     assert acc.growth_value() == pytest.approx(float(direct), rel=1e-9)
-
-
-def test_gram_state_does_not_grow_with_rows():
-    acc = GramAccumulator(12, 5)
-    gen = torch.Generator().manual_seed(0)
-    sizes = []
-    for _ in range(10):
-        acc.update(torch.randn(1000, 12, generator=gen), torch.randn(1000, 5, generator=gen))
-        sizes.append(acc.state_numel())
-    assert acc.rows == 10_000
-    assert sizes == [12 * 12 + 12 * 5 + 1] * 10
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 4, 4), (3, 2, 5, 7), (2, 4, 9, 6), (1, 2, 16, 16), (2, 3, 4, 9)])

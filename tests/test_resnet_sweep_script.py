@@ -5,6 +5,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,15 @@ import torch
 
 from common import runs
 from common.data.vision import TensorLoader
-from common.sweep import RESULT_KEYS, finished_sweep_runs, load_sweep_data, load_trained_resnet, sweep_configs
-from common.train import evaluate
+from common.experiments.train_resnet_sweep import (
+    RESULT_KEYS,
+    finished_sweep_runs,
+    load_sweep_data,
+    load_trained_resnet,
+    sweep_configs,
+    sweep_preset,
+)
+from common.train import SGDRecipe, evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 script = importlib.import_module("01_train_resnet_sweep")
@@ -102,3 +110,26 @@ def test_npz_without_required_keys_is_one_line_and_exit_2(tmp_path, capsys):
     argv = ["--dataset", "npz", "--data-root", str(path), "--depths", "0", "--device", "cpu", "--out", str(tmp_path / "runs")]
     assert script.main(argv) == 2
     assert "lacks the keys x_test, y_test" in one_error_line(capsys)
+
+
+# Run directories written before the job modules moved to common/experiments/: names and hashes
+# must not change, or every finished run would be trained again.
+PINNED_RUN_DIRS = {
+    ("smoke", "digits", 0, None): "digits-resnet8-n0-seed0-d8346e17",
+    ("paper", "cifar10", 3, None): "cifar10-resnet11-n3-seed0-6e4f1e46",
+    ("paper", "imagenet100", 5, "/x"): "imagenet100-resnet13-n5-seed0-c5d7d1e7",
+}
+
+
+@pytest.mark.parametrize("key", sorted(PINNED_RUN_DIRS, key=str))
+def test_run_identities_are_pinned_and_the_recipe_is_rebuilt_from_the_config(key):
+    preset, dataset, n, root = key
+    [config] = sweep_configs(preset=preset, dataset=dataset, depths=[n], data_root=root)
+    assert runs.run_dir("runs", config).name == PINNED_RUN_DIRS[key]
+    assert set(config["train"]) == {
+        "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov", "warmup_epochs", "label_smoothing", "crop_pad", "flip",
+    }  # fmt: skip
+    chosen = sweep_preset(preset, dataset)
+    assert SGDRecipe.from_config(config["train"]) == chosen.recipe  # built from the declaration, rebuilt from the config
+    [changed] = sweep_configs(preset=preset, dataset=dataset, depths=[n], data_root=root, epochs=7, lr=0.3)
+    assert SGDRecipe.from_config(changed["train"]) == replace(chosen.recipe, epochs=7, lr=0.3)

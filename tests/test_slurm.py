@@ -19,16 +19,19 @@ import torch
 
 from common import runs, slurm
 from common.errors import UserError
-from common.launch import default_log_folder, launch, make_specs
+from common.experiments.train_resnet_sweep import sweep_configs, train_resnet_run
+from common.launch import default_log_folder, launch
+from common.runs import make_specs
+from common.train import load_weights
 from tests.jobs import (
     demo_configs,
     distributed_job,
     epoch_configs,
     epoch_train_job,
     failing_job,
-    paced_resnet_run,
     square_job,
 )
+from tests.resnet_jobs import paced_resnet_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -78,12 +81,12 @@ def test_smoke_sweep_runs_as_one_job_array_with_the_inline_records(tmp_path):
 
 
 def test_submitted_runs_are_collected_by_a_rerun_with_wait_not_submitted_twice(tmp_path):
-    common = ["--launcher", "slurm", "--slurm-profile", str(PROFILE), "--out", str(tmp_path), "--xs", "1,2,3"]
-    first = run_demo(*common, "--sleep-s", "4")
+    flags = ["--launcher", "slurm", "--slurm-profile", str(PROFILE), "--out", str(tmp_path), "--xs", "1,2,3"]
+    first = run_demo(*flags, "--sleep-s", "4")
     assert first.returncode == 0, first.stderr
     assert "submitted 3 runs as SLURM job array" in first.stdout and "rerun this command with --wait" in first.stdout
     assert "results:" not in first.stdout  # submitted, not waited
-    second = run_demo(*common, "--sleep-s", "4", "--wait")
+    second = run_demo(*flags, "--sleep-s", "4", "--wait")
     assert second.returncode == 0, second.stderr
     assert "submitted nothing" in second.stdout and "already queued" in second.stdout, second.stdout
     assert "results: 1->1 2->4 3->9" in second.stdout
@@ -124,8 +127,6 @@ def preempted(tmp_path_factory, slurm_cluster) -> dict[str, Preempted]:
     SIGTERM then USR2) once two epochs are checkpointed, then collected by launching again with
     ``wait`` (which attaches to the queued jobs): a small checkpointing job and the real
     ``train_resnet_run``. Sharing one requeue round trip (~25 s) keeps the file under 3 minutes."""
-    from common.sweep import sweep_configs, train_resnet_run
-
     base = tmp_path_factory.mktemp("preempt")
     resnet = sweep_configs(
         preset="smoke", dataset="synthetic", depths=[0], epochs=5, device="cpu", compile="off",
@@ -173,8 +174,6 @@ def test_preempted_run_is_requeued_resumes_and_ends_bit_identical(preempted):
 
 
 def test_preempted_resnet_training_resumes_and_ends_bit_identical(preempted):
-    from common.train import load_weights
-
     case = preempted["resnet"]
     assert case.epochs_at_interrupt < case.epochs  # the signal landed mid-run
     paths = slurm.attach(record(case.specs[0])).paths

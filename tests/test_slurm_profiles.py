@@ -12,7 +12,8 @@ import pytest
 
 from common import runs, slurm
 from common.errors import UserError
-from common.launch import launch, make_specs
+from common.launch import launch
+from common.runs import make_specs
 from tests.conftest import cluster_plan
 from tests.jobs import demo_configs, square_job
 

@@ -9,9 +9,9 @@ from torch import nn
 from common import device, runs
 from common.data.vision import TensorLoader, make_synthetic
 from common.models.resnet import ResNet, ResNetConfig
-from common.train import WEIGHTS, NonFiniteLossError, TrainSettings, cosine_lr, load_weights, train
+from common.train import WEIGHTS, NonFiniteLossError, SGDRecipe, TrainSettings, cosine_lr, load_weights, train
 
-SETTINGS = TrainSettings(epochs=3, lr=0.05, warmup_epochs=1, channels_last=True)
+SETTINGS = TrainSettings(SGDRecipe(epochs=3, lr=0.05, warmup_epochs=1), channels_last=True)
 
 
 @pytest.fixture
@@ -24,14 +24,14 @@ def deterministic():
 
 def tiny_run(run_dir, *, model_seed=0, on_epoch_end=None, settings=SETTINGS):
     data = make_synthetic(num_train=64, num_test=32, num_classes=4, image_size=8, seed=0)
-    common = {"mean": data.mean, "std": data.std, "channels_last": True}
+    loader_keys = {"mean": data.mean, "std": data.std, "channels_last": True}
     device.seed_everything(model_seed)
     model = ResNet(ResNetConfig(extra_blocks=1, widths=(4, 8, 8), num_classes=4))
     return train(
         model,
-        TensorLoader(data.x_train, data.y_train, 16, train=True, seed=7, **common),
-        {"test": TensorLoader(data.x_test, data.y_test, 32, train=False, **common)},
-        final_eval_loaders={"train": TensorLoader(data.x_train, data.y_train, 32, train=False, **common)},
+        TensorLoader(data.x_train, data.y_train, 16, train=True, seed=7, **loader_keys),
+        {"test": TensorLoader(data.x_test, data.y_test, 32, train=False, **loader_keys)},
+        final_eval_loaders={"train": TensorLoader(data.x_train, data.y_train, 32, train=False, **loader_keys)},
         run_dir=run_dir,
         settings=settings,
         device=torch.device("cpu"),
@@ -97,7 +97,7 @@ def test_token_shaped_batches_train_and_evaluate(tmp_path):
     torch.manual_seed(0)
     vocab, batches = 11, [(torch.randint(0, 11, (4, 6)), torch.randint(0, 11, (4, 6))) for _ in range(3)]
     model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab))  # (B, T) -> (B, T, V)
-    summary = train(model, batches, {"val": batches}, run_dir=tmp_path, settings=TrainSettings(epochs=2, lr=0.1), device=torch.device("cpu"))
+    summary = train(model, batches, {"val": batches}, run_dir=tmp_path, settings=TrainSettings(SGDRecipe(epochs=2, lr=0.1)), device=torch.device("cpu"))
     assert summary["epochs"] == 2 and summary["steps"] == 6 and 0 <= summary["val_acc"] <= 1
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2]

@@ -21,6 +21,7 @@ Evaluation uses normalisation only.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import pickle
@@ -32,8 +33,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torchvision
+from sklearn.datasets import load_digits
+from torchvision import transforms
 
+from common.device import cpu_count
 from common.errors import UserError
+from common.runs import save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +147,6 @@ def _load_cifar(dataset: str, root: Path) -> VisionData:
 
 def _download_cifar(dataset: str, root: Path, files: list[Path]) -> None:
     """Download through torchvision; any failure becomes one line saying how to get the data."""
-    import torchvision
-
     spec = _CIFAR[dataset]
     cls = torchvision.datasets.CIFAR10 if dataset == "cifar10" else torchvision.datasets.CIFAR100
     missing = ", ".join(f.name for f in files if not f.is_file())
@@ -198,8 +202,6 @@ def _load_imagenet100(data_root: str | Path | None, image_size: int) -> VisionDa
                 f"({name}/n01558993/*.JPEG, ...); build train/ and val/ from ImageNet-1k with the 100 WordNet ids "
                 "in common/data/imagenet100_classes.txt (see README) and pass their parent as --data-root"
             )
-    import torchvision
-
     try:
         folders = {name: torchvision.datasets.ImageFolder(str(path)) for name, path in splits.items()}
     except (FileNotFoundError, OSError) as exc:
@@ -226,10 +228,6 @@ def _load_imagenet100(data_root: str | Path | None, image_size: int) -> VisionDa
 
 def _decode_folder(dataset, image_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode every image once: resize the shorter side to ``image_size``, centre crop, uint8 CHW."""
-    from torchvision import transforms
-
-    from common.cli import cpu_count
-
     dataset.transform = transforms.Compose(
         [transforms.Resize(image_size), transforms.CenterCrop(image_size), transforms.PILToTensor()]
     )
@@ -241,8 +239,6 @@ def _decode_folder(dataset, image_size: int) -> tuple[torch.Tensor, torch.Tensor
 
 def _imagenet100_caches(root: Path, image_size: int) -> list[Path]:
     """Where decoded images are cached: beside the data, else in ~/.cache (read-only data roots)."""
-    import hashlib
-
     key = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:8]
     home = Path.home() / ".cache" / "depth-sufficiency" / f"imagenet100-{key}-{image_size}px.pt"
     return [root / f".imagenet100-{image_size}px.pt", home]
@@ -260,8 +256,6 @@ def _read_cache(path: Path, meta: dict) -> dict | None:
 
 
 def _write_cache(paths: list[Path], meta: dict, tensors: dict) -> None:
-    from common.runs import save_checkpoint
-
     for path in paths:
         try:
             save_checkpoint(path, {"meta": meta, "tensors": tensors})
@@ -316,8 +310,6 @@ def _npz_labels(path: Path, key: str, y: np.ndarray, n: int, hint: str) -> torch
 
 def _load_digits() -> VisionData:
     """scikit-learn's 8x8 digits (values 0..16) as 32x32 RGB uint8, split 80/20 with a fixed seed."""
-    from sklearn.datasets import load_digits
-
     bunch = load_digits()
     x = torch.from_numpy(bunch.images).float().div(16.0).unsqueeze(1)  # (1797, 1, 8, 8) in [0, 1]
     x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)

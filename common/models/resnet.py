@@ -22,6 +22,7 @@ from torch import nn
 from common.models.candidates import Candidate
 
 BACKBONE_DEPTH = 8  # ResNet-8: stem conv + 3 blocks x 2 convs + head
+TANGENT_FAMILY = "conv3x3"  # the protocol's zero-output block at every candidate (common/tangent.py)
 
 
 def depth_label(extra_blocks: int) -> int:
@@ -139,10 +140,11 @@ class ResNet(nn.Module):
         """The ``4 + N`` insertion candidates in fixed order (DESIGN.md section 1).
 
         Candidate ``l < len(blocks)`` is the input of block ``l`` (candidate 0 is the stem's
-        output); the last candidate is the tensor entering the pooling head.
+        output); the last candidate is the tensor entering the pooling head. Each is a feature
+        map whose zero-output block is the ``conv3x3`` family.
         """
-        found = [Candidate(i, f"block{i}.in", b) for i, b in enumerate(self.blocks)]
-        found.append(Candidate(len(self.blocks), "head.in", self.head))
+        found = [Candidate(i, f"block{i}.in", b, TANGENT_FAMILY) for i, b in enumerate(self.blocks)]
+        found.append(Candidate(len(self.blocks), "head.in", self.head, TANGENT_FAMILY))
         return found
 
 

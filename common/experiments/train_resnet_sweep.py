@@ -1,31 +1,82 @@
-"""The ResNet depth sweep of paper B.1-B.3 as run configs and one job function.
+"""Job module of ``01_train_resnet_sweep.py``: the ResNet depth sweep of paper B.1-B.3.
 
+Holds the sweep's settings per preset and dataset (:func:`sweep_preset`), its run configs
+(:func:`sweep_configs`), the job function (:func:`train_resnet_run`) and its summary table.
 Each run trains ResNet-(8+N) (``common/models/resnet.py``) on one dataset with one seed and
 leaves ``config.json``, ``metrics.jsonl``, ``model.pt`` (final weights) and ``result.json``
 in its run directory. Scripts 02, 03, 06 and 07 read the finished runs back through
 :func:`finished_sweep_runs` and :func:`load_trained_resnet`.
+
+Presets: ``paper`` has the paper's depth grids (B.1: CIFAR N = 1..100, to which we add the
+backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR
+epoch count and no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value
+below are this reproduction's decisions (README, "Reproduction decisions"). ``smoke`` runs the
+same code paths in minutes on a CPU.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from common import runs
 from common.data.vision import DATASETS, TensorLoader, load_vision
 from common.device import resolve_device, seed_everything
 from common.errors import UserError
-from common.launch import RunSpec
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
-from common.presets import DEFAULT_DATASET, sweep_preset
-from common.train import TrainSettings, finish_run, load_weights, train
+from common.runs import RunSpec
+from common.train import SGDRecipe, TrainSettings, finish_run, load_weights, train
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "resnet_sweep"
 RESULT_KEYS = ("depth_n", "depth_label", "params", "train_loss", "train_acc", "test_loss", "test_acc", "epochs", "seed")
+
+
+# ----------------------------------------------------------------------------- presets
+@dataclass(frozen=True)
+class SweepPreset:
+    """What one preset fixes for one dataset: the depth grid, the recipe, the batch and the augmentation."""
+
+    depths: tuple[int, ...]  # N: extra blocks over the ResNet-8 backbone
+    recipe: SGDRecipe
+    batch_size: int
+    crop_pad: int = 4  # random crop after 4-pixel zero padding (B.2)
+    flip: bool = True
+    eval_batch_size: int = 500
+    image_size: int | None = None  # ImageNet-100 resolution; None: the dataset's own
+
+    def train_keys(self) -> dict:
+        """The ``train`` entry of a run config: the recipe's fields, the batch size and the augmentation."""
+        return {**self.recipe.to_config(), "batch_size": self.batch_size, "crop_pad": self.crop_pad, "flip": self.flip}
+
+
+CIFAR_PAPER = SweepPreset(
+    depths=tuple(range(0, 101)), recipe=SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0), batch_size=128
+)
+IMAGENET100_PAPER = SweepPreset(
+    depths=tuple(range(1, 50, 4)), recipe=SGDRecipe(epochs=300, lr=0.2, warmup_epochs=5.0), batch_size=256, image_size=64
+)
+SMOKE = SweepPreset(
+    depths=(0, 1, 2, 4), recipe=SGDRecipe(epochs=12, lr=0.05, warmup_epochs=1.0), batch_size=64, eval_batch_size=256
+)
+SMOKE_IMAGENET100 = replace(SMOKE, depths=(1, 5), recipe=replace(SMOKE.recipe, epochs=2), image_size=64)
+
+DEFAULT_DATASET = {"paper": "cifar10", "smoke": "digits"}
+
+
+def sweep_preset(preset: str, dataset: str) -> SweepPreset:
+    """The settings of ``preset`` ("paper" or "smoke") for ``dataset``."""
+    if preset == "paper":
+        return IMAGENET100_PAPER if dataset == "imagenet100" else CIFAR_PAPER
+    if preset == "smoke":
+        return SMOKE_IMAGENET100 if dataset == "imagenet100" else SMOKE
+    raise UserError(f"--preset {preset}: unknown preset; use smoke or paper")
+
+
+# ----------------------------------------------------------------------------- configs
 
 
 def sweep_configs(
@@ -45,7 +96,7 @@ def sweep_configs(
 ) -> list[dict]:
     """One config per (depth N, seed): identity keys plus a ``runtime`` sub-dict.
 
-    Unset values come from :func:`common.presets.sweep_preset`. ``compile``: "auto" (on for
+    Unset values come from :func:`sweep_preset`. ``compile``: "auto" (on for
     CUDA only), "on" or "off". ``synthetic``: ``num_train`` / ``num_test`` / ``num_classes`` /
     ``image_size`` of the synthetic source.
     """
@@ -71,18 +122,8 @@ def sweep_configs(
     elif dataset == "synthetic":
         data = {"num_train": 512, "num_test": 256, "num_classes": 10, "image_size": 32, "data_seed": 0, **(synthetic or {})}
     widths = list(ResNetConfig.for_dataset(dataset, 0, 1).widths)
-    train_keys = {
-        "epochs": epochs or settings.epochs,
-        "batch_size": batch_size or settings.batch_size,
-        "lr": lr or settings.lr,
-        "momentum": settings.momentum,
-        "weight_decay": settings.weight_decay,
-        "nesterov": settings.nesterov,
-        "warmup_epochs": settings.warmup_epochs,
-        "label_smoothing": settings.label_smoothing,
-        "crop_pad": settings.crop_pad,
-        "flip": settings.flip,
-    }
+    recipe = replace(settings.recipe, epochs=epochs or settings.recipe.epochs, lr=lr or settings.recipe.lr)
+    train_keys = replace(settings, recipe=recipe, batch_size=batch_size or settings.batch_size).train_keys()
     runtime = {
         "device": device,
         "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
@@ -145,26 +186,16 @@ def train_resnet_run(spec: RunSpec) -> dict:
     model = build_resnet(config, data.num_classes)
     use_compile = {"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda")
     channels_last = True
-    common = {"mean": data.mean, "std": data.std, "device": device, "channels_last": channels_last}
+    loader_keys = {"mean": data.mean, "std": data.std, "device": device, "channels_last": channels_last}
     eval_bs = runtime.get("eval_batch_size", 500)
     x_train, y_train = data.x_train.to(device), data.y_train.to(device)  # once: both train loaders share it
     train_loader = TensorLoader(
         x_train, y_train, hp["batch_size"], train=True, seed=config["seed"],
-        crop_pad=hp["crop_pad"], flip=hp["flip"], **common,
+        crop_pad=hp["crop_pad"], flip=hp["flip"], **loader_keys,
     )  # fmt: skip
-    test_loader = TensorLoader(data.x_test, data.y_test, eval_bs, train=False, **common)
-    clean_train_loader = TensorLoader(x_train, y_train, eval_bs, train=False, **common)
-    settings = TrainSettings(
-        epochs=hp["epochs"],
-        lr=hp["lr"],
-        momentum=hp["momentum"],
-        weight_decay=hp["weight_decay"],
-        nesterov=hp["nesterov"],
-        warmup_epochs=hp["warmup_epochs"],
-        label_smoothing=hp["label_smoothing"],
-        compile=use_compile,
-        channels_last=channels_last,
-    )
+    test_loader = TensorLoader(data.x_test, data.y_test, eval_bs, train=False, **loader_keys)
+    clean_train_loader = TensorLoader(x_train, y_train, eval_bs, train=False, **loader_keys)
+    settings = TrainSettings(recipe=SGDRecipe.from_config(hp), compile=use_compile, channels_last=channels_last)
     summary = train(
         model,
         train_loader,
@@ -243,13 +274,16 @@ def _hms(seconds: float) -> str:
 
 
 __all__ = [
+    "DEFAULT_DATASET",
     "EXPERIMENT",
     "RESULT_KEYS",
+    "SweepPreset",
     "build_resnet",
     "finished_sweep_runs",
     "load_sweep_data",
     "load_trained_resnet",
     "summary_table",
     "sweep_configs",
+    "sweep_preset",
     "train_resnet_run",
 ]

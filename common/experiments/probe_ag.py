@@ -1,0 +1,220 @@
+"""Job module of ``02_probe_ag.py``: probe every trained sweep model (paper B.1, App. G).
+
+Holds the probe's run configs (:func:`probe_configs`, identity: the sweep run and every probe
+setting), the job function (:func:`probe_sweep_run`: the analysis batches through
+:func:`common.probe.probe_activation_gradients`, then the separated saturation test of App. G on
+an independent sample) and the summary rows and table the script prints and writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from common import runs
+from common.data.vision import TensorLoader
+from common.device import resolve_device
+from common.errors import UserError
+from common.experiments.train_resnet_sweep import load_sweep_data, load_trained_resnet
+from common.paper import LOW_SIGNAL_AG
+from common.probe import BN_MODES, probe_activation_gradients
+from common.projection import saturation_test
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "ag_probe"
+DEFAULT_BATCH_SIZE = 128  # analysis batch size (README, reproduction decisions): AG_l ~ 1/sqrt(batch)
+DEFAULT_N_BATCHES = 10  # B analysis batches per model
+SPLITS = ("train", "test")
+SAMPLES = "samples.json"  # the split indices of the analysis batches and of the App. G sample, per run
+
+
+def probe_tag(split: str, batch_size: int, n_batches: int, exact: bool, bn_mode: str) -> str:
+    """Readable name of the probe settings, e.g. ``train-b128x10-exact`` (run names, summary CSV)."""
+    return f"{split}-b{batch_size}x{n_batches}" + ("-exact" if exact else "") + ("" if bn_mode == "eval" else f"-bn{bn_mode}")
+
+
+def probe_configs(
+    sweep_dirs: Iterable,
+    *,
+    split: str = "train",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    n_batches: int = DEFAULT_N_BATCHES,
+    exact: bool = False,
+    bn_mode: str = "eval",
+    seed: int = 0,
+    saturation_delta: float = LOW_SIGNAL_AG,
+    saturation_t: float = 0.0,
+    saturation_split: str = "test",
+    device: str = "auto",
+    data_root: str | None = None,
+) -> list[dict]:
+    """One ``ag_probe`` run config per finished sweep run (identity: the sweep run and every probe setting)."""
+    if split not in SPLITS or saturation_split not in SPLITS:
+        raise UserError(f"--split / --saturation-split must be one of {', '.join(SPLITS)}")
+    if batch_size <= 0 or n_batches <= 0:
+        raise UserError(f"--batch-size {batch_size} / --n-batches {n_batches}: both must be positive")
+    if bn_mode not in BN_MODES:
+        raise UserError(f"--bn-mode {bn_mode}: use one of {', '.join(BN_MODES)}")
+    if saturation_delta < 0 or saturation_t < 0:
+        raise UserError("--saturation-delta and --saturation-t must be >= 0")
+    configs = []
+    for directory in sweep_dirs:
+        directory = Path(directory)
+        sweep = runs.read_json(directory / runs.CONFIG)
+        tag = probe_tag(split, batch_size, n_batches, exact, bn_mode)
+        configs.append(
+            {
+                "experiment": EXPERIMENT,
+                "name": f"{sweep['dataset']}-resnet{sweep['depth_label']}-n{sweep['depth_n']}-seed{sweep['seed']}-{tag}",
+                "dataset": sweep["dataset"],
+                "depth_n": sweep["depth_n"],
+                "depth_label": sweep["depth_label"],
+                "seed": sweep["seed"],
+                "sweep_run": directory.name,  # <name>-<hash8>: a retrained sweep run is a new probe run
+                "split": split,
+                "batch_size": batch_size,
+                "n_batches": n_batches,
+                "exact": bool(exact),
+                "bn_mode": bn_mode,
+                "probe_seed": seed,
+                "loss": "cross_entropy_mean",
+                "saturation": {"delta": saturation_delta, "t": saturation_t, "split": saturation_split},
+                "runtime": {
+                    "device": device,
+                    "sweep_dir": str(directory.resolve()),
+                    "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
+                },
+            }
+        )
+    return configs
+
+
+def probe_sweep_run(spec) -> dict:
+    """Job function of script 02: probe one trained sweep model.
+
+    Writes ``samples.json`` (which examples of which split went into the analysis batches and into
+    the App. G sample), ``candidates.csv`` (one row per candidate) and ``result.json``.
+    """
+    config = spec.config
+    path = runs.prepare_run(spec.out, config)
+    runtime = config.get("runtime", {})
+    device = resolve_device(runtime.get("device") or "auto")
+    sweep_dir = Path(runtime["sweep_dir"])
+    sweep_config = runs.read_json(sweep_dir / runs.CONFIG)
+    if runtime.get("data_root"):
+        sweep_config = {**sweep_config, "runtime": {**sweep_config.get("runtime", {}), "data_root": runtime["data_root"]}}
+    data = load_sweep_data(sweep_config)
+    model = load_trained_resnet(sweep_dir, map_location=device)
+    b, nb = config["batch_size"], config["n_batches"]
+
+    def batches(split: str, start: int) -> tuple[TensorLoader, dict]:
+        images, labels = (data.x_train, data.y_train) if split == "train" else (data.x_test, data.y_test)
+        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(_selection_seed(config["probe_seed"], split)))
+        size, count = _fit_batches(len(labels) - start, b, nb, split)
+        idx = order[start : start + size * count]
+        loader = TensorLoader(images[idx], labels[idx], size, train=False, drop_last=True, mean=data.mean, std=data.std, device=device)
+        return loader, {"split": split, "batch_size": size, "n_batches": count, "n": size * count, "indices": idx.tolist()}
+
+    analysis, used = batches(config["split"], 0)
+    result = probe_activation_gradients(model, analysis, bn_mode=config["bn_mode"], exact=config["exact"], seed=config["probe_seed"])
+    sat = config["saturation"]
+    same = sat["split"] == config["split"]
+    sat_loader, sat_used = batches(sat["split"], used["n"] if same else 0)  # past the analysis batches' examples
+    shared = len(set(used["indices"]) & set(sat_used["indices"])) if same else 0
+    runs.atomic_write_json(path / SAMPLES, {"analysis": used, "saturation": sat_used})
+    sat_probe = probe_activation_gradients(model, sat_loader, bn_mode=config["bn_mode"])
+    decision = saturation_test(
+        [s.ag_norm for s in sat_probe.scores], delta=sat["delta"], t=sat["t"], n=sat_used["n"], split=sat["split"],
+        reused_training_data=sat["split"] == "train", names=[s.name for s in sat_probe.scores],
+    )
+    records = [{"depth_n": config["depth_n"], "depth_label": config["depth_label"], "seed": config["seed"], "split": used["split"], **r}
+               for r in result.records()]
+    runs.atomic_write_csv(path / "candidates.csv", records)
+    out = {
+        "dataset": config["dataset"],
+        "depth_n": config["depth_n"],
+        "depth_label": config["depth_label"],
+        "seed": config["seed"],
+        "sweep_run": config["sweep_run"],
+        "split": used["split"],
+        "probe_seed": config["probe_seed"],
+        **result.summary(),
+        "candidates": records,
+        "saturation": {
+            **decision.as_record(),
+            "batch_size": sat_used["batch_size"],
+            "n_batches": sat_used["n_batches"],
+            "shared_examples_with_analysis": shared,  # counted from the indices in samples.json
+            "disjoint_from_analysis_batches": shared == 0,
+            "statistic_note": "AG_l at this batch size on the independent sample (App. G, DESIGN.md 2)",
+        },
+    }
+    runs.write_result(path, out)
+    return out
+
+
+def summary_rows(results: Iterable[dict]) -> list[dict]:
+    """One row per probed model (depth, seed) for the summary CSV of script 02."""
+    rows = []
+    for r in sorted(results, key=lambda r: (r["depth_n"], r["seed"])):
+        row = {k: r[k] for k in ("depth_n", "depth_label", "ag_max", "ag_max_candidate", "batch_size", "n_batches", "split")}
+        if r.get("exact"):
+            row["v_max"] = r["v_max"]
+            row["v_max_candidate"] = r["v_max_candidate"]
+        sat = r["saturation"]
+        row.update(
+            seed=r["seed"], n_examples=r["n_examples"], bn_mode=r["bn_mode"], mean_loss=r["mean_loss"],
+            saturated=sat["saturated"], saturation_max_ag=sat["max_value"], saturation_threshold=sat["threshold"],
+            saturation_n=sat["n"], saturation_split=sat["split"],
+        )
+        rows.append(row)
+    return rows
+
+
+def summary_table(rows: list[dict], low_signal: float) -> str:
+    """Depth vs AGmax, each row marked when AGmax is below the paper's low-signal line."""
+    exact = any("v_max" in r for r in rows)
+    header = f"{'N':>4} {'model':<11} {'seed':>4} {'AGmax':>10} {'argmax':<10} {'<' + format(low_signal, '.0e'):>7}"
+    header += f" {'V_S,max':>10}" if exact else ""
+    header += f" {'App.G':>7}"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        line = (f"{r['depth_n']:>4} {'ResNet-' + str(r['depth_label']):<11} {r['seed']:>4} {r['ag_max']:>10.3e} "
+                f"{r['ag_max_candidate']:<10} {'*' if r['ag_max'] < low_signal else '':>7}")
+        line += f" {r['v_max']:>10.3e}" if exact else ""
+        line += f" {'sat' if r['saturated'] else 'not':>7}"
+        lines.append(line)
+    first = rows[0] if rows else {"batch_size": "?", "n_batches": "?", "split": "?"}
+    lines.append(
+        f"* AGmax < {low_signal:g}: the paper's low-signal regime (common.paper.LOW_SIGNAL_AG). AG_l is the norm of "
+        f"the batch-mean loss gradient at batch size {first['batch_size']} (x{first['n_batches']} batches, "
+        f"{first['split']} split) and scales like 1/sqrt(batch size)."
+    )
+    return "\n".join(lines)
+
+
+def _selection_seed(seed: int, split: str) -> int:
+    return int(hashlib.sha256(f"probe-batches:{seed}:{split}".encode()).hexdigest()[:15], 16)
+
+
+def _fit_batches(available: int, batch_size: int, n_batches: int, split: str) -> tuple[int, int]:
+    """``(batch size, number of batches)`` that fit in ``available`` examples (fewer or smaller when short)."""
+    if available <= 0:
+        raise UserError(
+            f"the {split} split has no examples left to probe (the analysis batches took them); use a smaller "
+            "--batch-size or --n-batches, or another --split / --saturation-split"
+        )
+    if available >= batch_size * n_batches:
+        return batch_size, n_batches
+    size = min(batch_size, available)
+    count = max(1, min(n_batches, available // size))
+    log.warning(
+        "the %s split has %d examples left: probing %d batches of %d instead of %d of %d",
+        split, available, count, size, n_batches, batch_size,
+    )
+    return size, count

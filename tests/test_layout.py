@@ -1,0 +1,129 @@
+"""The layout of DESIGN.md section 5, checked on the source: imports point down only.
+
+Read with ``ast`` (nothing is imported), so a violation anywhere in ``common/`` fails here
+with the module and the offending import named.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCIENCE = {"common.probe", "common.projection", "common.tangent", "common.growth", "common.scaling"}
+LAUNCHING = {"common.launch", "common.slurm", "common.cli"}  # cli loads SLURM profiles
+# The one import allowed inside a function: torch_npu exists only on Ascend machines.
+FUNCTION_IMPORTS_ALLOWED = {("common.device", "torch_npu")}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def common_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((ROOT / "common").rglob("*.py"))}
+
+
+MODULES = common_modules()
+
+
+def imports_of(path: Path) -> list[tuple[str, bool]]:
+    """``(imported module, inside a function?)`` for every import statement of a file.
+
+    ``from common import runs`` and ``from common.experiments import x`` name the submodule when it
+    is one of ours, so the graph is between modules, not packages.
+    """
+    tree = ast.parse(path.read_text())
+    found: list[tuple[str, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            if isinstance(child, ast.Import):
+                found.extend((alias.name, in_function) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                for alias in child.names:
+                    sub = f"{child.module}.{alias.name}"
+                    found.append((sub if sub in MODULES else child.module, in_function))
+            visit(child, nested)
+
+    visit(tree, False)
+    return found
+
+
+def repo_imports(name: str) -> set[str]:
+    return {m for m, _ in imports_of(MODULES[name]) if m == "common" or m.startswith("common.")}
+
+
+def closure(name: str) -> set[str]:
+    """Every module of ours that importing ``name`` imports, directly or not."""
+    seen, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        for m in repo_imports(current):
+            if m in MODULES and m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def is_experiment(name: str) -> bool:
+    return name.startswith("common.experiments.")
+
+
+def test_science_modules_import_only_other_science_modules():
+    present = SCIENCE & set(MODULES)
+    assert {"common.probe", "common.projection", "common.tangent", "common.growth"} <= present
+    for name in sorted(present):
+        outside = {m for m in repo_imports(name) if m not in SCIENCE}
+        assert not outside, f"{name} imports {sorted(outside)}: science modules must stand alone"
+
+
+def test_nothing_below_the_experiments_imports_an_experiment():
+    for name in sorted(MODULES):
+        if is_experiment(name) or name == "common.experiments":
+            continue
+        upward = {m for m in repo_imports(name) if m.startswith("common.experiments")}
+        assert not upward, f"{name} imports the job modules {sorted(upward)}"
+
+
+def test_job_modules_never_reach_the_launcher_or_submitit():
+    experiments = [m for m in MODULES if is_experiment(m)]
+    assert experiments, "no job modules found under common/experiments/"
+    for name in experiments:
+        reached = closure(name) | {name}
+        assert not reached & LAUNCHING, f"{name} reaches {sorted(reached & LAUNCHING)}"
+        third_party = {m.split(".")[0] for r in reached for m, _ in imports_of(MODULES[r])}
+        assert "submitit" not in third_party, f"{name} pulls in submitit through {sorted(reached)}"
+
+
+def test_no_import_hides_inside_a_function():
+    files = [*MODULES.values(), *ROOT.glob("[0-9][0-9]_*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("tests/*.py")]
+    hidden = []
+    for path in files:
+        name = module_name(path)
+        hidden += [f"{name}: {m}" for m, inside in imports_of(path) if inside and (name, m) not in FUNCTION_IMPORTS_ALLOWED]
+    assert not hidden, f"imports inside functions: {hidden}"
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in ROOT.glob("[0-9][0-9]_*.py")))
+def test_each_numbered_script_has_exactly_its_own_job_module(script):
+    job = f"common.experiments.{Path(script).stem[3:]}"
+    assert job in MODULES, f"{script} has no job module {job}"
+    imported = {m for m, _ in imports_of(ROOT / script)}
+    assert job in imported, f"{script} does not use its job module {job}"
+
+
+def test_no_name_shadows_the_common_package():
+    files = [*ROOT.glob("common/**/*.py"), *ROOT.glob("[0-9][0-9]_*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("tests/*.py")]
+    shadowing = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name) and node.id == "common" and isinstance(node.ctx, ast.Store):
+                shadowing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            if isinstance(node, ast.arg) and node.arg == "common":
+                shadowing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not shadowing, f"local names called 'common': {shadowing}"
