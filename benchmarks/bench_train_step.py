@@ -1,11 +1,17 @@
 """Training throughput of the sweep's ResNets (paper B.1): ResNet-8 and ResNet-20, images/s.
 
-CPU: SGD steps on a fixed batch of 32x32 images, NCHW vs channels_last memory (float32);
-images/s of the median step (robust to other processes on a shared machine).
-On a CUDA GPU additionally bf16 autocast, optional torch.compile, and the wall time of one
-CIFAR-10-sized epoch (50,000 synthetic images through the tensor-resident loader, crop+flip).
+Times :func:`common.train.train_epoch`, the loop every sweep run trains with (per-step cosine
+learning rate, autocast, the periodic non-finite-loss check, the optimizer step), over the
+sweep's own tensor-resident augmenting loader (``common.data.vision.TensorLoader``, 4-pixel crop
+and flip) on random uint8 CIFAR-shaped images. Each setting runs ``--reps`` passes of
+``--batches`` batches after one warm-up pass; printed: the median images/s with the spread
+(min..max) over the passes, and NCHW vs channels_last memory in the same run.
 
-    .venv/bin/python benchmarks/bench_train_step.py [--steps 8] [--batch-size 128] [--compile]
+The time of one CIFAR-10 epoch (50,000 images) is 50,000 / images/s of that same function:
+marked "estimated" on the CPU; on a GPU (bf16, optionally compiled) a full 50,000-image pass of
+``train_epoch`` is also timed directly.
+
+    .venv/bin/python benchmarks/bench_train_step.py [--reps 5] [--batches 8] [--batch-size 128] [--compile]
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -23,71 +28,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import device as devices
 from common.data.vision import CIFAR10_STATS, TensorLoader
 from common.models.resnet import ResNet, ResNetConfig, depth_label
-from common.train import TrainSettings, classification_loss, make_optimizer
+from common.train import EpochStats, Schedule, SGDRecipe, TrainSettings, train_epoch
 
 DEPTHS = {0: "ResNet-8", 12: "ResNet-20"}
+CIFAR10_TRAIN_IMAGES = 50_000
+RECIPE = SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0)  # the CIFAR paper preset's recipe
 
 
-def sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+def make_loader(n_images: int, batch: int, dev: torch.device, channels_last: bool) -> TensorLoader:
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (n_images, 3, 32, 32), dtype=torch.uint8, generator=g)
+    labels = torch.randint(0, 10, (n_images,), generator=g)
+    mean, std = CIFAR10_STATS
+    return TensorLoader(images, labels, batch, train=True, mean=mean, std=std, device=dev, channels_last=channels_last)
 
 
-def step_throughput(n: int, dev: torch.device, *, batch: int, steps: int, channels_last: bool, amp: bool, compile: bool) -> float:
+def passes(n: int, dev: torch.device, loader: TensorLoader, *, reps: int, settings: TrainSettings) -> list[EpochStats]:
+    """One warm-up pass, then ``reps`` timed passes of ``train_epoch`` over ``loader``."""
     torch.manual_seed(0)
     model = ResNet(ResNetConfig(extra_blocks=n)).to(dev)
-    memory = torch.channels_last if channels_last else torch.contiguous_format
-    model = model.to(memory_format=memory)
-    forward = torch.compile(model) if compile else model
-    optimizer = make_optimizer(model, TrainSettings(epochs=1, lr=0.05))
-    x = torch.randn(batch, 3, 32, 32, device=dev).contiguous(memory_format=memory)
-    y = torch.randint(0, 10, (batch,), device=dev)
-
-    def one_step():
-        with devices.autocast(dev, amp):
-            loss = classification_loss(forward(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    for _ in range(3 if compile else 2):
-        one_step()
-    times = []
-    for _ in range(steps):  # the median step: robust to other processes on a shared machine
-        sync(dev)
-        start = time.perf_counter()
-        one_step()
-        sync(dev)
-        times.append(time.perf_counter() - start)
-    return batch / statistics.median(times)
-
-
-def cifar10_epoch_seconds(n: int, dev: torch.device, *, batch: int, compile: bool) -> float:
-    """One epoch over 50,000 synthetic 32x32 images with the sweep's loader, bf16, channels_last."""
-    torch.manual_seed(0)
-    images = torch.randint(0, 256, (50_000, 3, 32, 32), dtype=torch.uint8)
-    labels = torch.randint(0, 10, (50_000,))
-    loader = TensorLoader(images, labels, batch, train=True, mean=CIFAR10_STATS[0], std=CIFAR10_STATS[1], device=dev, channels_last=True)
-    model = ResNet(ResNetConfig(extra_blocks=n)).to(dev).to(memory_format=torch.channels_last)
-    forward = torch.compile(model) if compile else model
-    optimizer = make_optimizer(model, TrainSettings(epochs=1, lr=0.05))
-    for epoch in range(2):  # the first epoch warms up (and compiles)
-        loader.set_epoch(epoch)
-        sync(dev)
-        start = time.perf_counter()
-        for x, y in loader:
-            with devices.autocast(dev, True):
-                loss = classification_loss(forward(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-        sync(dev)
-    return time.perf_counter() - start
+    if settings.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    forward = torch.compile(model) if settings.compile else model
+    optimizer = settings.recipe.make_optimizer(model)
+    schedule = Schedule.of(settings.recipe, len(loader))
+    model.train()
+    out, step = [], 0
+    for rep in range(reps + 1):
+        loader.set_epoch(rep)
+        stats = train_epoch(forward, optimizer, loader, schedule=schedule, step=step, settings=settings, device=dev)
+        step = stats.step
+        if rep > 0:
+            out.append(stats)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per setting (default: 8 on CPU, 50 on GPU)")
+    parser.add_argument("--reps", type=int, default=5, help="timed passes per setting (after one warm-up pass)")
+    parser.add_argument("--batches", type=int, default=None, help="batches per pass (default: 8 on CPU, 100 on GPU)")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (GPU)")
@@ -96,21 +75,35 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     dev = devices.resolve_device(args.device)
-    steps = args.steps or (50 if dev.type == "cuda" else 8)
-    print(f"device {dev.type}, batch {args.batch_size}, median of {steps} timed steps, torch threads {torch.get_num_threads()}")
+    gpu = dev.type != "cpu"
+    batches = args.batches or (100 if gpu else 8)
+    print(
+        f"device {dev.type}, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch_size}: "
+        f"common.train.train_epoch over {batches} batches of the sweep's loader, {args.reps} timed passes after a warm-up"
+    )
     settings = [("float32", False, False, False), ("float32", True, False, False)]
-    if dev.type == "cuda":
+    if gpu:
         settings += [("bf16", True, True, False)] + ([("bf16+compile", True, True, True)] if args.compile else [])
-    print(f"{'model':<10} {'precision':<13} {'memory':<14} {'images/s':>10}")
+    print(f"{'model':<10} {'precision':<13} {'memory':<14} {'images/s median':>16} {'min..max':>19} {'CIFAR-10 epoch':>16}")
     for n, name in DEPTHS.items():
         assert depth_label(n) == int(name.split("-")[1])
         for precision, channels_last, amp, compile in settings:
-            rate = step_throughput(n, dev, batch=args.batch_size, steps=steps, channels_last=channels_last, amp=amp, compile=compile)
-            print(f"{name:<10} {precision:<13} {'channels_last' if channels_last else 'NCHW':<14} {rate:>10,.0f}")
-    if dev.type == "cuda":
+            loader = make_loader(batches * args.batch_size, args.batch_size, dev, channels_last)
+            run = TrainSettings(RECIPE, amp=amp, compile=compile, channels_last=channels_last)
+            rates = [s.examples_per_s for s in passes(n, dev, loader, reps=args.reps, settings=run)]
+            median = statistics.median(rates)
+            epoch = CIFAR10_TRAIN_IMAGES / median
+            print(
+                f"{name:<10} {precision:<13} {'channels_last' if channels_last else 'NCHW':<14} {median:>16,.0f} "
+                f"{min(rates):>9,.0f}..{max(rates):<9,.0f} {epoch:>9.0f} s (estimated)"
+            )
+    if gpu:
         for n, name in DEPTHS.items():
-            seconds = cifar10_epoch_seconds(n, dev, batch=args.batch_size, compile=args.compile)
-            print(f"{name}: one CIFAR-10-sized epoch (50,000 images, bf16, channels_last{', compiled' if args.compile else ''}): {seconds:.2f} s")
+            loader = make_loader(CIFAR10_TRAIN_IMAGES, args.batch_size, dev, True)
+            run = TrainSettings(RECIPE, amp=True, compile=args.compile, channels_last=True)
+            [stats] = passes(n, dev, loader, reps=1, settings=run)
+            print(f"{name}: one measured CIFAR-10 epoch (50,000 images, bf16, channels_last"
+                  f"{', compiled' if args.compile else ''}) through train_epoch: {stats.seconds:.2f} s")
 
 
 if __name__ == "__main__":
