@@ -12,7 +12,7 @@ table of every planned run is printed at the end. The job function is
 
 from __future__ import annotations
 
-from common.cli import comma_ints, entry_point, make_parser, parse_args
+from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args
 from common.data.vision import DATASETS
 from common.experiments.train_resnet_sweep import summary_table, sweep_configs, train_resnet_run
 from common.launch import launch_from_args
@@ -48,19 +48,7 @@ def build_parser():
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    configs = sweep_configs(
-        preset=args.preset,
-        dataset=args.dataset,
-        depths=args.depths,
-        seeds=args.seeds if args.seeds is not None else [args.seed],
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        image_size=args.image_size,
-        data_root=args.data_root,
-        device=args.device,
-        compile=args.compile,
-    )
+    configs = sweep_configs(**flags_for(sweep_configs, args, seeds=args.seeds if args.seeds is not None else [args.seed]))
     specs = make_specs(configs, args.out)
     results = launch_from_args(train_resnet_run, specs, args, job_kind="train", desc="resnet sweep")
     if results is not None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 
 from common import runs
-from common.cli import comma_ints, entry_point, make_parser, parse_args, positive_int
+from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args, positive_int
 from common.data.vision import DATASETS
 from common.errors import UserError
 from common.experiments.probe_ag import (
@@ -83,20 +83,7 @@ def main(argv=None) -> int:
             f"no finished sweep runs for --dataset {dataset} under {args.out / SWEEP_EXPERIMENT}; train them first: "
             f"python 01_train_resnet_sweep.py{smoke} --dataset {dataset} --out {args.out}"
         )
-    configs = probe_configs(
-        sweep_dirs,
-        split=args.split,
-        batch_size=args.batch_size,
-        n_batches=args.n_batches,
-        exact=exact,
-        bn_mode=args.bn_mode,
-        seed=args.seed,
-        saturation_delta=args.saturation_delta,
-        saturation_t=args.saturation_t,
-        saturation_split=args.saturation_split,
-        device=args.device,
-        data_root=args.data_root,
-    )
+    configs = probe_configs(sweep_dirs, **flags_for(probe_configs, args, exact=exact))
     results = launch_from_args(probe_sweep_run, make_specs(configs, args.out), args, job_kind="probe", desc="ag probe")
     if results is None:
         return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -147,6 +148,21 @@ def entry_point(main: Callable[..., int]) -> Callable[..., int]:
             return 130
 
     return wrapped
+
+
+def flags_for(fn: Callable, args: argparse.Namespace, **given) -> dict:
+    """Keyword arguments for ``fn`` from parsed flags: each parameter of ``fn`` whose name is a flag's
+    ``dest`` takes that flag's value; ``given`` adds or overrides values (flags the script derives).
+
+    A script's config planner is called as ``plan(**flags_for(plan, args, exact=...))``, so a flag
+    reaches the planner under its own name without the script copying every one by hand.
+    """
+    names = inspect.signature(fn).parameters
+    found = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    unknown = set(given) - set(names)
+    if unknown:
+        raise TypeError(f"{fn.__name__} takes no arguments {sorted(unknown)}")
+    return {**found, **given}
 
 
 def comma_ints(text: str) -> list[int]:

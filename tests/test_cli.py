@@ -1,5 +1,6 @@
 """common/cli.py: shared flags and one-line errors with exit code 2 (checked in a real process)."""
 
+import argparse
 import importlib
 import subprocess
 import sys
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from common import runs
+from common.cli import flags_for
 from tests.jobs import demo_configs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,3 +84,13 @@ def test_every_numbered_script_explains_the_shared_flags_and_rejects_bad_values(
     )
     assert_one_line_error(bad, "--preset")
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_flags_reach_a_planner_under_their_own_names():
+    def plan(*, depths=None, lr=0.1, seeds=(0,)):
+        return depths, lr, seeds
+
+    args = argparse.Namespace(depths=[1, 2], lr=0.5, seed=3, device="cpu")
+    assert plan(**flags_for(plan, args, seeds=[3])) == ([1, 2], 0.5, [3])  # seed/device: not plan's parameters
+    with pytest.raises(TypeError, match="epochs"):
+        flags_for(plan, args, epochs=2)
