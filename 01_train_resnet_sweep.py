@@ -3,7 +3,8 @@
 One run per (depth N, seed) on CIFAR-10/100 (N = 0..100, 200 epochs), ImageNet-100
 (N in {1, 5, ..., 49}, 300 epochs), an .npz file, scikit-learn's digits (the offline smoke
 default) or synthetic data. Finished runs are skipped, unfinished ones resume; a summary
-table of every planned run is printed at the end. The job function is
+table of every planned run is printed at the end. Each run is one process: start the script once
+(not under ``torchrun``) and use ``--launcher local`` or ``slurm`` to train depths in parallel. The job function is
 :func:`common.experiments.train_resnet_sweep.train_resnet_run`.
 
     python 01_train_resnet_sweep.py --preset smoke
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args
 from common.data.vision import DATASETS
+from common.distributed import refuse_multiple_processes
 from common.experiments.train_resnet_sweep import summary_table, sweep_configs, train_resnet_run
 from common.launch import launch_from_args
 from common.runs import make_specs
@@ -48,6 +50,7 @@ def build_parser():
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
+    refuse_multiple_processes("01_train_resnet_sweep.py")  # under torchrun every copy would train every run
     configs = sweep_configs(**flags_for(sweep_configs, args, seeds=args.seeds if args.seeds is not None else [args.seed]))
     specs = make_specs(configs, args.out)
     results = launch_from_args(train_resnet_run, specs, args, job_kind="train", desc="resnet sweep")

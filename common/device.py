@@ -3,12 +3,25 @@
 Supports CUDA, Ascend NPUs (only when ``torch_npu`` imports; it registers the ``npu``
 device type with PyTorch), Apple MPS and the CPU. ``torch_npu`` is imported in exactly one
 place, :func:`import_torch_npu`, which names the install command when it is missing.
+
+Device capabilities decided here, each in one function (README, "Reproduction decisions"):
+
+- mixed precision (:func:`autocast_dtype`): bf16 only where the device computes it natively
+  (:func:`bf16_supported`: CUDA compute capability >= 8.0 without emulation, Ascend chips that
+  report bf16); float32 everywhere else (no float16: it would need a ``GradScaler``);
+- float64 (:func:`supports_float64`, :func:`float64_device`, defined in
+  :mod:`common.projection`): MPS and NPUs keep float64 sums on the CPU;
+- synchronisation for timing (:func:`synchronize`): ``torch.accelerator.synchronize`` where
+  it exists (CUDA, NPU, MPS), so epoch times measure finished work, not the kernel queue;
+- RNG state (:func:`rng_state`): the CPU generators plus the *current* accelerator device's
+  generator only, so a checkpoint resumes under any number of visible devices.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import random
 
@@ -16,6 +29,10 @@ import numpy as np
 import torch
 
 from common.errors import UserError
+from common.projection import float64_device as float64_device  # re-exported: one decision, made there
+from common.projection import supports_float64 as supports_float64
+
+log = logging.getLogger(__name__)
 
 NPU_INSTALL_HINT = "pip install -r requirements-npu.txt (torch_npu for Ascend NPUs, with the CANN toolkit)"
 
@@ -78,13 +95,49 @@ def accelerator_count() -> int:
     return 0
 
 
-def autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """Mixed-precision dtype for training on ``device``: bf16 where supported, else None (fp32)."""
+def bf16_supported(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 natively (not through float32 emulation).
+
+    CUDA: ``torch.cuda.is_bf16_supported(including_emulation=False)`` (True from compute
+    capability 8.0, A100/H100; the default ``including_emulation=True`` also says True on V100 and
+    T4, which emulate bf16 slowly). NPU: ``torch.npu.is_bf16_supported()`` (some Ascend chips lack
+    bf16). CPU and MPS: False (bf16 autocast there is slower or unsupported).
+    """
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
     if device.type == "npu":
-        return torch.bfloat16
-    return None  # CPU and MPS train in float32: bf16 autocast there is slower or unsupported
+        ask = getattr(getattr(torch, "npu", None), "is_bf16_supported", None)
+        if ask is None:
+            log.warning("this torch_npu has no torch.npu.is_bf16_supported(); training in float32")
+            return False
+        return bool(ask())
+    return False
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """Mixed-precision dtype for training on ``device``: bf16 where :func:`bf16_supported`, else None (float32)."""
+    return torch.bfloat16 if bf16_supported(device) else None
+
+
+def precision_name(device: torch.device, amp: bool = True) -> str:
+    """``"bfloat16"`` or ``"float32"``: what :func:`autocast` computes in on ``device`` (for records)."""
+    dtype = autocast_dtype(device) if amp else None
+    return str(dtype or torch.float32).removeprefix("torch.")
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (timing); a no-op on the CPU.
+
+    ``torch.accelerator.synchronize`` (torch >= 2.6) covers CUDA, NPU (torch_npu) and MPS alike;
+    older torch: the device type's own ``synchronize``.
+    """
+    if device.type == "cpu":
+        return
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "synchronize"):
+        accelerator.synchronize(device)
+    else:
+        getattr(torch, device.type).synchronize()
 
 
 def autocast(device: torch.device, enabled: bool = True) -> contextlib.AbstractContextManager:
@@ -111,25 +164,59 @@ def set_deterministic(enabled: bool = True) -> None:
     torch.backends.cudnn.deterministic = enabled
 
 
+def rng_accelerators() -> dict:
+    """``{"cuda": torch.cuda, "npu": torch.npu}``, as far as available: the device RNGs a step may use.
+
+    ``torch.npu`` exists only once ``torch_npu`` was imported (by :func:`resolve_device`); this
+    never imports it. Tests replace this function to fake a multi-device machine.
+    """
+    found = {}
+    if torch.cuda.is_available():
+        found["cuda"] = torch.cuda
+    npu = getattr(torch, "npu", None)
+    if npu is not None and npu.is_available():
+        found["npu"] = npu
+    return found
+
+
 def rng_state() -> dict:
-    """Every RNG state a training step consumes, for checkpoints (tensors and plain types only)."""
+    """Every RNG state a training step consumes, for checkpoints (tensors and plain types only).
+
+    Of an accelerator, only the *current* device's generator is stored (the one this process
+    computes on: ``cuda:<local rank>`` under :mod:`common.distributed`), so the checkpoint does not
+    depend on how many devices are visible.
+    """
     state = {
         "python": random.getstate(),
         "numpy": _numpy_state_to_tensors(np.random.get_state()),
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    for kind, module in rng_accelerators().items():
+        state[kind] = module.get_rng_state()  # the current device's
     return state
 
 
 def set_rng_state(state: dict) -> None:
-    """Restore what :func:`rng_state` captured."""
+    """Restore what :func:`rng_state` captured; an accelerator's state goes onto the current device.
+
+    Works across device counts: a state saved with 4 visible GPUs resumes with 1. Checkpoints
+    written before this rule hold one state per visible device (a list): the current device's
+    entry is used when there is one, else the first. A state of an accelerator that is not
+    available now (a GPU run resumed on the CPU) is ignored.
+    """
     random.setstate(_as_python_state(state["python"]))
     np.random.set_state(_numpy_state_from_tensors(state["numpy"]))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    for kind, module in rng_accelerators().items():
+        saved = state.get(kind)
+        if saved is None:
+            continue
+        if isinstance(saved, list | tuple):  # older checkpoints: every visible device's state
+            current = module.current_device()
+            if len(saved) != module.device_count():
+                log.info("%s RNG: the checkpoint saw %d devices, %d are visible now", kind, len(saved), module.device_count())
+            saved = saved[current] if current < len(saved) else saved[0]
+        module.set_rng_state(saved)
 
 
 def _as_python_state(state):

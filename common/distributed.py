@@ -7,6 +7,15 @@ the same five before the job function starts (:func:`common.launch.export_submit
 :func:`init_distributed` only ever initialises ``torch.distributed`` from the environment
 (``env://``) and this module knows nothing about SLURM or submitit. A single process (no
 ``WORLD_SIZE`` or ``WORLD_SIZE=1``) needs no process group: it is a no-op.
+
+Devices: on an Ascend NPU ``torch_npu`` is imported first (it registers ``torch.npu`` and the
+HCCL backend). Each process computes on ``<type>:<local_rank>`` when it sees every device of its
+node, and on ``<type>:0`` when SLURM binds one device per task (``--gpus-per-task``,
+``--gpu-bind``: each process sees only its own); :func:`local_device_index` decides.
+
+Scripts whose runs are one process each (script 01) refuse to be started N times by
+``torchrun`` (:func:`refuse_multiple_processes`): the copies would all write the same run
+directories.
 """
 
 from __future__ import annotations
@@ -17,6 +26,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from common.device import import_torch_npu
+from common.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +43,7 @@ class DistInfo:
     world_size: int = 1
     local_rank: int = 0
     backend: str | None = None
+    device: str | None = None  # e.g. "cuda:0": the device this process computes on (None: unchanged)
 
     @property
     def is_main(self) -> bool:
@@ -51,11 +64,35 @@ def backend_for(device: str | torch.device) -> str:
     return BACKENDS[kind]
 
 
+def local_device_index(local_rank: int, visible: int, kind: str = "cuda") -> int:
+    """Index of this process's device among the ``visible`` ones of type ``kind``.
+
+    ``local_rank`` when the process sees all of its node's devices (torchrun, submitit with
+    every GPU visible); 0 when it sees exactly one (SLURM ``--gpus-per-task=1`` or
+    ``--gpu-bind``: each task's own device is its ``<type>:0``). Anything else is a user error.
+    """
+    if visible <= 0:
+        raise UserError(f"local rank {local_rank} sees no {kind} device; request devices for every task (e.g. --gpus-per-task=1)")
+    if local_rank < visible:
+        return local_rank
+    if visible == 1:
+        return 0
+    raise UserError(
+        f"local rank {local_rank} sees only {visible} {kind} devices; start one process per visible device, "
+        "or bind one device per task (SLURM --gpus-per-task=1)"
+    )
+
+
+def visible_devices(kind: str) -> int:
+    """How many devices of type ``kind`` ("cuda", "npu") this process sees."""
+    return int(torch.npu.device_count()) if kind == "npu" else torch.cuda.device_count()  # type: ignore[attr-defined]
+
+
 def init_distributed(device: str | torch.device = "cpu") -> DistInfo:
     """Join the process group of this job (torchrun or submitit), or do nothing when alone.
 
     ``device`` is the device type the job computes on; it picks the backend and, on CUDA or
-    NPU, the process's device becomes ``<type>:<local_rank>``.
+    NPU, the process's current device (:func:`local_device_index`), returned as ``DistInfo.device``.
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
@@ -64,14 +101,32 @@ def init_distributed(device: str | torch.device = "cpu") -> DistInfo:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     backend = backend_for(device)
     kind = device_type(device)
-    if kind == "cuda":
-        torch.cuda.set_device(local_rank)
-    elif kind == "npu":
-        torch.npu.set_device(local_rank)  # type: ignore[attr-defined]  (registered by torch_npu)
+    where = None
+    if kind == "npu":
+        import_torch_npu()  # registers torch.npu and the hccl backend (a UserError when missing)
+    if kind in ("cuda", "npu"):
+        index = local_device_index(local_rank, visible_devices(kind), kind)
+        getattr(torch, kind).set_device(index)
+        where = f"{kind}:{index}"
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size)
-        log.info("rank %d of %d (local rank %d) joined the %s process group", rank, world_size, local_rank, backend)
-    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, backend=backend)
+        log.info("rank %d of %d (local rank %d, %s) joined the %s process group", rank, world_size, local_rank, where or kind, backend)
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, backend=backend, device=where)
+
+
+def refuse_multiple_processes(script: str) -> None:
+    """Raise a :class:`UserError` when started as one of several processes (``torchrun``, ``WORLD_SIZE > 1``).
+
+    For scripts that run one process per run: every copy would run the whole plan and write
+    the same run directories.
+    """
+    world_size = os.environ.get("WORLD_SIZE", "1")
+    if world_size.isdigit() and int(world_size) > 1:
+        raise UserError(
+            f"{script} was started as one of {world_size} processes (torchrun or WORLD_SIZE={world_size}), but it runs "
+            "one process per run; start it once, with plain python, and use --launcher local or --launcher slurm "
+            "to train several depths in parallel"
+        )
 
 
 def destroy_distributed() -> None:

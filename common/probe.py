@@ -32,26 +32,125 @@ protocol's standard zero-output block (:mod:`common.tangent`, ``U_l`` seeded by 
 
 BatchNorm runs in eval mode (running statistics) unless ``bn_mode="train"``; train mode uses
 batch statistics and the running buffers are restored afterwards.
+
+Precision: the probe runs under :func:`full_precision` (TF32 off for float32 matrix products
+and convolutions, restored afterwards), because TF32, which cuDNN convolutions use by default
+on Ampere and later GPUs, computes ``z``, ``G`` and ``Psi`` to only ~1e-3 relative precision.
+The math mode it ran in (:func:`math_mode`) and the device of its float64 statistics
+(:func:`common.projection.float64_device`: the CPU for MPS and NPU) are part of the result.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import operator
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.projection import GramAccumulator
+from common.projection import GramAccumulator, float64_device
 from common.tangent import ZeroOutputBlock, candidate_family, make_zero_block
 
 BN_MODES = ("eval", "train")
 CHUNK_ELEMENTS = 1 << 20  # float64 elements per chunk of tangent features or padded maps (8 MiB)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+# ----------------------------------------------------------------------------- float32 math mode
+# torch >= 2.9 sets TF32 per backend and operator through ``fp32_precision`` ("ieee", "tf32", or
+# "none": inherit the parent's); older versions through ``allow_tf32``. The two APIs must not be
+# mixed (reading a legacy flag after a new-API write can raise), so the guard uses the new one
+# wherever it exists. Parents of each leaf, for resolving "none".
+_PRECISION_LEAVES = {
+    "cuda.matmul": (),
+    "cudnn.conv": ("cudnn",),
+    "cudnn.rnn": ("cudnn",),
+    "mkldnn.matmul": ("mkldnn",),
+    "mkldnn.conv": ("mkldnn",),
+    "mkldnn.rnn": ("mkldnn",),
+}
+
+
+def _precision_flags() -> dict[str, object]:
+    """The ``torch.backends`` objects with an ``fp32_precision`` flag, by dotted path (torch >= 2.9)."""
+    found = {}
+    for path in (*_PRECISION_LEAVES, "cudnn", "mkldnn"):
+        with contextlib.suppress(AttributeError):
+            obj = operator.attrgetter(path)(torch.backends)
+            if hasattr(obj, "fp32_precision"):
+                found[path] = obj
+    return found
+
+
+def _new_precision_api() -> bool:
+    return "cuda.matmul" in _precision_flags()
+
+
+def math_mode() -> dict:
+    """How float32 matrix products and convolutions compute now, for run records.
+
+    ``{"tf32": bool, "api": ..., "<backend>_<op>": "ieee" | "tf32", ...}``: ``tf32`` is True when
+    CUDA matmuls or cuDNN convolutions/RNNs may use TF32 (~1e-3 relative precision on Ampere and
+    later GPUs; ignored on other devices).
+    """
+    if not _new_precision_api():
+        mode = {
+            "api": "allow_tf32",
+            "cuda_matmul": "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee",
+            "cudnn_conv": "tf32" if torch.backends.cudnn.allow_tf32 else "ieee",
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        }
+    else:
+        flags = _precision_flags()
+        mode = {"api": "fp32_precision"}
+        for leaf, parents in _PRECISION_LEAVES.items():
+            if leaf in flags:
+                chain = [flags[p].fp32_precision for p in (leaf, *parents) if p in flags]
+                mode[leaf.replace(".", "_")] = next((v for v in chain if v != "none"), "ieee")
+    mode["tf32"] = any(mode.get(k) == "tf32" for k in ("cuda_matmul", "cudnn_conv", "cudnn_rnn"))
+    return mode
+
+
+@contextlib.contextmanager
+def full_precision() -> Iterator[dict]:
+    """Switch TF32 off for float32 matmuls and convolutions; restore every previous setting on exit.
+
+    Use it around any float32 computation whose numbers are compared across devices or against
+    float64 identities: the probe (:func:`probe_activation_gradients`), the matched insertion.
+    Yields :func:`math_mode` as it is inside (record it with the results). torch >= 2.9: every
+    ``torch.backends.*.fp32_precision`` leaf is set to ``"ieee"``; older torch:
+    ``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32`` off and
+    ``torch.set_float32_matmul_precision("highest")``. Not thread-safe (the flags are global).
+    """
+    flags = _precision_flags()
+    if "cuda.matmul" in flags:
+        leaves = {p: flags[p] for p in _PRECISION_LEAVES if p in flags}
+        saved = {p: obj.fp32_precision for p, obj in leaves.items()}
+        try:
+            for obj in leaves.values():
+                obj.fp32_precision = "ieee"
+            yield math_mode()
+        finally:
+            for p, obj in leaves.items():
+                obj.fp32_precision = saved[p]
+        return
+    saved_legacy = (
+        torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+    )  # fmt: skip
+    try:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        yield math_mode()
+    finally:
+        torch.set_float32_matmul_precision(saved_legacy[0])
+        torch.backends.cuda.matmul.allow_tf32 = saved_legacy[1]
+        torch.backends.cudnn.allow_tf32 = saved_legacy[2]
 
 
 # ----------------------------------------------------------------------------- one pass
@@ -168,6 +267,8 @@ class ProbeResult:
     exact: bool
     mean_loss: float
     seed: int
+    math_mode: dict = field(default_factory=dict)  # float32 math inside the probe (:func:`full_precision`)
+    float64_device: str = "cpu"  # where the float64 statistics ran (:func:`common.projection.float64_device`)
 
     @property
     def ag_max(self) -> float:
@@ -195,6 +296,8 @@ class ProbeResult:
             "bn_mode": self.bn_mode,
             "exact": self.exact,
             "mean_loss": self.mean_loss,
+            "math_mode": self.math_mode,
+            "float64_device": self.float64_device,
         }
         if self.exact:
             vbest = max(self.scores, key=lambda s: s.growth_value)
@@ -235,17 +338,20 @@ def probe_activation_gradients(
     ``batches`` yields ``(x, y)`` analysis batches, each used for one forward and one backward
     pass. ``family`` (default: each candidate's own, :func:`common.tangent.candidate_family`) and
     ``seed`` define the standard zero-output block whose tangent space the exact values use;
-    they are the ones :func:`common.growth.insert_zero_block` inserts.
+    they are the ones :func:`common.growth.insert_zero_block` inserts. Runs under
+    :func:`full_precision`; float64 sums run on :func:`common.projection.float64_device`.
     """
     candidates = model.candidates()
     running = [_Running() for _ in candidates]
     blocks: list[ZeroOutputBlock | None] = [None] * len(candidates)
     shapes: list[tuple[str, int, int]] = []
     sizes, losses = [], []
-    with probe_mode(model, bn_mode):
+    f64 = torch.device("cpu")
+    with probe_mode(model, bn_mode), full_precision() as mode:
         for x, y in batches:
             loss, states, grads = activation_gradients(model, x, y, loss_fn, candidates)
             b = int(x.shape[0])
+            f64 = float64_device(x.device)
             sizes.append(b)
             losses.append(float(loss))
             for i, (z, g) in enumerate(zip(states, grads, strict=True)):
@@ -254,7 +360,7 @@ def probe_activation_gradients(
                     shapes.append((fam.name, fam.width(z), fam.rows_per_example(z)))
                 run = running[i]
                 # Per-example norms in g's dtype (cascade-summed; ~1e-7 relative in float32), then float64.
-                row_sq = torch.linalg.vector_norm(g.reshape(b, -1), dim=1).double().square()
+                row_sq = torch.linalg.vector_norm(g.reshape(b, -1), dim=1).to(f64).double().square()
                 total_sq = float(row_sq.sum())
                 run.ag += math.sqrt(total_sq)  # ||dL_b/dz_l||_F
                 run.example_sq += total_sq * b * b  # sum_i ||d loss_i/dz_l,i||^2
@@ -295,7 +401,7 @@ def probe_activation_gradients(
         scores.append(score)
     return ProbeResult(
         scores=scores, batch_size=sizes[0], n_batches=nb, n_examples=n, bn_mode=bn_mode, exact=exact,
-        mean_loss=sum(losses) / nb, seed=seed,
+        mean_loss=sum(losses) / nb, seed=seed, math_mode=mode, float64_device=str(f64),
     )
 
 
@@ -305,6 +411,7 @@ def _tangent_gram(block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor,
     psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
     d, k = fam.width(z), fam.feature_dim(fam.width(z))
     acc = GramAccumulator(k, d, device=z.device)
+    psi, g = psi.to(acc.device), g.to(acc.device)  # float64 only where the device has it (the CPU for MPS, NPU)
     if fam.gram is not None and fam.gram_supported(psi):  # structured route, chunked inside
         P, X = fam.gram(psi, g, chunk_elements=chunk_elements)
         acc.update_statistics(P, X, float(torch.linalg.vector_norm(g, dtype=torch.float64)) ** 2, g.numel() // d)

@@ -15,6 +15,12 @@ eigenvalues ``<= rtol * max_eig`` count as zero, ``rtol = k * eps(float64)`` by 
 ``matrix_rank`` convention, applied to the Gram matrix). A spurious direction kept by this rule
 adds at most ``~ eps * ||G||_F^2`` to ``V^2`` (its ``X`` component is rounding noise too), so the
 value is insensitive to the exact factor; the reported rank is what the tolerance defines.
+
+Where the float64 arithmetic runs (one place: :func:`float64_device`): on the features' own
+device when it computes float64 (CPU, CUDA), else on the CPU. Apple MPS has no float64 and
+Ascend NPUs lack float64 matrix products and ``eigh`` (or cast to float32 silently), which the
+float64 rank tolerance above cannot survive; there the rows are moved to the CPU *before* the
+cast to float64. :attr:`GramAccumulator.device` records where it ran.
 """
 
 from __future__ import annotations
@@ -27,6 +33,24 @@ from dataclasses import asdict, dataclass
 import torch
 
 DEFAULT_RTOL_FACTOR = 1.0  # rtol = DEFAULT_RTOL_FACTOR * k * eps(float64), see the module docstring
+NO_FLOAT64_DEVICE_TYPES = frozenset({"mps", "npu"})  # no (or silently float32) float64 GEMM / eigh
+
+
+def supports_float64(device: torch.device | str) -> bool:
+    """Whether ``device`` computes float64 matrix products and ``eigh`` natively.
+
+    The capability answer behind :func:`float64_device`; tests override it (``monkeypatch``) to
+    simulate a device without float64 on a CPU-only machine.
+    """
+    kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
+    return kind not in NO_FLOAT64_DEVICE_TYPES
+
+
+def float64_device(device: torch.device | str | None) -> torch.device:
+    """Where float64 statistics of tensors living on ``device`` are computed: there, or on the CPU."""
+    if device is None or not supports_float64(device):
+        return torch.device("cpu")
+    return torch.device(device)
 
 
 class GramAccumulator:
@@ -35,6 +59,8 @@ class GramAccumulator:
     ``update(psi_rows, grad_rows)`` adds any number of rows; nothing but ``P``, ``X``, the row
     count and ``||G||_F^2`` is kept. Then ``growth_value()`` is ``V_S,l``,
     ``cross_gradient_norm()`` is ``||C_l||_F`` and ``grad_norm()`` is ``||G||_F`` over the rows seen.
+    ``device`` is where the rows come from; the statistics live on :func:`float64_device` of it
+    (the CPU for MPS and NPU), recorded as :attr:`device`.
 
     >>> acc = GramAccumulator(k=3, d=2)
     >>> acc.update(torch.eye(3), torch.ones(3, 2))   # Psi = I: every G is realizable
@@ -47,10 +73,11 @@ class GramAccumulator:
             raise ValueError(f"GramAccumulator needs k > 0 and d > 0, got k={k}, d={d}")
         self.k, self.d = int(k), int(d)
         self.dtype = torch.float64
+        self.device = float64_device(device)
         self.rtol = float(rtol) if rtol is not None else DEFAULT_RTOL_FACTOR * self.k * torch.finfo(self.dtype).eps
-        self.P = torch.zeros(self.k, self.k, dtype=self.dtype, device=device)
-        self.X = torch.zeros(self.k, self.d, dtype=self.dtype, device=device)
-        self.grad_sq = torch.zeros((), dtype=self.dtype, device=device)
+        self.P = torch.zeros(self.k, self.k, dtype=self.dtype, device=self.device)
+        self.X = torch.zeros(self.k, self.d, dtype=self.dtype, device=self.device)
+        self.grad_sq = torch.zeros((), dtype=self.dtype, device=self.device)
         self.rows = 0
         self._eig: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -63,8 +90,8 @@ class GramAccumulator:
             raise ValueError(f"psi_rows has {psi_rows.shape[0]} rows but grad_rows has {grad_rows.shape[0]}")
         if psi_rows.shape[1] != self.k or grad_rows.shape[1] != self.d:
             raise ValueError(f"expected (n, {self.k}) and (n, {self.d}), got {tuple(psi_rows.shape)} and {tuple(grad_rows.shape)}")
-        psi = psi_rows.detach().to(device=self.P.device, dtype=self.dtype)
-        grad = grad_rows.detach().to(device=self.P.device, dtype=self.dtype)
+        psi = psi_rows.detach().to(self.device).to(self.dtype)  # move first: no float64 on the source device
+        grad = grad_rows.detach().to(self.device).to(self.dtype)
         self.P.addmm_(psi.T, psi)
         self.X.addmm_(psi.T, grad)
         self.grad_sq += grad.square().sum()
@@ -79,8 +106,8 @@ class GramAccumulator:
         """
         if tuple(P.shape) != (self.k, self.k) or tuple(X.shape) != (self.k, self.d):
             raise ValueError(f"expected P ({self.k}, {self.k}) and X ({self.k}, {self.d}), got {tuple(P.shape)} and {tuple(X.shape)}")
-        self.P += P.to(device=self.P.device, dtype=self.dtype)
-        self.X += X.to(device=self.P.device, dtype=self.dtype)
+        self.P += P.to(self.device).to(self.dtype)
+        self.X += X.to(self.device).to(self.dtype)
         self.grad_sq += float(grad_sq)
         self.rows += int(rows)
         self._eig = None

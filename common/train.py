@@ -13,6 +13,14 @@ Batches are ``(inputs, targets)``; the model maps inputs to logits ``(..., class
 loss is the mean cross-entropy over all target positions (images: one per image; tokens: one
 per position). Loaders with a ``set_epoch`` method get the epoch before each pass.
 
+Devices: with ``compile`` every run starts from a fresh compiler state (``torch.compiler.reset()``:
+dynamo keeps at most 8 compiled versions of one function per process, and every depth shares
+``ResNet.forward``, so an inline sweep would stop compiling after a few depths); epoch times
+synchronise any accelerator (:func:`common.device.synchronize`); loss sums are float64
+(on the CPU for devices without float64); the final reported losses are evaluated in float32
+whatever the training precision; checkpoints hold the current accelerator device's RNG state
+only, so a run resumes under any number of visible devices.
+
 Run lifecycle (with :mod:`common.runs`): the caller prepares the run directory, calls
 :func:`train` (which also writes the final weights ``model.pt``), then :func:`finish_run`
 (``result.json`` last, then the checkpoint is dropped).
@@ -127,14 +135,15 @@ def evaluate(model: nn.Module, loader: Iterable, device: torch.device, *, amp: b
     """Mean cross-entropy and accuracy over every target of ``loader`` (eval mode, no augmentation)."""
     was_training = model.training
     model.eval()
-    loss_sum = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
+    # float64 sum of per-batch float32 sums; on the CPU when the device has no float64 (MPS, NPU)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=devices.float64_device(device))
     correct = torch.zeros((), dtype=torch.int64, device=device)
     count = 0
     for x, y in loader:
         with devices.autocast(device, amp):
             logits = model(x)
         logits, y = logits.flatten(0, -2).float(), y.flatten()
-        loss_sum += F.cross_entropy(logits, y, reduction="sum").to(loss_sum.dtype)
+        loss_sum += F.cross_entropy(logits, y, reduction="sum").to(loss_sum.device).double()
         correct += (logits.argmax(-1) == y).sum()
         count += y.numel()
     model.train(was_training)
@@ -202,8 +211,7 @@ def train_epoch(
             pending = []
     if pending:
         loss_sum += _check_finite(pending, step, epoch, batches - 1, where)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    devices.synchronize(device)  # the epoch's work has finished, not just been queued
     return EpochStats(
         step=step, lr=lr, loss=loss_sum / max(batches, 1), acc=correct.item() / max(targets, 1),
         examples=seen, seconds=time.perf_counter() - start,
@@ -226,7 +234,9 @@ def train(
 
     ``eval_loaders`` (e.g. ``{"test": ...}``) are evaluated after every epoch and logged as
     ``<name>_loss`` / ``<name>_acc``; ``final_eval_loaders`` (e.g. ``{"train": <clean train
-    loader>}``) once at the end, overriding same-named keys of the summary. The per-epoch
+    loader>}``) once at the end, overriding same-named keys of the summary. The summary's losses
+    are evaluated in float32 (``final_eval_dtype``; the per-epoch records use the training
+    precision, ``autocast_dtype``), so they compare across depths and devices. The per-epoch
     ``train_loss`` / ``train_acc`` are running means over the epoch's augmented batches.
     ``on_epoch_end(epoch, record)`` runs after each checkpoint (epoch counts from 1).
 
@@ -256,6 +266,8 @@ def train(
         _truncate_metrics(run_dir, start_epoch)
         log.info("%s: resuming %s after epoch %d (step %d)", desc, run_dir, start_epoch, step)
 
+    if settings.compile:
+        torch.compiler.reset()  # dynamo's per-function limit (8 versions) is per process, not per model
     forward = torch.compile(model) if settings.compile else model
     for epoch in range(start_epoch, recipe.epochs):
         if hasattr(train_loader, "set_epoch"):
@@ -306,10 +318,14 @@ def train(
     summary = dict(history[-1]) if history else {}
     summary["train_loss_running"] = summary.get("train_loss")
     summary["train_acc_running"] = summary.get("train_acc")
-    for name, loader in (final_eval_loaders or {}).items():
-        metrics = evaluate(forward, loader, device, amp=settings.amp)
+    amp_dtype = devices.precision_name(device, settings.amp)
+    # The reported losses in float32 (bf16 evaluation moved a ResNet-8's loss by 0.16%); eager, so
+    # that no extra graph is compiled. The per-epoch values are float32 already without autocast.
+    final = {**(eval_loaders if amp_dtype != "float32" else {}), **(final_eval_loaders or {})}
+    for name, loader in final.items():
+        metrics = evaluate(model, loader, device, amp=False)
         summary[f"{name}_loss"], summary[f"{name}_acc"] = metrics["loss"], metrics["acc"]
-    summary.update(epochs=recipe.epochs, steps=step, wall_s=wall)
+    summary.update(epochs=recipe.epochs, steps=step, wall_s=wall, autocast_dtype=amp_dtype, final_eval_dtype="float32")
     runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in model.state_dict().items()}})
     return summary
 

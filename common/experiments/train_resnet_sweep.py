@@ -12,6 +12,11 @@ backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The pape
 epoch count and no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value
 below are this reproduction's decisions (README, "Reproduction decisions"). ``smoke`` runs the
 same code paths in minutes on a CPU.
+
+On accelerators (``common.train``): bf16 autocast where the device has native bf16, else
+float32; ``--compile auto`` compiles on CUDA, and every run starts from a fresh compiler state so
+that all depths of an inline sweep are compiled alike; ``train_loss`` / ``test_loss`` of the
+result are evaluated in float32 on every device, so they compare across depths.
 """
 
 from __future__ import annotations
@@ -222,6 +227,8 @@ def train_resnet_run(spec: RunSpec) -> dict:
         "train_loss_running": summary["train_loss_running"],
         "train_acc_running": summary["train_acc_running"],
         "images_per_s": summary["images_per_s"],
+        "autocast_dtype": summary["autocast_dtype"],  # training precision (common.device.autocast_dtype)
+        "final_eval_dtype": summary["final_eval_dtype"],  # train_/test_loss above: float32 on every device
     }
     finish_run(path, result)
     return result

@@ -1,0 +1,338 @@
+"""What only breaks on a GPU or an Ascend NPU, exercised on the CPU wherever the mechanism allows (issue 9).
+
+Each test stands in for an accelerator by replacing one capability answer (``monkeypatch``):
+dynamo's per-function compile limit with the ``eager`` backend, a 4-device RNG, a device without
+float64, a chip with or without native bf16, ``torch.accelerator.synchronize``, a torchrun
+environment. The checks that need the real device are in ``benchmarks/accelerator_check.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import operator
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+from torch._dynamo.utils import counters
+
+from common import device as devices
+from common import distributed, probe, projection, runs
+from common.data.vision import TensorLoader, make_synthetic
+from common.errors import UserError
+from common.models.resnet import ResNet, ResNetConfig
+from common.train import Schedule, SGDRecipe, TrainSettings, evaluate, train, train_epoch
+
+script = importlib.import_module("01_train_resnet_sweep")
+checker = importlib.import_module("benchmarks.accelerator_check")
+NPU = SimpleNamespace(type="npu")  # torch.device("npu") exists only once torch_npu is imported
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Toy models: one thread is fastest and does not stall when other processes load the machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ----------------------------------------------------------------------------- 1. compile per run
+def test_five_depths_in_one_process_each_compile_after_the_compiler_reset(tmp_path, monkeypatch):
+    """Dynamo keeps at most ``recompile_limit`` versions of ``ResNet.forward`` per process, shared by all depths.
+
+    Here each depth needs one version (one full training batch, no evaluation) and the limit is
+    lowered from 8 to 4 to keep the test short; a sweep needs 2-3 per depth against 8 (the GPU
+    check, ``benchmarks/accelerator_check.py`` item 2). Without ``torch.compiler.reset()`` per run
+    the fifth depth finds the limit spent and trains uncompiled; ``fail_on_recompile_limit_hit``
+    turns that silent fallback into an error.
+    """
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    data = make_synthetic(num_train=8, num_test=8, num_classes=3, image_size=8, seed=0)
+    loader = TensorLoader(data.x_train, data.y_train, 8, train=True, mean=data.mean, std=data.std)
+    settings = TrainSettings(SGDRecipe(epochs=1, lr=0.05), compile=True)
+    compiled = []
+    with torch._dynamo.config.patch(recompile_limit=4, fail_on_recompile_limit_hit=True):
+        for n in range(5):
+            before = counters["frames"]["ok"]
+            torch.manual_seed(n)
+            model = ResNet(ResNetConfig(extra_blocks=n, widths=(2, 2, 2), num_classes=3))
+            train(model, loader, {}, run_dir=tmp_path / f"n{n}", settings=settings, device=torch.device("cpu"))
+            compiled.append(counters["frames"]["ok"] - before)
+    assert compiled == [1] * 5, compiled
+
+
+# ----------------------------------------------------------------------------- 2. RNG across device counts
+class FakeAccelerator:
+    """``torch.cuda``'s RNG calls for ``n`` devices, each with its own generator state."""
+
+    def __init__(self, n: int, current: int = 0, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.states = [torch.randint(0, 256, (16,), dtype=torch.uint8, generator=g) for _ in range(n)]
+        self.current = current
+
+    def is_available(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return len(self.states)
+
+    def current_device(self) -> int:
+        return self.current
+
+    def get_rng_state(self) -> torch.Tensor:
+        return self.states[self.current].clone()
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        self.states[self.current] = state.clone()
+
+
+def _with_accelerator(monkeypatch, fake: FakeAccelerator) -> None:
+    monkeypatch.setattr(devices, "rng_accelerators", lambda: {"cuda": fake})
+
+
+def test_rng_state_saved_with_four_devices_restores_with_one(tmp_path, monkeypatch):
+    four = FakeAccelerator(4, current=2, seed=1)
+    _with_accelerator(monkeypatch, four)
+    runs.save_checkpoint(tmp_path / "c.pt", {"rng": devices.rng_state()})
+    saved = runs.load_checkpoint(tmp_path / "c.pt")["rng"]  # weights_only=True
+    assert torch.equal(saved["cuda"], four.states[2])  # only the current device's state is stored
+
+    one = FakeAccelerator(1, seed=2)
+    _with_accelerator(monkeypatch, one)
+    devices.set_rng_state(saved)
+    assert torch.equal(one.states[0], four.states[2])
+
+
+def test_old_checkpoints_with_one_state_per_device_resume_on_fewer_devices(monkeypatch):
+    old = {"python": random.getstate(), "numpy": devices.rng_state()["numpy"], "torch": torch.get_rng_state()}
+    four = FakeAccelerator(4, seed=3)
+    old["cuda"] = list(four.states)  # torch.cuda.get_rng_state_all() of a 4-GPU run
+    one = FakeAccelerator(1, seed=4)
+    _with_accelerator(monkeypatch, one)
+    devices.set_rng_state(old)  # used to raise IndexError
+    assert torch.equal(one.states[0], four.states[0])
+
+
+def test_a_run_killed_on_four_devices_resumes_on_one(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    batches = [(torch.randint(0, 7, (4, 5)), torch.randint(0, 7, (4, 5))) for _ in range(2)]
+
+    def run(on_epoch_end=None):
+        torch.manual_seed(1)
+        model = nn.Sequential(nn.Embedding(7, 4), nn.Linear(4, 7))
+        settings = TrainSettings(SGDRecipe(epochs=2, lr=0.1))
+        return train(model, batches, {}, run_dir=tmp_path, settings=settings, device=torch.device("cpu"), on_epoch_end=on_epoch_end)
+
+    def kill(epoch, record):
+        raise KeyboardInterrupt
+
+    four = FakeAccelerator(4, current=3, seed=5)
+    _with_accelerator(monkeypatch, four)
+    with pytest.raises(KeyboardInterrupt):
+        run(kill)
+    one = FakeAccelerator(1, seed=6)
+    _with_accelerator(monkeypatch, one)
+    assert run()["epochs"] == 2
+    assert torch.equal(one.states[0], four.states[3])
+
+
+# ----------------------------------------------------------------------------- 3. float64 on the CPU
+def test_float64_runs_on_the_cpu_for_mps_and_npu_only():
+    assert [projection.supports_float64(d) for d in ("cpu", "cuda:1", torch.device("cpu"), "mps", "npu:0")] == [
+        True, True, True, False, False,
+    ]  # fmt: skip
+    assert [str(projection.float64_device(d)) for d in ("cuda:1", "mps", "npu", None)] == ["cuda:1", "cpu", "cpu", "cpu"]
+    assert devices.float64_device is projection.float64_device  # one decision
+
+
+def test_gram_statistics_of_a_device_without_float64_live_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(projection, "supports_float64", lambda device: False)
+    acc = projection.GramAccumulator(3, 2, device=torch.device("meta"))  # meta stands in for the accelerator
+    assert acc.device == torch.device("cpu") and acc.P.device == acc.X.device == torch.device("cpu")
+    acc.update(torch.eye(3), torch.ones(3, 2))
+    assert acc.growth_value() == pytest.approx(6**0.5, rel=1e-15) and acc.rank() == 3
+
+
+def test_exact_probe_records_where_float64_ran_and_gives_the_same_values(monkeypatch):
+    torch.manual_seed(0)
+    model = ResNet(ResNetConfig(extra_blocks=0, widths=(2, 3, 3), num_classes=3)).double()
+    batches = [(torch.randn(4, 3, 8, 8, dtype=torch.float64), torch.randint(0, 3, (4,)))]
+    native = probe.probe_activation_gradients(model, batches, exact=True)
+    asked = []
+    monkeypatch.setattr(projection, "supports_float64", lambda device: asked.append(str(device)) or False)
+    fallback = probe.probe_activation_gradients(model, batches, exact=True)
+    assert asked and fallback.summary()["float64_device"] == "cpu"
+    for a, b in zip(native.scores, fallback.scores, strict=True):
+        assert (a.growth_value, a.tangent_rank, a.ag_norm) == (b.growth_value, b.tangent_rank, b.ag_norm)
+
+
+# ----------------------------------------------------------------------------- 4. TF32 in the probe
+def _flags() -> dict:
+    return {p: operator.attrgetter(p)(torch.backends).fp32_precision for p in probe._PRECISION_LEAVES}
+
+
+@pytest.fixture
+def tf32_everywhere():
+    """TF32 allowed for CUDA matmuls and cuDNN (what many training scripts set); restored afterwards."""
+    before = _flags()
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    yield _flags()
+    for path, value in before.items():
+        operator.attrgetter(path)(torch.backends).fp32_precision = value
+
+
+class _Spy(nn.Module):
+    """A one-candidate model that records the math mode its forward runs in."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.inner, self.head, self.seen, self.fail = nn.Linear(3, 3), nn.Linear(3, 2), [], fail
+
+    def forward(self, x):
+        self.seen.append(probe.math_mode())
+        if self.fail:
+            raise RuntimeError("deliberate")
+        return self.head(self.inner(x))
+
+    def candidates(self):
+        return [SimpleNamespace(index=0, name="head.in", module=self.head, family="linear")]
+
+
+@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch < 2.9: allow_tf32 API")
+def test_probe_switches_tf32_off_for_its_duration_and_restores_it(tf32_everywhere):
+    assert probe.math_mode()["tf32"]
+    model = _Spy()
+    result = probe.probe_activation_gradients(model, [(torch.randn(4, 3), torch.randint(0, 2, (4,)))])
+    assert model.seen and not any(mode["tf32"] for mode in model.seen)
+    assert model.seen[0]["cudnn_conv"] == model.seen[0]["cuda_matmul"] == "ieee"
+    assert result.summary()["math_mode"] == model.seen[0]
+    assert _flags() == tf32_everywhere  # restored exactly
+    with pytest.raises(RuntimeError, match="deliberate"):
+        probe.probe_activation_gradients(_Spy(fail=True), [(torch.randn(4, 3), torch.randint(0, 2, (4,)))])
+    assert _flags() == tf32_everywhere  # also after an error
+
+
+# ----------------------------------------------------------------------------- 5. mixed precision
+@pytest.mark.parametrize(
+    ("native", "emulated", "expected"),
+    [(True, True, torch.bfloat16), (False, True, None), (False, False, None)],
+    ids=["A100/H100", "V100/T4 (emulated bf16)", "no bf16"],
+)
+def test_cuda_uses_bf16_only_where_it_is_native(monkeypatch, native, emulated, expected):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: emulated if including_emulation else native)
+    assert devices.autocast_dtype(CUDA) is expected
+    assert devices.precision_name(CUDA) == ("bfloat16" if expected else "float32")
+
+
+@pytest.mark.parametrize(("answer", "expected"), [(True, torch.bfloat16), (False, None), ("missing", None)])
+def test_npu_asks_torch_npu_for_bf16(monkeypatch, answer, expected):
+    npu = SimpleNamespace() if answer == "missing" else SimpleNamespace(is_bf16_supported=lambda: answer)
+    monkeypatch.setattr(torch, "npu", npu, raising=False)
+    assert devices.autocast_dtype(NPU) is expected
+
+
+def test_cpu_and_mps_train_in_float32():
+    assert devices.autocast_dtype(torch.device("cpu")) is None and devices.autocast_dtype(torch.device("mps")) is None
+
+
+def test_final_reported_losses_are_float32_when_training_in_bf16(tmp_path, monkeypatch):
+    monkeypatch.setattr(devices, "bf16_supported", lambda device: True)  # bf16 autocast on the CPU
+    torch.manual_seed(0)
+    batches = [(torch.randint(0, 11, (8, 6)), torch.randint(0, 11, (8, 6))) for _ in range(2)]
+    model = nn.Sequential(nn.Embedding(11, 16), nn.Linear(16, 11))
+    summary = train(model, batches, {"val": batches}, run_dir=tmp_path, settings=TrainSettings(SGDRecipe(epochs=1, lr=0.5)),
+                    device=torch.device("cpu"))  # fmt: skip
+    float32 = evaluate(model, batches, torch.device("cpu"), amp=False)["loss"]
+    bf16 = runs.read_metrics(tmp_path)[-1]["val_loss"]
+    assert summary["autocast_dtype"] == "bfloat16" and summary["final_eval_dtype"] == "float32"
+    assert bf16 != float32 and summary["val_loss"] == float32
+
+
+# ----------------------------------------------------------------------------- 6. timing
+def test_epoch_timing_synchronises_any_accelerator(monkeypatch):
+    synced = []
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: synced.append(device))
+    devices.synchronize(torch.device("cpu"))
+    devices.synchronize(NPU)
+    assert synced == [NPU]
+
+    seen = []
+    monkeypatch.setattr(devices, "synchronize", seen.append)
+    model = nn.Linear(2, 2)
+    settings = TrainSettings(SGDRecipe(epochs=1, lr=0.1))
+    batches = [(torch.randn(3, 2), torch.randint(0, 2, (3,)))]
+    train_epoch(model, settings.recipe.make_optimizer(model), batches, schedule=Schedule.of(settings.recipe, 1), step=0,
+                settings=settings, device=torch.device("cpu"))  # fmt: skip
+    assert seen == [torch.device("cpu")]
+
+
+# ----------------------------------------------------------------------------- 7. processes and devices
+def test_each_process_takes_its_local_rank_or_its_only_visible_device():
+    assert [distributed.local_device_index(r, 4) for r in range(4)] == [0, 1, 2, 3]  # torchrun: all visible
+    assert [distributed.local_device_index(r, 1) for r in range(4)] == [0, 0, 0, 0]  # SLURM --gpus-per-task=1
+    with pytest.raises(UserError, match="--gpus-per-task"):
+        distributed.local_device_index(3, 2)
+    with pytest.raises(UserError, match="no cuda device"):
+        distributed.local_device_index(0, 0)
+
+
+def _torchrun_env(monkeypatch, world_size: int, local_rank: int = 0) -> None:
+    monkeypatch.setenv("WORLD_SIZE", str(world_size))
+    monkeypatch.setenv("RANK", str(local_rank))
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+
+
+def test_a_task_bound_to_one_gpu_sets_device_zero(monkeypatch):
+    _torchrun_env(monkeypatch, 4, local_rank=3)
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)  # no real process group
+    info = distributed.init_distributed("cuda")
+    assert chosen == [0] and info.device == "cuda:0" and info.backend == "nccl" and info.local_rank == 3
+
+
+def test_npu_jobs_import_torch_npu_before_joining(monkeypatch):
+    _torchrun_env(monkeypatch, 2)
+    imported = []
+    monkeypatch.setattr(distributed, "import_torch_npu", lambda: imported.append(True))
+    monkeypatch.setattr(torch, "npu", SimpleNamespace(device_count=lambda: 2, set_device=imported.append), raising=False)
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    info = distributed.init_distributed("npu")
+    assert imported == [True, 0] and info.backend == "hccl" and info.device == "npu:0"
+
+
+def test_local_distributed_jobs_count_npus(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(devices, "npu_available", lambda: True)
+    monkeypatch.setattr(torch, "npu", SimpleNamespace(device_count=lambda: 8), raising=False)
+    assert devices.accelerator_count() == 8
+
+
+def test_script_01_under_torchrun_is_refused_with_one_line(tmp_path, monkeypatch, capsys):
+    _torchrun_env(monkeypatch, 4)
+    argv = ["--preset", "smoke", "--dataset", "synthetic", "--device", "cpu", "--depths", "0", "--out", str(tmp_path / "runs")]
+    assert script.main(argv) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "torchrun" in line and "--launcher local" in line and "one process per run" in line
+    assert not (tmp_path / "runs" / "resnet_sweep").exists()  # nothing planned, nothing written
+    monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc-per-node 1: one copy, allowed
+    assert script.main([*argv, "--dry-run"]) == 0
+
+
+# ----------------------------------------------------------------------------- the accelerator check itself
+def test_accelerator_check_cpu_dry_run_runs_every_item_and_writes_its_report(tmp_path):
+    report = checker.run_check(["--cpu-dry-run", "--out", str(tmp_path / "report.json")])
+    saved = runs.read_json(tmp_path / "report.json")
+    assert saved == report and saved["device"]["type"] == "cpu" and saved["mode"] == "cpu-dry-run"
+    numbers = [item["number"] for item in saved["items"]]
+    assert numbers == sorted(numbers) and len(numbers) >= 6
+    statuses = [item["status"].split(":")[0] for item in saved["items"]]
+    assert set(statuses) <= {"pass", "skipped"} and statuses.count("pass") >= 6, statuses
