@@ -7,14 +7,19 @@ train``), one forward and one backward pass each, give ``AG_l``, ``AG~_l`` and t
 RMS at every candidate; ``--exact`` adds the tangent-space growth value ``V_S,l`` of the
 protocol's zero-output block. The separated saturation test of App. G runs on an independent
 sample (``--saturation-split``, default test: never trained on, disjoint from the analysis
-batches). One run per model (experiment ``ag_probe``): finished runs are skipped.
+batches; every example left unless ``--saturation-n``) on Theorem 3's statistic
+``max_l ||C_l||``, the cross-gradient of the mean loss pooled over that whole sample, and
+reports the error bound ``sum_l tr(Sigma_hat_l) / (n t^2)``. One run per model (experiment
+``ag_probe``): finished runs are skipped.
 
-Prints depth vs AGmax with the paper's 5e-3 low-signal line marked and ends with the path of
-the summary CSV (one row per depth and seed). The job function is
-:func:`common.experiments.probe_ag.probe_sweep_run`.
+Prints depth vs AGmax in both normalisations the paper's words allow (the batch-mean ``AG_l``
+and the per-example RMS), each with the paper's 5e-3 low-signal line marked, the App. G
+verdict with its bound, and ends with the path of the summary CSV (one row per depth and
+seed). The job function is :func:`common.experiments.probe_ag.probe_sweep_run`.
 
     python 02_probe_ag.py --dataset cifar100
     python 02_probe_ag.py --dataset cifar10 --exact --split test
+    python 02_probe_ag.py --dataset cifar10 --saturation-delta 0.01 --saturation-t 0.005
 """
 
 from __future__ import annotations
@@ -22,13 +27,15 @@ from __future__ import annotations
 import argparse
 
 from common import runs
-from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args, positive_int
+from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args, positive_float, positive_int
 from common.data.vision import DATASETS
 from common.errors import UserError
 from common.experiments.probe_ag import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_N_BATCHES,
     EXPERIMENT,
+    SATURATION_ALPHA,
+    SATURATION_DELTA,
     SPLITS,
     probe_configs,
     probe_sweep_run,
@@ -61,9 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
                        help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke, off with paper")
     sat = parser.add_argument_group("separated saturation test (App. G)")
-    sat.add_argument("--saturation-delta", type=float, default=LOW_SIGNAL_AG,
-                     help="delta: saturated within delta when max_l AG_l < delta + t on the independent sample")
-    sat.add_argument("--saturation-t", type=float, default=0.0, help="t: the separation margin of the test")
+    sat.add_argument("--saturation-delta", type=float, default=SATURATION_DELTA,
+                     help="delta: 'saturated within delta' when max_l ||C_l|| < delta + t on the independent sample "
+                          "(H0: Gamma <= delta vs H1: Gamma >= delta + 2t); default 0, Theorem 1's boundary (README)")
+    sat.add_argument("--saturation-t", type=positive_float, default=None,
+                     help="t > 0: the separation margin, in the units of ||C_l||; None: the t at which the error "
+                          "bound sum_l tr(Sigma_hat_l) / (n t^2) equals --saturation-alpha")
+    sat.add_argument("--saturation-alpha", type=float, default=SATURATION_ALPHA,
+                     help="the error bound that sets t when --saturation-t is not given (0 < alpha < 1)")
+    sat.add_argument("--saturation-n", type=positive_int, default=None,
+                     help="n: examples in the App. G sample; None: every example of the split outside the analysis batches")
     sat.add_argument("--saturation-split", choices=SPLITS, default="test",
                      help="the independent probe sample (test: never trained on; train is flagged as reused training data)")
     return parser

@@ -19,6 +19,22 @@ is made a leaf that requires grad), never a parameter gradient.
   BatchNorm); in train mode it is the batch-gradient row rescaled;
 - ``ag_norm_pooled``: ``||dL_S/dz_l||_F`` for ``S`` = all probed examples, ``L_S`` their mean loss
   (``= per_example_rms / sqrt(n)``), the normalisation of the pooled exact values below;
+- ``block_input``: False for the tensor entering the head (the last candidate, whose module is
+  not one of ``model.blocks``), True for the input of a residual block;
+
+:func:`ag_maxima` reads AGmax from these in the three readings the paper's words allow (README,
+reproduction decisions): ``ag_max`` (batch-mean ``AG_l``), ``ag_max_per_example`` (per-example
+RMS; ``ag_max ~ ag_max_per_example / sqrt(batch size)``) and ``ag_max_blocks`` (``AG_l`` over
+block inputs only, the head's input left out), each with the candidate attaining it.
+
+With ``contributions=True`` (App. G, no Gram matrix or eigendecomposition), per candidate the
+per-example contributions ``c_i(l) = Psi_i^T g_i`` (``Psi_i`` the tangent-feature rows of
+example ``i``, ``g_i = b * (its rows of dL_b/dz_l)`` its own loss gradient, exact in eval-mode
+BatchNorm) stream into :class:`common.projection.ContributionMoments`:
+
+- ``cross_gradient_norm_pooled``: ``||C_l||`` with ``C_l = mean_i c_i(l)``, the gradient of the
+  mean loss over all probed examples w.r.t. ``V_l`` at 0 (Theorem 3's statistic);
+- ``contribution_cov_trace``: ``tr(Sigma_hat_l)``, the traced sample covariance of ``c_i(l)``;
 
 and with ``exact=True`` the tangent-space quantities of :mod:`common.projection` for the
 protocol's standard zero-output block (:mod:`common.tangent`, ``U_l`` seeded by ``(seed, l)``):
@@ -45,14 +61,14 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.projection import GramAccumulator, float64_device
+from common.projection import ContributionMoments, GramAccumulator, float64_device
 from common.tangent import ZeroOutputBlock, candidate_family, make_zero_block
 
 BN_MODES = ("eval", "train")
@@ -241,6 +257,7 @@ class CandidateScore:
     family: str
     width: int  # d: coordinates of z_l per row unit
     rows_per_example: int
+    block_input: bool  # False for the tensor entering the head
     ag_norm: float  # AG_l
     ag_norm_normalised: float  # AG~_l
     per_example_rms: float
@@ -253,6 +270,27 @@ class CandidateScore:
     tangent_dim: int | None = None
     tangent_rank: int | None = None
     rows_pooled: int | None = None
+    contribution_cov_trace: float | None = None  # tr(Sigma_hat_l) of c_i(l), with contributions=True
+
+
+def ag_maxima(rows: Iterable[Mapping]) -> dict:
+    """AGmax in its three readings, each with the candidate attaining it (README, reproduction decisions).
+
+    ``rows``: one mapping per candidate with ``name``, ``ag_norm``, ``per_example_rms`` and
+    ``block_input`` (:class:`CandidateScore` fields, or the rows of a ``candidates.csv``).
+    ``ag_max_blocks`` leaves out the tensor entering the head (None when no row is a block input).
+    """
+    rows = list(rows)
+    if not rows:
+        raise ValueError("ag_maxima needs at least one candidate")
+    blocks = [r for r in rows if bool(r["block_input"])]
+    out = {}
+    for key, column, among in (("ag_max", "ag_norm", rows), ("ag_max_per_example", "per_example_rms", rows),
+                               ("ag_max_blocks", "ag_norm", blocks)):
+        best = max(among, key=lambda r: float(r[column])) if among else None
+        out[key] = float(best[column]) if best is not None else None
+        out[f"{key}_candidate"] = str(best["name"]) if best is not None else None
+    return out
 
 
 @dataclass
@@ -267,6 +305,7 @@ class ProbeResult:
     exact: bool
     mean_loss: float
     seed: int
+    contributions: bool = False
     math_mode: dict = field(default_factory=dict)  # float32 math inside the probe (:func:`full_precision`)
     float64_device: str = "cpu"  # where the float64 statistics ran (:func:`common.projection.float64_device`)
 
@@ -287,8 +326,7 @@ class ProbeResult:
     def summary(self) -> dict:
         best = self.ag_max_score
         out = {
-            "ag_max": self.ag_max,
-            "ag_max_candidate": best.name,
+            **ag_maxima(asdict(s) for s in self.scores),
             "ag_max_index": best.index,
             "batch_size": self.batch_size,
             "n_batches": self.n_batches,
@@ -320,6 +358,7 @@ class _Running:
         self.v = 0.0
         self.c = 0.0
         self.pooled: GramAccumulator | None = None
+        self.moments: ContributionMoments | None = None
 
 
 def probe_activation_gradients(
@@ -332,8 +371,10 @@ def probe_activation_gradients(
     family: str | None = None,
     seed: int = 0,
     chunk_elements: int = CHUNK_ELEMENTS,
+    contributions: bool = False,
 ) -> ProbeResult:
-    """``AG_l``, ``AG~_l``, per-example RMS (and with ``exact`` ``V_S,l``, ``C_l``) for every candidate.
+    """``AG_l``, ``AG~_l``, per-example RMS (with ``exact`` ``V_S,l``; with ``contributions`` the pooled
+    ``C_l`` and ``tr(Sigma_hat_l)`` of App. G) for every candidate.
 
     ``batches`` yields ``(x, y)`` analysis batches, each used for one forward and one backward
     pass. ``family`` (default: each candidate's own, :func:`common.tangent.candidate_family`) and
@@ -342,6 +383,7 @@ def probe_activation_gradients(
     :func:`full_precision`; float64 sums run on :func:`common.projection.float64_device`.
     """
     candidates = model.candidates()
+    block_modules = {id(m) for m in getattr(model, "blocks", ())}
     running = [_Running() for _ in candidates]
     blocks: list[ZeroOutputBlock | None] = [None] * len(candidates)
     shapes: list[tuple[str, int, int]] = []
@@ -364,10 +406,15 @@ def probe_activation_gradients(
                 total_sq = float(row_sq.sum())
                 run.ag += math.sqrt(total_sq)  # ||dL_b/dz_l||_F
                 run.example_sq += total_sq * b * b  # sum_i ||d loss_i/dz_l,i||^2
+                if (exact or contributions) and blocks[i] is None:
+                    blocks[i] = make_zero_block(fam.name, fam.width(z), seed, candidates[i].index, like=z)
+                    blocks[i].train(bn_mode == "train")
+                if contributions:
+                    if run.moments is None:
+                        run.moments = ContributionMoments(fam.feature_dim(fam.width(z)), fam.width(z), device=f64)
+                    for c_i in example_contributions(blocks[i], fam, z, g, b, chunk_elements):
+                        run.moments.update(c_i)
                 if exact:
-                    if blocks[i] is None:
-                        blocks[i] = make_zero_block(fam.name, fam.width(z), seed, candidates[i].index, like=z)
-                        blocks[i].train(bn_mode == "train")
                     acc = _tangent_gram(blocks[i], fam, z, g, chunk_elements)
                     run.v += acc.growth_value()
                     run.c += acc.cross_gradient_norm()
@@ -385,6 +432,7 @@ def probe_activation_gradients(
         rms = math.sqrt(run.example_sq / n)
         score = CandidateScore(
             index=c.index, name=c.name, family=fam_name, width=width, rows_per_example=rows_per_example,
+            block_input=id(c.module) in block_modules,
             ag_norm=ag, ag_norm_normalised=ag / math.sqrt(width), per_example_rms=rms, ag_norm_pooled=rms / math.sqrt(n),
         )
         if exact:
@@ -398,11 +446,38 @@ def probe_activation_gradients(
             score.tangent_dim = pooled.k
             score.tangent_rank = pooled.rank()
             score.rows_pooled = pooled.rows
+        if contributions:
+            score.cross_gradient_norm_pooled = run.moments.cross_gradient_norm()
+            score.contribution_cov_trace = run.moments.covariance_trace() if n > 1 else None
         scores.append(score)
     return ProbeResult(
         scores=scores, batch_size=sizes[0], n_batches=nb, n_examples=n, bn_mode=bn_mode, exact=exact,
-        mean_loss=sum(losses) / nb, seed=seed, math_mode=mode, float64_device=str(f64),
+        mean_loss=sum(losses) / nb, seed=seed, contributions=contributions, math_mode=mode, float64_device=str(f64),
     )
+
+
+@torch.no_grad()
+def example_contributions(
+    block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor, scale: float, chunk_elements: int = CHUNK_ELEMENTS
+) -> Iterator[torch.Tensor]:
+    """Per-example ``c_i = Psi_i^T (scale * G_i)`` (float64, ``(m, k, d)`` per chunk of examples).
+
+    ``Psi_i`` and ``G_i`` are example ``i``'s rows of the tangent features and of ``g``; with
+    ``g = dL_b/dz_l`` of a batch-mean loss and ``scale = b``, ``scale * G_i`` is the gradient of
+    example ``i``'s own loss (eval-mode BatchNorm: examples do not interact), and the mean of
+    the ``c_i`` is the cross-gradient of the mean loss over the examples.
+    """
+    psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
+    rows, d = fam.rows_per_example(z), fam.width(z)
+    k = fam.feature_dim(d)
+    per_chunk = max(1, chunk_elements // max(1, rows * max(k, d)))
+    for start in range(0, z.shape[0], per_chunk):
+        sl = slice(start, start + per_chunk)
+        m = int(psi[sl].shape[0])
+        f64 = float64_device(z.device)  # float64 only where the device has it (the CPU for MPS, NPU)
+        features = fam.feature_rows(psi[sl]).to(f64).to(torch.float64).reshape(m, rows, k)
+        grads = fam.state_rows(g[sl]).to(f64).to(torch.float64).reshape(m, rows, d)
+        yield torch.bmm(features.transpose(1, 2), grads).mul_(scale)
 
 
 @torch.no_grad()

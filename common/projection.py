@@ -8,7 +8,12 @@ and ``Psi`` the tangent features (n x k) of candidate ``l``:
 - exact empirical growth value ``V_S,l = || Psi (Psi^T Psi)^+ Psi^T G ||_F``, the norm of the
   orthogonal projection of ``G`` onto the residual tangent space ``{Psi W}`` (App. D.1 closed form),
   computed as ``V_S,l^2 = tr(X^T P^+ X)`` from ``P = Psi^T Psi`` and ``X = Psi^T G`` streamed over
-  row chunks and batches, so memory is ``O(k^2 + k d)`` however many rows go through.
+  row chunks and batches, so memory is ``O(k^2 + k d)`` however many rows go through;
+- the separated saturation test of App. G (Theorem 3) on ``max_l ||C_l||``, ``C_l`` the
+  cross-gradient of the *pooled* mean loss over an independent probe sample, with the
+  Chebyshev/union error bound ``sum_l tr(Sigma_hat_l) / (n t^2)`` from the per-example
+  contributions ``c_i(l)`` (:class:`ContributionMoments`, :func:`saturation_test`). No Gram
+  matrix or eigendecomposition is needed for it.
 
 Rank tolerance (one place: :data:`DEFAULT_RTOL_FACTOR`): ``P`` is eigendecomposed in float64 and
 eigenvalues ``<= rtol * max_eig`` count as zero, ``rtol = k * eps(float64)`` by default (numpy's
@@ -193,12 +198,92 @@ def cross_gradient(psi_rows: torch.Tensor, grad_rows: torch.Tensor) -> torch.Ten
 
 
 # ----------------------------------------------------------------------------- App. G
+SATURATION_STATISTIC = "max_pooled_cross_gradient_norm"  # max_l ||C_l||, C_l of the pooled mean loss
+
+
+class ContributionMoments:
+    """Streamed mean and total variance of per-example contributions ``c_i(l)`` (k x d), float64 (App. G).
+
+    ``c_i(l) = sum over the rows r of example i of Psi_r^T g_r``, with ``g`` the gradient of
+    example ``i``'s own loss, so the pooled cross-gradient of the mean loss over ``n`` examples is
+    ``C_l = mean_i c_i(l)`` and Theorem 3's statistic is ``||C_l||_F``. ``update`` adds a stack
+    ``(m, k, d)``; only the running mean and the sum of squared deviations are kept, merged batch
+    by batch with the pairwise update of Chan, Golub and LeVeque (no cancellation between
+    ``sum ||c_i||^2`` and ``n ||C_l||^2``). ``covariance_trace()`` is
+    ``tr(Sigma_hat_l) = sum_i ||c_i - C_l||_F^2 / (n - 1)``.
+
+    >>> m = ContributionMoments(k=1, d=2)
+    >>> m.update(torch.tensor([[[1.0, 0.0]], [[3.0, 2.0]]]))
+    >>> m.cross_gradient().tolist(), m.covariance_trace()
+    ([[2.0, 1.0]], 4.0)
+    """
+
+    def __init__(self, k: int, d: int, *, device: torch.device | str | None = None) -> None:
+        self.k, self.d = int(k), int(d)
+        self.mean = torch.zeros(self.k, self.d, dtype=torch.float64, device=device)
+        self.sq_dev = 0.0  # sum_i ||c_i - mean||_F^2
+        self.n = 0
+
+    def update(self, contributions: torch.Tensor) -> None:
+        """Add ``m`` examples' contributions, a ``(m, k, d)`` tensor."""
+        if contributions.dim() != 3 or tuple(contributions.shape[1:]) != (self.k, self.d):
+            raise ValueError(f"expected contributions (m, {self.k}, {self.d}), got {tuple(contributions.shape)}")
+        c = contributions.detach().to(device=self.mean.device, dtype=torch.float64)
+        m = int(c.shape[0])
+        if m == 0:
+            return
+        batch_mean = c.mean(dim=0)
+        batch_sq_dev = float((c - batch_mean).square().sum())
+        shift = batch_mean - self.mean
+        total = self.n + m
+        self.sq_dev += batch_sq_dev + float(shift.square().sum()) * self.n * m / total
+        self.mean += shift * (m / total)
+        self.n = total
+
+    def cross_gradient(self) -> torch.Tensor:
+        """``C_l = mean_i c_i(l)`` (k x d): the gradient of the pooled mean loss w.r.t. ``V_l`` at 0."""
+        return self.mean.clone()
+
+    def cross_gradient_norm(self) -> float:
+        """``||C_l||_F``."""
+        return float(torch.linalg.matrix_norm(self.mean))
+
+    def covariance_trace(self) -> float:
+        """``tr(Sigma_hat_l)``: the sample covariance of ``c_i(l)`` (divisor ``n - 1``), traced."""
+        if self.n < 2:
+            raise ValueError(f"a sample covariance needs at least 2 examples, got {self.n}")
+        return self.sq_dev / (self.n - 1)
+
+
+def saturation_error_bound(covariance_traces: Sequence[float], n: int, t: float) -> float:
+    """``sum_l tr(Sigma_l) / (n t^2)``: Chebyshev plus a union bound over the candidates (App. G).
+
+    Under ``H0: Gamma <= delta`` a "not saturated" verdict needs ``||C_l - g(l)|| >= t`` at some
+    ``l``; under ``H1: Gamma >= delta + 2 t`` a "saturated" verdict needs it at the candidate
+    attaining ``Gamma``. ``E ||C_l - g(l)||^2 = tr(Sigma_l) / n`` for ``n`` i.i.d. examples, so
+    Markov on the squared norm and the union over ``l`` bound either error by this number.
+    """
+    if t <= 0 or n <= 0:
+        raise ValueError(f"the error bound needs t > 0 and n > 0, got t={t}, n={n}")
+    return float(sum(covariance_traces)) / (n * t * t)
+
+
+def separation_margin(covariance_traces: Sequence[float], n: int, alpha: float) -> float:
+    """The ``t`` at which :func:`saturation_error_bound` equals ``alpha``: ``sqrt(sum_l tr / (n alpha))``."""
+    if not 0 < alpha < 1 or n <= 0:
+        raise ValueError(f"the separation margin needs 0 < alpha < 1 and n > 0, got alpha={alpha}, n={n}")
+    return math.sqrt(float(sum(covariance_traces)) / (n * alpha))
+
+
 @dataclass(frozen=True)
 class SaturationDecision:
     """The separated saturation test of App. G and every number behind its decision.
 
     ``saturated`` is ``max_l statistic_l < delta + t``: with ``H0: Gamma <= delta`` and
     ``H1: Gamma >= delta + 2 t`` the threshold ``delta + t`` separates them by ``t`` on each side.
+    ``error_bound`` bounds the probability of a wrong verdict under either hypothesis
+    (:func:`saturation_error_bound`, with the sample covariances plugged in);
+    ``bound_informative`` is False when it is 1 or more.
     """
 
     saturated: bool
@@ -213,6 +298,9 @@ class SaturationDecision:
     split: str
     reused_training_data: bool
     values: dict[str, float]
+    covariance_traces: dict[str, float]  # tr(Sigma_hat_l) per candidate
+    error_bound: float
+    bound_informative: bool
 
     def as_record(self) -> dict:
         return asdict(self)
@@ -220,6 +308,7 @@ class SaturationDecision:
 
 def saturation_test(
     values: Sequence[float],
+    covariance_traces: Sequence[float],
     *,
     delta: float,
     t: float,
@@ -227,23 +316,25 @@ def saturation_test(
     split: str,
     reused_training_data: bool,
     names: Sequence[str] | None = None,
-    statistic: str = "ag_norm",
+    statistic: str = SATURATION_STATISTIC,
 ) -> SaturationDecision:
-    """App. G: declare "saturated within ``delta``" when ``max_l values_l < delta + t``.
+    """App. G: declare "saturated within ``delta``" when ``max_l values_l < delta + t``, with its error bound.
 
-    ``values`` are per-candidate statistics measured on an *independent* probe sample of ``n``
-    examples from ``split``; ``reused_training_data`` must say whether that sample was seen in
-    training (allowed for the deterministic identities, but it voids Theorem 3's i.i.d. argument).
+    ``values`` are ``||C_l||`` (the pooled mean-loss cross-gradients) measured on an *independent*
+    probe sample of ``n`` examples from ``split``, ``covariance_traces`` the ``tr(Sigma_hat_l)`` of
+    their per-example contributions; ``reused_training_data`` must say whether that sample was seen
+    in training (allowed for the deterministic identities, but it voids Theorem 3's i.i.d. argument).
     """
-    if delta < 0 or t < 0:
-        raise ValueError(f"saturation test needs delta >= 0 and t >= 0, got delta={delta}, t={t}")
+    if delta < 0 or t <= 0:
+        raise ValueError(f"saturation test needs delta >= 0 and t > 0 (the separation margin), got delta={delta}, t={t}")
     if len(values) == 0:
         raise ValueError("saturation test needs at least one candidate")
     names = list(names) if names is not None else [str(i) for i in range(len(values))]
-    if len(names) != len(values):
-        raise ValueError(f"{len(names)} names for {len(values)} values")
+    if not len(names) == len(values) == len(covariance_traces):
+        raise ValueError(f"{len(names)} names, {len(values)} values and {len(covariance_traces)} covariance traces")
     best = max(range(len(values)), key=lambda i: values[i])
     threshold = float(delta) + float(t)
+    bound = saturation_error_bound(covariance_traces, n, t)
     return SaturationDecision(
         saturated=bool(values[best] < threshold),
         statistic=statistic,
@@ -257,4 +348,7 @@ def saturation_test(
         split=split,
         reused_training_data=bool(reused_training_data),
         values={name: float(v) for name, v in zip(names, values, strict=True)},
+        covariance_traces={name: float(v) for name, v in zip(names, covariance_traces, strict=True)},
+        error_bound=bound,
+        bound_informative=bound < 1.0,
     )

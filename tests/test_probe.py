@@ -1,16 +1,20 @@
-"""common/probe.py: AG_l, AG~_l, per-example RMS and the exact values, checked by independent routes."""
+"""common/probe.py: AG_l, AG~_l, per-example RMS, AGmax's readings, the exact values and App. G's pooled C_l
+with its per-example contributions, checked by independent routes."""
 
 from __future__ import annotations
 
 import copy
 import math
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
 
-from common.probe import probe_activation_gradients
-from common.projection import saturation_test
+from common.growth import insert_zero_block
+from common.probe import ag_maxima, probe_activation_gradients
+from common.projection import ContributionMoments, saturation_test, separation_margin
+from common.runs import atomic_write_csv
 from tests.helpers import CASES, ResidualMLP, explicit_states_grads, resnet_case, tangent_rows
 
 SEEDS = [0, 1]
@@ -42,10 +46,63 @@ def test_per_example_rms_and_pooled_norm_match_single_example_gradients(seed):
     result = probe_activation_gradients(model, split_batches(x, y, 3))
     singles = [explicit_states_grads(model, x[i : i + 1], y[i : i + 1])[1] for i in range(6)]
     _, pooled = explicit_states_grads(model, x, y)  # one batch of all 6: dL_S/dz_l
-    for score in result.scores:
-        rms = math.sqrt(sum(float(g[score.index].norm()) ** 2 for g in singles) / 6)
-        assert score.per_example_rms == pytest.approx(rms, rel=RTOL)
+    rms = [math.sqrt(sum(float(g[score.index].norm()) ** 2 for g in singles) / 6) for score in result.scores]
+    for score, expected in zip(result.scores, rms, strict=True):
+        assert score.per_example_rms == pytest.approx(expected, rel=RTOL)
         assert score.ag_norm_pooled == pytest.approx(float(pooled[score.index].norm()), rel=RTOL)
+    summary = result.summary()
+    assert summary["ag_max_per_example"] == pytest.approx(max(rms), rel=RTOL)
+    assert summary["ag_max_per_example_candidate"] == result.scores[rms.index(max(rms))].name
+
+
+def test_three_ag_maxima_from_a_hand_made_candidates_csv(tmp_path):
+    # Each reading is attained at a different candidate, the batch-mean one at the head's input.
+    rows = [
+        {"index": 0, "name": "block0.in", "block_input": True, "ag_norm": 0.010, "per_example_rms": 0.20},
+        {"index": 1, "name": "block1.in", "block_input": True, "ag_norm": 0.030, "per_example_rms": 0.15},
+        {"index": 2, "name": "block2.in", "block_input": True, "ag_norm": 0.020, "per_example_rms": 0.30},
+        {"index": 3, "name": "head.in", "block_input": False, "ag_norm": 0.050, "per_example_rms": 0.25},
+    ]
+    atomic_write_csv(tmp_path / "candidates.csv", rows)
+    maxima = ag_maxima(pd.read_csv(tmp_path / "candidates.csv").to_dict("records"))
+    assert maxima == {
+        "ag_max": 0.050, "ag_max_candidate": "head.in",
+        "ag_max_per_example": 0.30, "ag_max_per_example_candidate": "block2.in",
+        "ag_max_blocks": 0.030, "ag_max_blocks_candidate": "block1.in",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_pooled_cross_gradient_and_contribution_covariance_match_autograd_on_an_inserted_block(kind):
+    # C_l = dL_S/dV_l at V_l = 0 for L_S the mean loss over all 6 examples (two batches of 3), and
+    # c_i(l) = d loss_i / dV_l one example at a time, on the protocol's block really inserted.
+    model, x, y = CASES[kind](0) if kind == "mlp" else resnet_case(0, batch=6, size=8)
+    x, y = x[:6], y[:6]
+    # A tiny chunk forces the contributions to be streamed over several example chunks.
+    result = probe_activation_gradients(model, split_batches(x, y, 3), contributions=True, seed=5, chunk_elements=300)
+    assert [s.block_input for s in result.scores] == [True] * (len(result.scores) - 1) + [False]
+    assert result.summary()["ag_max_blocks"] == max(s.ag_norm for s in result.scores[:-1])
+    for score in result.scores:
+        grown = copy.deepcopy(model)
+        v = insert_zero_block(grown, score.index, seed=5).v.weight
+        pooled = torch.autograd.grad(F.cross_entropy(grown(x), y), v)[0]
+        each = torch.stack([torch.autograd.grad(F.cross_entropy(grown(x[i : i + 1]), y[i : i + 1]), v)[0] for i in range(6)])
+        assert score.cross_gradient_norm_pooled == pytest.approx(float(pooled.norm()), rel=RTOL)
+        assert score.contribution_cov_trace == pytest.approx(float((each - pooled).square().sum()) / 5, rel=RTOL)
+    exact = probe_activation_gradients(model, split_batches(x, y, 3), exact=True, seed=5)  # C_l from the Gram route
+    assert [s.cross_gradient_norm_pooled for s in exact.scores] == pytest.approx(
+        [s.cross_gradient_norm_pooled for s in result.scores], rel=RTOL)
+
+
+def test_contribution_moments_stream_to_the_sample_mean_and_covariance_trace():
+    c = torch.randn(50, 3, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 4.0  # mean >> spread
+    moments = ContributionMoments(3, 2)
+    for part in c.split([1, 7, 30, 12]):
+        moments.update(part)
+    assert moments.n == 50
+    assert torch.allclose(moments.cross_gradient(), c.mean(0), rtol=RTOL, atol=0)
+    flat = c.reshape(50, -1)
+    assert moments.covariance_trace() == pytest.approx(float(torch.cov(flat.T).trace()), rel=RTOL)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -113,18 +170,25 @@ def test_probe_reads_token_states_of_a_decoder_like_model(seed):
         assert score.growth_value == pytest.approx(score.ag_norm, rel=1e-8)
 
 
-def test_saturation_test_decides_on_max_against_delta_plus_t_and_reports_its_numbers():
-    decision = saturation_test([1e-3, 4e-3, 2e-3], delta=3e-3, t=1.5e-3, n=1280, split="test",
+def test_saturation_test_decides_on_max_against_delta_plus_t_and_reports_its_bound():
+    decision = saturation_test([1e-3, 4e-3, 2e-3], [2e-3, 1e-3, 3e-3], delta=3e-3, t=1.5e-3, n=1280, split="test",
                                reused_training_data=False, names=["a", "b", "c"])
     assert decision.saturated and decision.argmax == "b" and decision.max_value == 4e-3
     assert decision.threshold == pytest.approx(4.5e-3) and decision.margin == pytest.approx(0.5e-3)
+    assert decision.error_bound == pytest.approx(6e-3 / (1280 * 1.5e-3**2)) and not decision.bound_informative  # 2.08
     record = decision.as_record()
     assert {record[k] for k in ("n", "split", "reused_training_data")} == {1280, "test", False}
     assert record["values"] == {"a": 1e-3, "b": 4e-3, "c": 2e-3}
-    at_threshold = saturation_test([0.75], delta=0.5, t=0.25, n=1, split="train", reused_training_data=True)
-    assert not at_threshold.saturated  # strict: max AG_l < delta + t
-    with pytest.raises(ValueError):
-        saturation_test([1.0], delta=-1.0, t=0.0, n=1, split="test", reused_training_data=False)
+    assert record["covariance_traces"] == {"a": 2e-3, "b": 1e-3, "c": 3e-3}
+    at_threshold = saturation_test([0.75], [1.0], delta=0.5, t=0.25, n=16, split="train", reused_training_data=True)
+    assert not at_threshold.saturated  # strict: max ||C_l|| < delta + t
+    assert at_threshold.error_bound == 1.0 and not at_threshold.bound_informative  # 1 / (16 / 16): uninformative
+    t = separation_margin([2e-3, 1e-3, 3e-3], 1280, 0.05)
+    margin = saturation_test([0.0] * 3, [2e-3, 1e-3, 3e-3], delta=0, t=t, n=1280, split="test", reused_training_data=False)
+    assert margin.error_bound == pytest.approx(0.05) and margin.bound_informative
+    for delta, t in ((-1.0, 1.0), (0.0, 0.0)):  # t = 0 removes the separation the test is built on
+        with pytest.raises(ValueError):
+            saturation_test([1.0], [1.0], delta=delta, t=t, n=2, split="test", reused_training_data=False)
 
 
 def test_float32_model_probe_agrees_with_float64():

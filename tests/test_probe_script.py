@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 import math
 from pathlib import Path
@@ -9,9 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad, vmap
 
 from common import runs
 from common.experiments.train_resnet_sweep import load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
+from common.growth import insert_zero_block
 from common.launch import launch
 from common.runs import make_specs
 from tests.helpers import explicit_states_grads
@@ -39,11 +43,19 @@ def probe_runs(out: Path) -> list[Path]:
 def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, capsys):
     assert script.main([*PROBE, "--exact", "--out", str(sweep_out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert "AGmax" in lines[0] and "<5e-03" in lines[0] and "ResNet-9" in "\n".join(lines)
+    header = lines[0].split()
+    assert header[:9] == ["N", "model", "seed", "AGmax", "argmax", "<5e-03", "AGmax/ex", "argmax", "<5e-03"]
+    assert header[-4:] == ["max||C_l||", "delta+t", "App.G", "bound"] and "ResNet-9" in "\n".join(lines)
     summary = Path(lines[-1])  # the last line is the summary CSV's path
     table = pd.read_csv(summary)
-    required = ["depth_n", "depth_label", "ag_max", "ag_max_candidate", "batch_size", "n_batches", "split", "v_max"]
+    required = ["depth_n", "depth_label", "ag_max", "ag_max_candidate", "ag_max_per_example", "ag_max_per_example_candidate",
+                "ag_max_blocks", "ag_max_blocks_candidate", "batch_size", "n_batches", "split", "v_max", "saturated",
+                "saturation_max_c", "saturation_delta", "saturation_t", "saturation_error_bound", "saturation_n"]
     assert set(required) <= set(table.columns)
+    for line, row in zip(lines[2:4], table.itertuples(), strict=True):  # the printed rows show both readings
+        assert f" {row.ag_max:.3e} {row.ag_max_candidate} " in line
+        assert f" {row.ag_max_per_example:.3e} {row.ag_max_per_example_candidate} " in line
+        assert f" {row.saturation_max_c:.3e} " in line and ("sat" if row.saturated else "not") in line
     assert table["depth_n"].tolist() == [0, 1] and table["depth_label"].tolist() == [8, 9]
     assert (table["batch_size"] == 16).all() and (table["n_batches"] == 2).all() and (table["split"] == "train").all()
     assert (table["v_max"] <= table["ag_max"] * (1 + 1e-9)).all()  # V_S,l <= AG_l, per batch
@@ -53,17 +65,26 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
     for run, n in zip(found, [0, 1], strict=True):
         candidates = pd.read_csv(run / "candidates.csv")
         assert len(candidates) == 4 + n  # 4 + N candidates
-        assert candidates["ag_norm"].max() == pytest.approx(table.loc[table.depth_n == n, "ag_max"].item())
+        row = table.loc[table.depth_n == n].iloc[0]
+        assert candidates["ag_norm"].max() == pytest.approx(row["ag_max"])
+        assert candidates["per_example_rms"].max() == pytest.approx(row["ag_max_per_example"])
+        assert candidates.loc[candidates.block_input, "ag_norm"].max() == pytest.approx(row["ag_max_blocks"])
+        assert candidates["block_input"].tolist() == [True] * (3 + n) + [False]  # the head's input is last
         assert ((candidates["growth_fraction_pooled"] >= 0) & (candidates["growth_fraction_pooled"] <= 1 + 1e-9)).all()
         assert (candidates[["batch_size", "n_batches"]].values == [16, 2]).all()
         ratio = candidates["ag_norm_normalised"] * candidates["width"].map(math.sqrt) / candidates["ag_norm"]
         assert ratio.to_numpy() == pytest.approx(1.0)
         sat = runs.read_result(run)["saturation"]
-        assert (sat["split"], sat["n"], sat["reused_training_data"], sat["delta"]) == ("test", 32, False, 5e-3)
-        # The decision, from the App. G statistic recomputed by hand on the recorded sample.
-        statistic = max(independent_ag(run, "saturation"))
-        assert sat["max_value"] == pytest.approx(statistic, rel=1e-5)
-        assert sat["saturated"] == (statistic < 5e-3 + 0.0)
+        assert (sat["split"], sat["n"], sat["reused_training_data"], sat["delta"]) == ("test", 64, False, 0.0)  # every test example
+        assert sat["statistic"] == runs.read_json(run / "config.json")["saturation"]["statistic"]
+        # The decision and its bound, from C_l and c_i(l) recomputed by hand on the recorded sample.
+        norms, traces = independent_app_g(run)
+        assert list(sat["values"].values()) == pytest.approx(norms, rel=1e-4)
+        assert list(sat["covariance_traces"].values()) == pytest.approx(traces, rel=1e-4)
+        t = math.sqrt(sum(traces) / (64 * 0.05))  # the default: the t whose error bound is alpha = 0.05
+        assert sat["t"] == pytest.approx(t, rel=1e-4) and sat["error_bound"] == pytest.approx(0.05, rel=1e-9)
+        assert sat["max_value"] == pytest.approx(max(norms), rel=1e-4)
+        assert sat["saturated"] == (max(norms) < 0.0 + t)
 
     stamps = [(r / "result.json").stat().st_mtime_ns for r in found]
     assert script.main([*PROBE, "--exact", "--out", str(sweep_out)]) == 0  # everything finished: skipped
@@ -106,6 +127,37 @@ def independent_ag(run: Path, sample: str) -> list[float]:
         norms = [float(g.norm()) for g in grads]
         sums = norms if sums is None else [a + b for a, b in zip(sums, norms, strict=True)]
     return [v / used["n_batches"] for v in sums]
+
+
+def independent_app_g(run: Path) -> tuple[list[float], list[float]]:
+    """``||C_l||`` and ``tr(Sigma_hat_l)`` per candidate on the recorded App. G sample, by hand in float64:
+    the protocol's zero block really inserted at ``l``, ``C_l`` = autograd of the mean loss over all
+    ``n`` examples w.r.t. ``V_l``, ``c_i(l)`` = autograd of example ``i``'s loss alone, vectorised over
+    the examples with ``torch.func.vmap`` (no probe code)."""
+    used = runs.read_json(run / "samples.json")["saturation"]
+    config = runs.read_json(run / "config.json")
+    sweep_dir = Path(config["runtime"]["sweep_dir"])
+    data = load_sweep_data(runs.read_json(sweep_dir / "config.json"))
+    model = load_trained_resnet(sweep_dir).double()
+    images, labels = (data.x_train, data.y_train) if used["split"] == "train" else (data.x_test, data.y_test)
+    mean, std = torch.tensor(data.mean).view(1, -1, 1, 1), torch.tensor(data.std).view(1, -1, 1, 1)
+    idx = torch.tensor(used["indices"])
+    x, y = ((images[idx].float() / 255 - mean) / std).double(), labels[idx]
+    norms, traces = [], []
+    for index in range(len(model.candidates())):
+        grown = copy.deepcopy(model)
+        v = insert_zero_block(grown, index, seed=config["probe_seed"]).v.weight
+        pooled = torch.autograd.grad(F.cross_entropy(grown(x), y), v)[0].detach()
+        name = f"blocks.{index}.v.weight"
+
+        def example_loss(w, xi, yi, grown=grown, name=name):
+            return F.cross_entropy(functional_call(grown, {name: w}, (xi[None],)), yi[None])
+
+        each = vmap(grad(example_loss), in_dims=(None, 0, 0))(v.detach(), x, y).detach()
+        assert torch.allclose(each.mean(0), pooled, rtol=1e-9, atol=1e-14)  # C_l = mean_i c_i(l)
+        norms.append(float(pooled.norm()))
+        traces.append(float((each - pooled).square().sum()) / (len(y) - 1))
+    return norms, traces
 
 
 def test_dry_run_plans_without_probing(sweep_out, capsys):
