@@ -7,10 +7,15 @@ computes the same function pointwise (:func:`function_preserved` checks it bit f
 
 Works for any model with a ``blocks`` ``nn.ModuleList`` and a ``candidates()`` method that
 follows :mod:`common.models.candidates` (the ResNets now, decoders later).
+
+:func:`check_function_preserved` is the run-time guard of any growth step (script 03 grows a
+ResNet with its own basic block, ``common.models.resnet.grow``): the grown model must give the
+parent's outputs bit for bit, in float64, in train mode (batch statistics) and in eval mode.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -82,6 +87,39 @@ def insert_zero_blocks(model: nn.Module, indices: Sequence[int], family: str | N
 def function_preserved(before: nn.Module, after: nn.Module, x: torch.Tensor) -> bool:
     """True when ``after(x)`` equals ``before(x)`` exactly (``torch.equal``, no tolerance)."""
     return bool(torch.equal(before(x), after(x)))
+
+
+class GrowthBrokeFunction(RuntimeError):
+    """A growth step changed the model's function (a programming error, never a user mistake)."""
+
+
+def function_difference(before: nn.Module, after: nn.Module, x: torch.Tensor, modes: Sequence[str] = ("train", "eval")) -> dict[str, float]:
+    """``max |after(x) - before(x)|`` per BatchNorm mode, on float64 copies (the models are not touched).
+
+    Both models are deep-copied, cast to float64 and put in ``mode``; train mode uses batch
+    statistics (and updates only the copies' running buffers). A function-preserving insertion
+    gives exactly 0.0 in every mode; :func:`check_function_preserved` also demands bitwise equality.
+    """
+    x = x.detach().to(dtype=torch.float64)
+    out = {}
+    for mode in modes:
+        a, b = (copy.deepcopy(m).to(dtype=torch.float64, device=x.device).train(mode == "train") for m in (before, after))
+        with torch.no_grad():
+            ya, yb = a(x), b(x)
+        out[mode] = 0.0 if torch.equal(ya, yb) else float((ya - yb).abs().max()) if ya.shape == yb.shape else float("inf")
+    return out
+
+
+def check_function_preserved(before: nn.Module, after: nn.Module, x: torch.Tensor, *, what: str = "growth") -> dict[str, float]:
+    """Raise :class:`GrowthBrokeFunction` unless ``after`` equals ``before`` bit for bit on ``x`` in
+    float64, in train and in eval mode; returns the per-mode differences (all 0.0) for the record."""
+    diff = function_difference(before, after, x)
+    broken = {mode: d for mode, d in diff.items() if d != 0.0}
+    if broken:
+        raise GrowthBrokeFunction(
+            f"{what}: the grown model's outputs differ from the parent's in float64 ({', '.join(f'{m} mode: max |diff| {d:.3g}' for m, d in broken.items())})"
+        )
+    return diff
 
 
 def _candidate(model: nn.Module, index: int):

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real SLURM cluster for the tests marked ``slurm``.
+"""Shared fixtures: a real SLURM cluster for the tests marked ``slurm``; deterministic algorithms.
 
 ``slurm_cluster`` (session scope) uses a cluster whose ``sinfo`` already answers, or brings up
 the single-node cluster of ``slurm/cluster.sh`` (what ``make slurm-up`` runs) when this is a
@@ -15,6 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
+
+from common import device
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = ROOT / "slurm" / "cluster.sh"
@@ -94,3 +97,12 @@ def slurm_cluster():
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = previous
+
+
+@pytest.fixture
+def deterministic():
+    """torch's deterministic algorithms for one test (bit-identical resume checks), restored afterwards."""
+    previous = torch.are_deterministic_algorithms_enabled()
+    device.set_deterministic(True)
+    yield
+    torch.use_deterministic_algorithms(previous)

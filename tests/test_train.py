@@ -14,14 +14,6 @@ from common.train import WEIGHTS, NonFiniteLossError, SGDRecipe, TrainSettings, 
 SETTINGS = TrainSettings(SGDRecipe(epochs=3, lr=0.05, warmup_epochs=1), channels_last=True)
 
 
-@pytest.fixture
-def deterministic():
-    previous = torch.are_deterministic_algorithms_enabled()
-    device.set_deterministic(True)
-    yield
-    torch.use_deterministic_algorithms(previous)
-
-
 def tiny_run(run_dir, *, model_seed=0, on_epoch_end=None, settings=SETTINGS):
     data = make_synthetic(num_train=64, num_test=32, num_classes=4, image_size=8, seed=0)
     loader_keys = {"mean": data.mean, "std": data.std, "channels_last": True}

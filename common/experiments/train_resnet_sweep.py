@@ -22,12 +22,12 @@ result are evaluated in float32 on every device, so they compare across depths.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from common import runs
-from common.data.vision import DATASETS, TensorLoader, load_vision
+from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision
 from common.device import resolve_device, seed_everything
 from common.errors import UserError
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
@@ -181,6 +181,20 @@ def build_resnet(config: dict, num_classes: int) -> ResNet:
 
 def train_resnet_run(spec: RunSpec) -> dict:
     """Job function of script 01: train one (dataset, N, seed) run; resumes; returns its result."""
+    return fit_resnet(spec, lambda config, data: (build_resnet(config, data.num_classes), {}))
+
+
+ModelFn = Callable[[dict, VisionData], tuple[ResNet, dict]]
+
+
+def fit_resnet(spec: RunSpec, make_model: ModelFn) -> dict:
+    """Train the ResNet ``make_model(config, data)`` returns with the run's recipe, data and seed; resumes.
+
+    The body of :func:`train_resnet_run` (whose model is a fresh ResNet-(8+N)), shared with the
+    growth stages of script 03 (whose model is a grown parent). ``make_model`` runs after the
+    data is loaded and the torch RNG is seeded with the run's seed, and returns the model and
+    extra keys for ``result.json``.
+    """
     config = spec.config
     path = runs.prepare_run(spec.out, config)
     runtime = config.get("runtime", {})
@@ -188,7 +202,7 @@ def train_resnet_run(spec: RunSpec) -> dict:
     hp = config["train"]
     seed_everything(config["seed"])
     data = load_sweep_data(config)
-    model = build_resnet(config, data.num_classes)
+    model, extra = make_model(config, data)
     use_compile = {"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda")
     channels_last = True
     loader_keys = {"mean": data.mean, "std": data.std, "device": device, "channels_last": channels_last}
@@ -229,6 +243,7 @@ def train_resnet_run(spec: RunSpec) -> dict:
         "images_per_s": summary["images_per_s"],
         "autocast_dtype": summary["autocast_dtype"],  # training precision (common.device.autocast_dtype)
         "final_eval_dtype": summary["final_eval_dtype"],  # train_/test_loss above: float32 on every device
+        **extra,
     }
     finish_run(path, result)
     return result
@@ -287,6 +302,7 @@ __all__ = [
     "SweepPreset",
     "build_resnet",
     "finished_sweep_runs",
+    "fit_resnet",
     "load_sweep_data",
     "load_trained_resnet",
     "summary_table",

@@ -9,11 +9,19 @@ subsampled and zero-padded in channels.
 
 Blocks sit in one flat ``nn.ModuleList`` so that a zero-output block can be inserted at any
 candidate (``common/growth.py``) with ``model.blocks.insert(l, block)``.
+
+Growth (script 03, "Function-preserving growth"): :func:`grow` turns a ResNet-(8+N) into a
+ResNet-(8+N+1) in place by inserting the architecture's own :class:`BasicBlock` where the
+sweep's ResNet-(8+N+1) has extra block ``N`` (the end of stage ``N mod 3``,
+:func:`extra_block_position`), built by :func:`zero_output_basic_block` with its last
+BatchNorm's weight and bias at zero (zero-gamma): the residual branch outputs exactly 0, the
+block computes ``relu(0 + z) = z`` on the post-ReLU states it receives, and the grown model has
+the same modules and ``state_dict`` keys as ``ResNet(ResNetConfig(extra_blocks=N + 1))``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -121,14 +129,7 @@ class ResNet(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d | nn.Linear):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out" if isinstance(m, nn.Conv2d) else "fan_in", nonlinearity="relu")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        init_weights(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.stem(x)  # (B, w0, H, W)
@@ -146,6 +147,69 @@ class ResNet(nn.Module):
         found = [Candidate(i, f"block{i}.in", b, TANGENT_FAMILY) for i, b in enumerate(self.blocks)]
         found.append(Candidate(len(self.blocks), "head.in", self.head, TANGENT_FAMILY))
         return found
+
+
+def init_weights(module: nn.Module, generator: torch.Generator | None = None) -> None:
+    """The sweep's initialisation of every submodule (README, reproduction decisions): Kaiming-normal
+    convolutions (fan-out) and linear layers (fan-in), ReLU gain, zero biases, BatchNorm weight 1 and
+    bias 0. ``generator``: draw from it instead of the global RNG."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d | nn.Linear):
+            mode = "fan_out" if isinstance(m, nn.Conv2d) else "fan_in"
+            nn.init.kaiming_normal_(m.weight, mode=mode, nonlinearity="relu", generator=generator)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+# ----------------------------------------------------------------------------- growth
+def extra_block_position(extra_blocks: int, num_stages: int = 3) -> tuple[int, int]:
+    """``(stage, index in model.blocks)`` of extra block ``i = extra_blocks`` in ResNet-(8+i+1).
+
+    The cyclic rule of B.1 puts it in stage ``i mod 3``; it is the last block of that stage, so
+    inserting it at ``index`` into a ResNet-(8+i) gives exactly the block order of ResNet-(8+i+1).
+    """
+    stage = extra_blocks % num_stages
+    return stage, sum(blocks_per_stage(extra_blocks + 1, num_stages)[: stage + 1]) - 1
+
+
+def zero_output_basic_block(width: int, generator: torch.Generator | None = None) -> BasicBlock:
+    """The architecture's own stride-1 :class:`BasicBlock` (``width -> width``) at a zero output.
+
+    Initialised as :func:`init_weights` does (both convolutions random, drawn from ``generator``),
+    then the last BatchNorm's weight gamma and bias beta are set to 0 (zero-gamma, Goyal et al.
+    2017): the residual branch is exactly 0 in train and eval mode, so the block is
+    ``z -> relu(z) = z`` on the non-negative (post-ReLU) states of the network. The BatchNorm it
+    multiplies sees the random convolution's output, with variance of order 1, so its
+    normalisation is well conditioned and the first gradients (on gamma and beta) carry no
+    ``1 / sqrt(eps)`` factor (README, reproduction decisions of script 03).
+    """
+    block = BasicBlock(width, width, stride=1)
+    init_weights(block, generator)
+    last_bn = block.residual[-1]
+    nn.init.zeros_(last_bn.weight)
+    nn.init.zeros_(last_bn.bias)
+    return block
+
+
+def grow(model: ResNet, generator: torch.Generator | None = None) -> tuple[int, BasicBlock]:
+    """ResNet-(8+N) -> ResNet-(8+N+1) in place: insert extra block ``N`` at a zero output; returns ``(index, block)``.
+
+    The block goes where :func:`extra_block_position` says (the end of stage ``N mod 3``), in the
+    model's dtype, device and train/eval mode; ``model.config`` and ``model.stage_of_block`` follow,
+    so the grown model is indistinguishable in structure from ``ResNet(replace(config, extra_blocks=N + 1))``.
+    """
+    n = model.config.extra_blocks
+    stage, index = extra_block_position(n)
+    like = next(model.parameters())
+    block = zero_output_basic_block(model.config.widths[stage], generator).to(dtype=like.dtype, device=like.device)
+    block.train(model.training)
+    model.blocks.insert(index, block)
+    model.stage_of_block.insert(index, stage)
+    model.config = replace(model.config, extra_blocks=n + 1)
+    return index, block
 
 
 def count_parameters(model: nn.Module) -> int:

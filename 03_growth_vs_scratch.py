@@ -1,0 +1,81 @@
+"""Function-preserving growth against training from scratch: ResNet-10 to -13 (paper, "Function-preserving growth").
+
+Per seed, one growth chain starts from the sweep's trained ResNet-8 (trained here with the
+sweep's own job when missing) and inserts one zero-output basic block at a time in the sweep's
+cyclic order, training after each insertion; the trained model at N = 2, 3, 4, 5 is the grown
+ResNet-10, -11, -12, -13. Scratch trains the same architectures from random initialisation
+with the sweep's job (its finished runs are reused when the scratch budget equals the sweep's
+epochs). Each stage is a run with its own directory; each chain is one job that runs its
+unfinished stages in order, so a requeued or rerun chain resumes from the last finished stage.
+Prints the table (markdown; CSV beside it) and its paths. The job function is
+:func:`common.experiments.growth_vs_scratch.growth_vs_scratch_run`.
+
+    python 03_growth_vs_scratch.py --preset smoke
+    python 03_growth_vs_scratch.py --seeds 0,1,2 --launcher slurm --slurm-profile slurm/mycluster.toml
+    python 03_growth_vs_scratch.py --scratch-budget total
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args, positive_int
+from common.data.vision import DATASETS
+from common.experiments.growth_vs_scratch import (
+    PAPER_DEPTHS,
+    SCRATCH_BUDGETS,
+    SMOKE_DEPTHS,
+    SMOKE_STAGE_EPOCHS,
+    collect_records,
+    growth_plan,
+    growth_table,
+    growth_vs_scratch_run,
+    markdown_table,
+    table_stem,
+    write_table,
+)
+from common.experiments.train_resnet_sweep import DEFAULT_DATASET
+from common.launch import launch_from_args
+from common.runs import make_specs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = make_parser(__doc__.split("\n\n")[0], prog="03_growth_vs_scratch.py")
+    group = parser.add_argument_group("growth vs scratch (paper, Function-preserving growth)")
+    group.add_argument("--dataset", choices=DATASETS, default=None,
+                       help="None: cifar10 with --preset paper, digits (offline) with smoke; as in 01_train_resnet_sweep.py")
+    group.add_argument("--data-root", default=None, help="as in 01_train_resnet_sweep.py")
+    group.add_argument("--depths", type=comma_ints, default=None,
+                       help=f"extra blocks N of the final architectures (ResNet-(8+N)); None: {','.join(map(str, PAPER_DEPTHS))} (ResNet-10..13; "
+                       f"smoke: {','.join(map(str, SMOKE_DEPTHS))}, which 01's smoke sweep trains)")
+    group.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one chain and one scratch run per depth each; None: --seed")
+    group.add_argument("--stage-epochs", type=positive_int, default=None,
+                       help=f"epochs of each growth stage; None: the sweep's epochs (smoke: {SMOKE_STAGE_EPOCHS})")
+    group.add_argument("--scratch-epochs", type=positive_int, default=None,
+                       help="epochs of each scratch run; None: from --scratch-budget, else the sweep's epochs (its finished runs are reused)")
+    group.add_argument("--scratch-budget", choices=SCRATCH_BUDGETS, default=None,
+                       help="scratch gets one stage's epochs (per-stage) or the chain's cumulative epochs up to its depth: "
+                       "the parent ResNet-8's plus every stage's (total); None: the sweep's epochs")
+    group.add_argument("--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only")
+    return parser
+
+
+@entry_point
+def main(argv=None) -> int:
+    args = parse_args(build_parser(), argv)
+    dataset = args.dataset or DEFAULT_DATASET[args.preset]
+    seeds = args.seeds if args.seeds is not None else [args.seed]
+    plan = growth_plan(**flags_for(growth_plan, args, dataset=dataset, seeds=seeds))
+    print(plan.describe(args.out))
+    results = launch_from_args(growth_vs_scratch_run, make_specs(plan.jobs(), args.out), args, job_kind="train", desc="growth vs scratch")
+    if results is None:
+        return 0
+    rows = growth_table(collect_records(plan, args.out))
+    print(markdown_table(rows))
+    for path in write_table(rows, args.out, table_stem(dataset, plan)):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,474 @@
+"""Job module of ``03_growth_vs_scratch.py``: function-preserving growth against training from scratch.
+
+Paper, "Function-preserving growth": CIFAR-10 ResNet-10, -11, -12 and -13 grown one globally
+zero-output block at a time, against the same final architectures trained from random
+initialisation (README, "Reproduction decisions" of script 03, for every choice below).
+
+Protocol (one growth chain per seed):
+
+- The chain starts from the sweep's trained ResNet-8 (N = 0): the finished run of
+  ``01_train_resnet_sweep.py`` with the sweep's own config, or, when it is missing, trained
+  here with the sweep's own job :func:`~common.experiments.train_resnet_sweep.train_resnet_run`.
+- Stage ``N`` (N = 1, 2, ...) loads the trained model of stage ``N - 1``, inserts extra block
+  ``N - 1`` where the sweep's ResNet-(8+N) has it (stage ``(N - 1) mod 3``, at its end;
+  :func:`common.models.resnet.grow`) at a zero output (zero-gamma on its last BatchNorm), checks
+  that the outputs are unchanged bit for bit in float64 in train and eval mode
+  (:func:`common.growth.check_function_preserved`), and trains with the sweep's recipe for
+  ``stage_epochs`` (fresh optimiser: every momentum buffer starts at zero; the warm-up and cosine
+  schedule restart). The trained model at N = 2, 3, 4, 5 is the grown ResNet-10, ..., -13.
+- Each stage is a run with its own directory (``<out>/growth_vs_scratch/<dataset>-grown-resnet<d>-n<N>-seed<s>-<hash>``)
+  whose identity names its parent's run directory, so a change anywhere upstream gives new
+  stages. The chain is one job (:func:`growth_vs_scratch_run` on the chain's last stage): it
+  runs every unfinished stage in order, each resuming from its own checkpoint, so a requeued or
+  rerun job continues from the last finished stage and never redoes one.
+- Scratch is the sweep's own job and configs (:func:`~common.experiments.train_resnet_sweep.sweep_configs`)
+  for ResNet-(8+N) with the scratch budget. At the sweep's epochs the config *is* the sweep's
+  run, so a finished sweep run is reused; any other budget is a run of this experiment
+  (``<dataset>-scratch-resnet<d>-n<N>-seed<s>-e<epochs>``), so that script 02 never probes it.
+
+:func:`growth_table` builds the comparison (means over seeds, the relative test-loss reduction
+of the mean, the per-row winner, the paper's values from ``common/paper.py`` beside them).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from common import runs
+from common.data.vision import TensorLoader, VisionData
+from common.errors import UserError
+from common.experiments.train_resnet_sweep import (
+    build_resnet,
+    fit_resnet,
+    load_trained_resnet,
+    sweep_configs,
+    train_resnet_run,
+)
+from common.growth import check_function_preserved
+from common.models.resnet import ResNet, depth_label, extra_block_position, grow
+from common.paper import (
+    GROWTH_DEPTHS,
+    GROWTH_LOWER_TEST_LOSS,
+    GROWTH_LOWER_TRAIN_LOSS,
+    GROWTH_MEAN_TEST_LOSS,
+    GROWTH_MEAN_TRAIN_LOSS,
+    GROWTH_TEST_ABS_REDUCTION_RANGE,
+    GROWTH_TEST_RELATIVE_REDUCTION,
+)
+from common.runs import RunSpec
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "growth_vs_scratch"
+PAPER_DEPTHS = tuple(d - depth_label(0) for d in GROWTH_DEPTHS)  # N = 2, 3, 4, 5: ResNet-10 .. -13
+SCRATCH_BUDGETS = ("per-stage", "total")
+SMOKE_DEPTHS = (2, 4)  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs are the scratch rows)
+SMOKE_STAGE_EPOCHS = 4  # smoke: short stages; scratch keeps the sweep's 12 epochs, so 01's runs are reused
+INSERTION = "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
+ZERO_INIT = "zero-gamma: last BatchNorm weight and bias 0, both convolutions Kaiming-normal"
+CHECK_BATCH = 8  # training images in the run-time function-preservation check
+METRICS = ("train_loss", "test_loss", "test_acc")
+METHODS = ("growth", "scratch")
+
+
+# ----------------------------------------------------------------------------- planning
+@dataclass(frozen=True)
+class GrowthPlan:
+    """Every run of one invocation: per seed the sweep's ResNet-8 and the chain's stage configs, and the scratch runs."""
+
+    depths: tuple[int, ...]  # N of the table's rows
+    seeds: tuple[int, ...]
+    parents: dict[int, dict]  # seed -> the sweep's ResNet-8 config
+    chains: dict[int, list[dict]]  # seed -> stage configs for N = 1 .. max(depths)
+    scratch: dict[tuple[int, int], dict]  # (seed, N) -> scratch config
+    stage_epochs: int
+    scratch_epochs: dict[int, int]  # N -> scratch epochs
+
+    def jobs(self) -> list[dict]:
+        """What the launcher runs: each chain's last stage (it runs the whole chain), then every scratch run."""
+        return [self.chains[s][-1] for s in self.seeds] + [self.scratch[key] for key in sorted(self.scratch)]
+
+    def stage(self, seed: int, n: int) -> dict:
+        return self.chains[seed][n - 1]
+
+    def describe(self, out: str | Path) -> str:
+        """One line per chain: the parent and every stage, each ``[done]`` or ``[todo]``."""
+        lines = []
+        for seed in self.seeds:
+            links = [f"ResNet-8 ({_state(out, self.parents[seed])}, sweep run)"]
+            links += [f"ResNet-{c['depth_label']} ({_state(out, c)})" for c in self.chains[seed]]
+            lines.append(f"growth chain seed {seed}: " + " -> ".join(links))
+        lines.append(
+            f"each chain is one job (its last stage), which runs every unfinished stage in order in its own run "
+            f"directory under {Path(out) / EXPERIMENT}; stages train {self.stage_epochs} epochs, scratch "
+            + ", ".join(f"ResNet-{depth_label(n)} {e}" for n, e in sorted(self.scratch_epochs.items()))
+            + " epochs"
+        )
+        return "\n".join(lines)
+
+
+def _state(out: str | Path, config: dict) -> str:
+    return "done" if runs.is_done(runs.run_dir(out, config)) else "todo"
+
+
+def growth_plan(
+    *,
+    preset: str = "smoke",
+    dataset: str | None = None,
+    depths: Sequence[int] | None = None,
+    seeds: Sequence[int] = (0,),
+    stage_epochs: int | None = None,
+    scratch_epochs: int | None = None,
+    scratch_budget: str | None = None,
+    data_root: str | Path | None = None,
+    device: str = "auto",
+    compile: str = "auto",
+    synthetic: dict | None = None,
+) -> GrowthPlan:
+    """Plan the growth chains and scratch runs (README, script 03: budgets and their defaults).
+
+    ``depths``: N of the table's rows (default: 2, 3, 4, 5, the paper's ResNet-10 .. -13; smoke: 2, 4).
+    ``stage_epochs``: epochs of every growth stage (default: the sweep's epochs; smoke: 4).
+    Scratch epochs: ``scratch_epochs`` if given; else ``scratch_budget`` ``per-stage`` (one stage's
+    epochs) or ``total`` (the parent ResNet-8's epochs plus every stage's epochs up to depth N);
+    else the sweep's epochs, so that the sweep's finished runs are reused.
+    """
+    if depths is None:
+        depths = SMOKE_DEPTHS if preset == "smoke" else PAPER_DEPTHS
+    depths = tuple(sorted(set(depths)))
+    seeds = tuple(dict.fromkeys(seeds))
+    if not depths or min(depths) < 1:
+        raise UserError(f"--depths {list(depths)}: give extra-block counts N >= 1 (N = 0 is the parent ResNet-8), e.g. 2,3,4,5")
+    if not seeds:
+        raise UserError("--seeds: give at least one seed")
+    if scratch_epochs is not None and scratch_budget is not None:
+        raise UserError("--scratch-epochs and --scratch-budget both given; pass one of them")
+    if scratch_budget is not None and scratch_budget not in SCRATCH_BUDGETS:
+        raise UserError(f"--scratch-budget {scratch_budget}: use one of {', '.join(SCRATCH_BUDGETS)}")
+    for flag, value in (("--stage-epochs", stage_epochs), ("--scratch-epochs", scratch_epochs)):
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} {value}: must be a positive number of epochs")
+    common_keys = {"preset": preset, "dataset": dataset, "data_root": data_root, "device": device, "compile": compile, "synthetic": synthetic}
+    parents = {s: c for s, c in zip(seeds, sweep_configs(depths=[0], seeds=seeds, **common_keys), strict=True)}
+    sweep_epochs = parents[seeds[0]]["train"]["epochs"]
+    if stage_epochs is None:
+        stage_epochs = SMOKE_STAGE_EPOCHS if preset == "smoke" else sweep_epochs
+    chain_depths = range(1, max(depths) + 1)
+    chains = {}
+    for seed in seeds:
+        chain, parent = [], parents[seed]
+        for base in sweep_configs(depths=chain_depths, seeds=[seed], epochs=stage_epochs, **common_keys):
+            chain.append(_stage_config(base, parent))
+            parent = chain[-1]
+        chains[seed] = chain
+    budget = {
+        n: scratch_epochs or {"per-stage": stage_epochs, "total": sweep_epochs + n * stage_epochs}.get(scratch_budget, sweep_epochs)
+        for n in depths
+    }
+    scratch = {}
+    for n in depths:
+        for config in sweep_configs(depths=[n], seeds=seeds, epochs=budget[n], **common_keys):
+            if budget[n] != sweep_epochs:  # not the sweep's run: keep it out of the sweep's directory
+                config = {**config, "experiment": EXPERIMENT, "name": _scratch_name(config)}
+            scratch[(config["seed"], n)] = config
+    return GrowthPlan(depths, seeds, parents, chains, scratch, stage_epochs, budget)
+
+
+def _stage_config(base: dict, parent: dict) -> dict:
+    """Stage N's config: the sweep's config of ResNet-(8+N) at the stage's epochs, plus its growth step.
+
+    Identity: the data, model widths and recipe of ``base``, the parent's run directory (whose
+    hash covers the parent's own parent, so the identity covers the whole chain), where the block
+    goes and how it starts. ``runtime["chain"]``: the configs of the parent ResNet-8 and of every
+    earlier stage, so the job can run any of them that is unfinished.
+    """
+    n = base["depth_n"]
+    stage, index = extra_block_position(n - 1)
+    runtime = {**base["runtime"], "chain": [*parent.get("runtime", {}).get("chain", []), _without_chain(parent)]}
+    return {
+        **{k: v for k, v in base.items() if k != "runtime"},
+        "experiment": EXPERIMENT,
+        "name": f"{base['dataset']}-grown-resnet{base['depth_label']}-n{n}-seed{base['seed']}",
+        "growth": {
+            "parent": runs.run_dir("", parent).as_posix(),  # <experiment>/<name>-<hash8>, relative to --out
+            "insertion": INSERTION,
+            "stage": stage,
+            "block_index": index,
+            "zero_init": ZERO_INIT,
+        },
+        "runtime": runtime,
+    }
+
+
+def _without_chain(config: dict) -> dict:
+    runtime = {k: v for k, v in config.get("runtime", {}).items() if k != "chain"}
+    return {**config, "runtime": runtime}
+
+
+def _scratch_name(config: dict) -> str:
+    return f"{config['dataset']}-scratch-resnet{config['depth_label']}-n{config['depth_n']}-seed{config['seed']}-e{config['train']['epochs']}"
+
+
+def is_stage(config: dict) -> bool:
+    return config.get("experiment") == EXPERIMENT and "growth" in config
+
+
+# ----------------------------------------------------------------------------- jobs
+def growth_vs_scratch_run(spec: RunSpec) -> dict:
+    """Job function of script 03: a growth chain (given its last stage) or a scratch run (the sweep's job)."""
+    return run_growth_chain(spec) if is_stage(spec.config) else train_resnet_run(spec)
+
+
+def run_growth_chain(spec: RunSpec) -> dict:
+    """Run every unfinished run of the chain ending at ``spec`` in order: the sweep's ResNet-8, then each stage.
+
+    Finished runs are skipped; the first unfinished one resumes from its checkpoint. Returns the
+    result of ``spec``'s stage.
+    """
+    chain = spec.config.get("runtime", {}).get("chain", [])
+    links = [*chain, spec.config]
+    result: dict = {}
+    for position, config in enumerate(links):
+        if is_stage(config):  # its own chain: the links before it
+            runtime = {**config.get("runtime", {}), "chain": [_without_chain(c) for c in links[:position]]}
+            config = {**config, "runtime": runtime}
+        link = RunSpec(config=config, out=spec.out)
+        if runs.is_done(link.dir):
+            result = runs.read_result(link.dir)
+            continue
+        log.info("growth chain: running %s (%d of %d)", link.name, position + 1, len(links))
+        result = train_growth_stage(link) if is_stage(config) else train_resnet_run(link)
+    return result
+
+
+def train_growth_stage(spec: RunSpec) -> dict:
+    """One growth stage: the parent's trained model, grown by one zero-output block, trained; resumes.
+
+    The parent run must be finished (:func:`run_growth_chain` sees to it). The run's result holds
+    the sweep's keys plus ``growth``: parent, inserted position, and the run-time check's
+    float64 output differences in train and eval mode (both 0.0, or the job fails).
+    """
+    parent_dir = Path(spec.out) / spec.config["growth"]["parent"]
+    if not runs.is_done(parent_dir):
+        raise UserError(f"{spec.name}: its parent run {parent_dir} is not finished; run the whole chain (03_growth_vs_scratch.py)")
+    return fit_resnet(spec, lambda config, data: grown_model(config, data, parent_dir))
+
+
+def grown_model(config: dict, data: VisionData, parent_dir: str | Path) -> tuple[ResNet, dict]:
+    """The parent's trained ResNet-(8+N-1) grown to ResNet-(8+N), checked, and the growth record.
+
+    The new block's random weights come from a generator seeded by (seed, N)
+    (:func:`block_seed`), so they do not depend on the global RNG. Raises
+    :class:`common.growth.GrowthBrokeFunction` if the outputs change in float64 (train or eval
+    mode) and :class:`RuntimeError` if the grown model's ``state_dict`` keys or shapes differ
+    from a freshly built ResNet-(8+N)'s.
+    """
+    parent = load_trained_resnet(parent_dir)
+    if parent.config.extra_blocks != config["depth_n"] - 1:
+        raise RuntimeError(f"{parent_dir} holds ResNet-{depth_label(parent.config.extra_blocks)}, not the parent of N = {config['depth_n']}")
+    model = copy.deepcopy(parent)
+    generator = torch.Generator().manual_seed(block_seed(config["seed"], config["depth_n"]))
+    index, _ = grow(model, generator)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    scratch = {k: tuple(v.shape) for k, v in build_resnet(config, data.num_classes).state_dict().items()}
+    if shapes != scratch:
+        raise RuntimeError(f"grown model's state_dict differs from ResNet-{config['depth_label']}'s: {sorted(set(shapes) ^ set(scratch))}")
+    x, _ = next(iter(TensorLoader(data.x_train[:CHECK_BATCH], data.y_train[:CHECK_BATCH], CHECK_BATCH, train=False, mean=data.mean, std=data.std)))
+    diff = check_function_preserved(parent, model, x, what=f"{config['name']}: inserting block {index}")
+    record = {
+        "parent": config["growth"]["parent"],
+        "block_index": index,
+        "stage": model.stage_of_block[index],
+        "function_check": {"dtype": "float64", "batch": int(x.shape[0]), "max_abs_diff": diff},
+    }
+    return model.train(), {"growth": record}
+
+
+def block_seed(seed: int, n: int) -> int:
+    """Seed of the random weights of the block stage ``n`` inserts under run seed ``seed``."""
+    return int(hashlib.sha256(f"growth-block:{int(seed)}:{int(n)}".encode()).hexdigest()[:15], 16)
+
+
+# ----------------------------------------------------------------------------- results
+def collect_records(plan: GrowthPlan, out: str | Path) -> list[dict]:
+    """One record per (method, depth, seed) of the table, read from the finished runs."""
+    records = []
+    for seed in plan.seeds:
+        for n in plan.depths:
+            for method, config in (("growth", plan.stage(seed, n)), ("scratch", plan.scratch[(seed, n)])):
+                path = runs.run_dir(out, config)
+                if not runs.is_done(path):
+                    raise UserError(f"{path} is not finished; rerun 03_growth_vs_scratch.py with the same flags to run it")
+                result = runs.read_result(path)
+                records.append(
+                    {"method": method, "depth_n": n, "depth_label": depth_label(n), "seed": seed,
+                     "epochs": result["epochs"], **{k: result[k] for k in METRICS}}
+                )  # fmt: skip
+    return records
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1; NaN for one value)."""
+    mean = statistics.fmean(values)
+    return mean, statistics.stdev(values) if len(values) > 1 else math.nan
+
+
+def _winner(growth: float, scratch: float) -> str:
+    return "growth" if growth < scratch else "scratch" if scratch < growth else "tie"
+
+
+def growth_table(records: Iterable[dict]) -> list[dict]:
+    """Rows of the comparison: one per final architecture, then ``mean``.
+
+    ``records``: dicts with ``method`` (growth or scratch), ``depth_n``, ``seed`` and
+    ``train_loss`` / ``test_loss`` / ``test_acc``. Per row, each metric's mean and sample std
+    over seeds, the absolute test-loss reduction ``scratch - growth`` and its relative value
+    ``(scratch - growth) / scratch`` (of the means), and the winner (lower mean loss) for train
+    and test loss. The mean row averages the architectures per seed first, then over seeds;
+    its relative reduction is that of the mean test losses (as the paper's 11.8%). Paper
+    columns (``paper_*``, from common/paper.py) where the paper reports a value.
+    """
+    by = {}
+    for r in records:
+        by.setdefault((r["depth_n"], r["method"]), {})[r["seed"]] = r
+    depths = sorted({n for n, _ in by})
+    seeds = sorted({s for cell in by.values() for s in cell})
+    for n in depths:
+        for method in METHODS:
+            if set(by.get((n, method), {})) != set(seeds):
+                raise ValueError(f"ResNet-{depth_label(n)} {method}: records for seeds {sorted(by.get((n, method), {}))}, expected {seeds}")
+    per_seed = {  # (row, method, metric) -> values over seeds; row "mean" averages the architectures first
+        (n, method, metric): [by[(n, method)][s][metric] for s in seeds] for n in depths for method in METHODS for metric in METRICS
+    }
+    for method in METHODS:
+        for metric in METRICS:
+            per_seed[("mean", method, metric)] = [statistics.fmean(by[(n, method)][s][metric] for n in depths) for s in seeds]
+    rows = []
+    for key in [*depths, "mean"]:
+        row = {"model": f"ResNet-{depth_label(key)}" if key != "mean" else "mean", "depth_n": key if key != "mean" else None, "seeds": len(seeds)}
+        for method in METHODS:
+            for metric in METRICS:
+                row[f"{method}_{metric}"], row[f"{method}_{metric}_std"] = _mean_std(per_seed[(key, method, metric)])
+        reductions = [s - g for g, s in zip(per_seed[(key, "growth", "test_loss")], per_seed[(key, "scratch", "test_loss")], strict=True)]
+        row["test_loss_reduction"], row["test_loss_reduction_std"] = _mean_std(reductions)
+        row["test_loss_reduction_rel"] = row["test_loss_reduction"] / row["scratch_test_loss"] if row["scratch_test_loss"] else math.nan
+        row["train_winner"] = _winner(row["growth_train_loss"], row["scratch_train_loss"])
+        row["test_winner"] = _winner(row["growth_test_loss"], row["scratch_test_loss"])
+        row.update(paper_columns(row["model"]))
+        rows.append(row)
+    return rows
+
+
+def paper_columns(model: str) -> dict:
+    """The paper's values for one row (``ResNet-d`` or ``mean``); None where it reports none."""
+    out = dict.fromkeys(
+        ("paper_growth_train_loss", "paper_scratch_train_loss", "paper_growth_test_loss", "paper_scratch_test_loss",
+         "paper_test_loss_reduction", "paper_test_loss_reduction_rel", "paper_train_winner", "paper_test_winner")
+    )  # fmt: skip
+    if model == "mean":
+        out.update(
+            paper_growth_train_loss=GROWTH_MEAN_TRAIN_LOSS["growth"], paper_scratch_train_loss=GROWTH_MEAN_TRAIN_LOSS["scratch"],
+            paper_growth_test_loss=GROWTH_MEAN_TEST_LOSS["growth"], paper_scratch_test_loss=GROWTH_MEAN_TEST_LOSS["scratch"],
+            paper_test_loss_reduction=GROWTH_MEAN_TEST_LOSS["scratch"] - GROWTH_MEAN_TEST_LOSS["growth"],
+            paper_test_loss_reduction_rel=GROWTH_TEST_RELATIVE_REDUCTION,
+            paper_train_winner=_winner(GROWTH_MEAN_TRAIN_LOSS["growth"], GROWTH_MEAN_TRAIN_LOSS["scratch"]),
+            paper_test_winner=_winner(GROWTH_MEAN_TEST_LOSS["growth"], GROWTH_MEAN_TEST_LOSS["scratch"]),
+        )  # fmt: skip
+    elif model in {f"ResNet-{d}" for d in GROWTH_DEPTHS}:
+        out["paper_train_winner"] = "growth" if model in GROWTH_LOWER_TRAIN_LOSS else "scratch"
+        out["paper_test_winner"] = "growth" if model in GROWTH_LOWER_TEST_LOSS else "scratch"
+        out["paper_test_loss_reduction"] = GROWTH_TEST_ABS_REDUCTION_RANGE.get(model)
+    return out
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    """The table as markdown: growth | scratch per metric (mean ± std over seeds), winners, paper values."""
+    header = (
+        "| model | growth train loss | scratch train loss | lower train loss | growth test loss | scratch test loss "
+        "| test-loss reduction | lower test loss | growth test acc | scratch test acc |"
+    )
+    lines = [header, "|" + "---|" * (header.count(" | ") + 1)]
+    lines += [_markdown_row(r) for r in rows]
+    seeds = rows[0]["seeds"] if rows else 0
+    lines += [
+        "",
+        f"Mean ± sample std over {seeds} seed(s); reduction = scratch - growth test loss (%: of the scratch mean). "
+        "In parentheses: the paper's CIFAR-10 values (common/paper.py; per architecture it reports only which "
+        "method has the lower loss, and the smallest and largest test-loss reductions).",
+    ]
+    return "\n".join(lines)
+
+
+def _cell(r: dict, key: str) -> str:
+    mean, std = r[key], r.get(f"{key}_std", math.nan)
+    return f"{mean:.4f}" + ("" if math.isnan(std) else f" ± {std:.4f}")
+
+
+def _with_paper(text: str, value) -> str:
+    if value is None:
+        return text
+    return f"{text} ({value})" if isinstance(value, str) else f"{text} ({value:.4f})"
+
+
+def _markdown_row(r: dict) -> str:
+    reduction = f"{_cell(r, 'test_loss_reduction')} = {100 * r['test_loss_reduction_rel']:.1f}%"
+    if r["paper_test_loss_reduction"] is not None:
+        rel = r["paper_test_loss_reduction_rel"]
+        reduction += f" ({r['paper_test_loss_reduction']:.4f}" + (f" = {100 * rel:.1f}%)" if rel is not None else ")")
+    cells = [
+        r["model"],
+        *(_with_paper(_cell(r, f"{m}_train_loss"), r[f"paper_{m}_train_loss"]) for m in METHODS),
+        _with_paper(r["train_winner"], r["paper_train_winner"]),
+        *(_with_paper(_cell(r, f"{m}_test_loss"), r[f"paper_{m}_test_loss"]) for m in METHODS),
+        reduction,
+        _with_paper(r["test_winner"], r["paper_test_winner"]),
+        *(_cell(r, f"{m}_test_acc") for m in METHODS),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def table_stem(dataset: str, plan: GrowthPlan) -> str:
+    """Name of the table files: dataset, stage epochs, scratch epochs, seeds."""
+    scratch = sorted(set(plan.scratch_epochs.values()))
+    scratch_tag = str(scratch[0]) if len(scratch) == 1 else f"{scratch[0]}-{scratch[-1]}"
+    seeds = "-".join(map(str, plan.seeds))
+    return f"table-{dataset}-stage{plan.stage_epochs}-scratch{scratch_tag}-seeds{seeds}"
+
+
+def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path, Path]:
+    """``<out>/growth_vs_scratch/<stem>.csv`` and ``.md``, written atomically."""
+    folder = Path(out) / EXPERIMENT
+    csv_path, md_path = folder / f"{stem}.csv", folder / f"{stem}.md"
+    runs.atomic_write_csv(csv_path, rows)
+    runs.atomic_write_bytes(md_path, (markdown_table(rows) + "\n").encode())
+    return csv_path, md_path
+
+
+__all__ = [
+    "EXPERIMENT",
+    "PAPER_DEPTHS",
+    "SCRATCH_BUDGETS",
+    "SMOKE_DEPTHS",
+    "GrowthPlan",
+    "block_seed",
+    "collect_records",
+    "growth_plan",
+    "growth_table",
+    "growth_vs_scratch_run",
+    "grown_model",
+    "markdown_table",
+    "paper_columns",
+    "run_growth_chain",
+    "table_stem",
+    "train_growth_stage",
+    "write_table",
+]
