@@ -3,7 +3,8 @@
 Every number the two papers report (arXiv 2608.14664 and Cohen et al. 2021, as summarised for
 this reproduction) is one :class:`PaperNumber` in :data:`PAPER_NUMBERS` with the section it
 comes from; the few values the code compares against (the 5e-3 low-signal
-line of 02, the growth-vs-scratch losses of 03, the matched-insertion reductions of 06) are also
+line of 02, the growth-vs-scratch losses of 03, the matched-insertion reductions of 06, Cohen et
+al.'s exponents beside 07's fits) are also
 named constants below, defined once and referenced by the rows.
 """
 
@@ -34,6 +35,17 @@ IMAGENET100_EXTRA_BLOCKS = tuple(range(1, 50, 4))  # N in {1, 5, 9, ..., 49} (B.
 GPT2_BASELINE_LAYERS = 12
 GPT2_DIMS = {"hidden": 768, "feed_forward": 3072, "heads": 12}
 FINEWEB_EDU_TOKENS = 310_000_347
+
+# Cohen et al. (2021), reported weight-scaling exponents (script 07's side-by-side column).
+COHEN_TANH_BETA = 0.3  # fully connected, tanh, shared delta, synthetic data (their Figure 2)
+COHEN_TANH_ALPHA = 0.7
+COHEN_RELU_ALPHA_PLUS_BETA = 1.0  # fully connected, ReLU, per-layer delta (their Figure 4, left)
+COHEN_CONV_BOUNDED = {  # convolutional ResNets on CIFAR-10, no BatchNorm: bounded, not decreasing (Figures 7, 8)
+    "max_norm_exponent": "~0 (max norm bounded, not decreasing)",
+    "nu": ">= 0 (scaled increments bounded)",
+    "rss_slope": "<= 0 (root sum of squares bounded)",
+}
+COHEN_MAX_DEPTH = 10321
 
 
 @dataclass(frozen=True)
@@ -114,16 +126,20 @@ PAPER_NUMBERS: tuple[PaperNumber, ...] = (
     # Second seed paper (Cohen et al. 2021).
     PaperNumber(
         "fully connected, tanh, shared delta, synthetic data",
-        {"beta": 0.3, "alpha": 0.7, "hypothesis": "1 (smooth limit) more likely", "noise_part": "negligible"},
+        {"beta": COHEN_TANH_BETA, "alpha": COHEN_TANH_ALPHA, "hypothesis": "1 (smooth limit) more likely", "noise_part": "negligible"},
         "Cohen et al.", COHEN,
     ),
-    PaperNumber("fully connected, ReLU, per-layer delta", {"alpha_plus_beta": 1.0, "hypothesis": "2 (diffusive)"}, "Cohen et al.", COHEN),
+    PaperNumber(
+        "fully connected, ReLU, per-layer delta",
+        {"alpha_plus_beta": COHEN_RELU_ALPHA_PLUS_BETA, "hypothesis": "2 (diffusive)"},
+        "Cohen et al.", COHEN,
+    ),
     PaperNumber(
         "convolutional ResNets on CIFAR-10 (no BatchNorm)",
-        "max norm, scaled increments and root sum of squares bounded as L grows: sparse weights, neither hypothesis",
+        {"bounded_as_depth_grows": COHEN_CONV_BOUNDED, "reading": "sparse weights, neither hypothesis"},
         "Cohen et al.", COHEN,
     ),
-    PaperNumber("depths studied", {"max_depth": 10321, "accurate_from_depth": 15}, "Cohen et al.", COHEN),
+    PaperNumber("depths studied", {"max_depth": COHEN_MAX_DEPTH, "accurate_from_depth": 15}, "Cohen et al.", COHEN),
 )
 
 

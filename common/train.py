@@ -11,7 +11,9 @@ nothing is marked finished.
 
 Batches are ``(inputs, targets)``; the model maps inputs to logits ``(..., classes)`` and the
 loss is the mean cross-entropy over all target positions (images: one per image; tokens: one
-per position). Loaders with a ``set_epoch`` method get the epoch before each pass.
+per position). ``TrainSettings(loss="mse")`` trains a regression instead (outputs and float
+targets of one shape, mean squared error over every coordinate, no accuracy recorded). Loaders
+with a ``set_epoch`` method get the epoch before each pass.
 
 Devices: with ``compile`` every run starts from a fresh compiler state (``torch.compiler.reset()``:
 dynamo keeps at most 8 compiled versions of one function per process, and every depth shares
@@ -99,6 +101,10 @@ class TrainSettings:
     compile: bool = False
     channels_last: bool = False
     nan_check_every: int = 25  # steps between host syncs that look for a non-finite loss
+    loss: str = "cross_entropy"  # one of LOSSES; "mse": regression, no accuracy
+
+
+LOSSES = ("cross_entropy", "mse")
 
 
 def cosine_lr(step: int, total_steps: int, base_lr: float, warmup_steps: int = 0) -> float:
@@ -130,9 +136,17 @@ def classification_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoot
     return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), label_smoothing=label_smoothing)
 
 
+def batch_loss(settings: TrainSettings, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The training loss ``settings.loss`` of one batch (cross-entropy with the recipe's label smoothing, or MSE)."""
+    if settings.loss == "mse":
+        return F.mse_loss(outputs.float(), targets.float())
+    return classification_loss(outputs, targets, settings.recipe.label_smoothing)
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: Iterable, device: torch.device, *, amp: bool = True) -> dict:
-    """Mean cross-entropy and accuracy over every target of ``loader`` (eval mode, no augmentation)."""
+def evaluate(model: nn.Module, loader: Iterable, device: torch.device, *, amp: bool = True, loss: str = "cross_entropy") -> dict:
+    """Mean cross-entropy and accuracy over every target of ``loader`` (eval mode, no augmentation);
+    with ``loss="mse"`` the mean squared error over every coordinate and no ``acc``."""
     was_training = model.training
     model.eval()
     # float64 sum of per-batch float32 sums; on the CPU when the device has no float64 (MPS, NPU)
@@ -142,11 +156,17 @@ def evaluate(model: nn.Module, loader: Iterable, device: torch.device, *, amp: b
     for x, y in loader:
         with devices.autocast(device, amp):
             logits = model(x)
+        if loss == "mse":
+            loss_sum += F.mse_loss(logits.float(), y.float(), reduction="sum").to(loss_sum.device).double()
+            count += y.numel()
+            continue
         logits, y = logits.flatten(0, -2).float(), y.flatten()
         loss_sum += F.cross_entropy(logits, y, reduction="sum").to(loss_sum.device).double()
         correct += (logits.argmax(-1) == y).sum()
         count += y.numel()
     model.train(was_training)
+    if loss == "mse":
+        return {"loss": loss_sum.item() / max(count, 1), "n": count}
     return {"loss": loss_sum.item() / max(count, 1), "acc": correct.item() / max(count, 1), "n": count}
 
 
@@ -157,7 +177,7 @@ class EpochStats:
     step: int  # global step after the epoch
     lr: float  # the last step's learning rate
     loss: float
-    acc: float
+    acc: float | None  # None for a regression (TrainSettings.loss == "mse")
     examples: int
     seconds: float
 
@@ -195,13 +215,14 @@ def train_epoch(
             group["lr"] = lr
         with devices.autocast(device, settings.amp):
             logits = forward(x)
-        loss = classification_loss(logits, y, settings.recipe.label_smoothing)
+        loss = batch_loss(settings, logits, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         pending.append(loss.detach())
-        with torch.no_grad():
-            correct += (logits.detach().flatten(0, -2).argmax(-1) == y.flatten()).sum()
+        if settings.loss != "mse":
+            with torch.no_grad():
+                correct += (logits.detach().flatten(0, -2).argmax(-1) == y.flatten()).sum()
         seen += x.shape[0]
         targets += y.numel()
         batches += 1
@@ -213,7 +234,7 @@ def train_epoch(
         loss_sum += _check_finite(pending, step, epoch, batches - 1, where)
     devices.synchronize(device)  # the epoch's work has finished, not just been queued
     return EpochStats(
-        step=step, lr=lr, loss=loss_sum / max(batches, 1), acc=correct.item() / max(targets, 1),
+        step=step, lr=lr, loss=loss_sum / max(batches, 1), acc=None if settings.loss == "mse" else correct.item() / max(targets, 1),
         examples=seen, seconds=time.perf_counter() - start,
     )  # fmt: skip
 
@@ -289,8 +310,8 @@ def train(
             "epoch_time_s": stats.seconds,
         }
         for name, loader in eval_loaders.items():
-            metrics = evaluate(forward, loader, device, amp=settings.amp)
-            record[f"{name}_loss"], record[f"{name}_acc"] = metrics["loss"], metrics["acc"]
+            metrics = evaluate(forward, loader, device, amp=settings.amp, loss=settings.loss)
+            record.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
         wall += time.perf_counter() - start
         record["wall_s"] = wall
         runs.append_metrics(run_dir, record)
@@ -306,10 +327,8 @@ def train(
             },
         )
         log.info(
-            "%s: epoch %d/%d lr %.4g train loss %.4f acc %.4f %s%.0f img/s",
-            desc, epoch + 1, recipe.epochs, stats.lr, record["train_loss"], record["train_acc"],
-            "".join(f"{n} loss {record[f'{n}_loss']:.4f} acc {record[f'{n}_acc']:.4f} " for n in eval_loaders),
-            record["images_per_s"],
+            "%s: epoch %d/%d lr %.4g %s%.0f img/s", desc, epoch + 1, recipe.epochs, stats.lr,
+            "".join(_loss_acc(record, n) for n in ("train", *eval_loaders)), record["images_per_s"],
         )  # fmt: skip
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
@@ -323,8 +342,8 @@ def train(
     # that no extra graph is compiled. The per-epoch values are float32 already without autocast.
     final = {**(eval_loaders if amp_dtype != "float32" else {}), **(final_eval_loaders or {})}
     for name, loader in final.items():
-        metrics = evaluate(model, loader, device, amp=False)
-        summary[f"{name}_loss"], summary[f"{name}_acc"] = metrics["loss"], metrics["acc"]
+        metrics = evaluate(model, loader, device, amp=False, loss=settings.loss)
+        summary.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
     summary.update(epochs=recipe.epochs, steps=step, wall_s=wall, autocast_dtype=amp_dtype, final_eval_dtype="float32")
     runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in model.state_dict().items()}})
     return summary
@@ -357,6 +376,12 @@ def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int,
         f"in {where}; the run is not marked finished: lower --lr or lengthen the warm-up "
         f"(a rerun resumes from the last epoch checkpoint; delete {where} to start over)"
     )
+
+
+def _loss_acc(record: dict, name: str) -> str:
+    """``"<name> loss L acc A "`` for the epoch log line (no accuracy for a regression)."""
+    acc = record.get(f"{name}_acc")
+    return f"{name} loss {record[f'{name}_loss']:.4f} " + ("" if acc is None else f"acc {acc:.4f} ")
 
 
 def _truncate_metrics(run_dir: Path, epochs_done: int) -> None:

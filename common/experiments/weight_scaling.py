@@ -1,0 +1,504 @@
+"""Job module of ``07_weight_scaling.py``: the weight-scaling diagnostics of Cohen et al. (2021).
+
+Families (``FAMILIES``):
+
+- ``fc-tanh`` / ``fc-relu``: their setting reproduced. One run per (family, depth L, seed) trains
+  :class:`common.models.fc_resnet.FCResNet` (tanh with a shared delta; ReLU with a per-layer
+  delta) on the synthetic neural-ODE regression data (:mod:`common.data.neural_ode`, d = 10,
+  generated from the run's seed) with the MSE loss through :func:`common.train.train`
+  (:func:`train_fc_run`), then computes the statistics of its trained weights.
+- ``sweep``: one analysis run per finished run of script 01 (:func:`analyse_sweep_run`). Each
+  BatchNorm is folded into the conv before it (eval mode, ``W * gamma / sqrt(var + eps)``);
+  per stage, the sequence ``A_k`` is the first (folded) conv of each block and ``delta_k`` its
+  last (folded) conv. The downsampling block (first block of stages 2 and 3: stride 2, other
+  input width) is **left out** of the stage's sequences and fits; its folded norms are listed in
+  the run's ``layers.csv`` with ``downsample = True``.
+
+Fits (:func:`exponent_rows`): per (family, dataset, stage, tensor, norm) the exponents of
+:data:`common.scaling.STEPS` over the depths with at least :data:`MIN_BLOCKS` layers; with fewer
+than :data:`common.scaling.MIN_DEPTHS` such depths the row says "insufficient depths" and
+nothing is fitted. Cohen et al.'s reported exponents (:mod:`common.paper`) stand beside them.
+
+Records (plain CSV, one file per family and dataset, written by the script under
+``<out>/weight_scaling/``):
+
+``records-<tag>.csv``, one row per (analysed network, stage, tensor, norm):
+  ``family`` ("fc-tanh", "fc-relu", "sweep"), ``dataset`` ("neural-ode" or the sweep's),
+  ``seed``, ``run`` (run directory name), ``stage`` (0: the whole network of an FC family;
+  1, 2, 3: sweep stages), ``tensor`` ("A", "b", "delta", "delta_A" = ``|delta_k| A_k``; sweep:
+  "A" = first conv, "delta" = last conv), ``norm`` ("fro" or "spectral"), ``depth`` (L: layers in
+  the sequence; sweep: blocks of the stage without the downsampling block), ``network_depth``
+  (FC: L; sweep: d of ResNet-d), ``depth_n`` (sweep: N), ``max_norm``, ``max_increment``
+  (unscaled ``max_k ||A_k+1 - A_k||``; the beta-scaled norm is ``depth**beta`` times it),
+  ``cumsum_norm``, ``root_sum_squares``, ``noise_max``, ``trend_max``, ``noise_fraction``,
+  ``trend_window`` (see :mod:`common.scaling`), ``input_size`` (sweep: feature-map size of the FFT
+  spectral norm), ``train_loss``, ``test_loss`` (FC: MSE; sweep: cross-entropy from script 01).
+
+``layers.csv`` in every run directory, one row per (stage, tensor, layer k): ``stage``,
+``tensor``, ``k`` (0-based position in the analysed sequence; -1 for a downsampling block),
+``t`` = k / L, ``fro`` and ``spectral`` norms of the layer tensor,
+``downsample`` (sweep; the spectral norm of a downsampling block's stride-2 conv is that of the
+same kernel at stride 1 on its input, an upper bound), ``input_size`` (sweep), and for FC runs one fixed entry (``A_k[0, 1]``, ``b_k[0]``, ``delta_k``)
+with its cumulative sum ``S_k+1`` split into ``entry_trend`` + ``entry_noise``, and the norms
+``path_norm``, ``trend_norm``, ``noise_norm`` of ``S_k+1`` and of its parts.
+
+``exponents-<tag>.csv`` / ``.md``: one row per (stage, tensor, norm, exponent): ``estimate``,
+``ci_low``, ``ci_high`` (``level``), ``stderr``, ``n``, ``n_depths``, ``depth_min``,
+``depth_max``, ``r_squared``, ``status`` ("ok", "insufficient depths", "non-positive statistic",
+"needs beta"), ``rule`` and ``paper`` (Cohen et al.'s value, where they report one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from common import runs, scaling
+from common.data.neural_ode import BatchLoader, make_neural_ode_data
+from common.device import resolve_device, seed_everything
+from common.errors import UserError
+from common.experiments.train_resnet_sweep import load_trained_resnet
+from common.models.fc_resnet import FCResNet, FCResNetConfig
+from common.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
+from common.train import TrainSettings, evaluate, finish_run, train
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "weight_scaling"
+FC_FAMILIES = {"fc-tanh": ("tanh", "shared"), "fc-relu": ("relu", "per_layer")}  # family -> (activation, delta)
+FAMILIES = (*FC_FAMILIES, "sweep")
+FC_DATASET = "neural-ode"
+MIN_BLOCKS = 3  # a depth enters the fits only with at least 3 layers (blocks) in the sequence
+LAYERS = "layers.csv"
+RECORD_COLUMNS = (  # the per-depth records, in this order (module docstring)
+    "family", "dataset", "seed", "run", "stage", "tensor", "norm", "depth", "network_depth", "depth_n", "max_norm",
+    "max_increment", "cumsum_norm", "root_sum_squares", "noise_max", "trend_max", "noise_fraction", "trend_window",
+    "input_size", "train_loss", "test_loss",
+)  # fmt: skip
+
+# Which exponents each tensor gets (common.scaling.STEPS), and the name a row reports.
+TENSOR_EXPONENTS = {
+    "A": ("beta", "max_norm_exponent", "nu", "rss_slope", "noise_fraction_slope"),
+    "b": ("beta", "max_norm_exponent", "nu", "rss_slope", "noise_fraction_slope"),
+    "delta": ("alpha",),  # FC: the scalars delta_k (sweep: conv kernels, the A list of exponents)
+    "delta_A": ("beta", "max_norm_exponent"),  # |delta_k| A_k: reported as alpha + beta
+}
+RENAMED = {("delta_A", "beta"): "alpha_plus_beta", ("delta_A", "max_norm_exponent"): "alpha_plus_beta_max_norm"}
+
+# Cohen et al.'s reported exponents beside ours (side by side only; common/paper.py).
+PAPER_EXPONENTS = {
+    ("fc-tanh", "delta", "alpha"): COHEN_TANH_ALPHA,
+    ("fc-tanh", "A", "beta"): COHEN_TANH_BETA,
+    ("fc-tanh", "A", "max_norm_exponent"): COHEN_TANH_BETA,  # their Figure 2 reads beta off the max norm
+    ("fc-relu", "delta_A", "alpha_plus_beta"): COHEN_RELU_ALPHA_PLUS_BETA,
+    ("fc-relu", "delta_A", "alpha_plus_beta_max_norm"): COHEN_RELU_ALPHA_PLUS_BETA,
+    **{("sweep", t, e): COHEN_CONV_BOUNDED[e] for t in ("A", "delta") for e in COHEN_CONV_BOUNDED},
+}
+
+
+# ----------------------------------------------------------------------------- FC presets
+@dataclass(frozen=True)
+class AdamRecipe:
+    """Adam with a per-step cosine decay to 0 (after an optional linear warm-up): the FC families'
+    optimiser. Duck-types :class:`common.train.SGDRecipe` for :func:`common.train.train`."""
+
+    epochs: int
+    lr: float
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    warmup_epochs: float = 0.0
+
+    def to_config(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_config(cls, keys: dict) -> AdamRecipe:
+        return cls(**{f.name: keys[f.name] for f in fields(cls)})
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Adam:
+        return torch.optim.Adam(
+            model.parameters(), lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps, weight_decay=self.weight_decay
+        )
+
+
+def geometric_depths(lowest: int, highest: int, count: int) -> tuple[int, ...]:
+    """``count`` depths spaced evenly in ``log L`` from ``lowest`` to ``highest``, rounded (duplicates dropped)."""
+    return tuple(sorted({round(float(v)) for v in np.geomspace(lowest, highest, count)}))
+
+
+@dataclass(frozen=True)
+class FCPreset:
+    """What one preset fixes for the FC families: depth grid, optimiser, batch, data and initialisation."""
+
+    depths: tuple[int, ...]
+    recipe: AdamRecipe
+    batch_size: int
+    num_train: int = 1024
+    num_test: int = 256
+    dim: int = 10
+    init_scale: float = 0.01
+
+
+FC_PRESETS = {
+    # Cohen et al.'s defaults (d = 10, 1,024 / 256 examples, Adam, lr 1e-3, batch 50, 200 epochs),
+    # 17 depths from 4 to 1,024 (ratio sqrt 2).
+    "paper": FCPreset(depths=geometric_depths(4, 1024, 17), recipe=AdamRecipe(epochs=200, lr=1e-3), batch_size=50),
+    # Minutes on a CPU: 5 depths from 4 to 64, 256 examples, 20 epochs of 8 steps at lr 1e-2.
+    "smoke": FCPreset(
+        depths=geometric_depths(4, 64, 5), recipe=AdamRecipe(epochs=20, lr=1e-2), batch_size=32, num_train=256, num_test=128
+    ),
+}
+
+
+def fc_configs(
+    family: str,
+    *,
+    preset: str = "smoke",
+    depths: Sequence[int] | None = None,
+    seeds: Sequence[int] = (0,),
+    epochs: int | None = None,
+    lr: float | None = None,
+    batch_size: int | None = None,
+    device: str = "auto",
+) -> list[dict]:
+    """One config per (depth L, seed) of an FC family; unset values come from :data:`FC_PRESETS`."""
+    if family not in FC_FAMILIES:
+        raise UserError(f"--family {family}: not a fully connected family; use one of {', '.join(FC_FAMILIES)}")
+    if preset not in FC_PRESETS:
+        raise UserError(f"--preset {preset}: unknown preset; use smoke or paper")
+    settings = FC_PRESETS[preset]
+    depths = list(settings.depths if depths is None else depths)
+    if not depths or min(depths) < 1:
+        raise UserError(f"--depths {depths}: give network depths L >= 1, e.g. 4,8,16 or 4:64:4")
+    for flag, value in (("--epochs", epochs), ("--lr", lr), ("--batch-size", batch_size)):
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} {value}: must be positive")
+    batch = batch_size or settings.batch_size
+    if batch > settings.num_train:
+        raise UserError(f"--batch-size {batch}: larger than the {settings.num_train} training examples; lower it")
+    activation, delta = FC_FAMILIES[family]
+    recipe = replace(settings.recipe, epochs=epochs or settings.recipe.epochs, lr=lr or settings.recipe.lr)
+    return [
+        {
+            "experiment": EXPERIMENT,
+            "name": f"{family}-L{depth}-seed{seed}",
+            "family": family,
+            "preset": preset,
+            "depth": depth,
+            "seed": seed,
+            "data": {"kind": FC_DATASET, "dim": settings.dim, "num_train": settings.num_train,
+                     "num_test": settings.num_test, "steps": 100, "noise": 0.0, "data_seed": seed},
+            "model": asdict(FCResNetConfig(depth=depth, dim=settings.dim, activation=activation, delta=delta,
+                                           init_scale=settings.init_scale)),
+            "train": {**recipe.to_config(), "batch_size": batch},
+            "runtime": {"device": device},
+        }  # fmt: skip
+        for seed in seeds
+        for depth in depths
+    ]
+
+
+# ----------------------------------------------------------------------------- FC job
+@contextlib.contextmanager
+def cpu_threads(count: int) -> Iterator[None]:
+    """Run with ``count`` intra-op CPU threads, then restore the previous number."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def train_fc_run(spec: runs.RunSpec) -> dict:
+    """Job function of script 07, FC families: train one (family, L, seed) run, then record its weight statistics.
+
+    On the CPU the run uses one intra-op thread: its operations are d x d = 10 x 10 matrix products,
+    which threads cannot speed up and which a busy machine slows many times over when threads wait.
+    """
+    device = resolve_device(spec.config.get("runtime", {}).get("device") or "auto")
+    with cpu_threads(1) if device.type == "cpu" else contextlib.nullcontext():
+        return _train_fc_run(spec, device)
+
+
+def _train_fc_run(spec: runs.RunSpec, device: torch.device) -> dict:
+    config = spec.config
+    path = runs.prepare_run(spec.out, config)
+    hp = config["train"]
+    seed_everything(config["seed"])
+    d = config["data"]
+    data = make_neural_ode_data(dim=d["dim"], num_train=d["num_train"], num_test=d["num_test"], seed=d["data_seed"],
+                                steps=d["steps"], noise=d["noise"])  # fmt: skip
+    model = FCResNet(FCResNetConfig(**config["model"])).to(device)
+    train_loader = BatchLoader(data.x_train, data.y_train, hp["batch_size"], shuffle=True, device=device, seed=config["seed"])
+    clean_train = BatchLoader(data.x_train, data.y_train, 512, shuffle=False, device=device)
+    test_loader = BatchLoader(data.x_test, data.y_test, 512, shuffle=False, device=device)
+    initial = evaluate(model, clean_train, device, amp=False, loss="mse")["loss"]  # the fresh init, also on resume
+    settings = TrainSettings(recipe=AdamRecipe.from_config(hp), amp=False, loss="mse")  # type: ignore[arg-type]
+    summary = train(
+        model, train_loader, {"test": test_loader}, final_eval_loaders={"train": clean_train}, run_dir=path,
+        settings=settings, device=device, desc=config["name"],
+    )  # fmt: skip
+    model = model.cpu()
+    losses = {"train_loss": summary["train_loss"], "test_loss": summary["test_loss"]}
+    base = {"family": config["family"], "dataset": FC_DATASET, "seed": config["seed"], "run": path.name, "stage": 0,
+            "network_depth": config["depth"], "depth_n": None, "input_size": None, **losses}  # fmt: skip
+    records, layers = fc_statistics(model, base)
+    runs.atomic_write_csv(path / LAYERS, layers)
+    result = {
+        "family": config["family"],
+        "depth": config["depth"],
+        "seed": config["seed"],
+        "initial_train_loss": initial,
+        **losses,
+        "train_loss_running": summary["train_loss_running"],
+        "epochs": summary["epochs"],
+        "steps": summary["steps"],
+        "wall_s": summary["wall_s"],
+        "device": device.type,
+        "records": records,
+    }
+    finish_run(path, result)
+    return result
+
+
+def fc_tensors(model: FCResNet) -> dict[str, torch.Tensor]:
+    """The depth-indexed sequences of a trained FC ResNet: ``A``, ``b``, ``delta`` (per layer) and ``|delta_k| A_k``."""
+    with torch.no_grad():
+        deltas = model.layer_deltas().detach().double()
+        a = model.A.detach().double()
+        return {"A": a, "b": model.b.detach().double(), "delta": deltas, "delta_A": deltas.abs()[:, None, None] * a}
+
+
+def fc_statistics(model: FCResNet, base: dict) -> tuple[list[dict], list[dict]]:
+    """Per-depth records (Frobenius for every tensor, spectral for the matrices) and ``layers.csv`` rows."""
+    records, layers = [], []
+    for name, seq in fc_tensors(model).items():
+        records.append({**base, "tensor": name, "norm": "fro", **scaling.weight_statistics(seq)})
+        if seq.dim() == 3:  # matrices: also the spectral norm (no trend/noise split: that is a Frobenius statistic)
+            records.append({**base, "tensor": name, "norm": "spectral", **scaling.weight_statistics(seq, "spectral", trend_noise=False)})
+        split = scaling.trend_noise_split(seq)
+        entry = (slice(None), *(0, 1)[: seq.dim() - 1])  # A_k[0, 1], b_k[0], delta_k
+        stat = {f"entry_{part}": getattr(split, part)[1:][entry] for part in ("path", "trend", "noise")}
+        stat |= {f"{part}_norm": split.norms(part)[1:] for part in ("path", "trend", "noise")}
+        stat["fro"] = scaling.layer_norms(seq)
+        stat["spectral"] = scaling.layer_norms(seq, "spectral")
+        L = len(seq)
+        for k in range(L):
+            layers.append({"stage": 0, "tensor": name, "k": k, "t": k / L, "entry": float(seq[entry][k]),
+                           **{key: float(v[k]) for key, v in stat.items()}})  # fmt: skip
+    return records, layers
+
+
+# ----------------------------------------------------------------------------- sweep analysis
+def sweep_analysis_configs(sweep_dirs: Iterable[Path], *, input_size: int | None = None) -> list[dict]:
+    """One analysis config per finished sweep run (identity: the sweep run and the FFT input size); runs on the CPU."""
+    configs = []
+    for sweep_dir in sweep_dirs:
+        sweep = runs.read_json(Path(sweep_dir) / runs.CONFIG)
+        size = input_size or sweep.get("data", {}).get("image_size") or 32
+        configs.append(
+            {
+                "experiment": EXPERIMENT,
+                "name": f"sweep-{sweep['dataset']}-resnet{sweep['depth_label']}-n{sweep['depth_n']}-seed{sweep['seed']}",
+                "family": "sweep",
+                "dataset": sweep["dataset"],
+                "depth_n": sweep["depth_n"],
+                "depth_label": sweep["depth_label"],
+                "seed": sweep["seed"],
+                "sweep_run": Path(sweep_dir).name,
+                "input_size": size,
+                "fold_batchnorm": True,
+                "runtime": {"sweep_dir": str(Path(sweep_dir).resolve())},
+            }
+        )
+    return configs
+
+
+def folded_conv(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> torch.Tensor:
+    """The kernel of ``bn(conv(.))`` in eval mode as one conv (:func:`common.scaling.fold_batchnorm`), float64."""
+    weight, _ = scaling.fold_batchnorm(
+        conv.weight.detach().double(), running_mean=bn.running_mean.double(), running_var=bn.running_var.double(),
+        gamma=bn.weight.detach().double(), beta=bn.bias.detach().double(), eps=bn.eps,
+    )  # fmt: skip
+    return weight
+
+
+def stage_sequences(model: nn.Module, input_size: int) -> list[dict]:
+    """Per block: stage (1-based), downsampling or not, folded first conv ``A`` and last conv ``delta``, and
+    their input feature-map sizes (one dummy forward at ``input_size`` pixels)."""
+    sizes: dict[int, int] = {}
+    hooks = [
+        conv.register_forward_hook(lambda m, args, out: sizes.__setitem__(id(m), args[0].shape[-1]))
+        for block in model.blocks for conv in (block.residual[0], block.residual[3])
+    ]  # fmt: skip
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, model.config.in_channels, input_size, input_size, dtype=model.stem[0].weight.dtype))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    blocks = []
+    for block, stage in zip(model.blocks, model.stage_of_block, strict=True):
+        first, last = block.residual[0], block.residual[3]
+        blocks.append({
+            "stage": stage + 1,
+            "downsample": not isinstance(block.shortcut, nn.Identity),
+            "A": folded_conv(first, block.residual[1]),
+            "delta": folded_conv(last, block.residual[4]),
+            "size": {"A": sizes[id(first)], "delta": sizes[id(last)]},
+        })  # fmt: skip
+    return blocks
+
+
+def analyse_sweep_run(spec: runs.RunSpec) -> dict:
+    """Job function of script 07, sweep family: per-stage statistics of one trained sweep model (on the CPU,
+    one intra-op thread: one dummy forward of a single image, then numpy)."""
+    with cpu_threads(1):
+        return _analyse_sweep_run(spec)
+
+
+def _analyse_sweep_run(spec: runs.RunSpec) -> dict:
+    config = spec.config
+    path = runs.prepare_run(spec.out, config)
+    sweep_dir = Path(config["runtime"]["sweep_dir"])
+    model = load_trained_resnet(sweep_dir).double()
+    sweep_result = runs.read_result(sweep_dir)
+    blocks = stage_sequences(model, config["input_size"])
+    base = {"family": "sweep", "dataset": config["dataset"], "seed": config["seed"], "run": path.name,
+            "network_depth": config["depth_label"], "depth_n": config["depth_n"],
+            "train_loss": sweep_result.get("train_loss"), "test_loss": sweep_result.get("test_loss")}  # fmt: skip
+    records, layers = [], []
+    for stage in sorted({b["stage"] for b in blocks}):
+        in_stage = [b for b in blocks if b["stage"] == stage]
+        kept = [b for b in in_stage if not b["downsample"]]
+        for tensor in ("A", "delta"):
+            for b in in_stage:  # k: position in the analysed sequence; the downsampling block has k = -1
+                k = next((i for i, x in enumerate(kept) if x is b), -1)
+                layers.append({"stage": stage, "tensor": tensor, "k": k, "t": k / len(kept) if k >= 0 else math.nan,
+                               "downsample": b["downsample"], "fro": float(b[tensor].norm()), "input_size": b["size"][tensor],
+                               "spectral": float(scaling.conv_spectral_norms(b[tensor], b["size"][tensor])[0])})  # fmt: skip
+            if not kept:
+                continue
+            seq, size = torch.stack([b[tensor] for b in kept]), kept[0]["size"][tensor]
+            for norm in ("fro", "spectral"):  # the trend/noise split in the Frobenius norm only
+                records.append({**base, "stage": stage, "tensor": tensor, "norm": norm, "input_size": size,
+                                **scaling.weight_statistics(seq, norm, size, trend_noise=norm == "fro")})  # fmt: skip
+    runs.atomic_write_csv(path / LAYERS, layers)
+    result = {k: config[k] for k in ("family", "dataset", "depth_n", "depth_label", "seed", "sweep_run", "input_size")}
+    result["blocks_per_stage"] = [sum(1 for b in blocks if b["stage"] == s and not b["downsample"]) for s in (1, 2, 3)]
+    result["records"] = records
+    runs.write_result(path, result)
+    return result
+
+
+# ----------------------------------------------------------------------------- fits and tables
+def exponent_rows(records: Iterable[dict], level: float = scaling.DEFAULT_LEVEL) -> list[dict]:
+    """The exponent table: per (family, dataset, stage, tensor, norm) every exponent of :data:`TENSOR_EXPONENTS`."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        groups[(r["family"], r["dataset"], r["stage"], r["tensor"], r["norm"])].append(r)
+    rows = []
+    for (family, dataset, stage, tensor, norm), group in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        points = [r for r in group if r["depth"] >= MIN_BLOCKS]
+        depths = [r["depth"] for r in points]
+        names = TENSOR_EXPONENTS["A"] if (family == "sweep" or tensor not in TENSOR_EXPONENTS) else TENSOR_EXPONENTS[tensor]
+        fitted: dict[str, float] = {}
+        for name in names:
+            step = scaling.STEPS[name]
+            if step.statistic not in group[0]:  # e.g. no trend/noise split in the spectral norm
+                continue
+            shown = RENAMED.get((tensor, name), name)
+            row = {"family": family, "dataset": dataset, "stage": stage, "tensor": tensor, "norm": norm,
+                   "exponent": shown, "statistic": step.statistic, "rule": step.rule, "level": level,
+                   "estimate": math.nan, "ci_low": math.nan, "ci_high": math.nan, "status": "ok",
+                   "paper": PAPER_EXPONENTS.get((family, tensor, shown), "")}  # fmt: skip
+            try:
+                fit = scaling.fit_power_law(depths, [r[step.statistic] for r in points], level)
+            except scaling.FitUnavailable as exc:
+                rows.append({**row, "status": exc.status, "n": len(points), "n_depths": len(set(depths))})
+                continue
+            offset = step.offset
+            if isinstance(offset, str):  # "-beta": nu needs this group's beta
+                if "beta" not in fitted:
+                    rows.append({**row, **fit.as_record(), "status": "needs beta"})
+                    continue
+                offset = -fitted["beta"]
+            estimate, low, high = scaling.exponent(fit, step.sign, offset)
+            fitted[name] = estimate
+            rows.append({**row, **fit.as_record(), "level": level, "estimate": estimate, "ci_low": low, "ci_high": high})
+    return rows
+
+
+def exponent_markdown(rows: Sequence[dict]) -> str:
+    """The exponent table as markdown: estimate with its interval, depths used, status, Cohen et al.'s value.
+
+    A stage whose every row is "insufficient depths" is one line (tensor, norm and exponent "*")."""
+    lines = [
+        "| family | dataset | stage | tensor | norm | exponent | estimate [CI] | depths (n) | status | Cohen et al. |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    by_stage = defaultdict(list)
+    for r in rows:
+        by_stage[(r["family"], r["dataset"], r["stage"])].append(r)
+    shown = []
+    for r in rows:
+        stage_rows = by_stage[(r["family"], r["dataset"], r["stage"])]
+        if all(x["status"] == scaling.INSUFFICIENT_DEPTHS for x in stage_rows):
+            if r is stage_rows[0]:
+                shown.append({**r, "tensor": "*", "norm": "*", "exponent": "*", "paper": "",
+                              "n": max(x.get("n", 0) for x in stage_rows)})  # fmt: skip
+            continue
+        shown.append(r)
+    for r in shown:
+        if r["status"] == "ok":
+            value = f"{r['estimate']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+            depths = f"{r['depth_min']}-{r['depth_max']} ({r['n']})"
+        else:
+            value, depths = "-", f"({r.get('n', 0)})"
+        stage = "all" if r["stage"] == 0 else r["stage"]
+        lines.append(
+            f"| {r['family']} | {r['dataset']} | {stage} | {r['tensor']} | {r['norm']} | {r['exponent']} | {value} "
+            f"| {depths} | {r['status']} | {r['paper']} |"
+        )
+    level = rows[0]["level"] if rows else scaling.DEFAULT_LEVEL
+    lines.append("")
+    lines.append(
+        f"Intervals: {level:.0%} Student-t intervals of the log-log slope. Depths with fewer than {MIN_BLOCKS} layers "
+        f"(blocks) are left out; with fewer than {scaling.MIN_DEPTHS} depths left a row says 'insufficient depths'. "
+        "Rules: common.scaling.STEPS; Cohen et al.'s values: common.paper (side by side only)."
+    )
+    return "\n".join(lines)
+
+
+def record_rows(results: Iterable[dict]) -> list[dict]:
+    """Every per-depth record of finished runs, columns in :data:`RECORD_COLUMNS` order (missing ones empty)."""
+    return [{k: record.get(k) for k in RECORD_COLUMNS} for result in results for record in result["records"]]
+
+
+def summary_tag(family: str, dataset: str | None = None) -> str:
+    """File-name tag of a family's summary files: ``fc-tanh`` or ``sweep-cifar10``."""
+    return family if family in FC_FAMILIES else f"{family}-{dataset}"
+
+
+def fc_training_table(results: Sequence[dict]) -> str:
+    """Depth vs initial and final MSE of the FC runs."""
+    header = f"{'family':<8} {'L':>5} {'seed':>4} {'initial MSE':>11} {'train MSE':>10} {'test MSE':>10}"
+    lines = [header, "-" * len(header)]
+    for r in sorted(results, key=lambda r: (r["family"], r["depth"], r["seed"])):
+        lines.append(
+            f"{r['family']:<8} {r['depth']:>5} {r['seed']:>4} {r['initial_train_loss']:>11.5f} "
+            f"{r['train_loss']:>10.5f} {r['test_loss']:>10.5f}"
+        )
+    return "\n".join(lines)
