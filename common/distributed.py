@@ -133,3 +133,23 @@ def destroy_distributed() -> None:
     """Leave the process group, if any (call once at the end of a distributed job)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def env_info() -> DistInfo:
+    """Where this process sits according to torchrun's variables, before any process group exists.
+
+    ``DistInfo()`` (rank 0 of 1) outside torchrun; the backend is None until :func:`init_distributed`.
+    """
+    return DistInfo(
+        rank=int(os.environ.get("RANK", "0")),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+    )
+
+
+def broadcast_from_main(obj):
+    """Rank 0's ``obj`` on every process (a pickled object; the group must be initialised)."""
+    payload = [obj]
+    dist.broadcast_object_list(payload, src=0)
+    return payload[0]
+

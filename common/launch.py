@@ -29,7 +29,8 @@ import submitit
 from tqdm.auto import tqdm
 
 from common import runs, slurm
-from common.device import accelerator_count
+from common.device import accelerator_count, resolve_device
+from common.distributed import broadcast_from_main, destroy_distributed, env_info, init_distributed
 from common.errors import UserError
 from common.logs import setup_logging
 from common.runs import RunSpec
@@ -187,6 +188,8 @@ def launch_from_args(
     only when it gets results.
     """
     launcher = args.launcher
+    if distributed and env_info().world_size > 1:
+        return launch_torchrun_ranks(fn, specs, args, desc=desc)
     resolved = None
     if launcher == "slurm":
         profile = slurm.load_profile(getattr(args, "slurm_profile", None))
@@ -211,6 +214,45 @@ def launch_from_args(
             print(slurm.sbatch_preview(slurm.with_repo_on_path(params), default_log_folder(specs), n))
         return None
     return launch(fn, specs, launcher=launcher, executor_params=params, desc=desc, wait=getattr(args, "wait", False))
+
+
+def launch_torchrun_ranks(fn: JobFn, specs: Sequence[RunSpec], args, *, desc: str = "runs") -> list[dict] | None:
+    """Under ``torchrun`` (``WORLD_SIZE > 1``): the processes cooperate on one run at a time.
+
+    Rank 0 plans: it checks the configs, decides which runs are unfinished and sends that list
+    to the other ranks, which never plan or write runs of their own. Then every process calls
+    ``fn`` on each of those runs in the same order, inline; ``fn`` trains through DDP and only rank 0
+    writes. Rank 0 returns the results of all ``specs`` (None on a dry run); the others return None.
+    """
+    if args.launcher != "inline":
+        raise UserError(
+            f"--launcher {args.launcher} under torchrun: the processes are already started; use --launcher inline "
+            "(or --launcher slurm without torchrun, which starts one task per GPU itself)"
+        )
+    info = init_distributed(resolve_device(getattr(args, "device", "auto")))
+    todo: list[RunSpec] | None = None
+    error = None
+    if info.is_main:
+        try:
+            plan = Plan.of(specs)
+            if getattr(args, "dry_run", False):
+                print(plan.describe())
+            else:
+                for spec in plan.todo:  # a config mismatch stops every rank before anything starts
+                    runs.prepare_run(spec.out, spec.config)
+                todo = plan.todo
+                log.info("%s: %d planned, %d to run on %d processes (torchrun)", desc, len(plan.specs), len(todo), info.world_size)
+        except UserError as exc:
+            error = str(exc)
+    message = broadcast_from_main({"todo": todo, "error": error})
+    if message["error"] is not None:
+        raise UserError(message["error"])
+    if message["todo"] is None:
+        return None
+    for spec in tqdm(message["todo"], desc=desc, unit="run", disable=not info.is_main or not message["todo"]):
+        fn(spec)
+    destroy_distributed()
+    return [runs.read_result(spec.dir) for spec in specs] if info.is_main else None
 
 
 def default_log_folder(specs: Sequence[RunSpec]) -> Path:

@@ -23,10 +23,10 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pandas as pd
 import torch
@@ -91,8 +91,9 @@ def make_specs(configs: Sequence[dict], out: str | os.PathLike) -> list[RunSpec]
 
 
 # ----------------------------------------------------------------------------- atomic IO
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to a temp file beside ``path``, fsync, then ``os.replace`` it into place.
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A binary handle on a temp file beside ``path``; on success it is fsynced and ``os.replace``d into place.
 
     A crash at any point leaves either the old file or the new one, never a torn one.
     """
@@ -101,7 +102,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -109,6 +110,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` through :func:`atomic_file`."""
+    with atomic_file(path) as handle:
+        handle.write(data)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:

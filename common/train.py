@@ -38,10 +38,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import ClassVar
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from common import device as devices
 from common import runs
@@ -57,8 +60,21 @@ class NonFiniteLossError(UserError):
     a smaller learning rate or longer warm-up, and the run stays unfinished."""
 
 
+class _Recipe:
+    """Config round trip shared by the recipes: the dataclass fields *are* the config keys."""
+
+    def to_config(self) -> dict:
+        """The recipe as plain config keys."""
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_config(cls, keys: dict):
+        """The recipe stored in a config (other keys beside it, e.g. ``batch_size``, are ignored)."""
+        return cls(**{f.name: keys[f.name] for f in fields(cls)})  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
-class SGDRecipe:
+class SGDRecipe(_Recipe):
     """Optimiser and schedule of a run, declared once (the sweep's values: ``common/experiments/train_resnet_sweep.py``).
 
     SGD with momentum and weight decay on every parameter, a linear warm-up over ``warmup_epochs``
@@ -75,15 +91,7 @@ class SGDRecipe:
     nesterov: bool = False
     warmup_epochs: float = 0.0
     label_smoothing: float = 0.0
-
-    def to_config(self) -> dict:
-        """The recipe as plain config keys."""
-        return asdict(self)
-
-    @classmethod
-    def from_config(cls, keys: dict) -> SGDRecipe:
-        """The recipe stored in a config (other keys beside it, e.g. ``batch_size``, are ignored)."""
-        return cls(**{f.name: keys[f.name] for f in fields(cls)})
+    grad_clip: ClassVar[float | None] = None  # not a field: the sweep's config keys stay as they are
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.SGD:
         """SGD with momentum; weight decay on every parameter (as in the CIFAR ResNet recipes)."""
@@ -91,28 +99,105 @@ class SGDRecipe:
             model.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay, nesterov=self.nesterov
         )
 
+    def schedule(self, steps_per_epoch: int) -> Schedule:
+        """Warm-up over ``warmup_epochs``, then cosine to 0 at ``epochs`` (per step)."""
+        return Schedule(self.lr, self.epochs * steps_per_epoch, round(self.warmup_epochs * steps_per_epoch))
+
+
+@dataclass(frozen=True)
+class AdamRecipe(_Recipe):
+    """Adam by epochs (the fully connected ResNets of ``common/experiments/weight_scaling.py``, after Cohen
+    et al.'s code): per-step cosine decay to 0 after an optional linear warm-up, as :class:`SGDRecipe`."""
+
+    epochs: int
+    lr: float
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    warmup_epochs: float = 0.0
+    grad_clip: ClassVar[float | None] = None
+    label_smoothing: ClassVar[float] = 0.0
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Adam:
+        return torch.optim.Adam(
+            model.parameters(), lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps, weight_decay=self.weight_decay
+        )
+
+    schedule = SGDRecipe.schedule  # the same per-step schedule by epochs
+
+
+@dataclass(frozen=True)
+class AdamWRecipe(_Recipe):
+    """AdamW by optimizer steps (the decoder runs; the GPT-2 sweep's values: ``common/experiments/gpt2_ascend.py``).
+
+    Linear warm-up over ``warmup_steps``, cosine decay to ``min_lr_ratio * lr`` at ``steps``,
+    decoupled weight decay on matrices and embeddings only (biases and LayerNorm parameters: none),
+    gradients clipped to a global norm of ``grad_clip`` (None: no clipping). :func:`train` runs
+    ``steps / eval_interval`` "epochs" of ``eval_interval`` steps, each followed by evaluation, a
+    metrics line and a checkpoint. Its own dataclass, so that the sweep's SGD keys never change.
+    """
+
+    steps: int
+    lr: float
+    eval_interval: int  # optimizer steps per epoch of train(): evaluation + checkpoint
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float | None = 1.0
+    label_smoothing: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.steps <= 0 or self.eval_interval <= 0 or self.steps % self.eval_interval:
+            raise ValueError(f"steps {self.steps} must be a positive multiple of eval_interval {self.eval_interval}")
+
+    @property
+    def epochs(self) -> int:
+        return self.steps // self.eval_interval
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW:
+        """AdamW; weight decay on parameters with >= 2 dimensions (fused on CUDA)."""
+        params = [p for p in model.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": self.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        fused = bool(params) and all(p.device.type == "cuda" for p in params)
+        return torch.optim.AdamW(groups, lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps, fused=fused or None)
+
+    def schedule(self, steps_per_epoch: int) -> Schedule:
+        if steps_per_epoch != self.eval_interval:
+            raise ValueError(f"the loader gives {steps_per_epoch} steps per epoch, the recipe {self.eval_interval}")
+        return Schedule(self.lr, self.steps, self.warmup_steps, min_lr=self.lr * self.min_lr_ratio)
+
 
 @dataclass(frozen=True)
 class TrainSettings:
     """How one run trains: its :class:`SGDRecipe` plus execution options that leave the maths unchanged."""
 
-    recipe: SGDRecipe
+    recipe: SGDRecipe | AdamRecipe | AdamWRecipe
     amp: bool = True  # bf16 autocast where common.device.autocast_dtype has one (not on the CPU)
     compile: bool = False
     channels_last: bool = False
     nan_check_every: int = 25  # steps between host syncs that look for a non-finite loss
     loss: str = "cross_entropy"  # one of LOSSES; "mse": regression, no accuracy
+    accum_steps: int = 1  # micro-batches per optimizer step (gradient accumulation)
 
 
 LOSSES = ("cross_entropy", "mse")
 
 
-def cosine_lr(step: int, total_steps: int, base_lr: float, warmup_steps: int = 0) -> float:
-    """Learning rate of ``step`` (0-based): linear warm-up to ``base_lr``, then cosine to 0."""
+def cosine_lr(step: int, total_steps: int, base_lr: float, warmup_steps: int = 0, min_lr: float = 0.0) -> float:
+    """Learning rate of ``step`` (0-based): linear warm-up to ``base_lr``, then cosine to ``min_lr``."""
     if step < warmup_steps:
         return base_lr * (step + 1) / warmup_steps
     span = max(1, total_steps - warmup_steps)
     progress = min(1.0, (step - warmup_steps) / span)
+    if min_lr:
+        return min_lr + 0.5 * (base_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
     return 0.5 * base_lr * (1.0 + math.cos(math.pi * progress))
 
 
@@ -123,17 +208,22 @@ class Schedule:
     base_lr: float
     total_steps: int
     warmup_steps: int
+    min_lr: float = 0.0
 
     @classmethod
-    def of(cls, recipe: SGDRecipe, steps_per_epoch: int) -> Schedule:
-        return cls(recipe.lr, recipe.epochs * steps_per_epoch, round(recipe.warmup_epochs * steps_per_epoch))
+    def of(cls, recipe: SGDRecipe | AdamRecipe | AdamWRecipe, steps_per_epoch: int) -> Schedule:
+        return recipe.schedule(steps_per_epoch)
 
     def lr(self, step: int) -> float:
-        return cosine_lr(step, self.total_steps, self.base_lr, self.warmup_steps)
+        return cosine_lr(step, self.total_steps, self.base_lr, self.warmup_steps, self.min_lr)
 
 
 def classification_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), label_smoothing=label_smoothing)
+    """Mean cross-entropy over every target position (a token model: the mean over sequences of each
+    sequence's mean token loss); bf16/float16 logits are upcast to float32, float64 stays float64."""
+    logits = logits.flatten(0, -2)
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    return F.cross_entropy(logits, targets.flatten(), label_smoothing=label_smoothing)
 
 
 def batch_loss(settings: TrainSettings, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -197,34 +287,53 @@ def train_epoch(
     device: torch.device,
     where: str = "training",
     epoch: int = 0,
+    no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
 ) -> EpochStats:
     """One pass over ``loader``: per step the scheduled learning rate, a forward (autocast), the loss, a
     backward and an optimizer step; every ``settings.nan_check_every`` steps one host sync checks that
     the losses were finite (:class:`NonFiniteLossError` names the first bad step and ``where``).
 
+    With ``settings.accum_steps = k`` every ``k`` batches make one step (gradient accumulation): each
+    loss is divided by ``k`` and the gradients add up, so the step sees the gradient of the mean loss
+    over the ``k`` batches (under DDP, ``no_sync`` skips the gradient all-reduce of all but the last).
+    A recipe with ``grad_clip`` clips the gradient's global norm before the step. Under
+    ``torch.distributed`` the returned loss, accuracy and example count cover every process.
+
     The training loop of every run, and what ``benchmarks/bench_train_step.py`` times. ``step`` is the
     global step the pass starts at; the time includes a device synchronisation at the end.
     """
     start = time.perf_counter()
+    accum, clip = settings.accum_steps, settings.recipe.grad_clip
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     loss_sum, correct, seen, targets, batches = 0.0, torch.zeros((), dtype=torch.int64, device=device), 0, 0, 0
     pending: list[torch.Tensor] = []
     lr = schedule.base_lr
-    for x, y in loader:
-        lr = schedule.lr(step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        with devices.autocast(device, settings.amp):
-            logits = forward(x)
-        loss = batch_loss(settings, logits, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        pending.append(loss.detach())
+    step_loss = torch.zeros(())
+    for i, (x, y) in enumerate(loader):
+        first, last = i % accum == 0, (i + 1) % accum == 0
+        if first:
+            lr = schedule.lr(step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+        with no_sync() if no_sync is not None and not last else contextlib.nullcontext():
+            with devices.autocast(device, settings.amp):
+                logits = forward(x)
+            loss = batch_loss(settings, logits, y)
+            if first:
+                optimizer.zero_grad(set_to_none=True)
+            (loss / accum if accum > 1 else loss).backward()
+        step_loss = loss.detach() if first else step_loss + loss.detach()
         if settings.loss != "mse":
             with torch.no_grad():
                 correct += (logits.detach().flatten(0, -2).argmax(-1) == y.flatten()).sum()
         seen += x.shape[0]
         targets += y.numel()
+        if not last:
+            continue
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        optimizer.step()
+        pending.append(step_loss / accum if accum > 1 else step_loss)
         batches += 1
         step += 1
         if len(pending) >= settings.nan_check_every:
@@ -232,10 +341,13 @@ def train_epoch(
             pending = []
     if pending:
         loss_sum += _check_finite(pending, step, epoch, batches - 1, where)
+    correct_n = correct.item()
+    if _world_size() > 1:  # every process's share of the epoch
+        loss_sum, batches, correct_n, seen, targets = _all_reduce_sums(device, loss_sum, batches, correct_n, seen, targets)
     devices.synchronize(device)  # the epoch's work has finished, not just been queued
     return EpochStats(
-        step=step, lr=lr, loss=loss_sum / max(batches, 1), acc=None if settings.loss == "mse" else correct.item() / max(targets, 1),
-        examples=seen, seconds=time.perf_counter() - start,
+        step=step, lr=lr, loss=loss_sum / max(batches, 1), acc=None if settings.loss == "mse" else correct_n / max(targets, 1),
+        examples=int(seen), seconds=time.perf_counter() - start,
     )  # fmt: skip
 
 
@@ -268,11 +380,15 @@ def train(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     recipe = settings.recipe
+    main = _rank() == 0  # under torch.distributed only rank 0 writes records and checkpoints
     model.to(device)
     if settings.channels_last:
         model.to(memory_format=torch.channels_last)
     optimizer = recipe.make_optimizer(model)
-    steps_per_epoch = len(train_loader)  # type: ignore[arg-type]
+    batches = len(train_loader)  # type: ignore[arg-type]
+    if batches % settings.accum_steps:
+        raise ValueError(f"{batches} batches per epoch do not split into steps of {settings.accum_steps} accumulated batches")
+    steps_per_epoch = batches // settings.accum_steps
     if steps_per_epoch == 0:
         raise UserError(f"{desc}: the training set is smaller than one batch; lower --batch-size")
     schedule = Schedule.of(recipe, steps_per_epoch)
@@ -284,12 +400,15 @@ def train(
         optimizer.load_state_dict(state["optimizer"])
         devices.set_rng_state(state["rng"])
         start_epoch, step, wall = state["epoch"], state["schedule"]["step"], state["wall_s"]
-        _truncate_metrics(run_dir, start_epoch)
+        if main:
+            _truncate_metrics(run_dir, start_epoch)
         log.info("%s: resuming %s after epoch %d (step %d)", desc, run_dir, start_epoch, step)
 
     if settings.compile:
         torch.compiler.reset()  # dynamo's per-function limit (8 versions) is per process, not per model
-    forward = torch.compile(model) if settings.compile else model
+    # DDP when more than one process (torchrun, multi-task SLURM): gradients averaged over the processes.
+    ddp = DistributedDataParallel(model, device_ids=[device] if device.type != "cpu" else None) if _world_size() > 1 else None
+    forward = torch.compile(ddp or model) if settings.compile else (ddp or model)
     for epoch in range(start_epoch, recipe.epochs):
         if hasattr(train_loader, "set_epoch"):
             train_loader.set_epoch(epoch)
@@ -297,7 +416,7 @@ def train(
         start = time.perf_counter()
         stats = train_epoch(
             forward, optimizer, train_loader, schedule=schedule, step=step, settings=settings, device=device,
-            where=str(run_dir), epoch=epoch,
+            where=str(run_dir), epoch=epoch, no_sync=ddp.no_sync if ddp is not None else None,
         )  # fmt: skip
         step = stats.step
         record = {
@@ -314,18 +433,19 @@ def train(
             record.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
         wall += time.perf_counter() - start
         record["wall_s"] = wall
-        runs.append_metrics(run_dir, record)
-        runs.save_checkpoint(
-            runs.checkpoint_path(run_dir),
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "schedule": {**asdict(schedule), "step": step},
-                "rng": devices.rng_state(),
-                "epoch": epoch + 1,
-                "wall_s": wall,
-            },
-        )
+        if main:
+            runs.append_metrics(run_dir, record)
+            runs.save_checkpoint(
+                runs.checkpoint_path(run_dir),
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "schedule": {**asdict(schedule), "step": step},
+                    "rng": devices.rng_state(),
+                    "epoch": epoch + 1,
+                    "wall_s": wall,
+                },
+            )
         log.info(
             "%s: epoch %d/%d lr %.4g %s%.0f img/s", desc, epoch + 1, recipe.epochs, stats.lr,
             "".join(_loss_acc(record, n) for n in ("train", *eval_loaders)), record["images_per_s"],
@@ -333,6 +453,8 @@ def train(
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
 
+    if _world_size() > 1:
+        dist.barrier()  # rank 0's last metrics line is on disk before anyone reads it
     history = runs.read_metrics(run_dir)
     summary = dict(history[-1]) if history else {}
     summary["train_loss_running"] = summary.get("train_loss")
@@ -345,7 +467,8 @@ def train(
         metrics = evaluate(model, loader, device, amp=False, loss=settings.loss)
         summary.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
     summary.update(epochs=recipe.epochs, steps=step, wall_s=wall, autocast_dtype=amp_dtype, final_eval_dtype="float32")
-    runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in model.state_dict().items()}})
+    if main:
+        runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in model.state_dict().items()}})
     return summary
 
 
@@ -360,6 +483,22 @@ def finish_run(run_dir: str | Path, result: dict, *, keep_checkpoint: bool = Fal
 def load_weights(run_dir: str | Path, map_location="cpu") -> dict:
     """The final ``state_dict`` a finished run saved with :func:`train`."""
     return runs.load_checkpoint(Path(run_dir) / WEIGHTS, map_location)["model"]
+
+
+def _world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _all_reduce_sums(device: torch.device, *values: float) -> list[float]:
+    """Each value summed over the processes (one all-reduce)."""
+    dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
+    totals = torch.tensor(values, dtype=dtype, device=device)
+    dist.all_reduce(totals)
+    return totals.tolist()
 
 
 def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int, where: str) -> float:

@@ -55,7 +55,7 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +69,7 @@ from common.errors import UserError
 from common.experiments.train_resnet_sweep import load_trained_resnet
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
-from common.train import TrainSettings, evaluate, finish_run, train
+from common.train import AdamRecipe, TrainSettings, evaluate, finish_run, train
 
 log = logging.getLogger(__name__)
 
@@ -106,32 +106,6 @@ PAPER_EXPONENTS = {
 
 
 # ----------------------------------------------------------------------------- FC presets
-@dataclass(frozen=True)
-class AdamRecipe:
-    """Adam with a per-step cosine decay to 0 (after an optional linear warm-up): the FC families'
-    optimiser. Duck-types :class:`common.train.SGDRecipe` for :func:`common.train.train`."""
-
-    epochs: int
-    lr: float
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    warmup_epochs: float = 0.0
-
-    def to_config(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_config(cls, keys: dict) -> AdamRecipe:
-        return cls(**{f.name: keys[f.name] for f in fields(cls)})
-
-    def make_optimizer(self, model: nn.Module) -> torch.optim.Adam:
-        return torch.optim.Adam(
-            model.parameters(), lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps, weight_decay=self.weight_decay
-        )
-
-
 def geometric_depths(lowest: int, highest: int, count: int) -> tuple[int, ...]:
     """``count`` depths spaced evenly in ``log L`` from ``lowest`` to ``highest``, rounded (duplicates dropped)."""
     return tuple(sorted({round(float(v)) for v in np.geomspace(lowest, highest, count)}))

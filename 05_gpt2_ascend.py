@@ -1,0 +1,123 @@
+"""Train the GPT-2 decoder depth sweep of paper B.4 on CUDA, an Ascend NPU or the CPU, then probe AG across depth.
+
+One run per (decoder depth L, seed): GPT-2 Small dimensions (d = 768, feed-forward 3072, 12 heads,
+context 1024) with L in {1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 20, 24}, trained with AdamW on a
+310M-token FineWeb-Edu budget (``--preset paper``), or a tiny model on CPython's bundled help
+texts with a byte tokenizer (``--preset smoke``, offline, minutes on a CPU). The data is tokenised
+once into shards (resumable, ``--prepare-only`` to do just that). After training, B held-out
+batches give AG_l at the L + 1 candidates and AGmax per depth (script 02's keys). Several
+processes (``torchrun``, or one SLURM task per GPU) train each run together through DDP. Prints L
+against validation loss, AGmax and tokens/s, then the summary CSV path. The job function is
+:func:`common.experiments.gpt2_ascend.train_gpt_run`.
+
+    python 05_gpt2_ascend.py --preset smoke
+    python 05_gpt2_ascend.py --prepare-only                      # FineWeb-Edu sample-10BT -> data/tokens/
+    torchrun --nproc-per-node 8 05_gpt2_ascend.py --device cuda   # every depth, 8 GPUs per run (after --prepare-only)
+    python 05_gpt2_ascend.py --device npu --depths 12             # Ascend (pip install -r requirements-npu.txt)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common import runs
+from common.cli import comma_ints, entry_point, make_parser, parse_args, positive_float, positive_int
+from common.data.text import SOURCES, TOKENIZERS
+from common.device import resolve_device
+from common.distributed import env_info
+from common.experiments.gpt2_ascend import (
+    DEFAULT_DATA_ROOT,
+    EXPERIMENT,
+    FINEWEB_SUBSET,
+    gpt_configs,
+    prepare_data,
+    require_prepared,
+    summary_name,
+    summary_rows,
+    summary_table,
+    train_gpt_run,
+)
+from common.launch import launch_from_args
+from common.paper import LOW_SIGNAL_AG
+from common.runs import make_specs
+
+PRESET_FLAGS = {  # flag -> (GPTPreset field, type, help); None: the preset's value (README, reproduction decisions)
+    "--depths": ("depths", comma_ints, "decoder depths L, e.g. 1,2,4 or 1:24"),
+    "--source": ("source", str, f"documents: {', '.join(SOURCES)} (text: --text-file)"),
+    "--tokenizer": ("tokenizer", str, f"{' or '.join(TOKENIZERS)} (byte needs no download; gpt2 is tiktoken's, fetched once)"),
+    "--train-tokens": ("train_tokens", positive_int, "training token budget (the last document is cut there)"),
+    "--val-tokens": ("val_tokens", positive_int, "held-out validation tokens (the first whole documents)"),
+    "--n-embd": ("n_embd", positive_int, "width d"),
+    "--n-head": ("n_head", positive_int, "attention heads"),
+    "--block-size": ("block_size", positive_int, "context length T"),
+    "--batch-tokens": ("batch_tokens", positive_int, "tokens per optimizer step (gradient accumulation reaches it)"),
+    "--micro-batch-size": ("micro_batch_size", positive_int, "sequences per forward/backward on one device"),
+    "--steps": ("steps", positive_int, "optimizer steps (None with a budget: train-tokens // batch-tokens)"),
+    "--n-evals": ("n_evals", positive_int, "validation evaluations and checkpoints over the run"),
+    "--lr": ("lr", positive_float, "peak AdamW learning rate"),
+    "--warmup-steps": ("warmup_steps", int, "linear warm-up steps, then cosine decay"),
+    "--min-lr-ratio": ("min_lr_ratio", float, "the cosine ends at this fraction of --lr"),
+    "--weight-decay": ("weight_decay", float, "AdamW weight decay on matrices and embeddings"),
+    "--grad-clip": ("grad_clip", positive_float, "clip the gradient's global norm to this"),
+    "--probe-batch-size": ("probe_batch_size", positive_int, "sequences per analysis batch of the AG probe"),
+    "--probe-batches": ("probe_batches", positive_int, "B: held-out analysis batches"),
+    "--exact": ("exact", argparse.BooleanOptionalAction, "also the exact growth value V_S,l of the linear family"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = make_parser(__doc__.split("\n\n")[0], prog="05_gpt2_ascend.py")
+    sweep = parser.add_argument_group("GPT-2 depth sweep (paper B.4); None: the preset's value")
+    for flag, (field, kind, text) in PRESET_FLAGS.items():
+        if kind is argparse.BooleanOptionalAction:
+            sweep.add_argument(flag, dest=field, action=kind, default=None, help=text)
+        else:
+            sweep.add_argument(flag, dest=field, type=kind, default=None, help=text,
+                               **({"choices": SOURCES} if field == "source" else {"choices": TOKENIZERS} if field == "tokenizer" else {}))
+    sweep.add_argument("--text-file", default=None, help="a text file or a folder of .txt/.md/.rst files (implies --source text)")
+    sweep.add_argument("--fineweb-subset", default=FINEWEB_SUBSET, help="FineWeb-Edu's named sample config to stream")
+    sweep.add_argument("--data-root", default=DEFAULT_DATA_ROOT, help="where the token shards are prepared")
+    sweep.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one run each; None: --seed")
+    sweep.add_argument("--prepare-only", action="store_true", help="tokenise the data into shards, print where, and stop")
+    speed = parser.add_argument_group("execution (not part of a run's identity)")
+    speed.add_argument("--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only")
+    speed.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
+                       help="bf16 autocast where the device has it (CUDA, NPU); float32 on the CPU")
+    speed.add_argument("--peak-tflops", type=positive_float, default=None,
+                       help="the device's dense bf16 peak for the MFU; None: from the built-in table (H100/H200: 989)")
+    return parser
+
+
+@entry_point
+def main(argv=None) -> int:
+    args = parse_args(build_parser(), argv)
+    overrides = {field: getattr(args, field) for field, _, _ in PRESET_FLAGS.values() if field != "depths"}
+    configs = gpt_configs(
+        preset=args.preset, depths=args.depths, seeds=args.seeds if args.seeds is not None else [args.seed],
+        overrides=overrides, text_path=args.text_file, data_root=args.data_root, fineweb_subset=args.fineweb_subset,
+        device=args.device, compile=args.compile, amp=args.amp, peak_tflops=args.peak_tflops,
+    )  # fmt: skip
+    if args.prepare_only:  # tokenise into shards, nothing else (one process)
+        if env_info().is_main:
+            print(prepare_data(configs[0]))
+        return 0
+    if args.launcher == "inline" and not args.dry_run:
+        resolve_device(args.device)  # e.g. --device npu without torch_npu: one line before any work
+    if not args.dry_run and env_info().world_size > 1:
+        require_prepared(configs[0])  # under torchrun: prepared beforehand (--prepare-only), all ranks wait otherwise
+    elif not args.dry_run:
+        prepare_data(configs[0])  # tokenised once, before any job starts
+    specs = make_specs(configs, args.out)
+    results = launch_from_args(train_gpt_run, specs, args, job_kind="gpt2", desc="gpt2 sweep", distributed=True)
+    if results is None:
+        return 0
+    rows = summary_rows(results)
+    print(summary_table(rows, LOW_SIGNAL_AG))
+    path = args.out / EXPERIMENT / summary_name(configs)
+    runs.atomic_write_csv(path, rows)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
