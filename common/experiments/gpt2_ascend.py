@@ -347,28 +347,11 @@ def _probe_and_finish(model: GPT, config: dict, data: TokenData, path: Path, dev
         "train_tokens_available": data.train_tokens,
         "val_tokens": int(len(data.val)),
         **summary,
-        **ag_maxima(result),
-        **result.summary(),  # its own keys win where it has them
+        **result.summary(),  # ag_max, ag_max_per_example, ag_max_blocks and their candidates
         "candidates": records,
     }
     finish_run(path, out)
     return out
-
-
-def ag_maxima(result) -> dict:
-    """``ag_max_per_example`` (max per-sequence RMS) and ``ag_max_blocks`` (batch-mean AG over block inputs only).
-
-    Script 02's definitions, from the probe's per-candidate scores: the last candidate (the
-    stream entering the final LayerNorm, before the LM head) is not a block input.
-    """
-    per_example = max(result.scores, key=lambda s: s.per_example_rms)
-    blocks = max(result.scores[:-1], key=lambda s: s.ag_norm)
-    return {
-        "ag_max_per_example": per_example.per_example_rms,
-        "ag_max_per_example_candidate": per_example.name,
-        "ag_max_blocks": blocks.ag_norm,
-        "ag_max_blocks_candidate": blocks.name,
-    }
 
 
 def trained_twin(spec: RunSpec) -> Path | None:
@@ -468,7 +451,6 @@ __all__ = [
     "PEAK_BF16_TFLOPS",
     "PRESETS",
     "GPTPreset",
-    "ag_maxima",
     "build_gpt",
     "gpt_configs",
     "gpt_preset",
