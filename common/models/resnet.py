@@ -37,6 +37,16 @@ def blocks_per_stage(extra_blocks: int, num_stages: int = 3) -> list[int]:
     return [1 + len(range(s, extra_blocks, num_stages)) for s in range(num_stages)]
 
 
+def next_block_index(extra_blocks: int, num_stages: int = 3) -> int:
+    """Where the cyclic rule puts the next block of ResNet-(8+N): its index in the flat block list.
+
+    Block ``N`` goes to the end of stage ``N mod 3``, so it becomes ``blocks[l]`` with ``l`` the number
+    of blocks in stages ``0..N mod 3``; it reads the state ``z_l``, candidate ``l`` of ResNet-(8+N).
+    """
+    counts = blocks_per_stage(extra_blocks, num_stages)
+    return sum(counts[: extra_blocks % num_stages + 1])
+
+
 @dataclass(frozen=True)
 class ResNetConfig:
     """Every architectural hyper-parameter of the sweep's ResNets, with CIFAR defaults."""
