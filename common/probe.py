@@ -496,3 +496,92 @@ def _tangent_gram(block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor,
         sl = slice(start, start + per_chunk)
         acc.update(fam.feature_rows(psi[sl]), fam.state_rows(g[sl]))
     return acc
+
+
+# ----------------------------------------------------------------------------- per-example tangent regression (H.1)
+@dataclass
+class TangentRegression:
+    """Streamed statistics of the regression ``Psi W ~ G`` at one candidate, ``G`` the per-example gradients.
+
+    ``gram`` holds ``P = Psi^T Psi`` and ``X = Psi^T G`` where row ``r`` of ``G`` is the row of
+    ``g_i = d loss_i / d z_i`` (example ``i``'s own loss; exact with eval-mode BatchNorm, where
+    examples do not interact) and row ``r`` of ``Psi`` the protocol block's tangent features.
+    ``gram.solution()`` is the least-squares ``W* = P^+ X``, ``gram.growth_value()`` is
+    ``||Pi G||_F`` and ``gram.grad_norm()`` is ``||G||_F``; ``examples`` is ``n``.
+    """
+
+    gram: GramAccumulator
+    examples: int
+    index: int
+    family: str
+
+    def first_order_change(self, alpha: float) -> float:
+        """The first-order change of the mean loss when the block outputs ``-alpha Pi g``: ``-alpha ||Pi G||^2 / n``."""
+        return -alpha * self.gram.growth_value() ** 2 / self.examples
+
+    def pooled_growth_value(self) -> float:
+        """``V_S,l`` in the pooled mean-loss normalisation (rows ``G / n``): ``||Pi G||_F / n``."""
+        return self.gram.growth_value() / self.examples
+
+    def relative_residual(self) -> float:
+        """``||Pi G - G||_F / ||G||_F`` (0 under realizability, 1 when ``G`` is orthogonal to the tangent space)."""
+        g_sq, pi_sq = self.gram.grad_norm() ** 2, self.gram.growth_value() ** 2
+        return math.sqrt(max(g_sq - pi_sq, 0.0) / g_sq) if g_sq > 0 else 0.0
+
+
+def per_example_tangent_regression(
+    model: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    index: int,
+    *,
+    loss_fn: LossFn = F.cross_entropy,
+    family: str | None = None,
+    seed: int = 0,
+    chunk_elements: int = CHUNK_ELEMENTS,
+) -> TangentRegression:
+    """Stream ``P`` and ``X`` of candidate ``index`` over ``batches``, nothing of size ``n x d`` kept (App. H.1).
+
+    Each batch is one forward and one backward pass of the frozen model in eval mode with the
+    batch-mean loss ``loss_fn``; the per-example gradients are ``b`` times the rows of the batch
+    gradient. ``family`` and ``seed`` define the standard zero-output block exactly as in
+    :func:`probe_activation_gradients` and :func:`common.growth.insert_zero_block`.
+    """
+    candidate = model.candidates()[index]
+    fam = candidate_family(candidate, family)
+    block: ZeroOutputBlock | None = None
+    total: GramAccumulator | None = None
+    n = 0
+    with probe_mode(model, "eval"):
+        for x, y in batches:
+            _, (z,), (g,) = activation_gradients(model, x, y, loss_fn, [candidate])
+            b = int(x.shape[0])
+            if block is None:
+                block = make_zero_block(fam.name, fam.width(z), seed, candidate.index, like=z).eval()
+            acc = _tangent_gram(block, fam, z, g * b, chunk_elements)
+            if total is None:
+                total = acc
+            else:
+                total.merge(acc)
+            n += b
+    if total is None:
+        raise ValueError("per_example_tangent_regression got no batches")
+    return TangentRegression(gram=total, examples=n, index=candidate.index, family=fam.name)
+
+
+@torch.no_grad()
+def mean_loss(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], loss_fn: LossFn = F.cross_entropy) -> float:
+    """The mean per-example loss over ``batches`` in eval mode, the loss taken in float64 of the model's output.
+
+    ``loss_fn`` is a batch-mean loss; each batch contributes ``b`` times its value, so the result is
+    the mean over all examples whatever the batch sizes. Float64 here keeps a float32 model's loss
+    changes of ~1e-6 (a matched insertion at small ``alpha``) above the float32 rounding of the mean.
+    """
+    total, n = 0.0, 0
+    with probe_mode(model, "eval"):
+        for x, y in batches:
+            b = int(x.shape[0])
+            total += float(loss_fn(model(x).double(), y)) * b  # float64 loss of the model's logits
+            n += b
+    if n == 0:
+        raise ValueError("mean_loss got no batches")
+    return total / n

@@ -75,6 +75,18 @@ class ZeroOutputBlock(nn.Module):
         """``Psi``: (rows, k) tangent features of this block at state ``z`` (row-aligned with ``G``)."""
         return TANGENT_FAMILIES[self.family].feature_rows(self.psi(z))
 
+    @torch.no_grad()
+    def set_terminal_projection(self, w: torch.Tensor) -> None:
+        """Set ``V`` from a ``(k x d)`` matrix ``W`` in ``Psi``-row coordinates: the block's output rows become ``Psi W``.
+
+        Both families store ``V.weight`` as ``(d, k)`` up to a reshape (``(d, C, 3, 3)`` for conv3x3,
+        whose ``Psi`` columns follow ``V.weight.reshape(d, -1)``), so ``V.weight = W^T`` reshaped.
+        """
+        weight = self.v.weight
+        if tuple(w.shape) != (weight[0].numel(), weight.shape[0]):
+            raise ValueError(f"W must be (k, d) = ({weight[0].numel()}, {weight.shape[0]}), got {tuple(w.shape)}")
+        weight.copy_(w.T.reshape(weight.shape).to(weight.dtype))
+
 
 @dataclass(frozen=True)
 class TangentFamily:

@@ -8,6 +8,7 @@ tests skip with the reason; with ``CI=true`` they fail instead, so CI always run
 
 from __future__ import annotations
 
+import operator
 import os
 import platform
 import shutil
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 from common import device
+from tests.helpers import precision_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = ROOT / "slurm" / "cluster.sh"
@@ -106,3 +108,14 @@ def deterministic():
     device.set_deterministic(True)
     yield
     torch.use_deterministic_algorithms(previous)
+
+
+@pytest.fixture
+def tf32_everywhere():
+    """TF32 allowed for CUDA matmuls and cuDNN (what many training scripts set); restored afterwards."""
+    before = precision_flags()
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    yield precision_flags()
+    for path, value in before.items():
+        operator.attrgetter(path)(torch.backends).fp32_precision = value

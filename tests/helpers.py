@@ -9,6 +9,7 @@ MLP (linear family, rows = examples). ``Psi`` and ``G`` always come from the rea
 from __future__ import annotations
 
 import copy
+import operator
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +17,7 @@ from torch import nn
 
 from common.models.candidates import Candidate
 from common.models.resnet import ResNet, ResNetConfig
-from common.probe import activation_gradients, probe_mode
+from common.probe import _PRECISION_LEAVES, activation_gradients, probe_mode
 from common.tangent import candidate_family, make_zero_block
 
 
@@ -123,3 +124,8 @@ def explicit_states_grads(model, x, y):
         s.retain_grad()
     F.cross_entropy(model.head(z), y).backward()
     return states, [s.grad for s in states]
+
+
+def precision_flags() -> dict:
+    """Every ``torch.backends.*.fp32_precision`` leaf the probe's precision guard manages, by path."""
+    return {p: operator.attrgetter(p)(torch.backends).fp32_precision for p in _PRECISION_LEAVES}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import operator
 import random
 from types import SimpleNamespace
 
@@ -26,6 +25,7 @@ from common.data.vision import TensorLoader, make_synthetic
 from common.errors import UserError
 from common.models.resnet import ResNet, ResNetConfig
 from common.train import Schedule, SGDRecipe, TrainSettings, evaluate, train, train_epoch
+from tests.helpers import precision_flags
 
 script = importlib.import_module("01_train_resnet_sweep")
 checker = importlib.import_module("benchmarks.accelerator_check")
@@ -173,21 +173,6 @@ def test_exact_probe_records_where_float64_ran_and_gives_the_same_values(monkeyp
 
 
 # ----------------------------------------------------------------------------- 4. TF32 in the probe
-def _flags() -> dict:
-    return {p: operator.attrgetter(p)(torch.backends).fp32_precision for p in probe._PRECISION_LEAVES}
-
-
-@pytest.fixture
-def tf32_everywhere():
-    """TF32 allowed for CUDA matmuls and cuDNN (what many training scripts set); restored afterwards."""
-    before = _flags()
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
-    torch.backends.cudnn.conv.fp32_precision = "tf32"
-    yield _flags()
-    for path, value in before.items():
-        operator.attrgetter(path)(torch.backends).fp32_precision = value
-
-
 class _Spy(nn.Module):
     """A one-candidate model that records the math mode its forward runs in."""
 
@@ -213,10 +198,10 @@ def test_probe_switches_tf32_off_for_its_duration_and_restores_it(tf32_everywher
     assert model.seen and not any(mode["tf32"] for mode in model.seen)
     assert model.seen[0]["cudnn_conv"] == model.seen[0]["cuda_matmul"] == "ieee"
     assert result.summary()["math_mode"] == model.seen[0]
-    assert _flags() == tf32_everywhere  # restored exactly
+    assert precision_flags() == tf32_everywhere  # restored exactly
     with pytest.raises(RuntimeError, match="deliberate"):
         probe.probe_activation_gradients(_Spy(fail=True), [(torch.randn(4, 3), torch.randint(0, 2, (4,)))])
-    assert _flags() == tf32_everywhere  # also after an error
+    assert precision_flags() == tf32_everywhere  # also after an error
 
 
 # ----------------------------------------------------------------------------- 5. mixed precision

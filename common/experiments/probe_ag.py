@@ -27,7 +27,7 @@ from common import runs
 from common.data.vision import TensorLoader
 from common.device import resolve_device
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import load_sweep_data, load_trained_resnet
+from common.experiments.train_resnet_sweep import load_sweep_run
 from common.probe import BN_MODES, probe_activation_gradients
 from common.projection import SATURATION_STATISTIC, saturation_test, separation_margin
 
@@ -128,12 +128,7 @@ def probe_sweep_run(spec) -> dict:
     path = runs.prepare_run(spec.out, config)
     runtime = config.get("runtime", {})
     device = resolve_device(runtime.get("device") or "auto")
-    sweep_dir = Path(runtime["sweep_dir"])
-    sweep_config = runs.read_json(sweep_dir / runs.CONFIG)
-    if runtime.get("data_root"):
-        sweep_config = {**sweep_config, "runtime": {**sweep_config.get("runtime", {}), "data_root": runtime["data_root"]}}
-    data = load_sweep_data(sweep_config)
-    model = load_trained_resnet(sweep_dir, map_location=device)
+    model, data = load_sweep_run(runtime["sweep_dir"], data_root=runtime.get("data_root"), device=device)
     b, nb = config["batch_size"], config["n_batches"]
 
     def batches(split: str, start: int, count: int | None, limit: int | None = None) -> tuple[TensorLoader, dict]:

@@ -261,6 +261,18 @@ def load_trained_resnet(run_dir: str | Path, map_location="cpu") -> ResNet:
     return model.to(map_location).eval()
 
 
+def load_sweep_run(sweep_dir: str | Path, *, data_root: str | None = None, device="cpu") -> tuple[ResNet, VisionData]:
+    """The trained model of a finished sweep run (eval mode, on ``device``) and the data it trained on.
+
+    ``data_root`` replaces the data location stored in the run (the same data, found elsewhere).
+    """
+    sweep_dir = Path(sweep_dir)
+    config = runs.read_json(sweep_dir / runs.CONFIG)
+    if data_root:
+        config = {**config, "runtime": {**config.get("runtime", {}), "data_root": str(data_root)}}
+    return load_trained_resnet(sweep_dir, map_location=device), load_sweep_data(config)
+
+
 def finished_sweep_runs(out: str | Path, dataset: str, *, preset: str | None = None, seed: int | None = None) -> list[Path]:
     """Directories of the finished sweep runs on ``dataset`` under ``out``, sorted by (N, seed)."""
     found = []
@@ -304,6 +316,7 @@ __all__ = [
     "finished_sweep_runs",
     "fit_resnet",
     "load_sweep_data",
+    "load_sweep_run",
     "load_trained_resnet",
     "summary_table",
     "sweep_configs",

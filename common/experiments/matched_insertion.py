@@ -1,0 +1,353 @@
+"""Job module of ``06_matched_insertion.py``: the activation-gradient-matched insertion of App. H.1.
+
+Construction (our reading of H.1, README "Reproduction decisions"): freeze a trained sweep model;
+at one candidate ``l``, fixed before any gradient is seen, take the protocol's standard
+zero-output block ``h(z) = V psi(z)`` (``common.tangent``, ``U_l`` seeded as in the probe) and fit
+its terminal projection ``V`` alone, ``psi`` fixed, by least squares so that the block's output
+matches ``-alpha g_i`` for every training example ``i``, where ``g_i = d loss_i / d z_i`` is the
+gradient of example ``i``'s own loss (per-example targets). The fit is ``W* = P^+ X`` of the
+streamed Gram statistics (:func:`common.probe.per_example_tangent_regression`, nothing of size
+``n x d`` kept), so the block outputs ``-alpha Pi g`` with ``Pi`` the orthogonal projection onto the
+tangent space ``{Psi W}``. The block is then inserted for real (``common.growth.insert_zero_block``,
+``V = -alpha W*``) and the training loss is evaluated at once, in eval mode over the whole split,
+with no task-loss training.
+
+Prediction: the first-order change of the mean training loss is ``-alpha ||Pi G||^2 / n`` (``n``
+examples, ``G`` the per-example gradient rows); in the pooled mean-loss normalisation of the
+probe (rows ``G / n``, ``V_S,l = ||Pi G|| / n``) that is ``-alpha n V_S,l^2``. Had the targets been
+the rows of the pooled gradient ``G / n`` instead, the change would be ``-alpha V_S,l^2``, ``n``
+times smaller: every row also reports that reading (``predicted_change_pooled_targets``). The
+paper's drops (about 7e-4 at ``alpha = 1e-3``) are only reachable with per-example targets.
+
+Rows (``rows.csv`` per run, ``summary-<dataset>.csv/.md`` over runs): depth, candidate, ``alpha``,
+training loss before and after, measured and predicted change, their ratio, the fit's relative
+residual ``||Pi g - g|| / ||g||``, the test-loss change, and the paper's value beside it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common import runs
+from common.data.vision import TensorLoader
+from common.device import resolve_device
+from common.errors import UserError
+from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs, load_sweep_run
+from common.growth import insert_zero_block
+from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
+from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
+from common.probe import (
+    TangentRegression,
+    activation_gradients,
+    full_precision,
+    mean_loss,
+    per_example_tangent_regression,
+    probe_mode,
+)
+from common.tangent import make_zero_block
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "matched_insertion"
+PAPER_DEPTHS = tuple(d - BACKBONE_DEPTH for d in sorted(MATCHED_INSERTION_REDUCTION))  # N = 0, 6, 12, 26
+DEFAULT_ALPHAS = (MATCHED_INSERTION_ALPHA,)  # the paper's alpha = 1e-3 (a protocol setting, not a result)
+CANDIDATE_RULES = ("next", "all")
+FITS = ("closed-form", "gradient-descent")
+EVAL_BATCH_SIZE = 500
+GD_MAX_EXAMPLES = 4096  # the gradient-descent check caches z and g: small cases only
+ROW_COLUMNS = (
+    "depth_label", "depth_n", "seed", "candidate", "candidate_name", "alpha", "train_loss_before", "train_loss_after",
+    "measured_change", "predicted_change", "ratio", "relative_residual", "predicted_change_pooled_targets",
+    "growth_value_pooled", "test_loss_before", "test_loss_after", "test_change", "paper_change", "fit",
+)  # fmt: skip
+
+Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
+
+
+# ----------------------------------------------------------------------------- the construction
+def fit_by_gradient_descent(
+    model: nn.Module, batches: Batches, regression: TangentRegression, *, seed: int, steps: int,
+    loss_fn=F.cross_entropy,
+) -> torch.Tensor:  # fmt: skip
+    """``W`` fitted by plain gradient descent on ``(1 / 2n) sum_r ||psi_r W - g_r||^2``, a check of ``P^+ X``.
+
+    An independent route: the inserted block's real ``psi`` and ``V`` under autograd, on ``z`` and the
+    per-example gradients cached from one pass (small cases only, at most ``GD_MAX_EXAMPLES``).
+    Starts at ``W = 0`` and steps ``n / lambda_max(P)``, so it converges to the minimum-norm solution.
+    """
+    if regression.examples > GD_MAX_EXAMPLES:
+        raise UserError(
+            f"--fit gradient-descent caches every example and is a check for small cases (at most {GD_MAX_EXAMPLES} "
+            f"examples, got {regression.examples}); use --fit closed-form"
+        )
+    candidate = model.candidates()[regression.index]
+    cached = []
+    with probe_mode(model, "eval"):
+        for x, y in batches():
+            _, (z,), (g,) = activation_gradients(model, x, y, loss_fn, [candidate])
+            cached.append((z, g * x.shape[0]))  # per-example gradients (eval mode: examples independent)
+    block = make_zero_block(regression.family, regression.gram.d, seed, regression.index, like=cached[0][0]).eval()
+    block.psi.requires_grad_(False)
+    weight = block.v.weight
+    step = regression.examples / float(torch.linalg.eigvalsh(regression.gram.P).max())
+    for _ in range(steps):
+        weight.grad = None
+        objective = sum(0.5 * (block.v(block.psi(z)) - g).square().sum() for z, g in cached) / regression.examples
+        objective.backward()
+        with torch.no_grad():
+            weight -= step * weight.grad
+    return weight.detach().reshape(weight.shape[0], -1).T.double()
+
+
+def matched_insertion(
+    model: nn.Module,
+    train_batches: Batches,
+    index: int,
+    alphas: Sequence[float],
+    *,
+    seed: int = 0,
+    loss_fn=F.cross_entropy,
+    test_batches: Batches | None = None,
+    fit: str = "closed-form",
+    gd_steps: int = 2000,
+) -> list[dict]:
+    """One row per ``alpha``: insert the fitted block at candidate ``index`` and measure the training loss at once.
+
+    ``train_batches()`` / ``test_batches()`` return a fresh pass over the split each call (the
+    statistics, the loss before and the loss after are three passes; nothing is cached). The fit
+    and every evaluation run under the probe's precision guard (:func:`common.probe.full_precision`:
+    no TF32 on GPUs), recorded as ``math_mode`` in each row.
+    """
+    with full_precision() as mode:
+        rows = _matched_insertion(
+            model, train_batches, index, alphas, seed=seed, loss_fn=loss_fn, test_batches=test_batches, fit=fit,
+            gd_steps=gd_steps,
+        )  # fmt: skip
+    return [{**row, "math_mode": mode} for row in rows]
+
+
+def _matched_insertion(
+    model: nn.Module,
+    train_batches: Batches,
+    index: int,
+    alphas: Sequence[float],
+    *,
+    seed: int = 0,
+    loss_fn=F.cross_entropy,
+    test_batches: Batches | None = None,
+    fit: str = "closed-form",
+    gd_steps: int = 2000,
+) -> list[dict]:
+    """The construction of :func:`matched_insertion`, without the precision guard."""
+    regression = per_example_tangent_regression(model, train_batches(), index, loss_fn=loss_fn, seed=seed)
+    w = regression.gram.solution()  # Psi W* ~ G: the least-squares fit of the per-example gradients
+    fit_gap = None
+    if fit == "gradient-descent":
+        w_gd = fit_by_gradient_descent(model, train_batches, regression, seed=seed, steps=gd_steps, loss_fn=loss_fn)
+        fit_gap = float(torch.linalg.matrix_norm(w_gd - w) / torch.linalg.matrix_norm(w).clamp_min(1e-300))
+        w = w_gd
+    elif fit != "closed-form":
+        raise UserError(f"--fit {fit}: use one of {', '.join(FITS)}")
+    before = mean_loss(model, train_batches(), loss_fn)
+    test_before = mean_loss(model, test_batches(), loss_fn) if test_batches else None
+    grown = copy.deepcopy(model)
+    block = insert_zero_block(grown, index, regression.family, seed)
+    v_pooled = regression.pooled_growth_value()
+    rows = []
+    for alpha in alphas:
+        block.set_terminal_projection(-alpha * w)  # the block outputs -alpha Pi g (closed form)
+        after = mean_loss(grown, train_batches(), loss_fn)
+        predicted = regression.first_order_change(alpha)
+        test_after = mean_loss(grown, test_batches(), loss_fn) if test_batches else None
+        rows.append(
+            {
+                "candidate": index,
+                "candidate_name": model.candidates()[index].name,
+                "alpha": alpha,
+                "train_loss_before": before,
+                "train_loss_after": after,
+                "measured_change": after - before,
+                "predicted_change": predicted,
+                "ratio": (after - before) / predicted if predicted != 0 else math.nan,
+                "relative_residual": regression.relative_residual(),
+                "predicted_change_pooled_targets": -alpha * v_pooled**2,
+                "growth_value_pooled": v_pooled,
+                "examples": regression.examples,
+                "tangent_rank": regression.gram.rank(),
+                "tangent_dim": regression.gram.k,
+                "test_loss_before": test_before,
+                "test_loss_after": test_after,
+                "test_change": None if test_before is None else test_after - test_before,
+                "fit": fit,
+                "fit_gap_closed_form": fit_gap,
+            }
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------- runs
+def resolve_candidates(rule: str | int, extra_blocks: int) -> list[int]:
+    """Candidate indices of ResNet-(8+N) under ``--candidate``: ``next``, ``all`` or one index.
+
+    ``next`` (the default) is where the cyclic growth rule of B.1 would put the next block:
+    :func:`common.models.resnet.extra_block_position` (the growth chain's rule), fixed by the architecture before any gradient.
+    """
+    count = sum(blocks_per_stage(extra_blocks)) + 1
+    if rule == "next":
+        return [extra_block_position(extra_blocks)[1]]
+    if rule == "all":
+        return list(range(count))
+    try:
+        index = int(rule)
+    except ValueError:
+        raise UserError(f"--candidate {rule}: use next, all or a candidate index") from None
+    if not 0 <= index < count:
+        raise UserError(f"--candidate {index}: ResNet-{BACKBONE_DEPTH + extra_blocks} has candidates 0..{count - 1}")
+    return [index]
+
+
+def matched_configs(
+    *,
+    out: str | Path = "runs",
+    preset: str = "smoke",
+    dataset: str | None = None,
+    depths: Sequence[int] | None = None,
+    seeds: Sequence[int] | None = None,
+    candidate: str = "next",
+    alphas: Sequence[float] | None = None,
+    fit: str = "closed-form",
+    gd_steps: int = 2000,
+    seed: int = 0,
+    device: str = "auto",
+    data_root: str | None = None,
+) -> list[dict]:
+    """One run per finished sweep run (depth N, seed): its candidates, alphas and fit.
+
+    Depths default to the paper's four (N = 0, 6, 12, 26) with ``--preset paper`` and to every
+    finished depth of the smoke sweep with ``--preset smoke``; a missing depth is a
+    :class:`UserError` naming the script-01 command that trains it. ``seed`` seeds ``U_l``.
+    """
+    dataset = dataset or DEFAULT_DATASET[preset]
+    alphas = list(alphas or DEFAULT_ALPHAS)
+    if any(a <= 0 for a in alphas):
+        raise UserError(f"--alpha {alphas}: every alpha must be > 0")
+    if fit not in FITS:
+        raise UserError(f"--fit {fit}: use one of {', '.join(FITS)}")
+    found = finished_sweep_runs(out, dataset)
+    by_depth: dict[tuple[int, int], Path] = {}
+    for directory in found:
+        config = runs.read_json(directory / runs.CONFIG)
+        by_depth.setdefault((config["depth_n"], config["seed"]), directory)
+    wanted = list(depths) if depths is not None else (list(PAPER_DEPTHS) if preset == "paper" else sorted({n for n, _ in by_depth}))
+    seed_list = list(seeds) if seeds is not None else sorted({s for _, s in by_depth}) or [0]
+    missing = [n for n in wanted for s in seed_list if (n, s) not in by_depth]
+    if missing or not wanted:
+        smoke = " --preset smoke" if preset == "smoke" else ""
+        grid = ",".join(str(n) for n in (sorted(set(missing)) or PAPER_DEPTHS))
+        raise UserError(
+            f"no finished sweep run for --dataset {dataset} at N = {grid} (seeds {seed_list}) under "
+            f"{Path(out) / 'resnet_sweep'}; train them first: python 01_train_resnet_sweep.py{smoke} "
+            f"--dataset {dataset} --depths {grid} --out {out}"
+        )
+    configs = []
+    for s in seed_list:
+        for n in wanted:
+            directory = by_depth[(n, s)]
+            sweep = runs.read_json(directory / runs.CONFIG)
+            indices = resolve_candidates(candidate, n)
+            configs.append(
+                {
+                    "experiment": EXPERIMENT,
+                    "name": f"{dataset}-resnet{sweep['depth_label']}-n{n}-seed{s}-cand{candidate}",
+                    "dataset": dataset,
+                    "depth_n": n,
+                    "depth_label": sweep["depth_label"],
+                    "seed": s,
+                    "sweep_run": directory.name,
+                    "candidate_rule": str(candidate),
+                    "candidates": indices,
+                    "alphas": alphas,
+                    "fit": fit,
+                    **({"gd_steps": gd_steps} if fit == "gradient-descent" else {}),
+                    "block_seed": seed,
+                    "split": "train",
+                    "targets": "per_example",
+                    "runtime": {
+                        "device": device,
+                        "sweep_dir": str(directory.resolve()),
+                        "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
+                        "batch_size": EVAL_BATCH_SIZE,
+                    },
+                }
+            )
+    return configs
+
+
+def matched_insertion_run(spec: runs.RunSpec) -> dict:
+    """Job function of script 06: the matched insertion at every configured candidate of one trained model."""
+    config = spec.config
+    path = runs.prepare_run(spec.out, config)
+    runtime = config.get("runtime", {})
+    device = resolve_device(runtime.get("device") or "auto")
+    model, data = load_sweep_run(runtime["sweep_dir"], data_root=runtime.get("data_root"), device=device)
+    batch = runtime.get("batch_size", EVAL_BATCH_SIZE)
+    keys = {"mean": data.mean, "std": data.std, "device": device}
+    train_loader = TensorLoader(data.x_train, data.y_train, batch, train=False, **keys)
+    test_loader = TensorLoader(data.x_test, data.y_test, batch, train=False, **keys)
+    rows = []
+    for index in config["candidates"]:
+        log.info("%s: matched insertion at candidate %d (%d training examples)", config["name"], index, len(data.y_train))
+        for row in matched_insertion(
+            model, lambda: train_loader, index, config["alphas"], seed=config["block_seed"],
+            test_batches=lambda: test_loader, fit=config["fit"], gd_steps=config.get("gd_steps", 2000),
+        ):  # fmt: skip
+            rows.append({"depth_label": config["depth_label"], "depth_n": config["depth_n"], "seed": config["seed"], **row,
+                         "paper_change": paper_change(config["depth_label"], row["alpha"])})  # fmt: skip
+    runs.atomic_write_csv(path / "rows.csv", rows)
+    result = {k: config[k] for k in ("dataset", "depth_n", "depth_label", "seed", "sweep_run", "fit")}
+    result.update(rows=rows, device=device.type)
+    runs.write_result(path, result)
+    return result
+
+
+def paper_change(depth_label: int, alpha: float) -> float | None:
+    """The paper's training-loss change at ResNet-``depth_label`` (H.1: a drop, so negative), at its alpha only."""
+    drop = MATCHED_INSERTION_REDUCTION.get(depth_label)
+    return -drop if drop is not None and math.isclose(alpha, MATCHED_INSERTION_ALPHA) else None
+
+
+def summary_rows(results: Iterable[dict]) -> list[dict]:
+    """Every row of every run, ordered by (depth, seed, candidate, alpha), in the table's columns."""
+    rows = [row for r in results for row in r["rows"]]
+    rows.sort(key=lambda r: (r["depth_n"], r["seed"], r["candidate"], r["alpha"]))
+    return [{k: r.get(k) for k in ROW_COLUMNS} for r in rows]
+
+
+def summary_markdown(rows: Sequence[dict]) -> str:
+    """The table as markdown: measured against predicted change, with the paper's value beside it."""
+    header = ("| model | seed | candidate | alpha | train loss | after | measured | predicted | ratio | "
+              "residual | pooled-target pred. | test change | paper |")  # fmt: skip
+    lines = [header, "|" + "---|" * 13]
+    for r in rows:
+        paper = "" if r["paper_change"] is None else f"{r['paper_change']:.1e}"
+        test = "" if r["test_change"] is None else f"{r['test_change']:+.2e}"
+        lines.append(
+            f"| ResNet-{r['depth_label']} | {r['seed']} | {r['candidate_name']} | {r['alpha']:g} | {r['train_loss_before']:.5f} | "
+            f"{r['train_loss_after']:.5f} | {r['measured_change']:+.3e} | {r['predicted_change']:+.3e} | {r['ratio']:.4f} | "
+            f"{r['relative_residual']:.3f} | {r['predicted_change_pooled_targets']:+.2e} | {test} | {paper} |"
+        )
+    lines.append(
+        "\nmeasured: training-loss change right after inserting the fitted block (eval mode, whole split, no training); "
+        "predicted: the first-order change -alpha ||Pi g||^2 / n with per-example targets g_i = d loss_i / d z_i; "
+        "pooled-target pred.: the same construction with the pooled-gradient rows as targets (-alpha V_S,l^2); "
+        "residual: ||Pi g - g|| / ||g||; paper: H.1 (common/paper.py, at alpha = 1e-3 only)."
+    )
+    return "\n".join(lines)
