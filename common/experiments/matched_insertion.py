@@ -95,12 +95,13 @@ def fit_by_gradient_descent(
             _, (z,), (g,) = activation_gradients(model, x, y, loss_fn, [candidate])
             cached.append((z, g * x.shape[0]))  # per-example gradients (eval mode: examples independent)
     block = make_zero_block(regression.family, regression.gram.d, seed, regression.index, like=cached[0][0]).eval()
-    block.psi.requires_grad_(False)
+    with torch.no_grad():  # psi is fixed: its features are computed once, only V is under autograd
+        features = [(block.psi(z), g) for z, g in cached]
     weight = block.v.weight
     step = regression.examples / float(torch.linalg.eigvalsh(regression.gram.P).max())
     for _ in range(steps):
         weight.grad = None
-        objective = sum(0.5 * (block.v(block.psi(z)) - g).square().sum() for z, g in cached) / regression.examples
+        objective = sum(0.5 * (block.v(f) - g).square().sum() for f, g in features) / regression.examples
         objective.backward()
         with torch.no_grad():
             weight -= step * weight.grad
