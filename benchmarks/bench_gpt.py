@@ -33,8 +33,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import device as devices
-from common.device import cpu_count
-from common.experiments.gpt2_ascend import device_name, peak_flops
+from common.device import cpu_count, device_name
+from common.experiments.gpt2_ascend import peak_flops
 from common.models.gpt import GPT, GPTConfig
 from common.probe import probe_activation_gradients
 from common.train import AdamWRecipe, classification_loss

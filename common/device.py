@@ -24,6 +24,7 @@ import functools
 import logging
 import os
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -242,3 +243,23 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - macOS
         return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def cpu_threads(count: int) -> Iterator[None]:
+    """Run with ``count`` intra-op CPU threads, then restore the previous number."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def device_name(device: torch.device) -> str:
+    """The accelerator's product name (``torch.cuda`` / ``torch.npu``), else the device type."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "npu":
+        return str(torch.npu.get_device_name(device))  # type: ignore[attr-defined]
+    return device.type

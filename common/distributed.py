@@ -153,3 +153,9 @@ def broadcast_from_main(obj):
     dist.broadcast_object_list(payload, src=0)
     return payload[0]
 
+
+def process_device(device: torch.device, info: DistInfo) -> torch.device:
+    """This process's device: ``<type>:<current index>`` under DDP on an accelerator (set by init_distributed)."""
+    if info.world_size > 1 and device.type in ("cuda", "npu"):
+        return torch.device(device.type, getattr(torch, device.type).current_device())
+    return device

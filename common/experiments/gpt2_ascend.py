@@ -44,8 +44,8 @@ from common.data.text import (
     text_data_spec,
     tokenizer_vocab_size,
 )
-from common.device import resolve_device, seed_everything
-from common.distributed import DistInfo, init_distributed
+from common.device import device_name, resolve_device, seed_everything
+from common.distributed import DistInfo, init_distributed, process_device
 from common.errors import UserError
 from common.models.gpt import GPT, GPTConfig
 from common.probe import probe_activation_gradients
@@ -369,21 +369,6 @@ def trained_twin(spec: RunSpec) -> Path | None:
 
 
 # ----------------------------------------------------------------------------- devices
-def process_device(device: torch.device, info: DistInfo) -> torch.device:
-    """This process's device: ``<type>:<current index>`` under DDP on an accelerator (set by init_distributed)."""
-    if info.world_size > 1 and device.type in ("cuda", "npu"):
-        return torch.device(device.type, getattr(torch, device.type).current_device())
-    return device
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    if device.type == "npu":
-        return str(torch.npu.get_device_name(device))  # type: ignore[attr-defined]
-    return device.type
-
-
 def peak_flops(name: str | None, override_tflops: float | None = None) -> float | None:
     """The device's dense bf16 peak in FLOP/s: ``override_tflops``, else :data:`PEAK_BF16_TFLOPS`, else None."""
     if override_tflops:

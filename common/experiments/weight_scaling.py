@@ -54,7 +54,7 @@ import contextlib
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -64,7 +64,7 @@ from torch import nn
 
 from common import runs, scaling
 from common.data.neural_ode import BatchLoader, make_neural_ode_data
-from common.device import resolve_device, seed_everything
+from common.device import cpu_threads, resolve_device, seed_everything
 from common.errors import UserError
 from common.experiments.train_resnet_sweep import load_trained_resnet
 from common.models.fc_resnet import FCResNet, FCResNetConfig
@@ -184,17 +184,6 @@ def fc_configs(
 
 
 # ----------------------------------------------------------------------------- FC job
-@contextlib.contextmanager
-def cpu_threads(count: int) -> Iterator[None]:
-    """Run with ``count`` intra-op CPU threads, then restore the previous number."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def train_fc_run(spec: runs.RunSpec) -> dict:
     """Job function of script 07, FC families: train one (family, L, seed) run, then record its weight statistics.
 
