@@ -44,30 +44,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from common import claims, plots, runs
+from common import claims, paper, plots, runs
 from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, weight_scaling
 from common.experiments.probe_ag import DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, probe_tag
 from common.models.resnet import BACKBONE_DEPTH
-from common.paper import (
-    AG_DEPTH_TREND,
-    COHEN_CONV_BOUNDED,
-    COHEN_CONV_MAX_NORM_EXPONENT,
-    COHEN_RELU_ALPHA_PLUS_BETA,
-    COHEN_TANH_ALPHA,
-    COHEN_TANH_BETA,
-    GROWTH_DEPTHS,
-    GROWTH_LOWER_TEST_LOSS,
-    GROWTH_LOWER_TRAIN_LOSS,
-    GROWTH_MEAN_TEST_LOSS,
-    GROWTH_MEAN_TRAIN_LOSS,
-    GROWTH_TEST_ABS_REDUCTION_RANGE,
-    GROWTH_TEST_RELATIVE_REDUCTION,
-    LOW_SIGNAL_AG,
-    LOW_SIGNAL_PLATEAU,
-    MATCHED_INSERTION_ALPHA,
-    MATCHED_INSERTION_REDUCTION,
-    PROJECTION_BOUND,
-)
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +161,7 @@ def load_records(out: str | Path, preset: str) -> Records:
     rec.exact_candidates = pd.concat(exact, ignore_index=True).dropna(subset=["growth_value"]) if exact else pd.DataFrame()
     pythia = select_preset(collect(out, PYTHIA_EXPERIMENT), preset, PYTHIA_EXPERIMENT, rec.elsewhere)
     if len(pythia):
-        rec.pythia = pythia.drop_duplicates("model").sort_values("n_layer").reset_index(drop=True)
+        rec.pythia = decoder_labels(pythia.sort_values(["n_layer", "d_model", "run_dir"]).drop_duplicates(["model", "n_layer", "d_model"]))
         rec.pythia_candidates = candidate_rows(rec.pythia, ("model", "n_layer"))
     rec.growth = growth_tables(out, preset, rec.elsewhere)
     matched = select_preset(with_sweep_preset(collect(out, matched_insertion.EXPERIMENT), sweep_presets), preset,
@@ -201,6 +181,15 @@ def load_records(out: str | Path, preset: str) -> Records:
             rec.scaling = pd.DataFrame(records)
             rec.exponents = pd.DataFrame(weight_scaling.exponent_rows(records))
     return rec
+
+
+def decoder_labels(df: pd.DataFrame) -> pd.DataFrame:
+    """Probed decoders one run each, ``model`` shortened to its last path part (``pythia-70m-deduped``), made unique
+    with ``-L<n_layer>-d<d_model>`` where two share it (local checkpoints); the full name stays in ``model_id``."""
+    short = df["model"].map(lambda m: str(m).rstrip("/").split("/")[-1])
+    clash = short.duplicated(keep=False)
+    label = short.where(~clash, short + "-L" + df["n_layer"].astype(str) + "-d" + df["d_model"].astype(str))
+    return df.assign(model_id=df["model"], model=label).reset_index(drop=True)
 
 
 def candidate_rows(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -315,12 +304,12 @@ def describe(preset: str, dataset: str, seeds: Iterable, n_runs: int, extra: str
     return f"{preset}, {dataset}, seeds {','.join(map(str, seeds)) or '-'}, {n_runs} runs" + (f", {extra}" if extra else "")
 
 
-def claim_row(claim: str, paper: str, fn: Callable, outcome: claims.Outcome | None, records: str, preset: str) -> dict:
+def claim_row(claim: str, said: str, fn: Callable, outcome: claims.Outcome | None, records: str, preset: str) -> dict:
     """One row of the report; ``outcome`` None means not run (``records`` then names the command)."""
     verdict = claims.NOT_RUN if outcome is None else outcome.verdict
     if preset == "smoke" and outcome is not None:
         verdict = f"{verdict} ({SMOKE_NOTE})"
-    return {"claim": claim, "paper": paper, "reproduced": "-" if outcome is None else outcome.value, "records": records,
+    return {"claim": claim, "paper": said, "reproduced": "-" if outcome is None else outcome.value, "records": records,
             "verdict": verdict, "rule": fn.rule, "scale": preset}  # fmt: skip
 
 
@@ -333,35 +322,35 @@ def resnet_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         for column, reading in READINGS:
             where = f"ResNet sweep, {dataset or 'any dataset'}, {reading}"
             specs = [
-                (f"AGmax falls with depth ({where})", AG_DEPTH_TREND, claims.falls_with_depth,
+                (f"AGmax falls with depth ({where})", paper.AG_DEPTH_TREND, claims.falls_with_depth,
                  lambda g, c=column: claims.falls_with_depth(g["depth_n"], g[c])),
-                (f"once below {LOW_SIGNAL_AG:g}, AGmax stays below it ({where})", LOW_SIGNAL_PLATEAU, claims.stays_below_line,
-                 lambda g, c=column: claims.stays_below_line(g["depth_n"], g[c], LOW_SIGNAL_AG)),
-                (f"low-signal plateau: past N*, test loss gains no more than the seed spread ({where})", LOW_SIGNAL_PLATEAU,
+                (f"once below {paper.LOW_SIGNAL_AG:g}, AGmax stays below it ({where})", paper.LOW_SIGNAL_PLATEAU, claims.stays_below_line,
+                 lambda g, c=column: claims.stays_below_line(g["depth_n"], g[c], paper.LOW_SIGNAL_AG)),
+                (f"low-signal plateau: past N*, test loss gains no more than the seed spread ({where})", paper.LOW_SIGNAL_PLATEAU,
                  claims.plateau_within_seed_spread,
-                 lambda g, c=column: claims.plateau_within_seed_spread(g["depth_n"], g[c], g["test_loss"], LOW_SIGNAL_AG)),
+                 lambda g, c=column: claims.plateau_within_seed_spread(g["depth_n"], g[c], g["test_loss"], paper.LOW_SIGNAL_AG)),
                 (f"beyond the paper: AGmax is explained by the training loss alone ({where})",
                  "not claimed by the paper (reviewers' question)", claims.explained_by_training_loss,
                  lambda g, c=column: claims.explained_by_training_loss(g["depth_n"], g[c], g["train_loss"])),
             ]  # fmt: skip
-            for claim, paper, fn, run in specs:
+            for claim, said, fn, run in specs:
                 if group is None:
-                    rows.append(claim_row(claim, paper, fn, None, f"none: {cmd['probe']}", rec.preset))
+                    rows.append(claim_row(claim, said, fn, None, f"none: {cmd['probe']}", rec.preset))
                     continue
                 usable = group.dropna(subset=[column, "test_loss", "train_loss"])
                 records = describe(rec.preset, dataset, usable["seed"], len(usable), f"probe {rec.probe_settings[dataset]}")
-                rows.append(claim_row(claim, paper, fn, run(usable), records, rec.preset))
+                rows.append(claim_row(claim, said, fn, run(usable), records, rec.preset))
     return rows
 
 
 def projection_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     claim, fn = "the exact growth value never exceeds AG_l at any candidate", claims.projection_never_exceeds
     if rec.exact_candidates.empty:
-        return [claim_row(claim, PROJECTION_BOUND, fn, None, f"none: {cmd['exact']}", rec.preset)]
+        return [claim_row(claim, paper.PROJECTION_BOUND, fn, None, f"none: {cmd['exact']}", rec.preset)]
     c = rec.exact_candidates
     sources = ", ".join(f"{s} ({n} candidates)" for s, n in c.groupby("source").size().items())
     records = f"{rec.preset}, exact runs of 02/05: {sources}"
-    return [claim_row(claim, PROJECTION_BOUND, fn, fn(c["growth_value"], c["ag_norm"]), records, rec.preset)]
+    return [claim_row(claim, paper.PROJECTION_BOUND, fn, fn(c["growth_value"], c["ag_norm"]), records, rec.preset)]
 
 
 def decoder_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
@@ -372,14 +361,14 @@ def decoder_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         for column, reading in READINGS:
             claim = f"AGmax falls with depth ({what}, {reading})"
             if df.empty:
-                rows.append(claim_row(claim, AG_DEPTH_TREND, claims.falls_with_depth, None, f"none: {cmd[key]}", rec.preset))
+                rows.append(claim_row(claim, paper.AG_DEPTH_TREND, claims.falls_with_depth, None, f"none: {cmd[key]}", rec.preset))
                 continue
             usable = df.dropna(subset=[column])
             label = "FineWeb-Edu" if key == "pythia" else gpt_data_label(usable)
             seeds = usable.get("seed", [0])
             records = describe(rec.preset, label, seeds, len(usable))
             outcome = claims.falls_with_depth(usable[depth], usable[column])
-            rows.append(claim_row(claim, AG_DEPTH_TREND, claims.falls_with_depth, outcome, records, rec.preset))
+            rows.append(claim_row(claim, paper.AG_DEPTH_TREND, claims.falls_with_depth, outcome, records, rec.preset))
     return rows
 
 
@@ -390,16 +379,16 @@ def gpt_data_label(df: pd.DataFrame) -> str:
 
 def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     """Growth vs scratch: the paper's means, relative and absolute reductions, and per-architecture winners."""
-    mean_train = f"growth {GROWTH_MEAN_TRAIN_LOSS['growth']} vs scratch {GROWTH_MEAN_TRAIN_LOSS['scratch']}"
-    mean_test = f"growth {GROWTH_MEAN_TEST_LOSS['growth']} vs scratch {GROWTH_MEAN_TEST_LOSS['scratch']}"
-    names = [f"ResNet-{d}" for d in GROWTH_DEPTHS]
+    mean_train = f"growth {paper.GROWTH_MEAN_TRAIN_LOSS['growth']} vs scratch {paper.GROWTH_MEAN_TRAIN_LOSS['scratch']}"
+    mean_test = f"growth {paper.GROWTH_MEAN_TEST_LOSS['growth']} vs scratch {paper.GROWTH_MEAN_TEST_LOSS['scratch']}"
+    names = [f"ResNet-{d}" for d in paper.GROWTH_DEPTHS]
     specs = [
         ("growth's mean training loss is below scratch's", mean_train, claims.growth_lower_mean),
         ("growth's mean test loss is below scratch's", mean_test, claims.growth_lower_mean),
-        ("relative test-loss reduction of the means", f"{GROWTH_TEST_RELATIVE_REDUCTION:.1%}", claims.paper_value_in_interval),
-        ("growth's test loss is lower for all four architectures", ", ".join(GROWTH_LOWER_TEST_LOSS), claims.growth_wins_everywhere),
-        ("growth's training loss is lower at ResNet-10, -11 and -13", ", ".join(GROWTH_LOWER_TRAIN_LOSS), claims.growth_wins_everywhere),
-        *((f"absolute test-loss reduction at {m}", f"{v}", claims.paper_value_in_interval) for m, v in GROWTH_TEST_ABS_REDUCTION_RANGE.items()),
+        ("relative test-loss reduction of the means", f"{paper.GROWTH_TEST_RELATIVE_REDUCTION:.1%}", claims.paper_value_in_interval),
+        ("growth's test loss is lower for all four architectures", ", ".join(paper.GROWTH_LOWER_TEST_LOSS), claims.growth_wins_everywhere),
+        ("growth's training loss is lower at ResNet-10, -11 and -13", ", ".join(paper.GROWTH_LOWER_TRAIN_LOSS), claims.growth_wins_everywhere),
+        *((f"absolute test-loss reduction at {m}", f"{v}", claims.paper_value_in_interval) for m, v in paper.GROWTH_TEST_ABS_REDUCTION_RANGE.items()),
     ]  # fmt: skip
     if not rec.growth:
         return [claim_row(c, p, fn, None, f"none: {cmd['growth']}", rec.preset) for c, p, fn in specs]
@@ -418,64 +407,64 @@ def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
             claims.growth_lower_mean(mean["growth_test_loss"], mean["scratch_test_loss"]),
             claims.paper_value_in_interval(mean["test_loss_reduction"] / mean["scratch_test_loss"],
                                            mean["test_loss_reduction_std"] / mean["scratch_test_loss"], n,
-                                           GROWTH_TEST_RELATIVE_REDUCTION),  # fmt: skip
+                                           paper.GROWTH_TEST_RELATIVE_REDUCTION),  # fmt: skip
             claims.growth_wins_everywhere(winners_test, names),
-            claims.growth_wins_everywhere(winners_train, GROWTH_LOWER_TRAIN_LOSS),
+            claims.growth_wins_everywhere(winners_train, paper.GROWTH_LOWER_TRAIN_LOSS),
         ]
-        for model, value in GROWTH_TEST_ABS_REDUCTION_RANGE.items():
+        for model, value in paper.GROWTH_TEST_ABS_REDUCTION_RANGE.items():
             if model in t.index:
                 outcomes.append(claims.paper_value_in_interval(t.loc[model, "test_loss_reduction"],
                                                                t.loc[model, "test_loss_reduction_std"], n, value))  # fmt: skip
             else:
                 outcomes.append(claims.Outcome(claims.UNDECIDABLE, f"{model} not run"))
-        for (claim, paper, fn), outcome in zip(specs, outcomes, strict=True):
-            rows.append(claim_row(f"{claim} ({table.dataset})", paper, fn, outcome, records, rec.preset))
+        for (claim, said, fn), outcome in zip(specs, outcomes, strict=True):
+            rows.append(claim_row(f"{claim} ({table.dataset})", said, fn, outcome, records, rec.preset))
     return rows
 
 
 def matched_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     """Matched insertion at the paper's alpha: a drop at every depth, not rising with depth, the paper's values."""
-    paper = ", ".join(f"ResNet-{d}: {v:.0e}" for d, v in sorted(MATCHED_INSERTION_REDUCTION.items()))
+    said = ", ".join(f"ResNet-{d}: {v:.0e}" for d, v in sorted(paper.MATCHED_INSERTION_REDUCTION.items()))
     specs = [
-        ("matched insertion lowers the training loss at every depth", paper, claims.lowers_loss_everywhere),
-        ("the matched-insertion drop does not increase with depth", paper, claims.drop_not_increasing),
-        ("the matched-insertion drops equal the paper's", paper, claims.matches_paper_precision),
+        ("matched insertion lowers the training loss at every depth", said, claims.lowers_loss_everywhere),
+        ("the matched-insertion drop does not increase with depth", said, claims.drop_not_increasing),
+        ("the matched-insertion drops equal the paper's", said, claims.matches_paper_precision),
     ]
     rows_df = rec.matched
     if len(rows_df):
         rows_df = rows_df[(rows_df["candidate_rule"] == "next") & (rows_df["fit"] == "closed-form")
-                          & rows_df["alpha"].map(lambda a: math.isclose(a, MATCHED_INSERTION_ALPHA))]  # fmt: skip
+                          & rows_df["alpha"].map(lambda a: math.isclose(a, paper.MATCHED_INSERTION_ALPHA))]  # fmt: skip
     if rows_df.empty:
-        return [claim_row(c, p, fn, None, f"none at candidate 'next', alpha {MATCHED_INSERTION_ALPHA:g}: {cmd['matched']}", rec.preset)
+        return [claim_row(c, p, fn, None, f"none at candidate 'next', alpha {paper.MATCHED_INSERTION_ALPHA:g}: {cmd['matched']}", rec.preset)
                 for c, p, fn in specs]  # fmt: skip
     out = []
     for dataset, group in rows_df.groupby("dataset"):
         changes = {int(d): float(g["measured_change"].mean()) for d, g in group.groupby("depth_label")}
         records = describe(rec.preset, dataset, group["seed"], group["run"].nunique(),
-                           f"ResNet-{', -'.join(map(str, sorted(changes)))}, candidate next, alpha {MATCHED_INSERTION_ALPHA:g}")  # fmt: skip
+                           f"ResNet-{', -'.join(map(str, sorted(changes)))}, candidate next, alpha {paper.MATCHED_INSERTION_ALPHA:g}")  # fmt: skip
         outcomes = [claims.lowers_loss_everywhere(changes), claims.drop_not_increasing(changes),
-                    claims.matches_paper_precision(changes, MATCHED_INSERTION_REDUCTION)]  # fmt: skip
+                    claims.matches_paper_precision(changes, paper.MATCHED_INSERTION_REDUCTION)]  # fmt: skip
         out += [claim_row(f"{c} ({dataset})", p, fn, o, records, rec.preset) for (c, p, fn), o in zip(specs, outcomes, strict=True)]
     return out
 
 
 SCALING_CLAIMS = (  # (claim, family, tensor, exponent, paper value, side or None for "within ±0.1")
-    ("fc-tanh: beta from the cumulative-sum norm", "fc-tanh", "A", "beta", COHEN_TANH_BETA, None),
-    ("fc-tanh: beta from the max norm (Hypothesis 1)", "fc-tanh", "A", "max_norm_exponent", COHEN_TANH_BETA, None),
-    ("fc-tanh: alpha from max |delta_k|", "fc-tanh", "delta", "alpha", COHEN_TANH_ALPHA, None),
-    ("fc-relu: alpha + beta from |delta_k| A_k", "fc-relu", "delta_A", "alpha_plus_beta", COHEN_RELU_ALPHA_PLUS_BETA, None),
-    ("ResNet sweep (BatchNorm folded): max norm exponent ~0", "sweep", None, "max_norm_exponent", COHEN_CONV_MAX_NORM_EXPONENT, None),
-    ("ResNet sweep (BatchNorm folded): scaled increments bounded, nu >= 0", "sweep", None, "nu", COHEN_CONV_BOUNDED["nu"], ">= 0"),
-    ("ResNet sweep (BatchNorm folded): root sum of squares bounded", "sweep", None, "rss_slope", COHEN_CONV_BOUNDED["rss_slope"], "<= 0"),
+    ("fc-tanh: beta from the cumulative-sum norm", "fc-tanh", "A", "beta", paper.COHEN_TANH_BETA, None),
+    ("fc-tanh: beta from the max norm (Hypothesis 1)", "fc-tanh", "A", "max_norm_exponent", paper.COHEN_TANH_BETA, None),
+    ("fc-tanh: alpha from max |delta_k|", "fc-tanh", "delta", "alpha", paper.COHEN_TANH_ALPHA, None),
+    ("fc-relu: alpha + beta from |delta_k| A_k", "fc-relu", "delta_A", "alpha_plus_beta", paper.COHEN_RELU_ALPHA_PLUS_BETA, None),
+    ("ResNet sweep (BatchNorm folded): max norm exponent ~0", "sweep", None, "max_norm_exponent", paper.COHEN_CONV_MAX_NORM_EXPONENT, None),
+    ("ResNet sweep (BatchNorm folded): scaled increments bounded, nu >= 0", "sweep", None, "nu", paper.COHEN_CONV_BOUNDED["nu"], ">= 0"),
+    ("ResNet sweep (BatchNorm folded): root sum of squares bounded", "sweep", None, "rss_slope", paper.COHEN_CONV_BOUNDED["rss_slope"], "<= 0"),
 )  # fmt: skip
 
 
 def scaling_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     """Cohen et al.'s exponents against 07's fits (Frobenius norm): FC families within ±0.1, the sweep's bounds."""
     rows = []
-    for claim, family, tensor, exponent, paper, side in SCALING_CLAIMS:
+    for claim, family, tensor, exponent, said, side in SCALING_CLAIMS:
         fn = claims.exponent_within_tolerance if side is None else claims.sign_within_tolerance
-        paper_text = f"{paper}" if side is None or isinstance(paper, str) else f"{side}"
+        paper_text = f"{said}" if side is None or isinstance(said, str) else f"{side}"
         ex = rec.exponents
         mine = ex[(ex["family"] == family) & (ex["norm"] == "fro") & (ex["exponent"] == exponent)] if len(ex) else ex
         if tensor is not None and len(mine):
@@ -491,7 +480,7 @@ def scaling_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
             if side is None:
                 values = {labels[r["stage"]] if family != "sweep" else f"stage {r['stage']} {r['tensor']}":
                           (r["estimate"], r["ci_low"], r["ci_high"]) for _, r in group.iterrows()}  # fmt: skip
-                outcome = fn(values, paper)
+                outcome = fn(values, said)
             else:
                 outcome = fn({f"stage {r['stage']} {r['tensor']}": r["estimate"] for _, r in group.iterrows()}, side)
             rows.append(claim_row(f"{claim} ({dataset})", paper_text, fn, outcome, records, rec.preset))
@@ -574,8 +563,8 @@ def build(out: str | Path, figures_dir: str | Path, preset: str) -> Report:
             probe = rec.probe[rec.probe["dataset"] == dataset]
             sweep = rec.sweep[rec.sweep["dataset"] == dataset]
             figure(f"fig1_ag_vs_depth-{dataset}",
-                   plots.ag_vs_depth(probe, sweep, dataset=dataset, line=LOW_SIGNAL_AG, setting=rec.probe_settings[dataset]))  # fmt: skip
-            report.written += write_table(tables, f"ag_vs_depth-{dataset}", depth_table(probe, sweep, LOW_SIGNAL_AG))
+                   plots.ag_vs_depth(probe, sweep, dataset=dataset, line=paper.LOW_SIGNAL_AG, setting=rec.probe_settings[dataset]))  # fmt: skip
+            report.written += write_table(tables, f"ag_vs_depth-{dataset}", depth_table(probe, sweep, paper.LOW_SIGNAL_AG))
         shown = next((d for d in DATASET_ORDER if d in datasets), datasets[0])
         cands = rec.probe_candidates[rec.probe_candidates["dataset"] == shown]
         figure(f"fig2_ag_heatmap-{shown}", plots.ag_heatmap(cands, dataset=shown))
@@ -584,15 +573,15 @@ def build(out: str | Path, figures_dir: str | Path, preset: str) -> Report:
     if rec.gpt.empty:
         report.skipped.append(skip_line("figure 3 (GPT-2 depth sweep)", "GPT-2 runs", cmd["gpt2"], rec, (gpt2_ascend.EXPERIMENT,)))
     else:
-        figure("fig3_gpt2_depth", plots.gpt2_depth(rec.gpt, line=LOW_SIGNAL_AG))
+        figure("fig3_gpt2_depth", plots.gpt2_depth(rec.gpt, line=paper.LOW_SIGNAL_AG))
         report.written += write_table(tables, "gpt2_depth", gpt2_ascend.summary_rows(rec.gpt.to_dict("records")))
     # 4: Pythia
     if rec.pythia.empty:
         report.skipped.append(skip_line("figure 4 (Pythia AG per layer, Block Influence)", "Pythia runs", cmd["pythia"], rec,
                                         (PYTHIA_EXPERIMENT,)))  # fmt: skip
     else:
-        figure("fig4_pythia", plots.pythia(rec.pythia, rec.pythia_candidates, line=LOW_SIGNAL_AG))
-        columns = ["model", "n_layer", "d_model", "ag_max", "ag_max_per_example", "ag_max_blocks", "val_loss_before", "val_loss_after"]
+        figure("fig4_pythia", plots.pythia(rec.pythia, rec.pythia_candidates, line=paper.LOW_SIGNAL_AG))
+        columns = ["model", "model_id", "revision", "n_layer", "d_model", "ag_max", "ag_max_per_example", "ag_max_blocks", "val_loss_before", "val_loss_after"]
         report.written += write_table(tables, "pythia", rec.pythia.reindex(columns=columns).to_dict("records"))
     # 5: growth vs scratch
     if not rec.growth:
@@ -608,7 +597,7 @@ def build(out: str | Path, figures_dir: str | Path, preset: str) -> Report:
                                         (matched_insertion.EXPERIMENT,)))  # fmt: skip
     for dataset, group in rec.matched.groupby("dataset") if len(rec.matched) else []:
         figure(f"fig6_matched_insertion-{dataset}",
-               plots.matched_insertion(group, paper=MATCHED_INSERTION_REDUCTION, alpha=MATCHED_INSERTION_ALPHA))
+               plots.matched_insertion(group, paper=paper.MATCHED_INSERTION_REDUCTION, alpha=paper.MATCHED_INSERTION_ALPHA))
         rows = matched_insertion.summary_rows([{"rows": group.to_dict("records")}])
         report.written += write_table(tables, f"matched_insertion-{dataset}", rows, matched_insertion.summary_markdown(rows))
     # 7: weight scaling
