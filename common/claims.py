@@ -15,8 +15,9 @@ values), the conventional 5% significance level, and the ±0.1 the issue fixed f
 
 Statistics:
 
-- Spearman correlations and their two-sided p-values come from :func:`scipy.stats.spearmanr`
-  (a t approximation with n - 2 degrees of freedom).
+- Spearman correlations come from :func:`scipy.stats.spearmanr`; their two-sided p-values are
+  exact (every pairing, :func:`scipy.stats.permutation_test`) up to 8 points, and spearmanr's t
+  approximation with n - 2 degrees of freedom above (:func:`spearman`).
 - :func:`partial_spearman` is the Spearman correlation of x and y given z: each variable is
   rank-transformed (average ranks for ties), the ranks of x and of y are each regressed on the
   ranks of z by least squares with an intercept, and the Pearson correlation of the two residual
@@ -47,6 +48,7 @@ SIGNIFICANCE = 0.05  # p-value threshold of every test below
 EXPONENT_TOLERANCE = 0.1  # "exponent within ±0.1 of the paper" (issue 16)
 CONFIDENCE = 0.95  # Student-t intervals over seeds
 PROJECTION_SLACK = 1e-9  # relative float64 slack of V_S,l <= AG_l
+EXACT_MAX_N = 8  # up to 8 points (8! = 40,320 pairings) Spearman's p-value is exact, by permutation
 
 
 @dataclass(frozen=True)
@@ -76,14 +78,29 @@ def fmt(x: float | None) -> str:
 
 # ----------------------------------------------------------------------------- statistics
 def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    """Spearman's rho and its two-sided p-value (:func:`scipy.stats.spearmanr`); NaNs when undefined."""
+    """Spearman's rho (:func:`scipy.stats.spearmanr`) and its two-sided p-value; NaNs when undefined.
+
+    With at most :data:`EXACT_MAX_N` points the p-value is exact, from every one of the n! pairings
+    (:func:`scipy.stats.permutation_test`); spearmanr's t approximation would call 4 depths in order
+    "p = 0" where the exact value is 2/24. Above that, spearmanr's t approximation (n - 2 dof).
+    """
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = stats.spearmanr(x, y)
-    return float(res.statistic), float(res.pvalue)
+    if len(x) > EXACT_MAX_N:
+        return float(res.statistic), float(res.pvalue)
+    ry = stats.rankdata(y) - (len(y) + 1) / 2
+
+    def rho(rx: np.ndarray, axis: int = -1) -> np.ndarray:
+        rx = rx - rx.mean(axis=axis, keepdims=True)
+        return (rx @ ry) / np.sqrt((rx * rx).sum(axis=axis) * (ry @ ry))
+
+    exact = stats.permutation_test((stats.rankdata(x),), rho, permutation_type="pairings", vectorized=True,
+                                   n_resamples=math.factorial(len(x)), alternative="two-sided")  # fmt: skip
+    return float(res.statistic), float(exact.pvalue)
 
 
 def partial_spearman(x: Sequence[float], y: Sequence[float], z: Sequence[float]) -> tuple[float, float]:
@@ -134,11 +151,15 @@ def first_below(depths: Sequence[float], values: Sequence[float], line: float) -
 
 # ----------------------------------------------------------------------------- rules: AG across depth
 @rule("Spearman's rho between depth and AGmax over every run present (each depth and seed a point) is < 0 "
-      f"with two-sided p < {SIGNIFICANCE} (scipy.stats.spearmanr); fewer than 3 runs or a constant input: not decidable")
+      f"with two-sided p < {SIGNIFICANCE} (exact permutation p up to 8 runs, else scipy.stats.spearmanr's t); fewer than 3 runs, a constant input, or too few "
+      "runs for even a perfect fall to reach p < 0.05 (4 distinct depths: p = 1/12): not decidable")
 def falls_with_depth(depths: Sequence[float], ag_max: Sequence[float]) -> Outcome:
     rho, p = spearman(depths, ag_max)
     if math.isnan(rho):
         return Outcome(UNDECIDABLE, f"{len(depths)} runs: no correlation defined")
+    best = spearman(np.sort(depths), -np.sort(ag_max))[1]  # a perfectly falling AGmax with these ties
+    if best >= SIGNIFICANCE:
+        return Outcome(UNDECIDABLE, f"rho = {rho:+.2f}, p = {fmt(p)} over {len(depths)} runs: even a perfect fall gives p = {fmt(best)}")
     verdict = HOLDS if rho < 0 and p < SIGNIFICANCE else FAILS
     return Outcome(verdict, f"rho = {rho:+.2f}, p = {fmt(p)} over {len(depths)} runs")
 
@@ -189,7 +210,8 @@ def explained_by_training_loss(depths: Sequence[float], ag_max: Sequence[float],
     value = (f"rho(AGmax, train loss) = {fmt(rho)} (p = {fmt(p)}); partial rho(AGmax, N | train loss) = {fmt(partial)} "
              f"(p = {fmt(p_partial)}); beside it rho(N, AGmax) = {fmt(depth_rho)} (p = {fmt(depth_p)}); n = {len(depths)}")
     if math.isnan(rho) or math.isnan(p_partial):
-        return Outcome(UNDECIDABLE, value)
+        why = "fewer than 4 runs" if len(depths) < 4 else "AGmax's or N's ranks are a straight line in the training loss's ranks"
+        return Outcome(UNDECIDABLE, f"{value}; partial correlation undefined: {why}")
     return Outcome(HOLDS if p < SIGNIFICANCE and p_partial >= SIGNIFICANCE else FAILS, value)
 
 

@@ -39,7 +39,10 @@ def test_falls_with_depth():
     depths = [0, 1, 2, 3, 4, 5, 6]
     assert claims.falls_with_depth(depths, [0.1 / (1 + n) for n in depths]).verdict == HOLDS
     assert claims.falls_with_depth(depths, [0.1 * (1 + n) for n in depths]).verdict == FAILS
-    assert claims.falls_with_depth(depths, [0.1, 0.2, 0.1, 0.2, 0.1, 0.2, 0.1]).verdict == FAILS  # no significant trend
+    assert claims.falls_with_depth(depths, [0.1, 0.3, 0.15, 0.25, 0.12, 0.28, 0.2]).verdict == FAILS  # no significant trend
+    # Four depths in perfect order: the exact p is 2/4! = 1/12 (scipy's t approximation says 0): no power to decide.
+    assert claims.spearman([0, 1, 2, 4], [4, 3, 2, 1]) == (-1.0, pytest.approx(1 / 12))
+    assert claims.falls_with_depth([0, 1, 2, 4], [4, 3, 2, 1]).verdict == UNDECIDABLE
 
 
 def test_stays_below_line():
