@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 from common.cli import entry_point, make_parser, parse_args
-from common.errors import UserError
 from common.experiments.make_figures import FIGURES, build, verdict_counts
 
 log = logging.getLogger("08_make_figures")
@@ -38,8 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    if args.out.exists() and not args.out.is_dir():
-        raise UserError(f"--out {args.out} is a file; pass the folder that holds the run directories")
     figures_dir = args.figures_dir if args.figures_dir is not None else args.out / FIGURES
     if args.dry_run:
         print(f"would read the {args.preset} records under {args.out} and write figures, tables and claims.md into {figures_dir}")
