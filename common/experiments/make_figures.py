@@ -13,7 +13,7 @@ figures folder:
   value, the records it came from (preset, dataset, seeds, number of runs), the verdict and the
   rule that gave it.
 
-Which records (README, "Reproducing the paper"):
+Which records (README, Reproduction decisions, "Figures and the claims report"):
 
 - **One preset.** ``--preset`` (default ``paper``) selects the runs whose config says that preset;
   a probe, matched-insertion or weight-scaling run of the sweep takes the preset of the sweep run
@@ -24,6 +24,11 @@ Which records (README, "Reproducing the paper"):
   (exact and not, or two App. G settings) counts once, the exact run first. Figure 8 and the
   projection claim use every exact run.
 - **GPT-2**: the group of runs (data, width, probe setting) with the most runs.
+- **Pythia** (04, ``<out>/pythia_cpt/<name>-<hash8>/result.json``): ``model``, ``n_layer``,
+  ``d_model``, ``val_loss_before`` / ``_after``, the probe's summary (``ag_max``,
+  ``ag_max_per_example``, ``ag_max_blocks``) and ``candidates`` (``index``, ``ag_norm``,
+  ``per_example_rms``, ``block_input``, ``block_influence``: None for the final stream); one run per
+  (model, depth, width), labelled by the model's short name.
 - **Growth vs scratch**: per dataset, script 03's table with the most seeds, then the longest
   stages (its preset is that of its growth stages).
 - **Matched insertion**: every row in figure 6; the claims use the runs at the default candidate
