@@ -127,7 +127,7 @@ def everything(out: Path, preset: str = "smoke", seeds=(0,)) -> Path:
     sweep_and_probe(out, preset=preset, seeds=seeds)
     gpt2(out, preset=preset)
     pythia(out, preset=preset)
-    growth(out, preset=preset)
+    growth(out, preset=preset, seeds=(0,))  # one seed: the table has NaN spreads, as a one-seed run of 03 writes
     matched(out, preset=preset)
     scaling(out, preset=preset)
     return out

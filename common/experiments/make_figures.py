@@ -594,7 +594,8 @@ def build(out: str | Path, figures_dir: str | Path, preset: str) -> Report:
                                         (growth_vs_scratch.EXPERIMENT,)))  # fmt: skip
     for table in rec.growth:
         figure(f"fig5_growth_vs_scratch-{table.dataset}", plots.growth_bars(table.rows, dataset=table.dataset))
-        rows = table.rows.astype(object).where(table.rows.notna(), None).to_dict("records")
+        rows = [{k: None if k.startswith("paper_") and pd.isna(v) else v for k, v in r.items()}  # as 03 wrote them:
+                for r in table.rows.to_dict("records")]  # NaN std for one seed, None where the paper reports nothing  # fmt: skip
         report.written += write_table(tables, f"growth_vs_scratch-{table.dataset}", rows, growth_vs_scratch.markdown_table(rows))
     # 6: matched insertion
     if rec.matched.empty:
