@@ -19,7 +19,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatter, NullFormatter
+from matplotlib.ticker import LogFormatter, MaxNLocator, NullFormatter
 
 LINE_STYLE = {"color": "0.3", "linestyle": "--", "linewidth": 1.0}
 READINGS = (  # AGmax's two normalisations (README, reproduction decisions)
@@ -104,6 +104,7 @@ def ag_vs_depth(probe: pd.DataFrame, sweep: pd.DataFrame, *, dataset: str, line:
     seed_band(ax_acc, sweep, "depth_n", "test_acc", "test accuracy", color="C2")
     ax_acc.set_ylabel("test accuracy")
     ax_acc.set_xlabel("N, extra blocks (ResNet-(8+N))")
+    ax_acc.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in (ax_ag, ax_loss, ax_acc):
         ax.grid(alpha=0.3)
     return fig
@@ -154,6 +155,7 @@ def gpt2_depth(gpt: pd.DataFrame, *, line: float) -> Figure:
     seed_band(ax_loss, gpt, "n_layer", "val_loss", "validation loss", color="C3")
     ax_loss.set_ylabel("validation loss")
     ax_loss.set_xlabel("L, decoder blocks")
+    ax_loss.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in (ax_ag, ax_loss):
         ax.grid(alpha=0.3)
     return fig
