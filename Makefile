@@ -17,12 +17,14 @@ $(STAMP): requirements.txt
 
 install: $(STAMP)
 
-## smoke: install, then run every numbered script on the offline default (--preset smoke)
+## smoke: install, then run every numbered script on the offline default (--preset smoke);
+## 08_make_figures.py comes last and draws the figures and the claims report from their records
 smoke: $(STAMP)
 	@set -e; for script in $(SMOKE_SCRIPTS); do \
 		echo "== $(PY) $$script --preset smoke --out $(OUT)"; \
 		$(PY) $$script --preset smoke --out $(OUT); \
-	done; echo "smoke: all $(words $(SMOKE_SCRIPTS)) scripts finished; results under $(OUT)/"
+	done; echo "smoke: all $(words $(SMOKE_SCRIPTS)) scripts finished; results under $(OUT)/"; \
+	echo "smoke: figures and tables in $(OUT)/figures/, claims report $(OUT)/figures/claims.md (smoke scale: not evidence about the paper)"
 
 ## test: install, then run the whole test suite (ruff included, as a test)
 test: $(STAMP)

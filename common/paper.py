@@ -4,8 +4,8 @@ Every number the two papers report (arXiv 2608.14664 and Cohen et al. 2021, as s
 this reproduction) is one :class:`PaperNumber` in :data:`PAPER_NUMBERS` with the section it
 comes from; the few values the code compares against (the 5e-3 low-signal
 line of 02, the growth-vs-scratch losses of 03, the matched-insertion reductions of 06, Cohen et
-al.'s exponents beside 07's fits) are also
-named constants below, defined once and referenced by the rows.
+al.'s exponents beside 07's fits, and the paper's words in each row of the claims report of 08)
+are also named constants below, defined once and referenced by the rows.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ COHEN = "Cohen, Cont, Rossier, Xu, ICML 2021 (scaling properties of deep ResNets
 
 # ----------------------------------------------------------------------------- named values
 LOW_SIGNAL_AG = 5e-3  # AGmax below ~5e-3: the low-signal regime (Experiments, depth saturation)
+AG_DEPTH_TREND = "AGmax decreases with depth toward a low-signal regime"  # ResNets, GPT-2, Pythia (Abstract, Experiments)
+LOW_SIGNAL_PLATEAU = "AGmax stays below ~5e-3; test performance fluctuates without systematic gains"  # extended-depth runs
+PROJECTION_BOUND = "V_S,l <= AG_l: orthogonal projection cannot increase the norm (equality under realizability)"  # Intro, App. A
 
 GROWTH_MEAN_TRAIN_LOSS = {"growth": 0.0066, "scratch": 0.0072}  # ResNet-10..13, CIFAR-10
 GROWTH_MEAN_TEST_LOSS = {"growth": 0.2576, "scratch": 0.2922}
@@ -45,6 +48,7 @@ COHEN_CONV_BOUNDED = {  # convolutional ResNets on CIFAR-10, no BatchNorm: bound
     "nu": ">= 0 (scaled increments bounded)",
     "rss_slope": "<= 0 (root sum of squares bounded)",
 }
+COHEN_CONV_MAX_NORM_EXPONENT = 0.0  # the "~0" of COHEN_CONV_BOUNDED as a number (claims report, +-0.1)
 COHEN_MAX_DEPTH = 10321
 
 
@@ -60,11 +64,9 @@ class PaperNumber:
 
 PAPER_NUMBERS: tuple[PaperNumber, ...] = (
     PaperNumber("low-signal threshold on AGmax", LOW_SIGNAL_AG, "Experiments (depth saturation)"),
-    PaperNumber(
-        "extended-depth runs",
-        "AGmax stays below ~5e-3; test performance fluctuates without systematic gains",
-        "Experiments",
-    ),
+    PaperNumber("AGmax across depth", AG_DEPTH_TREND, "Experiments"),
+    PaperNumber("extended-depth runs", LOW_SIGNAL_PLATEAU, "Experiments"),
+    PaperNumber("activation-gradient score and growth value", PROJECTION_BOUND, "Introduction, App. A"),
     PaperNumber(
         "CIFAR backbone",
         {"backbone": "ResNet-8", "stage_widths": (16, 32, 64), "extra_blocks": CIFAR_EXTRA_BLOCKS, "blocks": "3+N"},

@@ -1,0 +1,57 @@
+"""Every figure and table, and the paper-against-reproduction claims report, from the run records alone.
+
+Reads the finished runs of 01-07 under ``--out`` (``result.json``, ``config.json`` and the summary
+tables; no training, no probing, seconds) for one ``--preset``, and writes into ``--figures-dir``
+(default ``<out>/figures``): ``figN_<name>.png`` and ``.pdf`` per figure, ``tables/<name>.md`` and
+``.csv`` per table, and ``claims.md``, one row per quantitative claim of the paper with the rule
+that gave its verdict (:mod:`common.claims`). A figure whose records are missing is skipped with
+one line naming the command that makes them; the exit code stays 0. The record formats and the
+choices of which records to use are documented in :mod:`common.experiments.make_figures`.
+
+    python 08_make_figures.py --preset smoke --out runs/smoke
+    python 08_make_figures.py --out runs --figures-dir figures
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+
+from common.cli import entry_point, make_parser, parse_args
+from common.experiments.make_figures import FIGURES, build, verdict_counts
+
+log = logging.getLogger("08_make_figures")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = make_parser(__doc__.split("\n\n")[0], prog="08_make_figures.py")
+    group = parser.add_argument_group("figures and claims report")
+    group.add_argument("--figures-dir", type=Path, default=None,
+                       help=f"where the figures, tables/ and claims.md go; None: <out>/{FIGURES} "
+                            "(the repository's committed paper-scale figures: --figures-dir figures)")  # fmt: skip
+    return parser
+
+
+@entry_point
+def main(argv=None) -> int:
+    args = parse_args(build_parser(), argv)
+    figures_dir = args.figures_dir if args.figures_dir is not None else args.out / FIGURES
+    if args.dry_run:
+        print(f"would read the {args.preset} records under {args.out} and write figures, tables and claims.md into {figures_dir}")
+        return 0
+    start = time.perf_counter()
+    report = build(args.out, figures_dir, args.preset)
+    for line in report.skipped:
+        print(line)
+    print(f"{len(report.figures)} figures ({', '.join(report.figures) or 'none'}), "
+          f"{len(report.skipped)} skipped, in {time.perf_counter() - start:.1f} s")  # fmt: skip
+    print(f"claims: {verdict_counts(report.claims)}")
+    print(f"figures and tables: {report.figures_dir}/")
+    print(f"claims report: {report.claims_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""Hand-made run records in the formats of scripts 01-07 (and 04's contract), for the figures and claims tests.
+
+Each writer puts ``config.json`` and ``result.json`` (and script 03's table) where the real job
+modules put them, with only the keys :mod:`common.experiments.make_figures` reads. The numbers are
+chosen by the caller, so a test can build one record set where a claim holds and one where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from common import runs
+from common.experiments import growth_vs_scratch, weight_scaling
+
+ALL = ("sweep", "probe", "gpt2", "pythia", "growth", "matched", "scaling")
+
+
+def write_run(out: Path, experiment: str, name: str, config: dict, result: dict) -> Path:
+    path = Path(out) / experiment / name
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({"experiment": experiment, "name": name, **config}))
+    (path / "result.json").write_text(json.dumps(result))
+    return path
+
+
+def ag_falling(n: int, seed: int = 0) -> float:
+    """AGmax falling with depth N, crossing 5e-3 at N = 4, a little seed noise."""
+    return 0.05 * 0.55**n * (1 + 0.01 * seed)
+
+
+def sweep_and_probe(out: Path, *, preset: str = "smoke", dataset: str = "digits", depths=(0, 1, 2, 4, 6, 8), seeds=(0,),
+                    ag=ag_falling, train_loss=lambda n, s: 0.5 / (1 + n) + 0.001 * s, test_loss=lambda n, s: 0.6 + 0.001 * s,
+                    exact: bool = True) -> None:  # fmt: skip
+    """Script 01's runs and script 02's probes of them: AGmax ``ag(n, seed)``; candidates 0..4+N."""
+    for seed in seeds:
+        for n in depths:
+            sweep_name = f"{dataset}-resnet{8 + n}-n{n}-seed{seed}-abcd1234"
+            write_run(out, "resnet_sweep", sweep_name, {"preset": preset, "dataset": dataset, "depth_n": n, "seed": seed},
+                      {"train_loss": train_loss(n, seed), "test_loss": test_loss(n, seed), "test_acc": 0.9 - 0.1 * test_loss(n, seed)})  # fmt: skip
+            top = ag(n, seed)
+            cands = [{"index": i, "name": f"c{i}", "ag_norm": top * (0.5 + 0.5 * i / (3 + n)), "per_example_rms": 8 * top * (0.5 + 0.5 * i / (3 + n)),
+                      "growth_value": (0.9 * top * (0.5 + 0.5 * i / (3 + n))) if exact else None} for i in range(4 + n)]  # fmt: skip
+            config = {"sweep_run": sweep_name, "dataset": dataset, "depth_n": n, "depth_label": 8 + n, "seed": seed, "split": "train",
+                      "batch_size": 128, "n_batches": 10, "bn_mode": "eval", "probe_seed": 0, "exact": exact}  # fmt: skip
+            result = {"ag_max": top, "ag_max_per_example": 8 * top, "ag_max_blocks": top * 0.9, "exact": exact, "candidates": cands}
+            write_run(out, "ag_probe", f"{sweep_name}-probe", config, result)
+
+
+def gpt2(out: Path, *, preset: str = "smoke", depths=(1, 2, 4), ag=lambda L: 0.02 / L) -> None:
+    for L in depths:
+        cands = [{"index": i, "name": f"h{i}", "ag_norm": ag(L) * (i + 1) / (L + 1), "per_example_rms": 4 * ag(L),
+                  "growth_value": 0.8 * ag(L) * (i + 1) / (L + 1)} for i in range(L + 1)]  # fmt: skip
+        write_run(out, "gpt2_ascend", f"text-L{L}-seed0", {"preset": preset, "n_layer": L, "seed": 0, "model": {"n_embd": 32},
+                  "data": {"source": "text"}, "probe": {"split": "val", "batch_size": 4, "n_batches": 2, "exact": True}},
+                  {"n_layer": L, "seed": 0, "val_loss": 5.0 - 0.2 * L, "ag_max": ag(L), "ag_max_per_example": 4 * ag(L),
+                   "ag_max_blocks": ag(L), "exact": True, "v_max": 0.8 * ag(L), "candidates": cands})  # fmt: skip
+
+
+def pythia(out: Path, *, preset: str = "smoke", models=(("pythia-70m-deduped", 6, 512), ("pythia-160m-deduped", 12, 768))) -> None:
+    """04's contract: one run per model with ProbeResult.summary() keys and candidates with Block Influence."""
+    for name, n_layer, d_model in models:
+        ag = 0.03 / n_layer
+        cands = [{"index": i, "name": f"layers.{i}" if i < n_layer else "final", "ag_norm": ag * (i + 1) / (n_layer + 1),
+                  "per_example_rms": 10 * ag, "block_input": i < n_layer, "block_influence": 0.1 + 0.01 * i if i < n_layer else None}
+                 for i in range(n_layer + 1)]  # fmt: skip
+        write_run(out, "pythia_cpt", f"{name}-0123abcd", {"preset": preset, "model": f"EleutherAI/{name}", "revision": "step143000"},
+                  {"model": f"EleutherAI/{name}", "revision": "step143000", "commit_hash": "f" * 40, "weight_files": ["model.safetensors"],
+                   "n_layer": n_layer, "d_model": d_model, "val_loss_before": 3.5, "val_loss_after": 3.4, "cpt_tokens": 1000,
+                   "ag_max": ag, "ag_max_per_example": 10 * ag, "ag_max_blocks": ag * n_layer / (n_layer + 1), "exact": False,
+                   "candidates": cands})  # fmt: skip
+
+
+def growth(out: Path, *, preset: str = "smoke", dataset: str = "digits", seeds=(0, 1), stage_epochs: int = 2,
+           test_gap=lambda n, s: 0.03, train_gap=lambda n, s: 0.001) -> None:  # fmt: skip
+    """03's stage runs (for the preset) and its table; growth's loss is scratch's minus the gaps."""
+    records = []
+    for seed in seeds:
+        for n in (2, 3, 4, 5):
+            write_run(out, "growth_vs_scratch", f"{dataset}-grow-n{n}-seed{seed}", {"preset": preset, "dataset": dataset,
+                      "growth": {"parent": "x"}, "train": {"epochs": stage_epochs}}, {"epochs": stage_epochs})  # fmt: skip
+            scratch = {"train_loss": 0.01 + 0.001 * seed, "test_loss": 0.3 + 0.005 * seed + 0.002 * n, "test_acc": 0.9}
+            grown = {"train_loss": scratch["train_loss"] - train_gap(n, seed), "test_loss": scratch["test_loss"] - test_gap(n, seed),
+                     "test_acc": 0.91}  # fmt: skip
+            for method, metrics in (("growth", grown), ("scratch", scratch)):
+                records.append({"method": method, "depth_n": n, "seed": seed, **metrics})
+    rows = growth_vs_scratch.growth_table(records)
+    stem = f"table-{dataset}-stage{stage_epochs}-scratch{stage_epochs}-seeds{'-'.join(map(str, seeds))}"
+    folder = Path(out) / "growth_vs_scratch"
+    runs.atomic_write_csv(folder / f"{stem}.csv", rows)
+
+
+def matched(out: Path, *, preset: str = "smoke", dataset: str = "digits", drops=None, seeds=(0,)) -> None:
+    """06's runs: one per (depth, seed) of the sweep (written too, for the preset), measured change = -drop."""
+    drops = drops or {8: 7e-4, 14: 4e-4, 20: 2e-4}
+    for seed in seeds:
+        for d, drop in drops.items():
+            sweep_name = f"{dataset}-resnet{d}-n{d - 8}-seed{seed}-ffff0000"
+            write_run(out, "resnet_sweep", sweep_name, {"preset": preset, "dataset": dataset, "depth_n": d - 8, "seed": seed},
+                      {"train_loss": 0.1, "test_loss": 0.5, "test_acc": 0.8})  # fmt: skip
+            rows = [{"depth_label": d, "depth_n": d - 8, "seed": seed, "candidate": 1, "candidate_name": "c1", "alpha": alpha,
+                     "measured_change": -drop * alpha / 1e-3, "predicted_change": -drop * alpha / 1e-3 * 1.01, "fit": "closed-form",
+                     "train_loss_before": 0.1, "train_loss_after": 0.1 - drop, "ratio": 0.99, "relative_residual": 0.5,
+                     "predicted_change_pooled_targets": -drop, "test_change": None, "paper_change": None}
+                    for alpha in (1e-4, 1e-3)]  # fmt: skip
+            write_run(out, "matched_insertion", f"{sweep_name}-matched", {"sweep_run": sweep_name, "dataset": dataset,
+                      "candidate_rule": "next", "fit": "closed-form"}, {"rows": rows})  # fmt: skip
+
+
+def scaling(out: Path, *, preset: str = "smoke", beta: float = 0.3, alpha: float = 0.7) -> None:
+    """07's FC runs: statistics following exact power laws in the depth L (beta from the cumulative sum, alpha from delta)."""
+    for family in ("fc-tanh", "fc-relu"):
+        for L in (4, 8, 16, 32, 64):
+            base = {"family": family, "dataset": "synthetic", "seed": 0, "run": f"{family}-L{L}", "stage": 0, "norm": "fro",
+                    "depth": L, "network_depth": L}  # fmt: skip
+            records = [
+                {**base, "tensor": "A", "max_norm": L**-beta, "cumsum_norm": L ** (1 - beta), "root_sum_squares": L ** (0.5 - beta),
+                 "max_increment": L ** (-beta - 1)},
+                {**base, "tensor": "delta", "max_norm": L**-alpha, "cumsum_norm": L ** (1 - alpha)},
+                {**base, "tensor": "delta_A", "max_norm": L ** -(alpha + beta), "cumsum_norm": L ** (1 - alpha - beta)},
+            ]  # fmt: skip
+            write_run(out, "weight_scaling", f"{family}-L{L}", {"preset": preset, "family": family, "dataset": "synthetic"},
+                      {"records": [{k: r.get(k) for k in weight_scaling.RECORD_COLUMNS} for r in records]})  # fmt: skip
+
+
+def everything(out: Path, preset: str = "smoke", seeds=(0,)) -> Path:
+    sweep_and_probe(out, preset=preset, seeds=seeds)
+    gpt2(out, preset=preset)
+    pythia(out, preset=preset)
+    growth(out, preset=preset, seeds=(0,))  # one seed: the table has NaN spreads, as a one-seed run of 03 writes
+    matched(out, preset=preset)
+    scaling(out, preset=preset)
+    return out
