@@ -27,6 +27,7 @@ None for the final stream).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -57,7 +58,9 @@ from common.data.text import (
 from common.device import resolve_device, seed_everything
 from common.distributed import DistInfo, init_distributed
 from common.errors import UserError
+from common.experiments import gpt2_ascend
 from common.experiments.gpt2_ascend import device_name, process_device
+from common.experiments.weight_scaling import cpu_threads
 from common.models.hf_decoder import BlockInfluence, HFDecoder, is_local, load_causal_lm, resolve_snapshot
 from common.probe import probe_activation_gradients
 from common.runs import RunSpec
@@ -135,6 +138,7 @@ class CPTPreset:
     exact: bool = False
     eval_batch_size: int = 8
     gradient_checkpointing: bool = True
+    cpu_threads: int | None = None  # intra-op threads of a CPU run (None: torch's default); runtime, not identity
 
 
 PAPER = CPTPreset(
@@ -146,7 +150,7 @@ SMOKE = CPTPreset(
             ModelEntry("tiny-neox-L4-d64", None, None, 3e-3, tiny_gpt_neox(4, 64))),
     source="python-docs", tokenizer="byte", block_size=64, val_tokens=1 << 13, train_tokens=None,
     batch_tokens=16 * 64, micro_batch_size=8, steps=16, n_evals=2, warmup_steps=2,
-    probe_batch_size=4, probe_batches=2, exact=True, eval_batch_size=32,
+    probe_batch_size=4, probe_batches=2, exact=True, eval_batch_size=32, cpu_threads=1,
 )  # fmt: skip
 PRESETS = {"paper": PAPER, "smoke": SMOKE}
 
@@ -186,7 +190,7 @@ def cpt_configs(
     recipe_keys = {"batch_tokens": p.batch_tokens, "block_size": p.block_size}
     runtime = {
         "device": device, "amp": amp, "micro_batch_size": p.micro_batch_size, "eval_batch_size": p.eval_batch_size,
-        "gradient_checkpointing": p.gradient_checkpointing, "text_path": str(Path(text_path).expanduser().resolve()) if text_path else None,
+        "gradient_checkpointing": p.gradient_checkpointing, "cpu_threads": p.cpu_threads, "text_path": str(Path(text_path).expanduser().resolve()) if text_path else None,
         "data_root": str(Path(data_root or DEFAULT_DATA_ROOT).expanduser().resolve()),
     }  # fmt: skip
     configs = []
@@ -217,7 +221,7 @@ def user_model(model: str, revision: str | None, p: CPTPreset) -> ModelEntry:
         folder = Path(model).expanduser().resolve()
         if not (folder / "config.json").is_file():
             raise UserError(f"--model-path {model}: no config.json there; give a folder written by save_pretrained")
-        return ModelEntry(folder.name, str(folder), None, DEFAULT_LR)
+        return ModelEntry(folder.name, str(folder), revision, DEFAULT_LR)  # revision: recorded as the user declares it
     if model.count("/") != 1 and "/" in model:
         raise UserError(f"--model {model}: not a Hub id (owner/name) nor an existing directory")
     lr = known[model].lr if model in known else DEFAULT_LR
@@ -243,17 +247,8 @@ def tokenizer_name(entry: ModelEntry, tokenizer: str) -> str:
 
 
 def make_recipe(p: CPTPreset, lr: float) -> AdamWRecipe:
-    """AdamW by steps; ``steps`` rounded down to a multiple of the evaluation interval."""
-    steps = p.steps if p.steps is not None else (p.train_tokens or 0) // p.batch_tokens
-    if p.steps is None and p.train_tokens is None:
-        raise UserError("without a --train-tokens budget give --steps")
-    interval = steps // p.n_evals
-    if interval == 0:
-        raise UserError(f"{steps} optimizer steps cannot hold {p.n_evals} evaluations; raise --steps / --train-tokens or lower --n-evals")
-    return AdamWRecipe(
-        steps=interval * p.n_evals, lr=lr, eval_interval=interval, warmup_steps=p.warmup_steps, min_lr_ratio=p.min_lr_ratio,
-        weight_decay=p.weight_decay, beta1=p.beta1, beta2=p.beta2, grad_clip=p.grad_clip,
-    )  # fmt: skip
+    """AdamW by steps at peak ``lr``: script 05's rule (``steps`` rounded down to a multiple of the evaluation interval)."""
+    return gpt2_ascend.make_recipe(replace(p, lr=lr))  # reads the optimiser fields both presets share
 
 
 def _check(p: CPTPreset) -> None:
@@ -334,11 +329,19 @@ def pythia_cpt_run(spec: RunSpec) -> dict:
     """Job function of script 04: load, measure, continue pretraining, probe one model; resumes.
 
     Every process of a torchrun / multi-task SLURM job calls it for the same run (DDP); rank 0
-    prepares the run directory and the data, writes the records and probes.
+    prepares the run directory and the data, writes the records and probes. On the CPU a preset's
+    ``cpu_threads`` (smoke: 1) bounds the intra-op threads: tiny matrices gain nothing from threads,
+    and on a busy machine waiting threads slow them many times over.
     """
+    device = resolve_device(spec.config.get("runtime", {}).get("device") or "auto")
+    threads = spec.config.get("runtime", {}).get("cpu_threads")
+    with cpu_threads(threads) if device.type == "cpu" and threads else contextlib.nullcontext():
+        return _run(spec, device)
+
+
+def _run(spec: RunSpec, device: torch.device) -> dict:
     config, path = spec.config, spec.dir
     runtime = config.get("runtime", {})
-    device = resolve_device(runtime.get("device") or "auto")
     info = init_distributed(device)
     device = process_device(device, info)
     if info.is_main:
