@@ -316,12 +316,12 @@ def save_tiny_model(keys: dict, seed: int, folder: Path) -> Path:
     return folder
 
 
-def load_run_model(config: dict, run_dir: Path):
+def load_run_model(config: dict, run_dir: Path, *, hash_weights: bool = True):
     """The run's :class:`~common.models.hf_decoder.LoadedLM` (a tiny model: built, saved, then loaded back from disk)."""
     m = config["model"]
     if m["tiny"] is not None:
-        return load_causal_lm(str(save_tiny_model(m["tiny"], config["seed"], run_dir / BASE_DIR)), tokenizer=False)
-    return load_causal_lm(m["model"], revision=m["revision"], tokenizer=False)
+        return load_causal_lm(str(save_tiny_model(m["tiny"], config["seed"], run_dir / BASE_DIR)), tokenizer=False, hash_weights=hash_weights)
+    return load_causal_lm(m["model"], revision=m["revision"], tokenizer=False, hash_weights=hash_weights)
 
 
 # ----------------------------------------------------------------------------- the job
@@ -351,7 +351,7 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
             save_tiny_model(config["model"]["tiny"], config["seed"], path / BASE_DIR)
     _barrier(info)
     data = TokenData.open(require_prepared(config))
-    loaded = load_run_model(config, path)
+    loaded = load_run_model(config, path, hash_weights=info.is_main)  # only rank 0 writes the record
     decoder = HFDecoder(loaded.model)
     loaded.model.config.use_cache = False
     t = config["train"]["block_size"]

@@ -282,12 +282,15 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def load_causal_lm(model: str, *, revision: str | None = None, tokenizer: bool = True, dtype: torch.dtype = torch.float32) -> LoadedLM:
+def load_causal_lm(
+    model: str, *, revision: str | None = None, tokenizer: bool = True, dtype: torch.dtype = torch.float32, hash_weights: bool = True
+) -> LoadedLM:
     """``AutoModelForCausalLM`` (and ``AutoTokenizer``) from a Hub id at ``revision`` or a local directory.
 
     The record: ``model`` (the id, or the resolved directory), ``revision``, ``commit_hash`` (the
     snapshot's commit for a Hub id; for a local directory the commit of a Hub cache snapshot it is
-    in, else None), ``weight_files`` (``{file name: sha256}``) and ``model_class``.
+    in, else None), ``weight_files`` (``{file name: sha256}``; None values with ``hash_weights=False``,
+    e.g. on the ranks that write no record) and ``model_class``.
     """
     if is_local(model):
         folder = Path(model).expanduser().resolve()
@@ -311,7 +314,7 @@ def load_causal_lm(model: str, *, revision: str | None = None, tokenizer: bool =
         "model": name,
         "revision": revision,
         "commit_hash": commit,
-        "weight_files": {p.name: sha256_file(p) for p in files},
+        "weight_files": {p.name: sha256_file(p) if hash_weights else None for p in files},
         "model_class": type(lm).__name__,
     }
     return LoadedLM(lm, tok, record)
