@@ -185,7 +185,7 @@ def cpt_configs(
     if text_path is not None and "source" not in given:
         given["source"] = "text"
     p = replace(p, **given)
-    entries = [user_model(m, revision, p) for m in models] if models else [e if revision is None else replace(e, revision=revision) for e in p.models]
+    entries = [user_model(m, revision) for m in models] if models else [e if revision is None else replace(e, revision=revision) for e in p.models]
     _check(p)
     recipe_keys = {"batch_tokens": p.batch_tokens, "block_size": p.block_size}
     runtime = {
@@ -214,16 +214,14 @@ def cpt_configs(
     return configs
 
 
-def user_model(model: str, revision: str | None, p: CPTPreset) -> ModelEntry:
+def user_model(model: str, revision: str | None) -> ModelEntry:
     """A ``--model`` / ``--model-path`` entry: the Pythia table's lr when it is one of the six, else :data:`DEFAULT_LR`."""
     known = {e.model: e for e in PYTHIA_MODELS}
     if is_local(model):
         folder = Path(model).expanduser().resolve()
         if not (folder / "config.json").is_file():
-            raise UserError(f"--model-path {model}: no config.json there; give a folder written by save_pretrained")
+            raise UserError(f"--model {model}: no save_pretrained folder there (no config.json); give a Hub id (owner/name) or such a folder")
         return ModelEntry(folder.name, str(folder), revision, DEFAULT_LR)  # revision: recorded as the user declares it
-    if model.count("/") != 1 and "/" in model:
-        raise UserError(f"--model {model}: not a Hub id (owner/name) nor an existing directory")
     lr = known[model].lr if model in known else DEFAULT_LR
     return ModelEntry(model.rpartition("/")[2], model, revision, lr)
 
