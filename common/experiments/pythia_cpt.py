@@ -377,11 +377,14 @@ def _train(decoder: HFDecoder, config: dict, data: TokenData, val: TokenBatches,
         TokenWindows(data.train, t), global_batch=sequences, micro_batch=runtime.get("micro_batch_size", sequences),
         steps_per_epoch=recipe.eval_interval, seed=config["seed"], rank=info.rank, world_size=info.world_size, device=device,
     )  # fmt: skip
-    if runtime.get("gradient_checkpointing", True):
+    checkpointing = runtime.get("gradient_checkpointing", True) and decoder.lm.supports_gradient_checkpointing
+    if checkpointing:
         decoder.lm.activation_checkpointing_enable({"use_reentrant": False})  # layer hooks stay outside the recompute
+    elif runtime.get("gradient_checkpointing", True):
+        log.warning("%s: %s has no gradient checkpointing; training without it", config["name"], type(decoder.lm).__name__)
     settings = TrainSettings(recipe=recipe, amp=runtime.get("amp", True), compile=False, accum_steps=loader.accum)
     summary = train(decoder, loader, {"val": val}, run_dir=path, settings=settings, device=device, desc=config["name"])
-    if runtime.get("gradient_checkpointing", True):
+    if checkpointing:
         decoder.lm.activation_checkpointing_disable()
     rounds = [r["images_per_s"] * t for r in runs.read_metrics(path)]
     return {
@@ -393,7 +396,7 @@ def _train(decoder: HFDecoder, config: dict, data: TokenData, val: TokenBatches,
         "world_size": info.world_size,
         "device_name": device_name(device),
         "settings": {**asdict(settings), "micro_batch_size": loader.micro_batch,
-                     "gradient_checkpointing": runtime.get("gradient_checkpointing", True)},
+                     "gradient_checkpointing": checkpointing},
     }  # fmt: skip
 
 
