@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--prepare-only", action="store_true", help="tokenise the data of every model into shards, print where, and stop")
     parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
                         help="bf16 autocast where the device has it (CUDA, NPU); float32 on the CPU (not part of a run's identity)")
+    parser.add_argument("--fsdp", action=argparse.BooleanOptionalAction, default=False,
+                        help="with several processes: shard weights, gradients and AdamW state (FSDP2, one unit per layer) instead of "
+                        "DDP, for models whose training state does not fit one device (not part of a run's identity)")
     return parser
 
 
@@ -97,7 +100,7 @@ def main(argv=None) -> int:
     configs = cpt_configs(
         preset=args.preset, models=models or None, revision=args.revision, seeds=args.seeds if args.seeds is not None else [args.seed],
         overrides=overrides, text_path=args.text_file, data_root=args.data_root, fineweb_subset=args.fineweb_subset,
-        device=args.device, amp=args.amp,
+        device=args.device, amp=args.amp, fsdp=args.fsdp,
     )  # fmt: skip
     if args.prepare_only:
         if env_info().is_main:

@@ -21,6 +21,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForC
 from common.models.hf_decoder import BlockInfluence, HFDecoder, load_causal_lm
 from common.probe import probe_activation_gradients
 from common.train import AdamWRecipe, Schedule, TrainSettings, classification_loss, train_epoch
+from tests.gpt_jobs import torchrun_script_worker
 
 VOCAB = 61
 CONFIGS = {  # the three families the issue names for the candidate test; hidden 16, 3 layers
@@ -65,6 +66,12 @@ def peak_rss(mode: str, folder: str) -> dict:
 
 
 HF_CLASSES = {"GPTNeoXConfig": GPTNeoXForCausalLM, "GPT2Config": GPT2LMHeadModel, "LlamaConfig": LlamaForCausalLM}
+
+def torchrun_runs_worker(rank: int, ports: list[int], argvs: list[list[str]], outs: list[str], script: str) -> None:
+    """Several invocations of a numbered script, one after another, in one of two torchrun-like processes (one import)."""
+    for port, argv, out in zip(ports, argvs, outs, strict=True):
+        torchrun_script_worker(rank, port, argv, out, script)
+
 
 def peak_rss_in_child(mode: str, folder: str) -> int:
     """:func:`peak_rss` in a forked child process (the parent has run no tensor work: no thread pool to inherit)."""

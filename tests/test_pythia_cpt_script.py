@@ -24,7 +24,7 @@ from transformers import (
 from common import runs
 from common.experiments.pythia_cpt import PYTHIA_MODELS, cpt_configs
 from common.train import load_weights
-from tests.gpt_jobs import torchrun_script_worker
+from tests.hf_jobs import torchrun_runs_worker
 from tests.test_gpt_script import free_port, one_error_line
 
 script = importlib.import_module("04_pythia_cpt")
@@ -120,27 +120,34 @@ def test_a_model_without_a_layer_list_is_one_line_and_exit_2(tmp_path, capsys):
     assert not list(tmp_path.glob("runs/**/result.json"))
 
 
-def test_two_ranks_under_torchrun_train_each_run_like_one_process(tmp_path):
+def test_two_ranks_under_torchrun_train_each_run_like_one_process_with_ddp_and_with_fsdp(tmp_path):
     save_tiny_neox(tmp_path / "neox")
-    common_args = [*TINY, "--model-path", str(tmp_path / "neox"), "--data-root", str(tmp_path / "tok"),
-                   "--no-exact", "--probe-batches", "1"]  # fmt: skip
+    common_args = [*TINY, "--model-path", str(tmp_path / "neox"), "--data-root", str(tmp_path / "tok"), "--no-exact", "--probe-batches", "1"]
     alone = tmp_path / "alone"
     assert script.main([*common_args, "--out", str(alone)]) == 0  # 8 sequences per step: 2 micro-batches of 4
-    shared = tmp_path / "torchrun"
-    shared.mkdir()
-    mp.spawn(torchrun_script_worker, args=(free_port(), [*common_args, "--out", str(shared)], str(shared), "04_pythia_cpt"), nprocs=2, join=True)
-    ranks = [json.loads((shared / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert [r["code"] for r in ranks] == [0, 0] and ranks[1]["stdout"] == ""
-    [one], [two] = (list((out / "pythia_cpt").glob("neox-*")) for out in (alone, shared))
-    assert one.name == two.name and runs.read_result(two)["world_size"] == 2
-    # Same global batch, same mean gradient (DDP's all-reduce vs accumulation): float32 summation order only.
-    for key in ("val_loss_after", "train_loss", "val_loss_before"):
-        assert runs.read_result(two)[key] == pytest.approx(runs.read_result(one)[key], rel=1e-5), key
-    a, b = load_weights(one), load_weights(two)
-    # ~1e-7 everywhere but the fused query/key/value bias: the key bias's true gradient is 0 (softmax ignores a
-    # per-query constant), and Adam scales the rounding noise up to ~lr * |g| / eps ~ 1e-5.
-    assert max((a[k] - b[k]).abs().max().item() for k in a if "query_key_value.bias" not in k) < 1e-6
-    assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
+    outs = [tmp_path / "ddp", tmp_path / "fsdp"]
+    for out in outs:
+        out.mkdir()
+    # Micro-batches of 2: each rank accumulates 2 of them per step (DDP's no_sync, FSDP's deferred gradient reduction).
+    argvs = [[*common_args, "--micro-batch-size", "2", "--out", str(outs[0])], [*common_args, "--micro-batch-size", "2", "--fsdp", "--out", str(outs[1])]]
+    mp.spawn(torchrun_runs_worker, args=([free_port(), free_port()], argvs, [str(o) for o in outs], "04_pythia_cpt"), nprocs=2, join=True)
+    [one] = (alone / "pythia_cpt").glob("neox-*")
+    a = load_weights(one)
+    for out in outs:
+        ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+        assert [r["code"] for r in ranks] == [0, 0] and ranks[1]["stdout"] == "", out.name
+        [two] = (out / "pythia_cpt").glob("neox-*")
+        assert one.name == two.name and runs.read_result(two)["world_size"] == 2
+        assert runs.read_result(two)["settings"]["fsdp"] == (out.name == "fsdp")
+        # Same global batch, same mean gradient (all-reduce or reduce-scatter vs accumulation): float32 summation order only.
+        for key in ("val_loss_after", "train_loss", "val_loss_before", "ag_max"):
+            assert runs.read_result(two)[key] == pytest.approx(runs.read_result(one)[key], rel=1e-5), (out.name, key)
+        b = load_weights(two)
+        assert a.keys() == b.keys()
+        # ~1e-7 everywhere but the fused query/key/value bias: the key bias's true gradient is 0 (softmax ignores a
+        # per-query constant), and Adam scales the rounding noise up to ~lr * |g| / eps ~ 1e-5.
+        assert max((a[k] - b[k]).abs().max().item() for k in a if "query_key_value.bias" not in k) < 1e-6, out.name
+        assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a), out.name
 
 
 def test_the_paper_preset_plans_six_pythia_models_at_step143000_without_touching_anything(tmp_path, capsys):

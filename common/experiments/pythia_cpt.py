@@ -64,7 +64,7 @@ from common.experiments.weight_scaling import cpu_threads
 from common.models.hf_decoder import BlockInfluence, HFDecoder, is_local, load_causal_lm, resolve_snapshot
 from common.probe import probe_activation_gradients
 from common.runs import RunSpec
-from common.train import AdamWRecipe, TrainSettings, classification_loss, evaluate, finish_run, train
+from common.train import AdamWRecipe, TrainSettings, classification_loss, evaluate, finish_run, load_weights, train
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,7 @@ def cpt_configs(
     fineweb_subset: str = FINEWEB_SUBSET,
     device: str = "auto",
     amp: bool = True,
+    fsdp: bool = False,
 ) -> list[dict]:
     """One config per (model, seed). ``models``: Hub ids or local directories replacing the preset's
     (``revision`` applies to them, and to the preset's when given); ``overrides``: :class:`CPTPreset` fields."""
@@ -189,7 +190,7 @@ def cpt_configs(
     _check(p)
     recipe_keys = {"batch_tokens": p.batch_tokens, "block_size": p.block_size}
     runtime = {
-        "device": device, "amp": amp, "micro_batch_size": p.micro_batch_size, "eval_batch_size": p.eval_batch_size,
+        "device": device, "amp": amp, "fsdp": fsdp, "micro_batch_size": p.micro_batch_size, "eval_batch_size": p.eval_batch_size,
         "gradient_checkpointing": p.gradient_checkpointing, "cpu_threads": p.cpu_threads, "text_path": str(Path(text_path).expanduser().resolve()) if text_path else None,
         "data_root": str(Path(data_root or DEFAULT_DATA_ROOT).expanduser().resolve()),
     }  # fmt: skip
@@ -362,6 +363,9 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
     summary = _train(decoder, config, data, val, path, device, info)
     result = None
     if info.is_main:
+        if runtime.get("fsdp") and info.world_size > 1:  # sharded over the processes: probe an unsharded copy of the trained weights
+            decoder = HFDecoder(load_run_model(config, path, hash_weights=False).model)
+            decoder.load_state_dict(load_weights(path))
         result = _probe_and_finish(decoder.to(device), loaded.record, config, data, path, device,
                                    {**runs.read_json(before), **summary})  # fmt: skip
     _barrier(info)
@@ -382,7 +386,7 @@ def _train(decoder: HFDecoder, config: dict, data: TokenData, val: TokenBatches,
         decoder.lm.activation_checkpointing_enable({"use_reentrant": False})  # layer hooks stay outside the recompute
     elif runtime.get("gradient_checkpointing", True):
         log.warning("%s: %s has no gradient checkpointing; training without it", config["name"], type(decoder.lm).__name__)
-    settings = TrainSettings(recipe=recipe, amp=runtime.get("amp", True), compile=False, accum_steps=loader.accum)
+    settings = TrainSettings(recipe=recipe, amp=runtime.get("amp", True), compile=False, accum_steps=loader.accum, fsdp=runtime.get("fsdp", False))
     summary = train(decoder, loader, {"val": val}, run_dir=path, settings=settings, device=device, desc=config["name"])
     if checkpointing:
         decoder.lm.activation_checkpointing_disable()
