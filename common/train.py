@@ -413,6 +413,12 @@ def train(
 
     state = runs.resume_state(run_dir)  # on the CPU: RNG states must stay there
     if state is not None:
+        sharded_state = any(isinstance(k, str) for k in state["optimizer"].get("state", {}))  # FSDP's full state: keyed by name
+        if sharded_state != shard and state["optimizer"].get("state"):
+            raise UserError(
+                f"{run_dir}: its checkpoint was written {'with' if sharded_state else 'without'} FSDP; resume it "
+                f"{'with' if sharded_state else 'without'} --fsdp (or delete {runs.checkpoint_path(run_dir)} to start over)"
+            )
         if shard:  # full (unsharded) state dicts in the checkpoint; each process keeps its shards
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
                            options=StateDictOptions(full_state_dict=True))  # fmt: skip
