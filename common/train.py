@@ -31,6 +31,7 @@ Run lifecycle (with :mod:`common.runs`): the caller prepares the run directory, 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -44,6 +45,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_state_dict,
+)
+from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from common import device as devices
@@ -176,7 +184,12 @@ class AdamWRecipe(_Recipe):
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """How one run trains: its :class:`SGDRecipe` plus execution options that leave the maths unchanged."""
+    """How one run trains: its :class:`SGDRecipe` plus execution options that leave the maths unchanged.
+
+    ``fsdp``: with several processes, :func:`train` shards the model with FSDP2 (``fully_shard`` on each
+    of ``model.blocks``, then the model; :func:`shard_model`) instead of wrapping it in DDP; checkpoints
+    and ``model.pt`` then hold the gathered full state dicts (:func:`full_state`), the same as DDP's.
+    """
 
     recipe: SGDRecipe | AdamRecipe | AdamWRecipe
     amp: bool = True  # bf16 autocast where common.device.autocast_dtype has one (not on the CPU)
@@ -185,6 +198,7 @@ class TrainSettings:
     nan_check_every: int = 25  # steps between host syncs that look for a non-finite loss
     loss: str = "cross_entropy"  # one of LOSSES; "mse": regression, no accuracy
     accum_steps: int = 1  # micro-batches per optimizer step (gradient accumulation)
+    fsdp: bool = False  # several processes: shard parameters, gradients and optimizer state (FSDP2) instead of DDP
 
 
 LOSSES = ("cross_entropy", "mse")
@@ -384,6 +398,9 @@ def train(
     model.to(device)
     if settings.channels_last:
         model.to(memory_format=torch.channels_last)
+    shard = settings.fsdp and _world_size() > 1
+    if shard:
+        shard_model(model)  # before the optimizer, which must hold the sharded parameters
     optimizer = recipe.make_optimizer(model)
     batches = len(train_loader)  # type: ignore[arg-type]
     if batches % settings.accum_steps:
@@ -396,8 +413,18 @@ def train(
 
     state = runs.resume_state(run_dir)  # on the CPU: RNG states must stay there
     if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        sharded_state = any(isinstance(k, str) for k in state["optimizer"].get("state", {}))  # FSDP's full state: keyed by name
+        if sharded_state != shard and state["optimizer"].get("state"):
+            raise UserError(
+                f"{run_dir}: its checkpoint was written {'with' if sharded_state else 'without'} FSDP; resume it "
+                f"{'with' if sharded_state else 'without'} --fsdp (or delete {runs.checkpoint_path(run_dir)} to start over)"
+            )
+        if shard:  # full (unsharded) state dicts in the checkpoint; each process keeps its shards
+            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+                           options=StateDictOptions(full_state_dict=True))  # fmt: skip
+        else:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
         devices.set_rng_state(state["rng"])
         start_epoch, step, wall = state["epoch"], state["schedule"]["step"], state["wall_s"]
         if main:
@@ -407,8 +434,9 @@ def train(
     if settings.compile:
         torch.compiler.reset()  # dynamo's per-function limit (8 versions) is per process, not per model
     # DDP when more than one process (torchrun, multi-task SLURM): gradients averaged over the processes.
-    ddp = DistributedDataParallel(model, device_ids=[device] if device.type != "cpu" else None) if _world_size() > 1 else None
+    ddp = DistributedDataParallel(model, device_ids=[device] if device.type != "cpu" else None) if _world_size() > 1 and not shard else None
     forward = torch.compile(ddp or model) if settings.compile else (ddp or model)
+    no_sync = ddp.no_sync if ddp is not None else functools.partial(_no_gradient_sync, model) if shard else None
     for epoch in range(start_epoch, recipe.epochs):
         if hasattr(train_loader, "set_epoch"):
             train_loader.set_epoch(epoch)
@@ -416,7 +444,7 @@ def train(
         start = time.perf_counter()
         stats = train_epoch(
             forward, optimizer, train_loader, schedule=schedule, step=step, settings=settings, device=device,
-            where=str(run_dir), epoch=epoch, no_sync=ddp.no_sync if ddp is not None else None,
+            where=str(run_dir), epoch=epoch, no_sync=no_sync,
         )  # fmt: skip
         step = stats.step
         record = {
@@ -433,13 +461,14 @@ def train(
             record.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
         wall += time.perf_counter() - start
         record["wall_s"] = wall
+        model_state, optimizer_state = full_state(model, optimizer, shard)  # a collective when sharded
         if main:
             runs.append_metrics(run_dir, record)
             runs.save_checkpoint(
                 runs.checkpoint_path(run_dir),
                 {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
+                    "model": model_state,
+                    "optimizer": optimizer_state,
                     "schedule": {**asdict(schedule), "step": step},
                     "rng": devices.rng_state(),
                     "epoch": epoch + 1,
@@ -467,9 +496,36 @@ def train(
         metrics = evaluate(model, loader, device, amp=False, loss=settings.loss)
         summary.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
     summary.update(epochs=recipe.epochs, steps=step, wall_s=wall, autocast_dtype=amp_dtype, final_eval_dtype="float32")
+    weights = full_state(model, None, shard)[0]
     if main:
-        runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in model.state_dict().items()}})
+        runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in weights.items()}})
     return summary
+
+
+def shard_model(model: nn.Module) -> None:
+    """FSDP2 in place: each of ``model.blocks`` (when the model has them) is one shard unit, then the rest."""
+    for block in getattr(model, "blocks", ()):
+        fully_shard(block)
+    fully_shard(model)
+
+
+def full_state(model: nn.Module, optimizer: torch.optim.Optimizer | None, shard: bool) -> tuple[dict, dict | None]:
+    """The model's (and optimizer's) state dicts; sharded: gathered in full on the CPU (every process must call it)."""
+    if not shard:
+        return model.state_dict(), optimizer.state_dict() if optimizer is not None else None
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state = get_model_state_dict(model, options=options)
+    return model_state, get_optimizer_state_dict(model, optimizer, options=options) if optimizer is not None else None
+
+
+@contextlib.contextmanager
+def _no_gradient_sync(model: nn.Module):
+    """FSDP2's counterpart of DDP's ``no_sync``: accumulate local gradients, reduce them at the last micro-batch."""
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
 
 
 def finish_run(run_dir: str | Path, result: dict, *, keep_checkpoint: bool = False) -> None:

@@ -37,12 +37,12 @@ def tiny_train(run_dir: Path, data: TokenData, *, model_seed=0, micro=2, rank=0,
     return train(model, loader, {}, run_dir=run_dir, settings=settings, device=torch.device("cpu"), on_epoch_end=on_epoch_end)
 
 
-def torchrun_script_worker(rank: int, port: int, argv: list[str], out: str) -> None:
-    """``05_gpt2_ascend.py`` in one of two processes with torchrun's variables; records its exit code and stdout."""
+def torchrun_script_worker(rank: int, port: int, argv: list[str], out: str, script: str = "05_gpt2_ascend") -> None:
+    """A numbered script (``05_gpt2_ascend.py``) in one of two processes with torchrun's variables; records its exit code and stdout."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = importlib.import_module("05_gpt2_ascend").main(argv)
+        code = importlib.import_module(script).main(argv)
     Path(out, f"rank{rank}.json").write_text(json.dumps({"code": code, "stdout": printed.getvalue()}))
 

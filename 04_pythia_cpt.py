@@ -1,0 +1,129 @@
+"""Continue pretraining the six deduplicated Pythia models (paper B.5), or any Hugging Face decoder, then probe AG per layer.
+
+One run per model and seed: load it with its own tokenizer (``--preset paper``: the six smallest
+deduplicated Pythia models at revision step143000 from the Hugging Face Hub; ``--model ID`` any
+causal LM id, ``--model-path DIR`` a local ``save_pretrained`` folder), record the id, revision,
+commit and weight-file hashes, measure its validation loss, continue pretraining it on token shards
+made with that tokenizer (FineWeb-Edu by default), then probe the frozen model: AG_l at the
+residual stream entering each layer and leaving the last one (script 02's keys), with ShortGPT's
+Block Influence per layer from the same forward passes. ``--preset smoke`` builds two tiny GPT-NeoX
+models, saves and reloads them from disk, and runs the same code offline on CPython's help texts
+with the byte tokenizer. Several processes (``torchrun``, or one SLURM task per GPU) train each
+run together through DDP. Prints model, layers, width, AGmax and the losses before and after, then
+the summary CSV path. The job function is :func:`common.experiments.pythia_cpt.pythia_cpt_run`.
+
+    python 04_pythia_cpt.py --preset smoke
+    python 04_pythia_cpt.py --prepare-only                         # tokenise FineWeb-Edu with each model's tokenizer
+    torchrun --nproc-per-node 8 04_pythia_cpt.py --device cuda      # the six models, 8 GPUs per run
+    python 04_pythia_cpt.py --model Qwen/Qwen2.5-0.5B --lr 2e-5 --train-tokens 20000000
+    HF_HUB_OFFLINE=1 python 04_pythia_cpt.py --model-path ~/models/pythia-70m-deduped
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common import runs
+from common.cli import comma_ints, entry_point, make_parser, parse_args, positive_float, positive_int
+from common.data.text import SOURCES
+from common.device import resolve_device
+from common.distributed import env_info
+from common.experiments.pythia_cpt import (
+    DEFAULT_DATA_ROOT,
+    EXPERIMENT,
+    FINEWEB_SUBSET,
+    cpt_configs,
+    fetch_model,
+    prepare_data,
+    pythia_cpt_run,
+    require_prepared,
+    summary_name,
+    summary_rows,
+    summary_table,
+)
+from common.launch import launch_from_args
+from common.paper import LOW_SIGNAL_AG
+from common.runs import make_specs
+
+PRESET_FLAGS = {  # flag -> (CPTPreset field, type, help); None: the preset's value (README, reproduction decisions)
+    "--source": ("source", str, f"documents: {', '.join(SOURCES)} (text: --text-file)"),
+    "--tokenizer": ("tokenizer", str, "model (each model's own, from the same repository and revision) or byte"),
+    "--train-tokens": ("train_tokens", positive_int, "continued-pretraining token budget"),
+    "--val-tokens": ("val_tokens", positive_int, "held-out validation tokens (the first whole documents)"),
+    "--block-size": ("block_size", positive_int, "context length T of the training and probe windows"),
+    "--batch-tokens": ("batch_tokens", positive_int, "tokens per optimizer step (gradient accumulation reaches it)"),
+    "--micro-batch-size": ("micro_batch_size", positive_int, "sequences per forward/backward on one device"),
+    "--steps": ("steps", positive_int, "optimizer steps (None with a budget: train-tokens // batch-tokens)"),
+    "--n-evals": ("n_evals", positive_int, "validation evaluations and checkpoints over the run"),
+    "--lr": ("lr", positive_float, "peak AdamW learning rate for every model (None: per model size, README)"),
+    "--warmup-steps": ("warmup_steps", int, "linear warm-up steps, then cosine decay"),
+    "--min-lr-ratio": ("min_lr_ratio", float, "the cosine ends at this fraction of the peak"),
+    "--weight-decay": ("weight_decay", float, "AdamW weight decay on matrices and embeddings"),
+    "--grad-clip": ("grad_clip", positive_float, "clip the gradient's global norm to this"),
+    "--probe-batch-size": ("probe_batch_size", positive_int, "sequences per analysis batch of the AG probe"),
+    "--probe-batches": ("probe_batches", positive_int, "B: held-out analysis batches"),
+    "--exact": ("exact", argparse.BooleanOptionalAction, "also the exact growth value V_S,l of the linear family"),
+    "--gradient-checkpointing": ("gradient_checkpointing", argparse.BooleanOptionalAction,
+                                 "recompute each layer in the backward pass (less memory, ~1/3 more compute)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = make_parser(__doc__.split("\n\n")[0], prog="04_pythia_cpt.py")
+    group = parser.add_argument_group("continued pretraining and probe (paper B.5); None: the preset's value")
+    group.add_argument("--model", default=None, help="Hugging Face causal LM ids (or local folders), comma-separated; replaces the preset's models")
+    group.add_argument("--model-path", action="append", default=None, help="a local save_pretrained folder (repeatable); works offline")
+    group.add_argument("--revision", default=None, help="Hub revision (branch, tag or commit) of every model; paper preset: step143000")
+    for flag, (field, kind, text) in PRESET_FLAGS.items():
+        if kind is argparse.BooleanOptionalAction:
+            group.add_argument(flag, dest=field, action=kind, default=None, help=text)
+        else:
+            group.add_argument(flag, dest=field, type=kind, default=None, help=text, **({"choices": SOURCES} if field == "source" else {}))
+    group.add_argument("--text-file", default=None, help="a text file or a folder of .txt/.md/.rst files (implies --source text)")
+    group.add_argument("--fineweb-subset", default=FINEWEB_SUBSET, help="FineWeb-Edu's named sample config to stream")
+    group.add_argument("--data-root", default=DEFAULT_DATA_ROOT, help="where the token shards are prepared")
+    group.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one run each; None: --seed")
+    group.add_argument("--prepare-only", action="store_true", help="tokenise the data of every model into shards, print where, and stop")
+    parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
+                        help="bf16 autocast where the device has it (CUDA, NPU); float32 on the CPU (not part of a run's identity)")
+    parser.add_argument("--fsdp", action=argparse.BooleanOptionalAction, default=False,
+                        help="with several processes: shard weights, gradients and AdamW state (FSDP2, one unit per layer) instead of "
+                        "DDP, for models whose training state does not fit one device (not part of a run's identity)")
+    return parser
+
+
+@entry_point
+def main(argv=None) -> int:
+    args = parse_args(build_parser(), argv)
+    models = [m for m in (args.model or "").split(",") if m] + list(args.model_path or [])
+    overrides = {field: getattr(args, field) for field, _, _ in PRESET_FLAGS.values()}
+    configs = cpt_configs(
+        preset=args.preset, models=models or None, revision=args.revision, seeds=args.seeds if args.seeds is not None else [args.seed],
+        overrides=overrides, text_path=args.text_file, data_root=args.data_root, fineweb_subset=args.fineweb_subset,
+        device=args.device, amp=args.amp, fsdp=args.fsdp,
+    )  # fmt: skip
+    if args.prepare_only:
+        if env_info().is_main:
+            for path in dict.fromkeys(str(prepare_data(c)) for c in configs):
+                print(path)
+        return 0
+    if args.launcher == "inline" and not args.dry_run:
+        resolve_device(args.device)
+    if not args.dry_run:
+        for c in configs:  # fetched and tokenised once before any job starts (under torchrun: beforehand)
+            fetch_model(c)
+            require_prepared(c) if env_info().world_size > 1 else prepare_data(c)
+    specs = make_specs(configs, args.out)
+    results = launch_from_args(pythia_cpt_run, specs, args, job_kind="pythia", desc="pythia cpt", distributed=True)
+    if results is None:
+        return 0
+    rows = summary_rows(results)
+    print(summary_table(rows, LOW_SIGNAL_AG))
+    path = args.out / EXPERIMENT / summary_name(args.preset)
+    runs.atomic_write_csv(path, rows)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

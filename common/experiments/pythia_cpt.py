@@ -1,0 +1,490 @@
+"""Job module of ``04_pythia_cpt.py``: continued pretraining of Hugging Face decoders (paper B.5), then frozen-model AG.
+
+One run per (model, seed): load a causal LM with its own tokenizer (:func:`common.models.hf_decoder.load_causal_lm`:
+a Hub id at a revision, or a local directory; the run records the id, revision, resolved commit
+and the sha256 of every weight file), measure its validation loss, continue pretraining it on
+token shards made with that tokenizer (:mod:`common.data.text`, the shard format of script 05)
+through :func:`common.train.train` (AdamW, warm-up + cosine by steps, gradient clipping,
+accumulation, bf16 autocast on accelerators, gradient checkpointing, DDP when several processes
+run it), then freeze it and probe it with :func:`common.probe.probe_activation_gradients` through
+:class:`common.models.hf_decoder.HFDecoder`: ``AG_l`` at the ``n_layer + 1`` residual-stream
+candidates under script 02's keys, with ShortGPT's Block Influence of each layer recorded in the
+same forward passes.
+
+Presets (:data:`PRESETS`): ``paper`` is the six smallest deduplicated Pythia models at revision
+``step143000`` (our reading of B.5, which does not name them) on FineWeb-Edu; token budget,
+learning rates, warm-up and schedule are this reproduction's decisions (README, "Reproduction
+decisions"). ``smoke`` builds two tiny GPT-NeoX models, saves each with ``save_pretrained`` and
+loads it back from disk by path, then runs the same code on CPython's help texts with the byte
+tokenizer in well under two minutes on a CPU.
+
+Record (``result.json``, read by ``08_make_figures.py``): ``model``, ``revision``, ``commit_hash``,
+``weight_files``, ``n_layer``, ``d_model``, ``val_loss_before``, ``val_loss_after``, ``cpt_tokens``,
+every key of :meth:`common.probe.ProbeResult.summary` and ``candidates`` (one dict per candidate
+with ``index``, ``name``, ``ag_norm``, ``per_example_rms``, ``block_input``, ``block_influence``:
+None for the final stream).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
+
+from common import runs
+from common.data.text import (
+    FINEWEB_SUBSET,
+    META,
+    ByteTokenizer,
+    HFTokenizer,
+    TextDataSpec,
+    TokenBatches,
+    TokenData,
+    TokenLoader,
+    TokenWindows,
+    prepare_tokens,
+    sample_windows,
+    text_data_spec,
+)
+from common.device import resolve_device, seed_everything
+from common.distributed import DistInfo, init_distributed
+from common.errors import UserError
+from common.experiments import gpt2_ascend
+from common.experiments.gpt2_ascend import device_name, process_device
+from common.experiments.weight_scaling import cpu_threads
+from common.models.hf_decoder import BlockInfluence, HFDecoder, is_local, load_causal_lm, resolve_snapshot
+from common.probe import probe_activation_gradients
+from common.runs import RunSpec
+from common.train import AdamWRecipe, TrainSettings, classification_loss, evaluate, finish_run, load_weights, train
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "pythia_cpt"
+DEFAULT_DATA_ROOT = "data/tokens"
+PYTHIA_REVISION = "step143000"  # the last checkpoint of every Pythia run (B.5)
+DEFAULT_LR = 1e-4  # a model outside the Pythia table, without --lr
+BASE_DIR = "base_model"  # smoke: where a run saves its tiny model with save_pretrained
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of a preset: a Hub id (or local path) and revision, or a tiny GPT-NeoX built here (``tiny``)."""
+
+    name: str
+    model: str | None  # Hub id or local directory; None for a tiny model
+    revision: str | None
+    lr: float  # peak CPT learning rate of this size
+    tiny: dict | None = None  # GPTNeoXConfig keys of a model built, saved and reloaded by the job
+
+
+def pythia(size: str, pythia_max_lr: float) -> ModelEntry:
+    """A deduplicated Pythia model at step143000; CPT peak lr = 0.1 x its pretraining peak (where its cosine ended)."""
+    return ModelEntry(f"pythia-{size}-deduped", f"EleutherAI/pythia-{size}-deduped", PYTHIA_REVISION, round(0.1 * pythia_max_lr, 10))
+
+
+# The six smallest deduplicated Pythia models (B.5 says "six"; layers x d_model in the README table),
+# with Pythia's own peak learning rates (Biderman et al. 2023, Table 1 / their configs).
+PYTHIA_MODELS = (
+    pythia("70m", 1e-3),  # 6 x 512
+    pythia("160m", 6e-4),  # 12 x 768
+    pythia("410m", 3e-4),  # 24 x 1024
+    pythia("1b", 3e-4),  # 16 x 2048
+    pythia("1.4b", 2e-4),  # 24 x 2048
+    pythia("2.8b", 1.6e-4),  # 32 x 2560
+)
+
+
+def tiny_gpt_neox(n_layer: int, d_model: int, n_head: int = 4, vocab_size: int = ByteTokenizer.vocab_size, context: int = 128) -> dict:
+    """GPTNeoXConfig keys of a tiny Pythia-like model (parallel residual, partial rotary as Pythia)."""
+    return {
+        "vocab_size": vocab_size, "hidden_size": d_model, "num_hidden_layers": n_layer, "num_attention_heads": n_head,
+        "intermediate_size": 4 * d_model, "max_position_embeddings": context, "use_parallel_residual": True,
+        "tie_word_embeddings": False,
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CPTPreset:
+    """What one preset fixes: models, data, token batch, optimiser (lr per model unless ``lr``) and probe."""
+
+    models: tuple[ModelEntry, ...]
+    source: str
+    tokenizer: str  # "model": each model's own; "byte": the byte tokenizer (smoke)
+    block_size: int  # context of the CPT windows and the probe
+    val_tokens: int
+    train_tokens: int | None  # the CPT token budget (None: all the source has)
+    batch_tokens: int
+    micro_batch_size: int
+    steps: int | None  # None: train_tokens // batch_tokens
+    n_evals: int
+    warmup_steps: int
+    lr: float | None = None  # None: each model's own (ModelEntry.lr)
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    probe_batch_size: int = 8
+    probe_batches: int = 10
+    exact: bool = False
+    eval_batch_size: int = 8
+    gradient_checkpointing: bool = True
+    cpu_threads: int | None = None  # intra-op threads of a CPU run (None: torch's default); runtime, not identity
+
+
+PAPER = CPTPreset(
+    models=PYTHIA_MODELS, source="fineweb-edu", tokenizer="model", block_size=2048, val_tokens=1 << 21,
+    train_tokens=1 << 27, batch_tokens=1 << 19, micro_batch_size=4, steps=None, n_evals=4, warmup_steps=25,
+)  # fmt: skip
+SMOKE = CPTPreset(
+    models=(ModelEntry("tiny-neox-L2-d32", None, None, 3e-3, tiny_gpt_neox(2, 32)),
+            ModelEntry("tiny-neox-L4-d64", None, None, 3e-3, tiny_gpt_neox(4, 64))),
+    source="python-docs", tokenizer="byte", block_size=64, val_tokens=1 << 13, train_tokens=None,
+    batch_tokens=16 * 64, micro_batch_size=8, steps=16, n_evals=2, warmup_steps=2,
+    probe_batch_size=4, probe_batches=2, exact=True, eval_batch_size=32, cpu_threads=1,
+)  # fmt: skip
+PRESETS = {"paper": PAPER, "smoke": SMOKE}
+
+
+def cpt_preset(preset: str) -> CPTPreset:
+    if preset not in PRESETS:
+        raise UserError(f"--preset {preset}: unknown preset; use {' or '.join(PRESETS)}")
+    return PRESETS[preset]
+
+
+# ----------------------------------------------------------------------------- configs
+def cpt_configs(
+    *,
+    preset: str = "smoke",
+    models: Sequence[str] | None = None,
+    revision: str | None = None,
+    seeds: Sequence[int] = (0,),
+    overrides: dict | None = None,
+    text_path: str | Path | None = None,
+    data_root: str | Path | None = None,
+    fineweb_subset: str = FINEWEB_SUBSET,
+    device: str = "auto",
+    amp: bool = True,
+    fsdp: bool = False,
+) -> list[dict]:
+    """One config per (model, seed). ``models``: Hub ids or local directories replacing the preset's
+    (``revision`` applies to them, and to the preset's when given); ``overrides``: :class:`CPTPreset` fields."""
+    p = cpt_preset(preset)
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = set(given) - set(CPTPreset.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown preset fields {sorted(unknown)}")
+    if text_path is not None and "source" not in given:
+        given["source"] = "text"
+    p = replace(p, **given)
+    entries = [user_model(m, revision) for m in models] if models else [e if revision is None else replace(e, revision=revision) for e in p.models]
+    _check(p)
+    recipe_keys = {"batch_tokens": p.batch_tokens, "block_size": p.block_size}
+    runtime = {
+        "device": device, "amp": amp, "fsdp": fsdp, "micro_batch_size": p.micro_batch_size, "eval_batch_size": p.eval_batch_size,
+        "gradient_checkpointing": p.gradient_checkpointing, "cpu_threads": p.cpu_threads, "text_path": str(Path(text_path).expanduser().resolve()) if text_path else None,
+        "data_root": str(Path(data_root or DEFAULT_DATA_ROOT).expanduser().resolve()),
+    }  # fmt: skip
+    configs = []
+    for seed in seeds:
+        for e in entries:
+            spec = text_data_spec(p.source, tokenizer_name(e, p.tokenizer), val_tokens=p.val_tokens, train_tokens=p.train_tokens,
+                                  text_path=text_path, subset=fineweb_subset)  # fmt: skip
+            recipe = make_recipe(p, p.lr or e.lr)
+            configs.append({
+                "experiment": EXPERIMENT,
+                "name": f"{e.name}-{e.revision or 'local'}-seed{seed}",
+                "preset": preset,
+                "seed": seed,
+                "model": {"model": e.model, "revision": e.revision, "tiny": e.tiny},
+                "data": spec.identity(),
+                "train": {**recipe.to_config(), **recipe_keys},
+                "probe": {"split": "val", "batch_size": p.probe_batch_size, "n_batches": p.probe_batches, "exact": p.exact,
+                          "seed": seed, "loss": "token_cross_entropy_mean"},
+                "runtime": dict(runtime),
+            })  # fmt: skip
+    return configs
+
+
+def user_model(model: str, revision: str | None) -> ModelEntry:
+    """A ``--model`` / ``--model-path`` entry: the Pythia table's lr when it is one of the six, else :data:`DEFAULT_LR`."""
+    known = {e.model: e for e in PYTHIA_MODELS}
+    if is_local(model):
+        folder = Path(model).expanduser().resolve()
+        if not (folder / "config.json").is_file():
+            raise UserError(f"--model {model}: no save_pretrained folder there (no config.json); give a Hub id (owner/name) or such a folder")
+        return ModelEntry(folder.name, str(folder), revision, DEFAULT_LR)  # revision: recorded as the user declares it
+    lr = known[model].lr if model in known else DEFAULT_LR
+    return ModelEntry(model.rpartition("/")[2], model, revision, lr)
+
+
+def tokenizer_name(entry: ModelEntry, tokenizer: str) -> str:
+    """The data identity's tokenizer: ``byte``, or ``hf:<id>@<revision>`` (``hf:<dir>-<sha8 of its tokenizer files>``)."""
+    if tokenizer == "byte":
+        return "byte"
+    if tokenizer != "model":
+        raise UserError(f"--tokenizer {tokenizer}: use model (each model's own) or byte")
+    if entry.tiny is not None:
+        raise UserError("the tiny smoke models have no tokenizer of their own; use --tokenizer byte")
+    if entry.model and is_local(entry.model):
+        folder = Path(entry.model)
+        digest = hashlib.sha256()
+        for f in sorted(folder.glob("*")):
+            if f.is_file() and re.search(r"tokenizer|vocab|merges|special_tokens", f.name):
+                digest.update(f.name.encode() + b"\0" + f.read_bytes())
+        return f"hf:{folder.name}-{digest.hexdigest()[:8]}"
+    return f"hf:{entry.model}@{entry.revision or 'main'}"
+
+
+def make_recipe(p: CPTPreset, lr: float) -> AdamWRecipe:
+    """AdamW by steps at peak ``lr``: script 05's rule (``steps`` rounded down to a multiple of the evaluation interval)."""
+    return gpt2_ascend.make_recipe(replace(p, lr=lr))  # reads the optimiser fields both presets share
+
+
+def _check(p: CPTPreset) -> None:
+    for name in ("block_size", "val_tokens", "batch_tokens", "micro_batch_size", "n_evals", "probe_batch_size", "probe_batches", "eval_batch_size"):
+        if getattr(p, name) <= 0:
+            raise UserError(f"--{name.replace('_', '-')} {getattr(p, name)}: must be positive")
+    if (p.lr is not None and p.lr <= 0) or p.warmup_steps < 0 or p.grad_clip <= 0:
+        raise UserError("--lr and --grad-clip must be positive, --warmup-steps >= 0")
+    if p.batch_tokens % p.block_size:
+        raise UserError(f"--batch-tokens {p.batch_tokens} is not a multiple of --block-size {p.block_size}")
+
+
+# ----------------------------------------------------------------------------- data and models
+def data_dir(config: dict) -> Path:
+    runtime = config.get("runtime", {})
+    return Path(runtime.get("data_root") or DEFAULT_DATA_ROOT) / TextDataSpec(**config["data"]).dirname()
+
+
+def config_tokenizer(config: dict):
+    """The tokenizer of the run's data: bytes, or the model's own (``AutoTokenizer`` from the same folder / revision)."""
+    name = config["data"]["tokenizer"]
+    if name == "byte":
+        return ByteTokenizer()
+    m = config["model"]
+    folder = Path(m["model"]) if is_local(m["model"]) else resolve_snapshot(m["model"], m["revision"])
+    try:
+        return HFTokenizer(AutoTokenizer.from_pretrained(folder), name=name)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{m['model']}: no tokenizer could be loaded from it ({str(exc).splitlines()[0][:160]}); pass --tokenizer byte") from None
+
+
+def prepare_data(config: dict, *, dataset=None, progress: bool = True) -> Path:
+    """Tokenise the run's data with its tokenizer under the data root (resumable; a no-op once prepared)."""
+    if (data_dir(config) / META).is_file():
+        return data_dir(config)
+    runtime = config.get("runtime", {})
+    return prepare_tokens(
+        TextDataSpec(**config["data"]), runtime.get("data_root") or DEFAULT_DATA_ROOT, text_path=runtime.get("text_path"),
+        dataset=dataset, tokenizer=config_tokenizer(config), progress=progress,
+    )  # fmt: skip
+
+
+def require_prepared(config: dict) -> Path:
+    """The prepared token directory; a one-line error naming ``--prepare-only`` when it is missing (torchrun)."""
+    if not (data_dir(config) / META).is_file():
+        raise UserError(
+            f"the tokens of {config['name']} are not prepared under {data_dir(config).parent}; under torchrun prepare them first "
+            "in one process: python 04_pythia_cpt.py --prepare-only with the same flags"
+        )
+    return data_dir(config)
+
+
+def fetch_model(config: dict) -> None:
+    """Make sure a Hub model of the run is in the local cache (downloaded when online; offline: one line)."""
+    m = config["model"]
+    if m["tiny"] is None and not is_local(m["model"]):
+        resolve_snapshot(m["model"], m["revision"])
+
+
+def save_tiny_model(keys: dict, seed: int, folder: Path) -> Path:
+    """Build the tiny GPT-NeoX of ``keys`` (seeded init) and ``save_pretrained`` it to ``folder`` (once)."""
+    if not (folder / "config.json").is_file():
+        torch.manual_seed(seed)
+        GPTNeoXForCausalLM(GPTNeoXConfig(**keys)).save_pretrained(folder)
+    return folder
+
+
+def load_run_model(config: dict, run_dir: Path, *, hash_weights: bool = True):
+    """The run's :class:`~common.models.hf_decoder.LoadedLM` (a tiny model: built, saved, then loaded back from disk)."""
+    m = config["model"]
+    if m["tiny"] is not None:
+        return load_causal_lm(str(save_tiny_model(m["tiny"], config["seed"], run_dir / BASE_DIR)), tokenizer=False, hash_weights=hash_weights)
+    return load_causal_lm(m["model"], revision=m["revision"], tokenizer=False, hash_weights=hash_weights)
+
+
+# ----------------------------------------------------------------------------- the job
+def pythia_cpt_run(spec: RunSpec) -> dict:
+    """Job function of script 04: load, measure, continue pretraining, probe one model; resumes.
+
+    Every process of a torchrun / multi-task SLURM job calls it for the same run (DDP); rank 0
+    prepares the run directory and the data, writes the records and probes. On the CPU a preset's
+    ``cpu_threads`` (smoke: 1) bounds the intra-op threads: tiny matrices gain nothing from threads,
+    and on a busy machine waiting threads slow them many times over.
+    """
+    device = resolve_device(spec.config.get("runtime", {}).get("device") or "auto")
+    threads = spec.config.get("runtime", {}).get("cpu_threads")
+    with cpu_threads(threads) if device.type == "cpu" and threads else contextlib.nullcontext():
+        return _run(spec, device)
+
+
+def _run(spec: RunSpec, device: torch.device) -> dict:
+    config, path = spec.config, spec.dir
+    runtime = config.get("runtime", {})
+    info = init_distributed(device)
+    device = process_device(device, info)
+    if info.is_main:
+        runs.prepare_run(spec.out, config)
+        prepare_data(config)
+        if config["model"]["tiny"] is not None:
+            save_tiny_model(config["model"]["tiny"], config["seed"], path / BASE_DIR)
+    _barrier(info)
+    data = TokenData.open(require_prepared(config))
+    loaded = load_run_model(config, path, hash_weights=info.is_main)  # only rank 0 writes the record
+    decoder = HFDecoder(loaded.model)
+    loaded.model.config.use_cache = False
+    t = config["train"]["block_size"]
+    val = TokenBatches(TokenWindows([data.val], t), runtime.get("eval_batch_size", 8), device=device)
+    before = path / "before.json"
+    if info.is_main and not before.is_file():  # the loaded model's validation loss, once (float32, eval mode)
+        runs.atomic_write_json(before, {"val_loss_before": evaluate(decoder.to(device), val, device, amp=False)["loss"]})
+    _barrier(info)
+    seed_everything(config["seed"])
+    summary = _train(decoder, config, data, val, path, device, info)
+    result = None
+    if info.is_main:
+        if runtime.get("fsdp") and info.world_size > 1:  # sharded over the processes: probe an unsharded copy of the trained weights
+            decoder = HFDecoder(load_run_model(config, path, hash_weights=False).model)
+            decoder.load_state_dict(load_weights(path))
+        result = _probe_and_finish(decoder.to(device), loaded.record, config, data, path, device,
+                                   {**runs.read_json(before), **summary})  # fmt: skip
+    _barrier(info)
+    return result if result is not None else runs.read_result(path)
+
+
+def _train(decoder: HFDecoder, config: dict, data: TokenData, val: TokenBatches, path: Path, device, info: DistInfo) -> dict:
+    runtime, hp = config.get("runtime", {}), config["train"]
+    recipe = AdamWRecipe.from_config(hp)
+    t = hp["block_size"]
+    sequences = hp["batch_tokens"] // t
+    loader = TokenLoader(
+        TokenWindows(data.train, t), global_batch=sequences, micro_batch=runtime.get("micro_batch_size", sequences),
+        steps_per_epoch=recipe.eval_interval, seed=config["seed"], rank=info.rank, world_size=info.world_size, device=device,
+    )  # fmt: skip
+    checkpointing = runtime.get("gradient_checkpointing", True) and decoder.lm.supports_gradient_checkpointing
+    if checkpointing:
+        decoder.lm.activation_checkpointing_enable({"use_reentrant": False})  # layer hooks stay outside the recompute
+    elif runtime.get("gradient_checkpointing", True):
+        log.warning("%s: %s has no gradient checkpointing; training without it", config["name"], type(decoder.lm).__name__)
+    settings = TrainSettings(recipe=recipe, amp=runtime.get("amp", True), compile=False, accum_steps=loader.accum, fsdp=runtime.get("fsdp", False))
+    summary = train(decoder, loader, {"val": val}, run_dir=path, settings=settings, device=device, desc=config["name"])
+    if checkpointing:
+        decoder.lm.activation_checkpointing_disable()
+    rounds = [r["images_per_s"] * t for r in runs.read_metrics(path)]
+    return {
+        "val_loss_after": summary["val_loss"],
+        **{k: summary[k] for k in ("train_loss", "steps", "wall_s", "autocast_dtype")},
+        "lr": recipe.lr,
+        "cpt_tokens": summary["steps"] * hp["batch_tokens"],
+        "tokens_per_s": statistics.median(rounds[1:] or rounds) if rounds else None,
+        "world_size": info.world_size,
+        "device_name": device_name(device),
+        "settings": {**asdict(settings), "micro_batch_size": loader.micro_batch,
+                     "gradient_checkpointing": checkpointing},
+    }  # fmt: skip
+
+
+def _probe_and_finish(decoder: HFDecoder, record: dict, config: dict, data: TokenData, path: Path, device, summary: dict) -> dict:
+    probe = config["probe"]
+    t = config["train"]["block_size"]
+    windows = TokenWindows([data.val], t)
+    chosen = sample_windows(windows, probe["batch_size"], probe["n_batches"], probe["seed"])
+    batches = TokenBatches(windows, probe["batch_size"], indices=chosen, device=device)
+    with BlockInfluence(decoder) as influence:  # the probe's own forward passes
+        result = probe_activation_gradients(decoder, batches, loss_fn=classification_loss, exact=probe["exact"], seed=probe["seed"])
+    bi = influence.values()
+    records = [{**r, "block_influence": bi[r["index"]] if r["block_input"] else None} for r in result.records()]
+    runs.atomic_write_csv(path / "candidates.csv", [{"model": record["model"], **r} for r in records])
+    runs.atomic_write_json(path / "samples.json", {"split": "val", "block_size": t, "windows": chosen.tolist()})
+    out = {
+        **record,  # model, revision, commit_hash, weight_files, model_class
+        "name": config["name"],
+        "seed": config["seed"],
+        "n_layer": decoder.n_layer,
+        "d_model": decoder.d_model,
+        "params": sum(p.numel() for p in decoder.parameters()),
+        "layers_path": decoder.parts.layers_path,
+        "norm_path": decoder.parts.norm_path,
+        "tokenizer": config["data"]["tokenizer"],
+        **summary,  # val_loss_before, val_loss_after, cpt_tokens, train_loss, steps, ...
+        **result.summary(),  # ag_max, ag_max_per_example, ag_max_blocks and their candidates
+        "block_influence": bi,
+        "candidates": records,
+    }
+    finish_run(path, out)
+    return out
+
+
+def _barrier(info: DistInfo) -> None:
+    if info.world_size > 1:
+        dist.barrier()
+
+
+# ----------------------------------------------------------------------------- summary
+SUMMARY_KEYS = ("name", "model", "n_layer", "d_model", "ag_max", "ag_max_per_example", "ag_max_blocks", "val_loss_before", "val_loss_after",
+                "cpt_tokens", "lr", "seed", "revision", "commit_hash")  # fmt: skip
+
+
+def summary_rows(results: Sequence[dict]) -> list[dict]:
+    """One row per run, by depth then width: the cross-model table of B.5."""
+    return [{k: r.get(k) for k in SUMMARY_KEYS} for r in sorted(results, key=lambda r: (r["n_layer"], r["d_model"], r["seed"]))]
+
+
+def summary_table(rows: Sequence[dict], low_signal: float) -> str:
+    """Model, layers, width, AGmax (both readings) and the losses before and after CPT; ``*``: below the low-signal line."""
+    mark = "<" + format(low_signal, ".0e")
+    header = f"{'run':<28} {'L':>3} {'d':>5} {'AGmax':>10} {mark:>6} {'AGmax/seq':>10} {mark:>6} {'loss before':>11} {'loss after':>10}"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        name = str(r["name"])[:28]
+        lines.append(
+            f"{name:<28} {r['n_layer']:>3} {r['d_model']:>5} {r['ag_max']:>10.3e} {'*' if r['ag_max'] < low_signal else '':>6} "
+            f"{r['ag_max_per_example']:>10.3e} {'*' if r['ag_max_per_example'] < low_signal else '':>6} "
+            f"{r['val_loss_before']:>11.4f} {r['val_loss_after']:>10.4f}"
+        )
+    lines.append(f"Cross-model evidence: width changes with depth. * below {low_signal:g}, the paper's low-signal line.")
+    return "\n".join(lines)
+
+
+def summary_name(preset: str) -> str:
+    return f"summary-{preset}.csv"
+
+
+__all__ = [
+    "EXPERIMENT",
+    "PAPER",
+    "PRESETS",
+    "PYTHIA_MODELS",
+    "PYTHIA_REVISION",
+    "CPTPreset",
+    "ModelEntry",
+    "cpt_configs",
+    "fetch_model",
+    "prepare_data",
+    "pythia_cpt_run",
+    "require_prepared",
+    "save_tiny_model",
+    "summary_name",
+    "summary_rows",
+    "summary_table",
+]
