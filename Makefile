@@ -4,6 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.requirements-installed
 OUT    ?= runs/smoke
+# Idle OpenMP threads sleep instead of spinning: on a shared or oversubscribed CPU (two processes of a
+# DDP test, several helpers) spinning threads slowed PyTorch's CPU kernels several times over.
+export OMP_WAIT_POLICY ?= PASSIVE
 
 # Every numbered script, in order (01 trains what 02 probes, ...).
 SMOKE_SCRIPTS := $(sort $(wildcard 0[1-8]_*.py))

@@ -55,12 +55,10 @@ from common.data.text import (
     sample_windows,
     text_data_spec,
 )
-from common.device import resolve_device, seed_everything
-from common.distributed import DistInfo, init_distributed
+from common.device import cpu_threads, device_name, resolve_device, seed_everything
+from common.distributed import DistInfo, init_distributed, process_device
 from common.errors import UserError
 from common.experiments import gpt2_ascend
-from common.experiments.gpt2_ascend import device_name, process_device
-from common.experiments.weight_scaling import cpu_threads
 from common.models.hf_decoder import BlockInfluence, HFDecoder, is_local, load_causal_lm, resolve_snapshot
 from common.probe import probe_activation_gradients
 from common.runs import RunSpec
