@@ -113,23 +113,25 @@ def test_npz_without_required_keys_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 # Run directories written before the job modules moved to common/experiments/: names and hashes
-# must not change, or every finished run would be trained again.
+# must not change, or every finished run would be trained again. The smoke preset's epochs went
+# from 12 to 6 on 2026-12-01; at 12 epochs its runs keep their old directories.
 PINNED_RUN_DIRS = {
-    ("smoke", "digits", 0, None): "digits-resnet8-n0-seed0-d8346e17",
-    ("paper", "cifar10", 3, None): "cifar10-resnet11-n3-seed0-6e4f1e46",
-    ("paper", "imagenet100", 5, "/x"): "imagenet100-resnet13-n5-seed0-c5d7d1e7",
+    ("smoke", "digits", 0, None, 12): "digits-resnet8-n0-seed0-d8346e17",
+    ("paper", "cifar10", 3, None, None): "cifar10-resnet11-n3-seed0-6e4f1e46",
+    ("paper", "imagenet100", 5, "/x", None): "imagenet100-resnet13-n5-seed0-c5d7d1e7",
 }
 
 
 @pytest.mark.parametrize("key", sorted(PINNED_RUN_DIRS, key=str))
 def test_run_identities_are_pinned_and_the_recipe_is_rebuilt_from_the_config(key):
-    preset, dataset, n, root = key
-    [config] = sweep_configs(preset=preset, dataset=dataset, depths=[n], data_root=root)
+    preset, dataset, n, root, epochs = key
+    [config] = sweep_configs(preset=preset, dataset=dataset, depths=[n], data_root=root, epochs=epochs)
     assert runs.run_dir("runs", config).name == PINNED_RUN_DIRS[key]
     assert set(config["train"]) == {
         "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov", "warmup_epochs", "label_smoothing", "crop_pad", "flip",
     }  # fmt: skip
     chosen = sweep_preset(preset, dataset)
-    assert SGDRecipe.from_config(config["train"]) == chosen.recipe  # built from the declaration, rebuilt from the config
+    expected = replace(chosen.recipe, epochs=epochs) if epochs else chosen.recipe
+    assert SGDRecipe.from_config(config["train"]) == expected  # built from the declaration, rebuilt from the config
     [changed] = sweep_configs(preset=preset, dataset=dataset, depths=[n], data_root=root, epochs=7, lr=0.3)
     assert SGDRecipe.from_config(changed["train"]) == replace(chosen.recipe, epochs=7, lr=0.3)

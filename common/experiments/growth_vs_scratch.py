@@ -72,7 +72,7 @@ EXPERIMENT = "growth_vs_scratch"
 PAPER_DEPTHS = tuple(d - depth_label(0) for d in GROWTH_DEPTHS)  # N = 2, 3, 4, 5: ResNet-10 .. -13
 SCRATCH_BUDGETS = ("per-stage", "total")
 SMOKE_DEPTHS = (2, 4)  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs are the scratch rows)
-SMOKE_STAGE_EPOCHS = 4  # smoke: short stages; scratch keeps the sweep's 12 epochs, so 01's runs are reused
+SMOKE_STAGE_EPOCHS = 2  # smoke: short stages; scratch keeps the sweep's 6 epochs, so 01's runs are reused
 INSERTION = "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
 ZERO_INIT = "zero-gamma: last BatchNorm weight and bias 0, both convolutions Kaiming-normal"
 CHECK_BATCH = 8  # training images in the run-time function-preservation check
@@ -137,7 +137,7 @@ def growth_plan(
     """Plan the growth chains and scratch runs (README, script 03: budgets and their defaults).
 
     ``depths``: N of the table's rows (default: 2, 3, 4, 5, the paper's ResNet-10 .. -13; smoke: 2, 4).
-    ``stage_epochs``: epochs of every growth stage (default: the sweep's epochs; smoke: 4).
+    ``stage_epochs``: epochs of every growth stage (default: the sweep's epochs; smoke: 2).
     Scratch epochs: ``scratch_epochs`` if given; else ``scratch_budget`` ``per-stage`` (one stage's
     epochs) or ``total`` (the parent ResNet-8's epochs plus every stage's epochs up to depth N);
     else the sweep's epochs, so that the sweep's finished runs are reused.

@@ -65,7 +65,7 @@ IMAGENET100_PAPER = SweepPreset(
     depths=tuple(range(1, 50, 4)), recipe=SGDRecipe(epochs=300, lr=0.2, warmup_epochs=5.0), batch_size=256, image_size=64
 )
 SMOKE = SweepPreset(
-    depths=(0, 1, 2, 4), recipe=SGDRecipe(epochs=12, lr=0.05, warmup_epochs=1.0), batch_size=64, eval_batch_size=256
+    depths=(0, 1, 2, 4), recipe=SGDRecipe(epochs=6, lr=0.05, warmup_epochs=1.0), batch_size=64, eval_batch_size=256
 )
 SMOKE_IMAGENET100 = replace(SMOKE, depths=(1, 5), recipe=replace(SMOKE.recipe, epochs=2), image_size=64)
 
