@@ -232,7 +232,7 @@ def growth_lower_mean(growth: float, scratch: float) -> Outcome:
 
 
 @rule("growth's loss (mean over seeds) is lower than scratch's at every architecture the claim names; "
-      "one of them not run: not decidable")
+      "scratch lower at one of them: does not hold; else one of them not run: not decidable")
 def growth_wins_everywhere(winners: Mapping[str, str], required: Sequence[str]) -> Outcome:
     shown = ", ".join(f"{m}: {winners[m]}" for m in required if m in winners)
     missing = [m for m in required if m not in winners]

@@ -369,7 +369,7 @@ def decoder_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
                 rows.append(claim_row(claim, paper.AG_DEPTH_TREND, claims.falls_with_depth, None, f"none: {cmd[key]}", rec.preset))
                 continue
             usable = df.dropna(subset=[column])
-            label = "FineWeb-Edu" if key == "pythia" else gpt_data_label(usable)
+            label = gpt_data_label(usable)
             seeds = usable.get("seed", [0])
             records = describe(rec.preset, label, seeds, len(usable))
             outcome = claims.falls_with_depth(usable[depth], usable[column])
@@ -378,6 +378,7 @@ def decoder_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
 
 
 def gpt_data_label(df: pd.DataFrame) -> str:
+    """The text source of decoder runs (05, 04) as their configs name it."""
     data = df["data"].iloc[0] if "data" in df and len(df) else {}
     return str(data.get("source", "?")) if isinstance(data, dict) else "?"
 
