@@ -8,3 +8,10 @@ class UserError(Exception):
     :func:`common.cli.entry_point`. The message names the problem *and* the fix.
     Programming errors are never wrapped in this type; they keep their tracebacks.
     """
+
+
+def one_of(flag: str, value: str, options: dict):
+    """``options[value]``; else a :class:`UserError` naming the choices (``--preset huge: unknown preset; use ...``)."""
+    if value not in options:
+        raise UserError(f"{flag} {value}: unknown {flag.lstrip('-')}; use {' or '.join(options)}")
+    return options[value]

@@ -46,7 +46,7 @@ from common.data.text import (
 )
 from common.device import device_name, resolve_device, seed_everything
 from common.distributed import DistInfo, init_distributed, process_device
-from common.errors import UserError
+from common.errors import UserError, one_of
 from common.models.gpt import GPT, GPTConfig
 from common.probe import probe_activation_gradients
 from common.runs import RunSpec
@@ -122,9 +122,7 @@ PRESETS = {"paper": PAPER, "smoke": SMOKE}
 
 
 def gpt_preset(preset: str) -> GPTPreset:
-    if preset not in PRESETS:
-        raise UserError(f"--preset {preset}: unknown preset; use {' or '.join(PRESETS)}")
-    return PRESETS[preset]
+    return one_of("--preset", preset, PRESETS)
 
 
 # ----------------------------------------------------------------------------- configs

@@ -57,7 +57,7 @@ from common.data.text import (
 )
 from common.device import cpu_threads, device_name, resolve_device, seed_everything
 from common.distributed import DistInfo, init_distributed, process_device
-from common.errors import UserError
+from common.errors import UserError, one_of
 from common.experiments import gpt2_ascend
 from common.models.hf_decoder import BlockInfluence, HFDecoder, is_local, load_causal_lm, resolve_snapshot
 from common.probe import probe_activation_gradients
@@ -154,9 +154,7 @@ PRESETS = {"paper": PAPER, "smoke": SMOKE}
 
 
 def cpt_preset(preset: str) -> CPTPreset:
-    if preset not in PRESETS:
-        raise UserError(f"--preset {preset}: unknown preset; use {' or '.join(PRESETS)}")
-    return PRESETS[preset]
+    return one_of("--preset", preset, PRESETS)
 
 
 # ----------------------------------------------------------------------------- configs
