@@ -127,71 +127,52 @@ def matched_insertion(
     and every evaluation run under the probe's precision guard (:func:`common.probe.full_precision`:
     no TF32 on GPUs), recorded as ``math_mode`` in each row.
     """
-    with full_precision() as mode:
-        rows = _matched_insertion(
-            model, train_batches, index, alphas, seed=seed, loss_fn=loss_fn, test_batches=test_batches, fit=fit,
-            gd_steps=gd_steps,
-        )  # fmt: skip
-    return [{**row, "math_mode": mode} for row in rows]
-
-
-def _matched_insertion(
-    model: nn.Module,
-    train_batches: Batches,
-    index: int,
-    alphas: Sequence[float],
-    *,
-    seed: int = 0,
-    loss_fn=F.cross_entropy,
-    test_batches: Batches | None = None,
-    fit: str = "closed-form",
-    gd_steps: int = 2000,
-) -> list[dict]:
-    """The construction of :func:`matched_insertion`, without the precision guard."""
-    regression = per_example_tangent_regression(model, train_batches(), index, loss_fn=loss_fn, seed=seed)
-    w = regression.gram.solution()  # Psi W* ~ G: the least-squares fit of the per-example gradients
-    fit_gap = None
-    if fit == "gradient-descent":
-        w_gd = fit_by_gradient_descent(model, train_batches, regression, seed=seed, steps=gd_steps, loss_fn=loss_fn)
-        fit_gap = float(torch.linalg.matrix_norm(w_gd - w) / torch.linalg.matrix_norm(w).clamp_min(1e-300))
-        w = w_gd
-    elif fit != "closed-form":
+    if fit not in FITS:
         raise UserError(f"--fit {fit}: use one of {', '.join(FITS)}")
-    before = mean_loss(model, train_batches(), loss_fn)
-    test_before = mean_loss(model, test_batches(), loss_fn) if test_batches else None
-    grown = copy.deepcopy(model)
-    block = insert_zero_block(grown, index, regression.family, seed)
-    v_pooled = regression.pooled_growth_value()
-    rows = []
-    for alpha in alphas:
-        block.set_terminal_projection(-alpha * w)  # the block outputs -alpha Pi g (closed form)
-        after = mean_loss(grown, train_batches(), loss_fn)
-        predicted = regression.first_order_change(alpha)
-        test_after = mean_loss(grown, test_batches(), loss_fn) if test_batches else None
-        rows.append(
-            {
-                "candidate": index,
-                "candidate_name": model.candidates()[index].name,
-                "alpha": alpha,
-                "train_loss_before": before,
-                "train_loss_after": after,
-                "measured_change": after - before,
-                "predicted_change": predicted,
-                "ratio": (after - before) / predicted if predicted != 0 else math.nan,
-                "relative_residual": regression.relative_residual(),
-                "predicted_change_pooled_targets": -alpha * v_pooled**2,
-                "growth_value_pooled": v_pooled,
-                "examples": regression.examples,
-                "tangent_rank": regression.gram.rank(),
-                "tangent_dim": regression.gram.k,
-                "test_loss_before": test_before,
-                "test_loss_after": test_after,
-                "test_change": None if test_before is None else test_after - test_before,
-                "fit": fit,
-                "fit_gap_closed_form": fit_gap,
-            }
-        )
-    return rows
+    with full_precision() as mode:
+        regression = per_example_tangent_regression(model, train_batches(), index, loss_fn=loss_fn, seed=seed)
+        w = regression.gram.solution()  # Psi W* ~ G: the least-squares fit of the per-example gradients
+        fit_gap = None
+        if fit == "gradient-descent":
+            w_gd = fit_by_gradient_descent(model, train_batches, regression, seed=seed, steps=gd_steps, loss_fn=loss_fn)
+            fit_gap = float(torch.linalg.matrix_norm(w_gd - w) / torch.linalg.matrix_norm(w).clamp_min(1e-300))
+            w = w_gd
+        before = mean_loss(model, train_batches(), loss_fn)
+        test_before = mean_loss(model, test_batches(), loss_fn) if test_batches else None
+        grown = copy.deepcopy(model)
+        block = insert_zero_block(grown, index, regression.family, seed)
+        v_pooled = regression.pooled_growth_value()
+        rows = []
+        for alpha in alphas:
+            block.set_terminal_projection(-alpha * w)  # the block outputs -alpha Pi g (closed form)
+            after = mean_loss(grown, train_batches(), loss_fn)
+            predicted = regression.first_order_change(alpha)
+            test_after = mean_loss(grown, test_batches(), loss_fn) if test_batches else None
+            rows.append(
+                {
+                    "candidate": index,
+                    "candidate_name": model.candidates()[index].name,
+                    "alpha": alpha,
+                    "train_loss_before": before,
+                    "train_loss_after": after,
+                    "measured_change": after - before,
+                    "predicted_change": predicted,
+                    "ratio": (after - before) / predicted if predicted != 0 else math.nan,
+                    "relative_residual": regression.relative_residual(),
+                    "predicted_change_pooled_targets": -alpha * v_pooled**2,
+                    "growth_value_pooled": v_pooled,
+                    "examples": regression.examples,
+                    "tangent_rank": regression.gram.rank(),
+                    "tangent_dim": regression.gram.k,
+                    "test_loss_before": test_before,
+                    "test_loss_after": test_after,
+                    "test_change": None if test_before is None else test_after - test_before,
+                    "fit": fit,
+                    "fit_gap_closed_form": fit_gap,
+                    "math_mode": mode,
+                }
+            )
+        return rows
 
 
 # ----------------------------------------------------------------------------- runs
