@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import glob as globlib
 import hashlib
-import io
 import json
 import logging
 import os
@@ -163,17 +162,19 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
-    """``torch.save`` to memory, then :func:`atomic_write_bytes`; tensors and plain types only."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    """``torch.save`` straight into an :func:`atomic_file` (no copy of the whole file in memory); tensors and plain types only."""
+    with atomic_file(path) as handle:
+        torch.save(state, handle)
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
-    """Load with ``weights_only=True``; a corrupt file is a :class:`UserError` naming the fix."""
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", *, mmap: bool = False) -> dict:
+    """Load with ``weights_only=True``; a corrupt file is a :class:`UserError` naming the fix.
+
+    ``mmap``: the tensors map the file (``torch.load(mmap=True)``) instead of being read into memory.
+    """
     path = Path(path)
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise
     except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
@@ -231,10 +232,10 @@ def checkpoint_path(path: str | os.PathLike) -> Path:
     return Path(path) / CHECKPOINT
 
 
-def resume_state(path: str | os.PathLike, map_location: Any = "cpu") -> dict | None:
-    """The run's last checkpoint, or None when it has none yet."""
+def resume_state(path: str | os.PathLike, map_location: Any = "cpu", *, mmap: bool = False) -> dict | None:
+    """The run's last checkpoint, or None when it has none yet (``mmap``: see :func:`load_checkpoint`)."""
     ckpt = checkpoint_path(path)
-    return load_checkpoint(ckpt, map_location) if ckpt.exists() else None
+    return load_checkpoint(ckpt, map_location, mmap=mmap) if ckpt.exists() else None
 
 
 # ----------------------------------------------------------------------------- collecting
