@@ -326,9 +326,10 @@ def fetch_on_each_node(config: dict, info: DistInfo) -> None:
     """The run's Hub model downloaded by each node's first process (``LOCAL_RANK`` 0) while the others wait.
 
     The waiting is :func:`common.distributed.wait_for_all` (no collective watchdog runs out during a
-    download); afterwards every process loads the model from its node's cache (``local_only``).
+    download); afterwards every process loads the model from its node's cache (``local_only``). A
+    single process has nothing to wait for (it fetched before the job, :func:`fetch_model`).
     """
-    if info.local_rank == 0:
+    if info.world_size > 1 and info.local_rank == 0:
         _fetch(config)
     wait_for_all()
 
