@@ -124,7 +124,8 @@ def matched(out: Path, *, preset: str = "smoke", dataset: str = "digits", drops=
             rows = [{"depth_label": d, "depth_n": d - 8, "seed": seed, "candidate": candidate, "candidate_name": f"block{candidate}.in",
                      "alpha": alpha, "measured_change": -drop * alpha / 1e-3, "predicted_change": -drop * alpha / 1e-3 * 1.01,
                      "fit": "closed-form", "train_loss_before": 0.1, "train_loss_after": 0.1 - drop, "ratio": 0.99,
-                     "relative_residual": 0.5, "predicted_change_pooled_targets": -drop, "test_change": None, "paper_change": None}
+                     "relative_residual": 0.5, "predicted_change_pooled_targets": -drop, "test_change": None, "paper_change": None,
+                     "predicted_change_exact_targets": -1.1 * drop * alpha / 1e-3}
                     for alpha in (1e-4, 1e-3)]  # fmt: skip
             write_run(out, "matched_insertion", f"{sweep_name}-matched-{rule}", {"sweep_run": sweep_name, "dataset": dataset,
                       "candidate_rule": rule, "fit": "closed-form"}, {"rows": rows})  # fmt: skip

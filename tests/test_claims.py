@@ -275,8 +275,10 @@ def test_matched_claims_compare_one_candidate_type_across_depths(tmp_path):
     assert "ResNet-8, -14, -20," in row["records"] and "-34" not in row["records"]
     assert "end of stage 1" in row["records"]
     figure_records.matched(tmp_path, drops={34: 2e-4}, rule="stage1-end")
-    row = rows_of(tmp_path)["the matched-insertion drop does not increase with depth (digits)"]
+    rows = rows_of(tmp_path)
+    row = rows["the matched-insertion drop does not increase with depth (digits)"]
     assert "ResNet-8, -14, -20, -34" in row["records"] and row["verdict"].startswith(HOLDS)
+    assert "exact-target reading: ResNet-8: 7.7e-04" in rows["the matched-insertion drops equal the paper's (digits)"]["reproduced"]
 
 
 def test_identity_checks_are_reported_apart_and_not_counted(tmp_path):
