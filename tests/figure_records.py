@@ -12,6 +12,7 @@ from pathlib import Path
 
 from common import runs
 from common.experiments import growth_vs_scratch, weight_scaling
+from common.projection import saturation_interval
 
 ALL = ("sweep", "probe", "gpt2", "pythia", "growth", "matched", "scaling")
 
@@ -29,10 +30,17 @@ def ag_falling(n: int, seed: int = 0) -> float:
     return 0.05 * 0.55**n * (1 + 0.01 * seed)
 
 
+def app_g_shrinking(n: int, seed: int) -> dict:
+    """App. G's record (new format) with Gamma_hat = 0.01 * 0.5^N, t = 0.005 and delta = 0.02: saturated from N = 2 on."""
+    return {**saturation_interval([0.01 * 0.5**n], [1.0], n=1000, t=0.005, delta=0.02).as_record(), "n_cal": 250, "n_test": 1000,
+            "split_seed": 1, "statistic_source": "calibration split"}  # fmt: skip
+
+
 def sweep_and_probe(out: Path, *, preset: str = "smoke", dataset: str = "digits", depths=(0, 1, 2, 4, 6, 8), seeds=(0,),
                     ag=ag_falling, train_loss=lambda n, s: 0.5 / (1 + n) + 0.001 * s, test_loss=lambda n, s: 0.6 + 0.001 * s,
-                    exact: bool = True) -> None:  # fmt: skip
-    """Script 01's runs and script 02's probes of them: AGmax ``ag(n, seed)``; candidates 0..4+N."""
+                    exact: bool = True, app_g=app_g_shrinking) -> None:  # fmt: skip
+    """Script 01's runs and script 02's probes of them: AGmax ``ag(n, seed)``; candidates 0..4+N; App. G's
+    ``saturation`` record ``app_g(n, seed)``."""
     for seed in seeds:
         for n in depths:
             sweep_name = f"{dataset}-resnet{8 + n}-n{n}-seed{seed}-abcd1234"
@@ -43,7 +51,8 @@ def sweep_and_probe(out: Path, *, preset: str = "smoke", dataset: str = "digits"
                       "growth_value": (0.9 * top * (0.5 + 0.5 * i / (3 + n))) if exact else None} for i in range(4 + n)]  # fmt: skip
             config = {"sweep_run": sweep_name, "dataset": dataset, "depth_n": n, "depth_label": 8 + n, "seed": seed, "split": "train",
                       "batch_size": 128, "n_batches": 10, "bn_mode": "eval", "probe_seed": 0, "exact": exact}  # fmt: skip
-            result = {"ag_max": top, "ag_max_per_example": 8 * top, "ag_max_blocks": top * 0.9, "exact": exact, "candidates": cands}
+            result = {"ag_max": top, "ag_max_per_example": 8 * top, "ag_max_blocks": top * 0.9, "exact": exact, "candidates": cands,
+                      "saturation": app_g(n, seed)}  # fmt: skip
             write_run(out, "ag_probe", f"{sweep_name}-probe", config, result)
 
 

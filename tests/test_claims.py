@@ -15,6 +15,7 @@ from scipy import stats
 from common import claims
 from common.claims import FAILS, HOLDS, UNDECIDABLE
 from common.experiments import make_figures
+from common.projection import saturation_interval
 from tests import figure_records
 
 LINE = 5e-3
@@ -145,6 +146,34 @@ def test_report_rows_follow_the_records(tmp_path):
         assert g[claim].startswith(HOLDS), (claim, g[claim])
         assert b[claim].startswith(FAILS), (claim, b[claim])
         assert g[claim].endswith(f"({make_figures.SMOKE_NOTE})")
+
+
+def test_app_g_row_shows_interval_t_candidates_and_verdict_of_new_and_older_records(tmp_path):
+    claim = "the deepest models probed are first-order saturated within delta (App. G) (digits)"
+
+    def row(out):
+        return next(r for r in make_figures.claim_rows(make_figures.load_records(out, "smoke")) if r["claim"] == claim)
+
+    figure_records.sweep_and_probe(tmp_path / "good", seeds=(0, 1))  # deepest N = 8: Gamma_hat = 4e-5, t = 0.005 <= 0.02
+    good = row(tmp_path / "good")
+    assert good["verdict"].startswith(HOLDS) and good["rule"] == claims.saturated_within_delta.rule
+    assert good["reproduced"].count("t = 0.005, 1 candidates, delta = 0.02: saturated within delta") == 2  # one per seed
+    assert "ResNet-16 seed 0: Gamma in [0, 0.00504]" in good["reproduced"] and "n_test 1000" in good["records"]
+
+    def not_saturated(n, seed):
+        return saturation_interval([1.0], [1.0], n=1000, t=0.1, delta=0.02).as_record() | {"n_test": 1000}
+
+    figure_records.sweep_and_probe(tmp_path / "bad", app_g=not_saturated)
+    assert row(tmp_path / "bad")["verdict"].startswith(FAILS)
+
+    def older(n, seed):  # a record of the earlier test: t from the same sample, delta = 0, a saturated flag
+        return {"saturated": True, "max_value": 6.2, "t": 20.4, "delta": 0.0, "n": 1000, "values": {"a": 6.2, "b": 1.0},
+                "error_bound": 0.05}  # fmt: skip
+
+    figure_records.sweep_and_probe(tmp_path / "older", app_g=older)
+    old = row(tmp_path / "older")
+    assert old["verdict"].startswith(UNDECIDABLE)
+    assert "Gamma in [0, 26.6], t = 20.4, 2 candidates, delta = 0: undecided" in old["reproduced"]
 
 
 def test_records_of_the_other_preset_are_not_run(tmp_path):

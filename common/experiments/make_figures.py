@@ -50,7 +50,7 @@ from pathlib import Path
 import pandas as pd
 
 from common import claims, paper, plots, runs
-from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, weight_scaling
+from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, probe_ag, weight_scaling
 from common.experiments.probe_ag import DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, probe_tag
 from common.models.resnet import BACKBONE_DEPTH
 
@@ -358,6 +358,25 @@ def projection_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     return [claim_row(claim, paper.PROJECTION_BOUND, fn, fn(c["growth_value"], c["ag_norm"]), records, rec.preset)]
 
 
+def saturation_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
+    """App. G at the deepest depth probed, per dataset: every seed's interval, t, number of candidates and verdict."""
+    claim, fn = "the deepest models probed are first-order saturated within delta (App. G)", claims.saturated_within_delta
+    if rec.probe.empty:
+        return [claim_row(claim, paper.SEPARATED_TEST, fn, None, f"none: {cmd['probe']}", rec.preset)]
+    rows = []
+    for dataset, group in rec.probe.groupby("dataset"):
+        deepest = group[group["depth_n"] == group["depth_n"].max()]
+        found = deepest.dropna(subset=["saturation"]) if "saturation" in deepest else deepest.iloc[:0]
+        summaries = {f"ResNet-{r['depth_label']} seed {r['seed']}": probe_ag.saturation_summary(r["saturation"])
+                     for r in found.to_dict("records")}  # fmt: skip
+        n_test = sorted({s["n_test"] for s in summaries.values()})
+        records = describe(rec.preset, dataset, found["seed"], len(found),
+                           f"ResNet-{int(BACKBONE_DEPTH + deepest['depth_n'].iloc[0])}, probe {rec.probe_settings[dataset]}, "
+                           f"n_test {', '.join(map(str, n_test)) or '-'}")  # fmt: skip
+        rows.append(claim_row(f"{claim} ({dataset})", paper.SEPARATED_TEST, fn, fn(summaries), records, rec.preset))
+    return rows
+
+
 def decoder_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     """AGmax falls with depth: the GPT-2 sweep (over L) and the probed Pythia models (across models)."""
     rows = []
@@ -496,8 +515,8 @@ def scaling_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
 def claim_rows(rec: Records) -> list[dict]:
     """Every row of the claims report, in the paper's order."""
     cmd = commands(rec.preset, rec.out)
-    rows = [*resnet_claims(rec, cmd), *projection_claims(rec, cmd), *decoder_claims(rec, cmd), *growth_claims(rec, cmd),
-            *matched_claims(rec, cmd), *scaling_claims(rec, cmd)]  # fmt: skip
+    rows = [*resnet_claims(rec, cmd), *projection_claims(rec, cmd), *saturation_claims(rec, cmd), *decoder_claims(rec, cmd),
+            *growth_claims(rec, cmd), *matched_claims(rec, cmd), *scaling_claims(rec, cmd)]  # fmt: skip
     return [{"id": i + 1, **r} for i, r in enumerate(rows)]
 
 
