@@ -116,17 +116,19 @@ def matched(out: Path, *, preset: str = "smoke", dataset: str = "digits", drops=
                       "candidate_rule": "next", "fit": "closed-form"}, {"rows": rows})  # fmt: skip
 
 
-def scaling(out: Path, *, preset: str = "smoke", beta: float = 0.3, alpha: float = 0.7) -> None:
-    """07's FC runs: statistics following exact power laws in the depth L (beta from the cumulative sum, alpha from delta)."""
+def scaling(out: Path, *, preset: str = "smoke", beta: float = 0.3, alpha: float = 0.7, diffusive: float = 0.0) -> None:
+    """07's FC runs: statistics following exact power laws in the depth L (beta from the max norm, alpha from delta);
+    the cumulative sums grow like ``L^(1 - beta - diffusive)``, so Step 2 reads ``beta + diffusive`` (i.i.d. weights:
+    ``diffusive = 1/2``)."""
     for family in ("fc-tanh", "fc-relu"):
         for L in (4, 8, 16, 32, 64):
             base = {"family": family, "dataset": "synthetic", "seed": 0, "run": f"{family}-L{L}", "stage": 0, "norm": "fro",
                     "depth": L, "network_depth": L}  # fmt: skip
             records = [
-                {**base, "tensor": "A", "max_norm": L**-beta, "cumsum_norm": L ** (1 - beta), "root_sum_squares": L ** (0.5 - beta),
-                 "max_increment": L ** (-beta - 1)},
+                {**base, "tensor": "A", "max_norm": L**-beta, "cumsum_norm": L ** (1 - beta - diffusive),
+                 "root_sum_squares": L ** (0.5 - beta), "max_increment": L ** (-beta - 1)},
                 {**base, "tensor": "delta", "max_norm": L**-alpha, "cumsum_norm": L ** (1 - alpha)},
-                {**base, "tensor": "delta_A", "max_norm": L ** -(alpha + beta), "cumsum_norm": L ** (1 - alpha - beta)},
+                {**base, "tensor": "delta_A", "max_norm": L ** -(alpha + beta), "cumsum_norm": L ** (1 - alpha - beta - diffusive)},
             ]  # fmt: skip
             write_run(out, "weight_scaling", f"{family}-L{L}", {"preset": preset, "family": family, "dataset": "synthetic"},
                       {"records": [{k: r.get(k) for k in weight_scaling.RECORD_COLUMNS} for r in records]})  # fmt: skip

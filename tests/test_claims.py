@@ -140,7 +140,7 @@ def test_report_rows_follow_the_records(tmp_path):
     key = "AGmax falls with depth (ResNet sweep, digits, batch-mean AG_l)"
     claims_checked = [key, "growth's test loss is lower for all four architectures (digits)",
                       "the matched-insertion drop does not increase with depth (digits)",
-                      "fc-tanh: beta from the cumulative-sum norm (synthetic)"]  # fmt: skip
+                      "fc-tanh: beta, max norm (how their figures were read; used for the verdict) (synthetic)"]  # fmt: skip
     g, b = verdicts(good), verdicts(bad)
     for claim in claims_checked:
         assert g[claim].startswith(HOLDS), (claim, g[claim])
@@ -174,6 +174,18 @@ def test_app_g_row_shows_interval_t_candidates_and_verdict_of_new_and_older_reco
     old = row(tmp_path / "older")
     assert old["verdict"].startswith(UNDECIDABLE)
     assert "Gamma in [0, 26.6], t = 20.4, 2 candidates, delta = 0: undecided" in old["reproduced"]
+
+
+def test_weight_scaling_verdicts_use_the_max_norm_beta_and_show_step_2_beside_it(tmp_path):
+    # i.i.d.-like weights: the max norm reads alpha + beta = 1 (Cohen et al.'s ReLU value), Step 2 reads 1.5.
+    figure_records.scaling(tmp_path, beta=0.3, alpha=0.7, diffusive=0.5)
+    rows = {r["claim"]: r for r in make_figures.claim_rows(make_figures.load_records(tmp_path, "smoke"))}
+    relu = rows["fc-relu: alpha + beta from |delta_k| A_k, max norm (how their figures were read; used for the verdict) (synthetic)"]
+    assert relu["verdict"].startswith(HOLDS)
+    assert relu["reproduced"].startswith("1.000 [") and "Step 2 (cumulative sum, their text), not used for the verdict: 1.500 [" in relu["reproduced"]
+    tanh = rows["fc-tanh: beta, max norm (how their figures were read; used for the verdict) (synthetic)"]
+    assert tanh["verdict"].startswith(HOLDS) and "their text), not used for the verdict: 0.800 [" in tanh["reproduced"]
+    assert not any("cumulative-sum norm" in claim for claim in rows)  # no verdict rests on Step 2
 
 
 def test_records_of_the_other_preset_are_not_run(tmp_path):
