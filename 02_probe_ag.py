@@ -7,18 +7,24 @@ train``), one forward and one backward pass each, give ``AG_l``, ``AG~_l`` and t
 RMS at every candidate; ``--exact`` adds the tangent-space growth value ``V_S,l`` of the
 protocol's zero-output block. The separated saturation test of App. G runs on an independent
 sample (``--saturation-split``, default test: never trained on, disjoint from the analysis
-batches; every example left unless ``--saturation-n``) on Theorem 3's statistic
-``max_l ||C_l||``, the cross-gradient of the mean loss pooled over that whole sample, and
-reports the error bound ``sum_l tr(Sigma_hat_l) / (n t^2)``. One run per model (experiment
+batches; every example left unless ``--saturation-n``), split with a recorded seed into a
+calibration part (``--saturation-cal-fraction``, default 0.25) that estimates the traces
+``tr Sigma_l`` and a test part of ``n_test`` examples that gives Theorem 3's statistic
+``Gamma_hat = max_l ||C_l||``, the cross-gradient of the mean loss pooled over the test part. It
+reports ``Gamma in [max(0, Gamma_hat - t), Gamma_hat + t]`` with ``t = sqrt(sum_l tr_l / (n_test
+alpha))`` and, against ``--saturation-delta``, one of "saturated within delta", "not saturated",
+"undecided" (no delta: "not saturated" or "undecided"); ``--saturation-t`` fixes t instead (no
+split; the implied alpha is reported). One run per model (experiment
 ``ag_probe``): finished runs are skipped.
 
 Prints depth vs AGmax in both normalisations the paper's words allow (the batch-mean ``AG_l``
 and the per-example RMS), each with the paper's 5e-3 low-signal line marked, the App. G
-verdict with its bound, and ends with the path of the summary CSV (one row per depth and
+interval, t, the number of candidates and the verdict, and ends with the path of the summary CSV (one row per depth and
 seed). The job function is :func:`common.experiments.probe_ag.probe_sweep_run`.
 
     python 02_probe_ag.py --dataset cifar100
     python 02_probe_ag.py --dataset cifar10 --exact --split test
+    python 02_probe_ag.py --dataset cifar10 --saturation-delta 0.01
     python 02_probe_ag.py --dataset cifar10 --saturation-delta 0.01 --saturation-t 0.005
 """
 
@@ -35,7 +41,7 @@ from common.experiments.probe_ag import (
     DEFAULT_N_BATCHES,
     EXPERIMENT,
     SATURATION_ALPHA,
-    SATURATION_DELTA,
+    SATURATION_CAL_FRACTION,
     SPLITS,
     probe_configs,
     probe_sweep_run,
@@ -68,14 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
                        help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke, off with paper")
     sat = parser.add_argument_group("separated saturation test (App. G)")
-    sat.add_argument("--saturation-delta", type=float, default=SATURATION_DELTA,
-                     help="delta: 'saturated within delta' when max_l ||C_l|| < delta + t on the independent sample "
-                          "(H0: Gamma <= delta vs H1: Gamma >= delta + 2t); default 0, Theorem 1's boundary (README)")
+    sat.add_argument("--saturation-delta", type=float, default=None,
+                     help="delta >= 0, in the units of ||C_l||: 'saturated within delta' when the interval's upper end is "
+                          "<= delta, 'not saturated' when its lower end is > delta, else 'undecided'; None: no tolerance, "
+                          "so only 'not saturated' (lower end > 0) or 'undecided'")
     sat.add_argument("--saturation-t", type=positive_float, default=None,
-                     help="t > 0: the separation margin, in the units of ||C_l||; None: the t at which the error "
-                          "bound sum_l tr(Sigma_hat_l) / (n t^2) equals --saturation-alpha")
+                     help="t > 0: the interval's half-width, fixed in advance; no calibration split, the implied alpha = "
+                          "sum_l tr_l / (n t^2) is reported; None: t = sqrt(sum_l tr_l / (n_test alpha)) from the calibration part")
     sat.add_argument("--saturation-alpha", type=float, default=SATURATION_ALPHA,
-                     help="the error bound that sets t when --saturation-t is not given (0 < alpha < 1)")
+                     help="the interval's confidence is 1 - alpha (0 < alpha < 1), when --saturation-t is not given")
+    sat.add_argument("--saturation-cal-fraction", type=float, default=SATURATION_CAL_FRACTION,
+                     help="share of the App. G sample that calibrates the traces tr Sigma_l (the rest, n_test examples, gives C_l)")
     sat.add_argument("--saturation-n", type=positive_int, default=None,
                      help="n: examples in the App. G sample; None: every example of the split outside the analysis batches")
     sat.add_argument("--saturation-split", choices=SPLITS, default="test",

@@ -35,6 +35,7 @@ from common.experiments.weight_scaling import (
     EXPERIMENT,
     FAMILIES,
     FC_FAMILIES,
+    SCHEDULES,
     analyse_sweep_run,
     exponent_markdown,
     exponent_rows,
@@ -66,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--epochs", type=positive_int, default=None, help="FC epochs per run; None: the preset's")
     group.add_argument("--lr", type=positive_float, default=None, help="FC peak Adam learning rate; None: the preset's")
     group.add_argument("--batch-size", type=positive_int, default=None, help="FC batch size; None: the preset's")
+    group.add_argument("--schedule", choices=SCHEDULES, default=None,
+                       help="FC training: 'constant' = Cohen et al.'s protocol (constant Adam rate, early stopping on the "
+                            "running training MSE: < 1e-3, or 5 epochs without a 1%% gain), 'cosine' = cosine decay to 0 over "
+                            "every epoch; None: the preset's (paper: constant, smoke: cosine)")
     group.add_argument("--input-size", type=positive_int, default=None,
                        help="sweep: image size whose feature maps set the FFT spectral norms; None: the sweep's (32 if unrecorded)")
     group.add_argument("--level", type=positive_float, default=DEFAULT_LEVEL, help="confidence level of the exponent intervals")
@@ -98,7 +103,7 @@ def main(argv=None) -> int:
         else:
             configs = fc_configs(
                 family, preset=args.preset, depths=args.depths, seeds=seeds, epochs=args.epochs, lr=args.lr,
-                batch_size=args.batch_size, device=args.device,
+                batch_size=args.batch_size, schedule=args.schedule, device=args.device,
             )  # fmt: skip
             results = launch_from_args(train_fc_run, make_specs(configs, args.out), args, job_kind="train", desc=family)
             if results is not None:

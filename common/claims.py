@@ -38,6 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from common.projection import NOT_SATURATED, SATURATED
+
 HOLDS = "holds"
 FAILS = "does not hold"
 UNDECIDABLE = "not decidable"
@@ -223,6 +225,29 @@ def projection_never_exceeds(growth_value: Sequence[float], ag_norm: Sequence[fl
     over = v > ag * (1 + PROJECTION_SLACK) + 1e-300
     ratio = float(np.max(v / np.where(ag > 0, ag, np.inf)))
     return Outcome(FAILS if over.any() else HOLDS, f"max V_S,l / AG_l = {ratio:.4f} over {len(v)} candidates; {int(over.sum())} above")
+
+
+# ----------------------------------------------------------------------------- rule: App. G
+@rule("App. G's separated test (Theorem 3) on every seed of the deepest depth probed: Gamma = max_l ||C_l|| lies in "
+      "[max(0, Gamma_hat - t), Gamma_hat + t] with probability >= 1 - alpha (t = sqrt(sum_l tr_l / (n_test alpha)), traces "
+      "from a calibration part); holds when every upper end is <= delta ('saturated within delta'); a lower end above "
+      "delta ('not saturated'): does not hold; otherwise ('undecided', no delta given, no verdict): not decidable")
+def saturated_within_delta(intervals: Mapping[str, Mapping]) -> Outcome:
+    """``intervals``: label -> App. G numbers (``lower``, ``upper``, ``t``, ``n_candidates``, ``delta``, ``verdict``)."""
+    if not intervals:
+        return Outcome(UNDECIDABLE, "no App. G interval recorded")
+    shown = "; ".join(f"{k}: {app_g_text(v)}" for k, v in intervals.items())
+    verdicts = [v["verdict"] for v in intervals.values()]
+    if NOT_SATURATED in verdicts:
+        return Outcome(FAILS, shown)
+    return Outcome(HOLDS if all(v == SATURATED for v in verdicts) else UNDECIDABLE, shown)
+
+
+def app_g_text(r: Mapping) -> str:
+    """``Gamma in [lo, hi], t = .., 7 candidates, delta = ..: verdict`` (t and the candidates beside every verdict)."""
+    where = "-" if r.get("lower") is None else f"[{fmt(r['lower'])}, {fmt(r['upper'])}]"
+    delta = "none" if r.get("delta") is None else fmt(r["delta"])
+    return f"Gamma in {where}, t = {fmt(r['t'])}, {r['n_candidates']} candidates, delta = {delta}: {r['verdict']}"
 
 
 # ----------------------------------------------------------------------------- rules: growth vs scratch
