@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args
 from common.data.vision import DATASETS
-from common.distributed import refuse_multiple_processes
 from common.experiments.train_resnet_sweep import summary_table, sweep_configs, train_resnet_run
 from common.launch import launch_from_args
 from common.runs import make_specs
@@ -50,7 +49,6 @@ def build_parser():
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    refuse_multiple_processes("01_train_resnet_sweep.py")  # under torchrun every copy would train every run
     configs = sweep_configs(**flags_for(sweep_configs, args, seeds=args.seeds if args.seeds is not None else [args.seed]))
     specs = make_specs(configs, args.out)
     results = launch_from_args(train_resnet_run, specs, args, job_kind="train", desc="resnet sweep")

@@ -15,6 +15,7 @@ run's identity: the same run may resume on another device.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob as globlib
 import hashlib
 import io
@@ -126,6 +127,21 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 def atomic_write_csv(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     """Atomically write ``rows`` (one dict per row) as a CSV with a header line (pandas)."""
     atomic_write_bytes(path, pd.DataFrame(list(rows)).to_csv(index=False).encode())
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the duration.
+
+    Shared data (a download, decoded images, token shards) is prepared by one process at a
+    time: the others wait here, then find it ready.
+    """
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -37,8 +37,6 @@ micro-batches; :class:`TokenBatches` serves fixed batches (validation, probe).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import itertools
 import json
@@ -60,7 +58,7 @@ from tqdm.auto import tqdm
 
 from common.device import cpu_count
 from common.errors import UserError
-from common.runs import atomic_file, atomic_write_json
+from common.runs import atomic_file, atomic_write_json, file_lock
 
 log = logging.getLogger(__name__)
 
@@ -383,7 +381,7 @@ def prepare_tokens(
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"--data-root {root}: cannot create {directory} ({exc.strerror}); pass a writable --data-root") from None
-    with _locked(directory / ".lock"):
+    with file_lock(directory / ".lock"):
         if (directory / META).is_file():
             return directory
         tokenizer = tokenizer or get_tokenizer(spec.tokenizer)
@@ -508,16 +506,6 @@ def _resume(directory: Path) -> _Progress:
         position=(last.doc_end, last.end_offset), val=val, train=train, val_tokens=headers[0].count,
         train_tokens=sum(h.count for h in headers[1:]),
     )  # fmt: skip
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
