@@ -21,6 +21,7 @@ Evaluation uses normalisation only.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -100,6 +101,7 @@ class VisionData:
 DATA_ROOT_DATASETS = ("cifar10", "cifar100", "imagenet100", "npz")  # the sources that read --data-root
 
 
+@functools.cache  # once per (dataset, data root), however many configs a planner builds
 def warn_unused_data_root(dataset: str, data_root: str | os.PathLike | None) -> None:
     """Log a warning when ``--data-root`` is given for a source that does not read it (digits, synthetic)."""
     if data_root and dataset not in DATA_ROOT_DATASETS:
