@@ -33,9 +33,19 @@ from __future__ import annotations
 import argparse
 
 from common import runs
-from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args, positive_float, positive_int
+from common.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    flags_for,
+    fraction,
+    make_parser,
+    non_negative_float,
+    parse_args,
+    positive_float,
+    positive_int,
+)
 from common.data.vision import DATASETS
-from common.errors import UserError
 from common.experiments.probe_ag import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_N_BATCHES,
@@ -45,20 +55,23 @@ from common.experiments.probe_ag import (
     SPLITS,
     probe_configs,
     probe_sweep_run,
-    probe_tag,
     summary_rows,
+    summary_stem,
     summary_table,
 )
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs
-from common.experiments.train_resnet_sweep import EXPERIMENT as SWEEP_EXPERIMENT
+from common.experiments.train_resnet_sweep import DEFAULT_DATASET, check_sweep_inputs, require_sweep_runs
 from common.launch import launch_from_args
 from common.paper import LOW_SIGNAL_AG
 from common.probe import BN_MODES
 from common.runs import make_specs
 
+PLANNER_FLAGS = ("split", "batch_size", "n_batches", "bn_mode", "seed", "saturation_delta", "saturation_t", "saturation_alpha",
+                 "saturation_n", "saturation_split", "saturation_cal_fraction", "device", "data_root")  # fmt: skip
+SCRIPT_FLAGS = ("dataset", "seeds", "exact", "preset")  # which sweep runs to probe; --exact's default follows --preset
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser(__doc__.split("\n\n")[0], prog="02_probe_ag.py")
+    parser = make_parser(__doc__, prog="02_probe_ag.py")
     probe = parser.add_argument_group("activation-gradient probe (paper B.1, DESIGN.md section 2)")
     probe.add_argument("--dataset", choices=DATASETS, default=None,
                        help="which sweep to probe; None: cifar10 with --preset paper, digits with smoke")
@@ -74,22 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
                        help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke, off with paper")
     sat = parser.add_argument_group("separated saturation test (App. G)")
-    sat.add_argument("--saturation-delta", type=float, default=None,
+    sat.add_argument("--saturation-delta", type=non_negative_float, default=None,
                      help="delta >= 0, in the units of ||C_l||: 'saturated within delta' when the interval's upper end is "
                           "<= delta, 'not saturated' when its lower end is > delta, else 'undecided'; None: no tolerance, "
                           "so only 'not saturated' (lower end > 0) or 'undecided'")
     sat.add_argument("--saturation-t", type=positive_float, default=None,
                      help="t > 0: the interval's half-width, fixed in advance; no calibration split, the implied alpha = "
                           "sum_l tr_l / (n t^2) is reported; None: t = sqrt(sum_l tr_l / (n_test alpha)) from the calibration part")
-    sat.add_argument("--saturation-alpha", type=float, default=SATURATION_ALPHA,
+    sat.add_argument("--saturation-alpha", type=fraction, default=SATURATION_ALPHA,
                      help="the interval's confidence is 1 - alpha (0 < alpha < 1), when --saturation-t is not given")
-    sat.add_argument("--saturation-cal-fraction", type=float, default=SATURATION_CAL_FRACTION,
+    sat.add_argument("--saturation-cal-fraction", type=fraction, default=SATURATION_CAL_FRACTION,
                      help="share of the App. G sample that calibrates the traces tr Sigma_l (the rest, n_test examples, gives C_l)")
     sat.add_argument("--saturation-n", type=positive_int, default=None,
                      help="n: examples in the App. G sample; None: every example of the split outside the analysis batches")
     sat.add_argument("--saturation-split", choices=SPLITS, default="test",
                      help="the independent probe sample (test: never trained on; train is flagged as reused training data)")
-    return parser
+    return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
 @entry_point
@@ -97,24 +110,16 @@ def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
     exact = args.exact if args.exact is not None else args.preset == "smoke"
-    sweep_dirs = finished_sweep_runs(args.out, dataset)
-    if args.seeds is not None:
-        sweep_dirs = [d for d in sweep_dirs if runs.read_json(d / runs.CONFIG)["seed"] in args.seeds]
-    if not sweep_dirs:
-        smoke = " --preset smoke" if args.preset == "smoke" else ""
-        raise UserError(
-            f"no finished sweep runs for --dataset {dataset} under {args.out / SWEEP_EXPERIMENT}; train them first: "
-            f"python 01_train_resnet_sweep.py{smoke} --dataset {dataset} --out {args.out}"
-        )
-    configs = probe_configs(sweep_dirs, **flags_for(probe_configs, args, exact=exact))
-    results = launch_from_args(probe_sweep_run, make_specs(configs, args.out), args, job_kind="probe", desc="ag probe")
+    sweep_dirs = require_sweep_runs(args.out, dataset, preset=args.preset, seeds=args.seeds)
+    configs = probe_configs(sweep_dirs, **flags_for(probe_configs, args, PLANNER_FLAGS, exact=exact))
+    specs = make_specs(configs, args.out)
+    results = launch_from_args(probe_sweep_run, specs, args, job_kind="probe", desc="ag probe", check=check_sweep_inputs)
     if results is None:
         return 0
-    rows = summary_rows(results)
+    rows = summary_rows(runs.finished_like(args.out, configs, summary_stem))  # every matching run, not only this call's
     print(summary_table(rows, LOW_SIGNAL_AG))
-    tag = probe_tag(args.split, args.batch_size, args.n_batches, exact, args.bn_mode)
-    path = args.out / EXPERIMENT / f"summary-{dataset}-{tag}.csv"
-    runs.atomic_write_csv(path, rows)
+    path = args.out / EXPERIMENT / f"{summary_stem(configs[0])}.csv"
+    runs.write_summary([(path, runs.csv_bytes(rows))], runs_found=len(rows))
     print(path)
     return 0
 

@@ -162,8 +162,7 @@ def launch(
         len(plan.todo),
         launcher,
     )
-    for spec in plan.todo:  # surface a config mismatch before anything starts
-        runs.prepare_run(spec.out, spec.config)
+    prepare_run_dirs(plan.todo)
     job = RunJob(fn)
     folder = Path(log_folder) if log_folder else default_log_folder(specs)
     if launcher == "inline":
@@ -190,8 +189,13 @@ def launch_from_args(
     job_kind: str = "train",
     desc: str = "runs",
     distributed: bool = False,
+    check: Callable[[list[dict]], None] | None = None,
 ) -> list[dict] | None:
     """What every numbered script calls: ``--dry-run`` prints the plan, else :func:`launch`.
+
+    ``check(configs)`` validates the experiment's inputs (data, trained models) of the unfinished runs
+    before any run directory is created, with ``--launcher inline`` or ``local``
+    (:func:`check_before_creating`). An empty list of runs is a :class:`UserError`.
 
     ``job_kind`` ("train", "probe", "gpt2", ...) selects the ``[job_kind]`` table of the SLURM
     profile; ``distributed`` marks multi-GPU jobs (one task per GPU, see
@@ -201,6 +205,7 @@ def launch_from_args(
     only when it gets results.
     """
     launcher = args.launcher
+    require_runs(specs, desc)
     if env_info().world_size > 1:
         if not distributed:
             refuse_torchrun()
@@ -227,6 +232,7 @@ def launch_from_args(
             print(f"--launcher slurm would submit {n} jobs ({shape}); {resolved.describe()}:")
             print(slurm.sbatch_preview(slurm.with_repo_on_path(params), default_log_folder(specs), n))
         return None
+    check_before_creating(specs, launcher, check)
     return launch(
         fn, specs, launcher=launcher, executor_params=params, desc=desc, wait=getattr(args, "wait", False), slots=slots
     )
@@ -245,6 +251,35 @@ def refuse_torchrun() -> None:
             "per run and every copy would run every run; start it once, with plain python, and use --launcher local "
             "or --launcher slurm to run several runs in parallel"
         )
+
+
+def prepare_run_dirs(todo: Sequence[RunSpec]) -> None:
+    """Prepare every unfinished run's directory, the existing ones first: a stored config that is corrupt or differs
+    stops the call before any new directory is created."""
+    for spec in sorted(todo, key=lambda s: not (s.dir / runs.CONFIG).exists()):
+        runs.prepare_run(spec.out, spec.config)
+
+
+def require_runs(specs: Sequence[RunSpec], desc: str) -> None:
+    """An empty run set is an error (README, "Runs and records"), never an empty summary."""
+    if not specs:
+        raise UserError(f"{desc}: the flags select no runs; check --depths, --seeds and the other selections")
+
+
+def check_before_creating(specs: Sequence[RunSpec], launcher: str, check: Callable[[list[dict]], None] | None = None) -> None:
+    """With ``inline`` or ``local`` (this machine runs the jobs), refuse an absent device, then run the experiment's
+    ``check`` on the unfinished runs' configs, before any run directory is created (README, "Runs and records").
+
+    With ``slurm`` nothing is checked here: the login node usually has no GPU, so the device is checked where the
+    job runs, and there a run directory holding only ``config.json`` is an unfinished run, not an error.
+    """
+    if launcher not in ("inline", "local"):
+        return
+    todo = [spec.config for spec in specs if not runs.is_done(spec.dir)]
+    for device in dict.fromkeys(str(c.get("runtime", {}).get("device") or "auto") for c in todo):
+        resolve_device(device)
+    if check is not None and todo:
+        check(todo)
 
 
 def launch_torchrun_ranks(fn: JobFn, specs: Sequence[RunSpec], args, *, desc: str = "runs") -> list[dict] | None:

@@ -464,6 +464,8 @@ def train(
     stop = settings.stopping.initial_state() if settings.stopping is not None else None
 
     state = runs.resume_state(run_dir)  # on the CPU: RNG states must stay there
+    if state is None and main:
+        _truncate_metrics(run_dir, 0)  # a fresh start (e.g. after a deleted checkpoint): no earlier epochs remain
     if state is not None:
         sharded_state = any(isinstance(k, str) for k in state["optimizer"].get("state", {}))  # FSDP's full state: keyed by name
         if sharded_state != shard and state["optimizer"].get("state"):
@@ -598,8 +600,19 @@ def finish_run(run_dir: str | Path, result: dict, *, keep_checkpoint: bool = Fal
 
 
 def load_weights(run_dir: str | Path, map_location="cpu") -> dict:
-    """The final ``state_dict`` a finished run saved with :func:`train`."""
-    return runs.load_checkpoint(Path(run_dir) / WEIGHTS, map_location)["model"]
+    """The final ``state_dict`` a finished run saved with :func:`train`.
+
+    A missing or unreadable ``model.pt`` is a :class:`UserError` whose fix is to delete the whole run
+    directory: deleting ``model.pt`` alone would leave ``result.json`` marking the run finished.
+    """
+    path = Path(run_dir) / WEIGHTS
+    fix = f"delete the run directory {run_dir} and rerun the command that trained it (it trains that run again)"
+    if not path.is_file():
+        raise UserError(f"{path} is missing from a finished run; {fix}")
+    state = runs.load_checkpoint(path, map_location, fix=fix)
+    if not isinstance(state.get("model"), dict):
+        raise UserError(f"{path} holds no model weights; {fix}")
+    return state["model"]
 
 
 def _world_size() -> int:

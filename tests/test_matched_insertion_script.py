@@ -48,10 +48,13 @@ def test_matched_insertion_table_has_every_candidate_and_alpha_with_the_paper_be
     assert len(run_dirs) == 2 and all((d / "rows.csv").is_file() and runs.is_done(d) for d in run_dirs)
 
 
-def test_default_candidate_is_the_next_growth_position(sweep_out):
+def test_default_candidate_is_the_next_growth_position_and_the_summary_keeps_every_finished_run(sweep_out):
     assert script.main([*ARGS, "--out", str(sweep_out)]) == 0
+    found = runs.collect(str(sweep_out / "matched_insertion" / "*"))
+    chosen = found[found["candidate_rule"] == "next"].set_index("depth_n")["candidates"].to_dict()
+    assert chosen == {0: [1], 1: [3]}  # end of stage 0, then of stage 1
     table = pd.read_csv(sweep_out / "matched_insertion" / "summary-synthetic.csv")
-    assert table.set_index("depth_n")["candidate"].to_dict() == {0: 1, 1: 3}  # end of stage 0, then of stage 1
+    assert len(table) == sum(len(rows) for rows in found["rows"])  # earlier calls' runs (--candidate all) stay listed
 
 
 def test_missing_sweep_run_is_one_line_naming_the_training_command(sweep_out, capsys):

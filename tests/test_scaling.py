@@ -46,7 +46,7 @@ def test_constant_weights_give_exact_statistics_and_exponents():
     c = np.random.default_rng(0).standard_normal((3, 4))
     norm = np.linalg.norm(c)
     stats = [scaling.weight_statistics([c] * L) for L in DEPTHS]
-    for L, s in zip(DEPTHS, stats, strict=True):
+    for L, s in zip(DEPTHS, stats, strict=True):  # rel 1e-12: O(L) float64 sums of the same terms, no solve
         assert s["max_norm"] == pytest.approx(norm, rel=1e-12)
         assert s["cumsum_norm"] == pytest.approx(L * norm, rel=1e-12)
         assert s["root_sum_squares"] == pytest.approx(math.sqrt(L) * norm, rel=1e-12)
@@ -69,7 +69,7 @@ def test_linearly_varying_weights_have_no_noise_part():
         split = scaling.trend_noise_split(weights)
         assert split.window is not None and split.window % 2 == 1
         assert np.abs(split.noise).max() <= 1e-10 * np.abs(split.path).max()
-        assert np.allclose(split.path[-1], sum(weights), rtol=1e-12)
+        assert np.allclose(split.path[-1], sum(weights), rtol=1e-12)  # the same L terms summed: no solve
 
 
 # ----------------------------------------------------------------------------- smooth weights
@@ -205,6 +205,7 @@ def test_power_law_fit_matches_the_textbook_slope_interval_and_refuses_too_few_d
     resid = y - y.mean() - slope * (x - x.mean())
     se = math.sqrt((resid**2).sum() / (len(x) - 2) / sxx)
     t = 2.131846786326649  # Student t, 4 degrees of freedom, 95th percentile (a two-sided 90 % interval)
+    # slope: the same O(n) centred sums by two routes (rel 1e-12); the rest pass through sqrt and a t quantile.
     assert fit.slope == pytest.approx(slope, rel=1e-12) and fit.stderr == pytest.approx(se, rel=1e-10)
     assert (fit.ci_low, fit.ci_high) == pytest.approx((slope - t * se, slope + t * se), rel=1e-9)
     assert (fit.n, fit.n_depths, fit.depth_min, fit.depth_max) == (6, 6, 3, 65)
@@ -248,5 +249,5 @@ def test_folded_batchnorm_conv_equals_conv_then_batchnorm_in_eval_mode():
         conv.weight.detach(), running_mean=bn.running_mean, running_var=bn.running_var, gamma=bn.weight.detach(),
         beta=bn.bias.detach(), eps=bn.eps,
     )  # fmt: skip
-    with torch.no_grad():
+    with torch.no_grad():  # 27-term float64 sums of the same products, scaled before or after: no solve
         assert torch.allclose(F.conv2d(x, weight, bias, padding=1), bn(conv(x)), rtol=1e-12, atol=1e-12)

@@ -22,9 +22,11 @@ Evaluation uses normalisation only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import math
+import os
 import pickle
 import socket
 from collections.abc import Iterator
@@ -95,6 +97,16 @@ class VisionData:
     @property
     def image_shape(self) -> tuple[int, int, int]:
         return tuple(self.x_train.shape[1:])  # type: ignore[return-value]
+
+
+DATA_ROOT_DATASETS = ("cifar10", "cifar100", "imagenet100", "npz")  # the sources that read --data-root
+
+
+@functools.cache  # once per (dataset, data root), however many configs a planner builds
+def warn_unused_data_root(dataset: str, data_root: str | os.PathLike | None) -> None:
+    """Log a warning when ``--data-root`` is given for a source that does not read it (digits, synthetic)."""
+    if data_root and dataset not in DATA_ROOT_DATASETS:
+        log.warning("--data-root %s is not used: --dataset %s reads no files (only %s do)", data_root, dataset, ", ".join(DATA_ROOT_DATASETS))
 
 
 def load_vision(

@@ -118,9 +118,22 @@ class Records:
     elsewhere: dict[str, set[str]] = field(default_factory=dict)  # experiment -> presets present but not selected
 
 
+REQUIRED = {  # keys every finished run's config + result must hold for the tables below (else one line naming the file)
+    "resnet_sweep": ("preset", "dataset", "depth_n", "seed"),
+    "ag_probe": ("dataset", "depth_n", "seed", "sweep_run"),
+    gpt2_ascend.EXPERIMENT: ("preset", "n_layer", "seed"),
+    PYTHIA_EXPERIMENT: ("preset",),
+    matched_insertion.EXPERIMENT: ("dataset", "sweep_run", "rows"),
+    weight_scaling.EXPERIMENT: ("family",),
+    growth_vs_scratch.EXPERIMENT: ("dataset",),
+}
+
+
 def collect(out: Path, experiment: str) -> pd.DataFrame:
     """Every finished run of ``experiment`` under ``out`` (config and result columns), or an empty frame."""
-    return runs.collect(str(out / experiment / "*")) if (out / experiment).is_dir() else pd.DataFrame()
+    if not (out / experiment).is_dir():
+        return pd.DataFrame()
+    return runs.collect(str(out / experiment / "*"), required=REQUIRED.get(experiment, ()))
 
 
 def select_preset(df: pd.DataFrame, preset: str, experiment: str, elsewhere: dict[str, set[str]]) -> pd.DataFrame:

@@ -29,9 +29,10 @@ from pathlib import Path
 import torch
 
 from common import runs
-from common.data.vision import TensorLoader
+from common.data.vision import TensorLoader, warn_unused_data_root
 from common.device import resolve_device
 from common.errors import UserError
+from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
 from common.experiments.train_resnet_sweep import load_sweep_run
 from common.probe import BN_MODES, probe_activation_gradients
 from common.projection import NO_VERDICT, SATURATION_STATISTIC, gamma_interval, saturation_interval, saturation_verdict
@@ -50,6 +51,13 @@ SATURATION_CAL_FRACTION = 0.25  # App. G: the calibration part's share of the in
 def probe_tag(split: str, batch_size: int, n_batches: int, exact: bool, bn_mode: str) -> str:
     """Readable name of the probe settings, e.g. ``train-b128x10-exact`` (run names, summary CSV)."""
     return f"{split}-b{batch_size}x{n_batches}" + ("-exact" if exact else "") + ("" if bn_mode == "eval" else f"-bn{bn_mode}")
+
+
+def summary_stem(config: dict) -> str:
+    """``summary-<dataset>-<probe tag>``: the summary file a probe run's row belongs in (every finished run with this
+    stem is listed there, whatever call probed it)."""
+    keys = [config.get(k) for k in ("split", "batch_size", "n_batches", "exact", "bn_mode")]
+    return f"summary-{config.get('dataset')}-{probe_tag(*keys)}"
 
 
 def probe_configs(
@@ -92,7 +100,9 @@ def probe_configs(
     configs = []
     for directory in sweep_dirs:
         directory = Path(directory)
-        sweep = runs.read_json(directory / runs.CONFIG)
+        sweep = runs.read_config(directory, SWEEP_CONFIG_KEYS)
+        warn_unused_data_root(sweep["dataset"], data_root)
+        check_sample_sizes(directory, split, batch_size, n_batches, saturation_split)
         tag = probe_tag(split, batch_size, n_batches, exact, bn_mode)
         configs.append(
             {
@@ -128,6 +138,31 @@ def probe_configs(
             }
         )
     return configs
+
+
+def check_sample_sizes(sweep_dir: Path, split: str, batch_size: int, n_batches: int, saturation_split: str) -> None:
+    """Refuse analysis batches the split cannot fill, and an App. G sample of fewer than 2 examples (README, script 02).
+
+    The split sizes come from the sweep run's ``result.json`` (``train_size``, ``test_size``); a run without
+    them is checked by the job itself. Probing fewer or smaller batches than asked would change ``AG_l``'s
+    meaning (an average over B batches of size b) under a record named after the request.
+    """
+    result = runs.read_result(sweep_dir)
+    size = result.get(f"{split}_size")
+    if not isinstance(size, int):
+        return
+    if size < batch_size * n_batches:
+        fit = f"at most --n-batches {size // batch_size}" if size >= batch_size else f"--batch-size {size} or less"
+        raise UserError(
+            f"--n-batches {n_batches} --batch-size {batch_size}: the {split} split of {sweep_dir.name} holds {size} examples, "
+            f"fewer than {batch_size * n_batches}; use {fit} (or another --split)"
+        )
+    left = result.get(f"{saturation_split}_size")
+    if saturation_split == split and isinstance(left, int) and left - batch_size * n_batches < 2:
+        raise UserError(
+            f"--saturation-split {saturation_split}: the analysis batches take {batch_size * n_batches} of its {left} examples, "
+            "leaving fewer than 2 for the App. G sample; use --saturation-split test, or fewer --n-batches"
+        )
 
 
 def probe_sweep_run(spec) -> dict:
@@ -339,18 +374,11 @@ def _selection_seed(seed: int, split: str) -> int:
 
 
 def _fit_batches(available: int, batch_size: int, n_batches: int, split: str) -> tuple[int, int]:
-    """``(batch size, number of batches)`` that fit in ``available`` examples (fewer or smaller when short)."""
-    if available <= 0:
+    """``(batch size, number of batches)`` when ``available`` examples hold them; else a :class:`UserError`
+    (never fewer or smaller batches than the run's name says: README, script 02)."""
+    if available < batch_size * n_batches:
         raise UserError(
-            f"the {split} split has no examples left to probe (the analysis batches took them); use a smaller "
-            "--batch-size or --n-batches, or another --split / --saturation-split"
+            f"--n-batches {n_batches} --batch-size {batch_size}: the {split} split holds {available} examples, fewer than "
+            f"{batch_size * n_batches}; use fewer or smaller batches (or another --split)"
         )
-    if available >= batch_size * n_batches:
-        return batch_size, n_batches
-    size = min(batch_size, available)
-    count = max(1, min(n_batches, available // size))
-    log.warning(
-        "the %s split has %d examples left: probing %d batches of %d instead of %d of %d",
-        split, available, count, size, n_batches, batch_size,
-    )
-    return size, count
+    return batch_size, n_batches

@@ -67,6 +67,7 @@ from common import runs, scaling
 from common.data.neural_ode import BatchLoader, make_neural_ode_data
 from common.device import cpu_threads, resolve_device, seed_everything
 from common.errors import UserError
+from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
 from common.experiments.train_resnet_sweep import load_trained_resnet
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
@@ -291,7 +292,7 @@ def sweep_analysis_configs(sweep_dirs: Iterable[Path], *, input_size: int | None
     """One analysis config per finished sweep run (identity: the sweep run and the FFT input size); runs on the CPU."""
     configs = []
     for sweep_dir in sweep_dirs:
-        sweep = runs.read_json(Path(sweep_dir) / runs.CONFIG)
+        sweep = runs.read_config(sweep_dir, SWEEP_CONFIG_KEYS)
         size = input_size or sweep.get("data", {}).get("image_size") or 32
         configs.append(
             {
@@ -473,6 +474,12 @@ def exponent_markdown(rows: Sequence[dict]) -> str:
 def record_rows(results: Iterable[dict]) -> list[dict]:
     """Every per-depth record of finished runs, columns in :data:`RECORD_COLUMNS` order (missing ones empty)."""
     return [{k: record.get(k) for k in RECORD_COLUMNS} for result in results for record in result["records"]]
+
+
+def summary_key(config: dict) -> list:
+    """The runs one summary lists: an FC family's runs of one preset, or the sweep analyses of one dataset."""
+    family = config.get("family")
+    return [family, config.get("dataset") if family == "sweep" else config.get("preset")]
 
 
 def summary_tag(family: str, dataset: str | None = None) -> str:
