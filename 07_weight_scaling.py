@@ -68,7 +68,7 @@ from common.scaling import DEFAULT_LEVEL
 
 log = logging.getLogger("07_weight_scaling")
 
-PLANNER_FLAGS = ("preset", "depths", "epochs", "lr", "batch_size", "device", "input_size")  # fc_configs, sweep_analysis_configs
+PLANNER_FLAGS = ("preset", "depths", "epochs", "lr", "batch_size", "schedule", "device", "input_size")  # fc_configs, sweep_analysis_configs
 SCRIPT_FLAGS = ("family", "dataset", "seeds", "seed", "level")  # which families; the seeds: --seeds, else --seed; the fits
 
 

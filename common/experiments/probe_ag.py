@@ -300,13 +300,20 @@ def summary_table(rows: list[dict], low_signal: float) -> str:
     if rows:
         first, b = rows[0], rows[0]["batch_size"]
         delta = "none given" if first["saturation_delta"] is None else f"{first['saturation_delta']:g}"
-        if first["saturation_n_cal"]:
-            source = (f"t = sqrt(sum_l tr_l / (n_test alpha)), alpha = {first['saturation_alpha']:g}, tr_l from a calibration "
-                      f"part of {first['saturation_n_cal']} examples, C_l from a test part of n_test = {first['saturation_n_test']} "
-                      f"(split seed {first['saturation_split_seed']}); coverage is conditional on the calibration traces")
-        else:
-            source = (f"t given, no split: C_l and tr_l from all n = {first['saturation_n_test']} examples; implied alpha = "
-                      f"sum_l tr_l / (n t^2) = {first['saturation_alpha']:.3g} in the first row")
+        sources = []  # rows probed with a calibration split, and rows probed at a given t, each described once
+        for split_rows in ([r for r in rows if r["saturation_n_cal"]], [r for r in rows if not r["saturation_n_cal"]]):
+            if not split_rows:
+                continue
+            one = split_rows[0]
+            if one["saturation_n_cal"]:
+                sources.append(f"t = sqrt(sum_l tr_l / (n_test alpha)), alpha = {one['saturation_alpha']:g}, tr_l from a "
+                               f"calibration part of {one['saturation_n_cal']} examples, C_l from a test part of n_test = "
+                               f"{one['saturation_n_test']} (split seed {one['saturation_split_seed']}); coverage is "
+                               "conditional on the calibration traces")
+            else:
+                sources.append(f"t given, no split: C_l and tr_l from all n = {one['saturation_n_test']} examples; implied "
+                               f"alpha = sum_l tr_l / (n t^2) = {one['saturation_alpha']:.3g} in the first such row")
+        source = "; for other rows, ".join(sources)
         lines += [
             f"* below {low_signal:g}, the paper's low-signal line (common.paper.LOW_SIGNAL_AG), in either reading: AGmax is "
             f"the norm of the batch-mean loss gradient at batch size {b} (x{first['n_batches']} batches, {first['split']} "
