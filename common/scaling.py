@@ -79,6 +79,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from scipy import signal, stats
+from torch.nn.utils.fusion import fuse_conv_bn_weights
 
 NORMS = ("fro", "spectral")
 TREND_WINDOW_FRACTION = 0.1  # window of the trend filter, as a fraction of the L + 1 path points
@@ -345,7 +346,11 @@ def fold_batchnorm(
     weight: torch.Tensor, *, running_mean: torch.Tensor, running_var: torch.Tensor, gamma: torch.Tensor,
     beta: torch.Tensor, eps: float, bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """``(W', b')`` with ``conv_{W', b'} = BN_eval o conv_{W, b}``: ``W' = W * gamma / sqrt(var + eps)`` per output channel."""
-    scale = gamma / torch.sqrt(running_var + eps)
-    folded_bias = beta + scale * ((bias if bias is not None else torch.zeros_like(running_mean)) - running_mean)
-    return weight * scale.reshape(-1, *([1] * (weight.dim() - 1))), folded_bias
+    """``(W', b')`` with ``conv_{W', b'} = BN_eval o conv_{W, b}``: ``W' = W * gamma / sqrt(var + eps)`` per output channel,
+    ``b' = beta + (b - mean) * gamma / sqrt(var + eps)``.
+
+    Torch's own folding (:func:`torch.nn.utils.fusion.fuse_conv_bn_weights`, the one ``torch.fx`` fusion
+    uses), with the BatchNorm's tensors passed by name; plain tensors come back (no autograd).
+    """
+    folded_weight, folded_bias = fuse_conv_bn_weights(weight, bias, running_mean, running_var, eps, gamma, beta)
+    return folded_weight.detach(), folded_bias.detach()

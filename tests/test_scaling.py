@@ -251,3 +251,20 @@ def test_folded_batchnorm_conv_equals_conv_then_batchnorm_in_eval_mode():
     )  # fmt: skip
     with torch.no_grad():  # 27-term float64 sums of the same products, scaled before or after: no solve
         assert torch.allclose(F.conv2d(x, weight, bias, padding=1), bn(conv(x)), rtol=1e-12, atol=1e-12)
+
+
+def test_torch_batchnorm_folding_equals_the_earlier_formula_to_float64_rounding():
+    # The earlier own formula: W' = W * (gamma / sqrt(var + eps)), b' = beta + scale (b - mean). Torch's
+    # fuse_conv_bn_weights rounds differently (rsqrt, then times gamma): a few ulps apart, no more. Bound:
+    # 8 ulps of each term's magnitude (each side rounds at most 4 times).
+    g = torch.Generator().manual_seed(11)
+    weight, conv_bias = torch.randn(6, 4, 3, 3, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64)
+    mean, gamma, beta = (torch.randn(6, generator=g, dtype=torch.float64) for _ in range(3))
+    var, eps = torch.rand(6, generator=g, dtype=torch.float64) * 3 + 0.01, 1e-5
+    scale = gamma / torch.sqrt(var + eps)
+    ulps = 8 * torch.finfo(torch.float64).eps
+    folded, bias = scaling.fold_batchnorm(weight, running_mean=mean, running_var=var, gamma=gamma, beta=beta, eps=eps, bias=conv_bias)
+    old = weight * scale.reshape(-1, 1, 1, 1)
+    assert ((folded - old).abs() <= ulps * old.abs()).all()
+    assert ((bias - (beta + scale * (conv_bias - mean))).abs() <= ulps * (beta.abs() + (scale * (conv_bias - mean)).abs())).all()
+    assert not folded.requires_grad and type(folded) is torch.Tensor  # plain tensors, not nn.Parameter
