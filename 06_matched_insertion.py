@@ -16,7 +16,16 @@ function is :func:`common.experiments.matched_insertion.matched_insertion_run`.
 from __future__ import annotations
 
 from common import runs
-from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args, positive_float, positive_int
+from common.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    flags_for,
+    make_parser,
+    parse_args,
+    positive_float,
+    positive_int,
+)
 from common.data.vision import DATASETS
 from common.experiments.matched_insertion import (
     DEFAULT_CANDIDATE,
@@ -26,14 +35,18 @@ from common.experiments.matched_insertion import (
     matched_insertion_run,
     summary_markdown,
     summary_rows,
+    summary_stem,
 )
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET
+from common.experiments.train_resnet_sweep import DEFAULT_DATASET, check_sweep_inputs
 from common.launch import launch_from_args
 from common.runs import make_specs
 
+PLANNER_FLAGS = ("preset", "data_root", "depths", "seeds", "candidate", "alphas", "fit", "gd_steps", "seed", "device")
+SCRIPT_FLAGS = ("dataset",)  # its default follows --preset
+
 
 def build_parser():
-    parser = make_parser(__doc__.split("\n\n")[0], prog="06_matched_insertion.py")
+    parser = make_parser(__doc__, prog="06_matched_insertion.py")
     group = parser.add_argument_group("matched insertion (App. H.1)")
     group.add_argument("--dataset", choices=DATASETS, default=None,
                        help="which sweep; None: cifar10 with --preset paper, digits with smoke")
@@ -48,23 +61,25 @@ def build_parser():
     group.add_argument("--fit", choices=FITS, default="closed-form",
                        help="closed-form: W = P^+ X; gradient-descent: a check of it on small cases (caches the examples)")
     group.add_argument("--gd-steps", type=positive_int, default=2000, help="steps of --fit gradient-descent")
-    return parser
+    return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
-    configs = matched_configs(**flags_for(matched_configs, args, dataset=dataset))
-    results = launch_from_args(matched_insertion_run, make_specs(configs, args.out), args, job_kind="probe", desc="matched insertion")
+    configs = matched_configs(**flags_for(matched_configs, args, PLANNER_FLAGS, dataset=dataset, out=args.out))
+    specs = make_specs(configs, args.out)
+    results = launch_from_args(matched_insertion_run, specs, args, job_kind="probe", desc="matched insertion", check=check_sweep_inputs)
     if results is None:
         return 0
-    rows = summary_rows(results)
+    found = runs.finished_like(args.out, configs, summary_stem)  # every matching run, not only this call's
+    rows = summary_rows(found)
     table = summary_markdown(rows)
     print(table)
-    stem = args.out / EXPERIMENT / f"summary-{dataset}"
-    runs.atomic_write_csv(stem.with_suffix(".csv"), rows)
-    runs.atomic_write_bytes(stem.with_suffix(".md"), (table + "\n").encode())
+    stem = args.out / EXPERIMENT / summary_stem(configs[0])
+    files = [(stem.with_suffix(".csv"), runs.csv_bytes(rows)), (stem.with_suffix(".md"), (table + "\n").encode())]
+    runs.write_summary(files, runs_found=len(found))
     print(stem.with_suffix(".md"))
     return 0
 

@@ -20,19 +20,22 @@ import logging
 import time
 from pathlib import Path
 
-from common.cli import entry_point, make_parser, parse_args
+from common.cli import check_flag_use, ensure_writable_dir, entry_point, make_parser, parse_args
 from common.experiments.make_figures import FIGURES, IDENTITY, build, verdict_counts
 
 log = logging.getLogger("08_make_figures")
 
+SCRIPT_FLAGS = ("preset", "figures_dir", "dry_run")  # it reads records and launches nothing
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser(__doc__.split("\n\n")[0], prog="08_make_figures.py")
+    parser = make_parser(__doc__, prog="08_make_figures.py", launches=False)
     group = parser.add_argument_group("figures and claims report")
     group.add_argument("--figures-dir", type=Path, default=None,
                        help=f"where the figures, tables/ and claims.md go; None: <out>/{FIGURES} "
                             "(the repository's committed paper-scale figures: --figures-dir figures)")  # fmt: skip
-    return parser
+    group.add_argument("--dry-run", action="store_true", help="say what would be read and written, and exit")
+    return check_flag_use(parser, script=SCRIPT_FLAGS, launches=False)
 
 
 @entry_point
@@ -42,6 +45,7 @@ def main(argv=None) -> int:
     if args.dry_run:
         print(f"would read the {args.preset} records under {args.out} and write figures, tables and claims.md into {figures_dir}")
         return 0
+    ensure_writable_dir(figures_dir, flag="--figures-dir" if args.figures_dir is not None else "--out")
     start = time.perf_counter()
     report = build(args.out, figures_dir, args.preset)
     for line in report.skipped:

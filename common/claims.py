@@ -53,6 +53,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
+from common.projection import NOT_SATURATED, SATURATED
+
 HOLDS = "holds"
 FAILS = "does not hold"
 UNDECIDABLE = "not decidable"
@@ -616,6 +618,30 @@ def sign_within_tolerance(estimates: Mapping[str, float | tuple[float, float, fl
         verdict = region_verdict(intervals, low, high, intervals)
     shown = ", ".join(f"{k}: {v[0]:+.3f}" + ("" if bare else f" [{v[1]:+.3f}, {v[2]:+.3f}]") for k, v in fitted.items())
     return Outcome(verdict, shown + ("; no intervals given: point estimates only" if bare else ""))
+
+
+# ----------------------------------------------------------------------------- rule: App. G
+# Its error rates (coverage, wrong verdicts, power) are measured in tests/test_saturation.py, on App. G's own intervals.
+@rule("App. G's separated test (Theorem 3) on every seed of the deepest depth probed: Gamma = max_l ||C_l|| lies in "
+      "[max(0, Gamma_hat - t), Gamma_hat + t] with probability >= 1 - alpha (t = sqrt(sum_l tr_l / (n_test alpha)), traces "
+      "from a calibration part); holds when every upper end is <= delta ('saturated within delta'); a lower end above "
+      "delta ('not saturated'): does not hold; otherwise ('undecided', no delta given, no verdict): not decidable")
+def saturated_within_delta(intervals: Mapping[str, Mapping]) -> Outcome:
+    """``intervals``: label -> App. G numbers (``lower``, ``upper``, ``t``, ``n_candidates``, ``delta``, ``verdict``)."""
+    if not intervals:
+        return Outcome(UNDECIDABLE, "no App. G interval recorded")
+    shown = "; ".join(f"{k}: {app_g_text(v)}" for k, v in intervals.items())
+    verdicts = [v["verdict"] for v in intervals.values()]
+    if NOT_SATURATED in verdicts:
+        return Outcome(FAILS, shown)
+    return Outcome(HOLDS if all(v == SATURATED for v in verdicts) else UNDECIDABLE, shown)
+
+
+def app_g_text(r: Mapping) -> str:
+    """``Gamma in [lo, hi], t = .., 7 candidates, delta = ..: verdict`` (t and the candidates beside every verdict)."""
+    where = "-" if r.get("lower") is None else f"[{fmt(r['lower'])}, {fmt(r['upper'])}]"
+    delta = "none" if r.get("delta") is None else fmt(r["delta"])
+    return f"Gamma in {where}, t = {fmt(r['t'])}, {r['n_candidates']} candidates, delta = {delta}: {r['verdict']}"
 
 
 # ----------------------------------------------------------------------------- identity checks (not claims)

@@ -13,9 +13,8 @@ HCCL backend). Each process computes on ``<type>:<local_rank>`` when it sees eve
 node, and on ``<type>:0`` when SLURM binds one device per task (``--gpus-per-task``,
 ``--gpu-bind``: each process sees only its own); :func:`local_device_index` decides.
 
-Scripts whose runs are one process each (script 01) refuse to be started N times by
-``torchrun`` (:func:`refuse_multiple_processes`): the copies would all write the same run
-directories.
+Scripts whose runs are one process each refuse to be started N times by ``torchrun``
+(:func:`common.launch.refuse_torchrun`): the copies would all write the same run directories.
 """
 
 from __future__ import annotations
@@ -112,21 +111,6 @@ def init_distributed(device: str | torch.device = "cpu") -> DistInfo:
         dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size)
         log.info("rank %d of %d (local rank %d, %s) joined the %s process group", rank, world_size, local_rank, where or kind, backend)
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, backend=backend, device=where)
-
-
-def refuse_multiple_processes(script: str) -> None:
-    """Raise a :class:`UserError` when started as one of several processes (``torchrun``, ``WORLD_SIZE > 1``).
-
-    For scripts that run one process per run: every copy would run the whole plan and write
-    the same run directories.
-    """
-    world_size = os.environ.get("WORLD_SIZE", "1")
-    if world_size.isdigit() and int(world_size) > 1:
-        raise UserError(
-            f"{script} was started as one of {world_size} processes (torchrun or WORLD_SIZE={world_size}), but it runs "
-            "one process per run; start it once, with plain python, and use --launcher local or --launcher slurm "
-            "to train several depths in parallel"
-        )
 
 
 def destroy_distributed() -> None:

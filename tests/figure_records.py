@@ -12,6 +12,7 @@ from pathlib import Path
 
 from common import runs
 from common.experiments import growth_vs_scratch, matched_insertion, weight_scaling
+from common.projection import saturation_interval
 
 ALL = ("sweep", "probe", "gpt2", "pythia", "growth", "matched", "scaling")
 
@@ -29,10 +30,17 @@ def ag_falling(n: int, seed: int = 0) -> float:
     return 0.05 * 0.55**n * (1 + 0.01 * seed)
 
 
+def app_g_shrinking(n: int, seed: int) -> dict:
+    """App. G's record (new format) with Gamma_hat = 0.01 * 0.5^N, t = 0.005 and delta = 0.02: saturated from N = 2 on."""
+    return {**saturation_interval([0.01 * 0.5**n], [1.0], n=1000, t=0.005, delta=0.02).as_record(), "n_cal": 250, "n_test": 1000,
+            "split_seed": 1, "statistic_source": "calibration split"}  # fmt: skip
+
+
 def sweep_and_probe(out: Path, *, preset: str = "smoke", dataset: str = "digits", depths=(0, 1, 2, 4, 6, 8), seeds=(0,),
                     ag=ag_falling, train_loss=lambda n, s: 0.5 / (1 + n) + 0.001 * s, test_loss=lambda n, s: 0.6 + 0.001 * s,
-                    exact: bool = True) -> None:  # fmt: skip
-    """Script 01's runs and script 02's probes of them: AGmax ``ag(n, seed)``; candidates 0..4+N."""
+                    exact: bool = True, app_g=app_g_shrinking) -> None:  # fmt: skip
+    """Script 01's runs and script 02's probes of them: AGmax ``ag(n, seed)``; candidates 0..4+N; App. G's
+    ``saturation`` record ``app_g(n, seed)``."""
     for seed in seeds:
         for n in depths:
             sweep_name = f"{dataset}-resnet{8 + n}-n{n}-seed{seed}-abcd1234"
@@ -43,7 +51,8 @@ def sweep_and_probe(out: Path, *, preset: str = "smoke", dataset: str = "digits"
                       "growth_value": (0.9 * top * (0.5 + 0.5 * i / (3 + n))) if exact else None} for i in range(4 + n)]  # fmt: skip
             config = {"sweep_run": sweep_name, "dataset": dataset, "depth_n": n, "depth_label": 8 + n, "seed": seed, "split": "train",
                       "batch_size": 128, "n_batches": 10, "bn_mode": "eval", "probe_seed": 0, "exact": exact}  # fmt: skip
-            result = {"ag_max": top, "ag_max_per_example": 8 * top, "ag_max_blocks": top * 0.9, "exact": exact, "candidates": cands}
+            result = {"ag_max": top, "ag_max_per_example": 8 * top, "ag_max_blocks": top * 0.9, "exact": exact, "candidates": cands,
+                      "saturation": app_g(n, seed)}  # fmt: skip
             write_run(out, "ag_probe", f"{sweep_name}-probe", config, result)
 
 
@@ -131,17 +140,19 @@ def matched(out: Path, *, preset: str = "smoke", dataset: str = "digits", drops=
                       "candidate_rule": rule, "fit": "closed-form"}, {"rows": rows})  # fmt: skip
 
 
-def scaling(out: Path, *, preset: str = "smoke", beta: float = 0.3, alpha: float = 0.7) -> None:
-    """07's FC runs: statistics following exact power laws in the depth L (beta from the cumulative sum, alpha from delta)."""
+def scaling(out: Path, *, preset: str = "smoke", beta: float = 0.3, alpha: float = 0.7, diffusive: float = 0.0) -> None:
+    """07's FC runs: statistics following exact power laws in the depth L (beta from the max norm, alpha from delta);
+    the cumulative sums grow like ``L^(1 - beta - diffusive)``, so Step 2 reads ``beta + diffusive`` (i.i.d. weights:
+    ``diffusive = 1/2``)."""
     for family in ("fc-tanh", "fc-relu"):
         for L in (4, 8, 16, 32, 64):
             base = {"family": family, "dataset": "synthetic", "seed": 0, "run": f"{family}-L{L}", "stage": 0, "norm": "fro",
                     "depth": L, "network_depth": L}  # fmt: skip
             records = [
-                {**base, "tensor": "A", "max_norm": L**-beta, "cumsum_norm": L ** (1 - beta), "root_sum_squares": L ** (0.5 - beta),
-                 "max_increment": L ** (-beta - 1)},
+                {**base, "tensor": "A", "max_norm": L**-beta, "cumsum_norm": L ** (1 - beta - diffusive),
+                 "root_sum_squares": L ** (0.5 - beta), "max_increment": L ** (-beta - 1)},
                 {**base, "tensor": "delta", "max_norm": L**-alpha, "cumsum_norm": L ** (1 - alpha)},
-                {**base, "tensor": "delta_A", "max_norm": L ** -(alpha + beta), "cumsum_norm": L ** (1 - alpha - beta)},
+                {**base, "tensor": "delta_A", "max_norm": L ** -(alpha + beta), "cumsum_norm": L ** (1 - alpha - beta - diffusive)},
             ]  # fmt: skip
             write_run(out, "weight_scaling", f"{family}-L{L}", {"preset": preset, "family": family, "dataset": "synthetic"},
                       {"records": [{k: r.get(k) for k in weight_scaling.RECORD_COLUMNS} for r in records]})  # fmt: skip

@@ -55,8 +55,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from common import claims, paper, plots, runs
-from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, weight_scaling
+from common import claims, paper, plots, runs, scaling
+from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, probe_ag, weight_scaling
 from common.experiments.probe_ag import DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, probe_tag
 from common.models.resnet import BACKBONE_DEPTH
 
@@ -154,9 +154,22 @@ class Records:
     elsewhere: dict[str, set[str]] = field(default_factory=dict)  # experiment -> presets present but not selected
 
 
+REQUIRED = {  # keys every finished run's config + result must hold for the tables below (else one line naming the file)
+    "resnet_sweep": ("preset", "dataset", "depth_n", "seed"),
+    "ag_probe": ("dataset", "depth_n", "seed", "sweep_run"),
+    gpt2_ascend.EXPERIMENT: ("preset", "n_layer", "seed"),
+    PYTHIA_EXPERIMENT: ("preset",),
+    matched_insertion.EXPERIMENT: ("dataset", "sweep_run", "rows"),
+    weight_scaling.EXPERIMENT: ("family",),
+    growth_vs_scratch.EXPERIMENT: ("dataset",),
+}
+
+
 def collect(out: Path, experiment: str) -> pd.DataFrame:
     """Every finished run of ``experiment`` under ``out`` (config and result columns), or an empty frame."""
-    return runs.collect(str(out / experiment / "*")) if (out / experiment).is_dir() else pd.DataFrame()
+    if not (out / experiment).is_dir():
+        return pd.DataFrame()
+    return runs.collect(str(out / experiment / "*"), required=REQUIRED.get(experiment, ()))
 
 
 def select_preset(df: pd.DataFrame, preset: str, experiment: str, elsewhere: dict[str, set[str]]) -> pd.DataFrame:
@@ -429,6 +442,25 @@ def projection_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     return [claim_row(claim, paper.PROJECTION_BOUND, fn, fn(c["growth_value"], c["ag_norm"]), records, rec.preset, IDENTITY)]
 
 
+def saturation_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
+    """App. G at the deepest depth probed, per dataset: every seed's interval, t, number of candidates and verdict."""
+    claim, fn = "the deepest models probed are first-order saturated within delta (App. G)", claims.saturated_within_delta
+    if rec.probe.empty:
+        return [claim_row(claim, paper.SEPARATED_TEST, fn, None, f"none: {cmd['probe']}", rec.preset)]
+    rows = []
+    for dataset, group in rec.probe.groupby("dataset"):
+        deepest = group[group["depth_n"] == group["depth_n"].max()]
+        found = deepest.dropna(subset=["saturation"]) if "saturation" in deepest else deepest.iloc[:0]
+        summaries = {f"ResNet-{r['depth_label']} seed {r['seed']}": probe_ag.saturation_summary(r["saturation"])
+                     for r in found.to_dict("records")}  # fmt: skip
+        n_test = sorted({s["n_test"] for s in summaries.values()})
+        records = describe(rec.preset, dataset, found["seed"], len(found),
+                           f"ResNet-{int(BACKBONE_DEPTH + deepest['depth_n'].iloc[0])}, probe {rec.probe_settings[dataset]}, "
+                           f"n_test {', '.join(map(str, n_test)) or '-'}")  # fmt: skip
+        rows.append(claim_row(f"{claim} ({dataset})", paper.SEPARATED_TEST, fn, fn(summaries), records, rec.preset))
+    return rows
+
+
 def decoder_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     """AGmax falls with depth: the GPT-2 sweep (over L) and the probed Pythia models (across models)."""
     rows = []
@@ -567,50 +599,66 @@ def matched_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     return out
 
 
-SCALING_CLAIMS = (  # (claim, family, tensor, exponent, paper value, side or None for "within ±0.1")
-    ("fc-tanh: beta from the cumulative-sum norm", "fc-tanh", "A", "beta", paper.COHEN_TANH_BETA, None),
-    ("fc-tanh: beta from the max norm (Hypothesis 1)", "fc-tanh", "A", "max_norm_exponent", paper.COHEN_TANH_BETA, None),
-    ("fc-tanh: alpha from max |delta_k|", "fc-tanh", "delta", "alpha", paper.COHEN_TANH_ALPHA, None),
-    ("fc-relu: alpha + beta from |delta_k| A_k", "fc-relu", "delta_A", "alpha_plus_beta", paper.COHEN_RELU_ALPHA_PLUS_BETA, None),
-    ("ResNet sweep (BatchNorm folded): max norm exponent ~0", "sweep", None, "max_norm_exponent", paper.COHEN_CONV_MAX_NORM_EXPONENT, None),
-    ("ResNet sweep (BatchNorm folded): scaled increments bounded, nu >= 0", "sweep", None, "nu", paper.COHEN_CONV_BOUNDED["nu"], ">= 0"),
-    ("ResNet sweep (BatchNorm folded): root sum of squares bounded", "sweep", None, "rss_slope", paper.COHEN_CONV_BOUNDED["rss_slope"], "<= 0"),
+SCALING_CLAIMS = (  # (claim, family, tensor, exponent of the verdict, Step 2's exponent beside it, paper value, side or None for ±0.1)
+    ("fc-tanh: beta", "fc-tanh", "A", "max_norm_exponent", "beta", paper.COHEN_TANH_BETA, None),
+    ("fc-tanh: alpha from max |delta_k|", "fc-tanh", "delta", "alpha", None, paper.COHEN_TANH_ALPHA, None),
+    ("fc-relu: alpha + beta from |delta_k| A_k", "fc-relu", "delta_A", "alpha_plus_beta_max_norm", "alpha_plus_beta",
+     paper.COHEN_RELU_ALPHA_PLUS_BETA, None),
+    ("ResNet sweep (BatchNorm folded): max norm exponent ~0", "sweep", None, "max_norm_exponent", None,
+     paper.COHEN_CONV_MAX_NORM_EXPONENT, None),
+    ("ResNet sweep (BatchNorm folded): scaled increments bounded, nu >= 0", "sweep", None, "nu_max_norm", "nu",
+     paper.COHEN_CONV_BOUNDED["nu"], ">= 0"),
+    ("ResNet sweep (BatchNorm folded): root sum of squares bounded", "sweep", None, "rss_slope", None,
+     paper.COHEN_CONV_BOUNDED["rss_slope"], "<= 0"),
 )  # fmt: skip
 
 
 def scaling_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
-    """Cohen et al.'s exponents against 07's fits (Frobenius norm): FC families within ±0.1, the sweep's bounds."""
+    """Cohen et al.'s exponents against 07's fits (Frobenius norm): FC families within ±0.1, the sweep's bounds.
+
+    A beta-based verdict uses the max-norm estimator (how their figures were read); Step 2's cumulative-sum
+    estimate (their text) is shown beside it in the reproduced value, not used."""
     rows = []
-    for claim, family, tensor, exponent, said, side in SCALING_CLAIMS:
+    for claim, family, tensor, exponent, step2, said, side in SCALING_CLAIMS:
         fn = claims.exponent_within_tolerance if side is None else claims.sign_within_tolerance
         paper_text = f"{said}" if side is None or isinstance(said, str) else f"{side}"
+        if step2 is not None:
+            claim = f"{claim}, {scaling.MAX_NORM_ESTIMATOR}"
         ex = rec.exponents
-        mine = ex[(ex["family"] == family) & (ex["norm"] == "fro") & (ex["exponent"] == exponent)] if len(ex) else ex
+        mine = ex[(ex["family"] == family) & (ex["norm"] == "fro")] if len(ex) else ex
         if tensor is not None and len(mine):
             mine = mine[mine["tensor"] == tensor]
-        if mine.empty:
+        if mine.empty or not (mine["exponent"] == exponent).any():
             rows.append(claim_row(claim, paper_text, fn, None, f"none: {cmd['scaling']}", rec.preset))
             continue
-        for dataset, group in mine.groupby("dataset"):
+        for dataset, both in mine.groupby("dataset"):
+            group = both[both["exponent"] == exponent]
             runs_used = rec.scaling[(rec.scaling["family"] == family) & (rec.scaling["dataset"] == dataset)]
             records = describe(rec.preset, dataset, runs_used["seed"], runs_used["run"].nunique(),
                                f"depths {sorted(runs_used['depth'].unique().tolist())}")  # fmt: skip
-            labels = {r["stage"]: f"stage {r['stage']} {r['tensor']}" if family == "sweep" else "" for _, r in group.iterrows()}
-            if side is None:
-                values = {labels[r["stage"]] if family != "sweep" else f"stage {r['stage']} {r['tensor']}":
-                          (r["estimate"], r["ci_low"], r["ci_high"]) for _, r in group.iterrows()}  # fmt: skip
-                outcome = fn(values, said)
-            else:
-                outcome = fn({f"stage {r['stage']} {r['tensor']}": r["estimate"] for _, r in group.iterrows()}, side)
+            fits = {exponent_label(r, family): (r["estimate"], r["ci_low"], r["ci_high"]) for _, r in group.iterrows()}
+            outcome = fn(fits, said if side is None else side)  # the fit's intervals, so the sign rows' verdicts are statistical too
+            if step2 is not None:
+                beside = both[both["exponent"] == step2]
+                shown = ", ".join(f"{exponent_label(r, family) + ': ' if exponent_label(r, family) else ''}{r['estimate']:.3f}"
+                                  + (f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if side is None else "")
+                                  for _, r in beside.iterrows() if r["status"] == "ok")  # fmt: skip
+                outcome = claims.Outcome(outcome.verdict, f"{outcome.value}; {scaling.STEP2_ESTIMATOR}, not used for the "
+                                                          f"verdict: {shown or 'not fitted'}")  # fmt: skip
             rows.append(claim_row(f"{claim} ({dataset})", paper_text, fn, outcome, records, rec.preset))
     return rows
+
+
+def exponent_label(row, family: str) -> str:
+    """How an exponent row is named in a claim's reproduced value: the sweep's stage and tensor, nothing for an FC family."""
+    return f"stage {row['stage']} {row['tensor']}" if family == "sweep" else ""
 
 
 def claim_rows(rec: Records) -> list[dict]:
     """Every row of the claims report, in the paper's order (``kind``: claim or identity check)."""
     cmd = commands(rec.preset, rec.out)
-    rows = [*resnet_claims(rec, cmd), *projection_claims(rec, cmd), *decoder_claims(rec, cmd), *growth_claims(rec, cmd),
-            *matched_claims(rec, cmd), *scaling_claims(rec, cmd)]  # fmt: skip
+    rows = [*resnet_claims(rec, cmd), *projection_claims(rec, cmd), *saturation_claims(rec, cmd), *decoder_claims(rec, cmd),
+            *growth_claims(rec, cmd), *matched_claims(rec, cmd), *scaling_claims(rec, cmd)]  # fmt: skip
     return [{"id": i + 1, **r} for i, r in enumerate(rows)]
 
 

@@ -49,10 +49,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from common import runs
-from common.data.vision import TensorLoader
+from common.data.vision import TensorLoader, warn_unused_data_root
 from common.device import resolve_device
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs, load_sweep_run
+from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs, load_sweep_run, train_command
 from common.growth import insert_zero_block
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
 from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
@@ -257,6 +258,7 @@ def matched_configs(
     :class:`UserError` naming the script-01 command that trains it. ``seed`` seeds ``U_l``.
     """
     dataset = dataset or DEFAULT_DATASET[preset]
+    warn_unused_data_root(dataset, data_root)
     alphas = list(alphas or DEFAULT_ALPHAS)
     if any(a <= 0 for a in alphas):
         raise UserError(f"--alpha {alphas}: every alpha must be > 0")
@@ -265,24 +267,28 @@ def matched_configs(
     found = finished_sweep_runs(out, dataset)
     by_depth: dict[tuple[int, int], Path] = {}
     for directory in found:
-        config = runs.read_json(directory / runs.CONFIG)
+        config = runs.read_config(directory, SWEEP_CONFIG_KEYS)
         by_depth.setdefault((config["depth_n"], config["seed"]), directory)
     wanted = list(depths) if depths is not None else (list(PAPER_DEPTHS) if preset == "paper" else sorted({n for n, _ in by_depth}))
     seed_list = list(seeds) if seeds is not None else sorted({s for _, s in by_depth}) or [0]
     missing = [n for n in wanted for s in seed_list if (n, s) not in by_depth]
-    if missing or not wanted:
-        smoke = " --preset smoke" if preset == "smoke" else ""
-        grid = ",".join(str(n) for n in (sorted(set(missing)) or PAPER_DEPTHS))
+    if not wanted:  # nothing finished to default to (the parser refuses an empty --depths)
         raise UserError(
-            f"no finished sweep run for --dataset {dataset} at N = {grid} (seeds {seed_list}) under "
-            f"{Path(out) / 'resnet_sweep'}; train them first: python 01_train_resnet_sweep.py{smoke} "
-            f"--dataset {dataset} --depths {grid} --out {out}"
+            f"no finished sweep runs for --dataset {dataset} under {Path(out) / 'resnet_sweep'}; train them first: "
+            f"{train_command(preset, dataset, out, seeds=seeds)}"
+        )
+    if missing:
+        grid = sorted(set(missing))
+        missing_seeds = sorted({s for n in grid for s in seed_list if (n, s) not in by_depth})
+        raise UserError(
+            f"no finished sweep run for --dataset {dataset} at N = {','.join(map(str, grid))} (seeds {','.join(map(str, missing_seeds))}) "
+            f"under {Path(out) / 'resnet_sweep'}; train them first: {train_command(preset, dataset, out, depths=grid, seeds=missing_seeds)}"
         )
     configs = []
     for s in seed_list:
         for n in wanted:
             directory = by_depth[(n, s)]
-            sweep = runs.read_json(directory / runs.CONFIG)
+            sweep = runs.read_config(directory, SWEEP_CONFIG_KEYS)
             indices = resolve_candidates(candidate, n)
             configs.append(
                 {
@@ -343,6 +349,11 @@ def paper_change(depth_label: int, alpha: float) -> float | None:
     """The paper's training-loss change at ResNet-``depth_label`` (H.1: a drop, so negative), at its alpha only."""
     drop = MATCHED_INSERTION_REDUCTION.get(depth_label)
     return -drop if drop is not None and math.isclose(alpha, MATCHED_INSERTION_ALPHA) else None
+
+
+def summary_stem(config: dict) -> str:
+    """``summary-<dataset>``: the summary files that list every finished matched-insertion run on that dataset."""
+    return f"summary-{config.get('dataset')}"
 
 
 def summary_rows(results: Iterable[dict]) -> list[dict]:
