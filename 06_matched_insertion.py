@@ -2,10 +2,10 @@
 
 For every finished sweep run at ``--depths`` (paper: ResNet-8, -14, -20, -34 of CIFAR-10; smoke:
 the smoke sweep's depths): freeze the model, fit the terminal projection ``V`` of the protocol's
-standard zero-output block at ``--candidate`` (``next``: where the cyclic growth rule puts the
-next block; ``all``; or an index) so that its output matches ``-alpha g_i`` per training example
-(least squares over streamed Gram statistics), insert it, and evaluate the training and test
-loss at once, with no training. Prints measured against predicted first-order change
+standard zero-output block at ``--candidate`` (``stage1-end``, the default: the end of stage 1 at
+every depth; ``next``: where the cyclic growth rule puts the next block; ``all``; or an index) so
+that its output matches ``-alpha g_i`` per training example (least squares over streamed Gram
+statistics), insert it, and evaluate the training and test loss at once, with no training. Prints measured against predicted first-order change
 ``-alpha ||Pi g||^2 / n`` with the paper's values beside them, and the summary's path. The job
 function is :func:`common.experiments.matched_insertion.matched_insertion_run`.
 
@@ -28,6 +28,7 @@ from common.cli import (
 )
 from common.data.vision import DATASETS
 from common.experiments.matched_insertion import (
+    DEFAULT_CANDIDATE,
     EXPERIMENT,
     FITS,
     matched_configs,
@@ -53,8 +54,8 @@ def build_parser():
     group.add_argument("--depths", type=comma_ints, default=None,
                        help="extra blocks N of the sweep runs; None: 0,6,12,26 (ResNet-8/14/20/34) with paper, every finished depth with smoke")
     group.add_argument("--seeds", type=comma_ints, default=None, help="sweep seeds; None: every finished seed")
-    group.add_argument("--candidate", default="next",
-                       help="next (where the cyclic growth rule puts the next block), all, or a candidate index")
+    group.add_argument("--candidate", default=DEFAULT_CANDIDATE,
+                       help="stage1-end (the end of stage 1 at every depth, one kind of tensor across depths), next (where the cyclic growth rule puts the next block), all, or a candidate index")
     group.add_argument("--alpha", dest="alphas", type=positive_float, action="append", default=None,
                        help="target scale: the block's output matches -alpha g_i (repeat for several; default 1e-3, the paper's)")
     group.add_argument("--fit", choices=FITS, default="closed-form",

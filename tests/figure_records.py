@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from common import runs
-from common.experiments import growth_vs_scratch, weight_scaling
+from common.experiments import growth_vs_scratch, matched_insertion, weight_scaling
 from common.projection import saturation_interval
 
 ALL = ("sweep", "probe", "gpt2", "pythia", "growth", "matched", "scaling")
@@ -81,39 +81,63 @@ def pythia(out: Path, *, preset: str = "smoke", models=(("pythia-70m-deduped", 6
 
 
 def growth(out: Path, *, preset: str = "smoke", dataset: str = "digits", seeds=(0, 1), stage_epochs: int = 2,
-           test_gap=lambda n, s: 0.03, train_gap=lambda n, s: 0.001) -> None:  # fmt: skip
-    """03's stage runs (for the preset) and its table; growth's loss is scratch's minus the gaps."""
+           parent_epochs: int = 6, scratch_budget: str = "per-stage", test_gap=lambda n, s: 0.03,
+           train_gap=lambda n, s: 0.001, old_columns: bool = False) -> Path:  # fmt: skip
+    """03's stage runs (for the preset, with their chains) and its table; growth's loss is scratch's minus the gaps.
+
+    ``scratch_budget``: ``per-stage`` (scratch trains ``stage_epochs``) or ``total`` (growth's total epochs).
+    ``old_columns``: the table as 03 wrote it before it recorded budgets and paired training-loss spreads.
+    """
     records = []
     for seed in seeds:
-        for n in (2, 3, 4, 5):
-            write_run(out, "growth_vs_scratch", f"{dataset}-grow-n{n}-seed{seed}", {"preset": preset, "dataset": dataset,
-                      "growth": {"parent": "x"}, "train": {"epochs": stage_epochs}}, {"epochs": stage_epochs})  # fmt: skip
+        chain = [{"train": {"epochs": parent_epochs}}]
+        for n in range(1, 6):
+            write_run(out, "growth_vs_scratch", f"{dataset}-grow-n{n}-seed{seed}", {"preset": preset, "dataset": dataset, "depth_n": n,
+                      "growth": {"parent": "x"}, "train": {"epochs": stage_epochs}, "runtime": {"chain": list(chain)}},
+                      {"epochs": stage_epochs})  # fmt: skip
+            chain.append({"train": {"epochs": stage_epochs}})
+            if n < 2:
+                continue
+            total = parent_epochs + n * stage_epochs
             scratch = {"train_loss": 0.01 + 0.001 * seed, "test_loss": 0.3 + 0.005 * seed + 0.002 * n, "test_acc": 0.9}
             grown = {"train_loss": scratch["train_loss"] - train_gap(n, seed), "test_loss": scratch["test_loss"] - test_gap(n, seed),
                      "test_acc": 0.91}  # fmt: skip
-            for method, metrics in (("growth", grown), ("scratch", scratch)):
-                records.append({"method": method, "depth_n": n, "seed": seed, **metrics})
+            scratch_epochs = total if scratch_budget == "total" else stage_epochs
+            for method, metrics, epochs in (("growth", grown, total), ("scratch", scratch, scratch_epochs)):
+                records.append({"method": method, "depth_n": n, "seed": seed, "total_epochs": epochs, **metrics})
     rows = growth_vs_scratch.growth_table(records)
-    stem = f"table-{dataset}-stage{stage_epochs}-scratch{stage_epochs}-seeds{'-'.join(map(str, seeds))}"
+    if old_columns:
+        dropped = ("growth_epochs", "scratch_epochs", "train_loss_reduction", "train_loss_reduction_std")
+        rows = [{k: v for k, v in r.items() if k not in dropped} for r in rows]
+    budgets = sorted({r["total_epochs"] for r in records if r["method"] == "scratch"})
+    tag = str(budgets[0]) if len(budgets) == 1 else f"{budgets[0]}-{budgets[-1]}"
+    stem = f"table-{dataset}-stage{stage_epochs}-scratch{tag}-seeds{'-'.join(map(str, seeds))}"
     folder = Path(out) / "growth_vs_scratch"
     runs.atomic_write_csv(folder / f"{stem}.csv", rows)
+    return folder / f"{stem}.csv"
 
 
-def matched(out: Path, *, preset: str = "smoke", dataset: str = "digits", drops=None, seeds=(0,)) -> None:
-    """06's runs: one per (depth, seed) of the sweep (written too, for the preset), measured change = -drop."""
+def matched(out: Path, *, preset: str = "smoke", dataset: str = "digits", drops=None, seeds=(0,), rule: str = "stage1-end",
+            spread: float = 0.0) -> None:  # fmt: skip
+    """06's runs: one per (depth, seed) of the sweep (written too, for the preset), measured change = -drop (plus
+    ``spread`` times +-1 alternating over seeds), at the candidate ``rule`` gives (``next``: where the cyclic rule
+    puts the next block, so ResNet-34's is the head's input)."""
     drops = drops or {8: 7e-4, 14: 4e-4, 20: 2e-4}
-    for seed in seeds:
+    for i, seed in enumerate(seeds):
         for d, drop in drops.items():
             sweep_name = f"{dataset}-resnet{d}-n{d - 8}-seed{seed}-ffff0000"
             write_run(out, "resnet_sweep", sweep_name, {"preset": preset, "dataset": dataset, "depth_n": d - 8, "seed": seed},
                       {"train_loss": 0.1, "test_loss": 0.5, "test_acc": 0.8})  # fmt: skip
-            rows = [{"depth_label": d, "depth_n": d - 8, "seed": seed, "candidate": 1, "candidate_name": "c1", "alpha": alpha,
-                     "measured_change": -drop * alpha / 1e-3, "predicted_change": -drop * alpha / 1e-3 * 1.01, "fit": "closed-form",
-                     "train_loss_before": 0.1, "train_loss_after": 0.1 - drop, "ratio": 0.99, "relative_residual": 0.5,
-                     "predicted_change_pooled_targets": -drop, "test_change": None, "paper_change": None}
+            (candidate,) = matched_insertion.resolve_candidates(rule, d - 8)
+            drop = drop + spread * (-1) ** i
+            rows = [{"depth_label": d, "depth_n": d - 8, "seed": seed, "candidate": candidate, "candidate_name": f"block{candidate}.in",
+                     "alpha": alpha, "measured_change": -drop * alpha / 1e-3, "predicted_change": -drop * alpha / 1e-3 * 1.01,
+                     "fit": "closed-form", "train_loss_before": 0.1, "train_loss_after": 0.1 - drop, "ratio": 0.99,
+                     "relative_residual": 0.5, "predicted_change_pooled_targets": -drop, "test_change": None, "paper_change": None,
+                     "predicted_change_exact_targets": -1.1 * drop * alpha / 1e-3}
                     for alpha in (1e-4, 1e-3)]  # fmt: skip
-            write_run(out, "matched_insertion", f"{sweep_name}-matched", {"sweep_run": sweep_name, "dataset": dataset,
-                      "candidate_rule": "next", "fit": "closed-form"}, {"rows": rows})  # fmt: skip
+            write_run(out, "matched_insertion", f"{sweep_name}-matched-{rule}", {"sweep_run": sweep_name, "dataset": dataset,
+                      "candidate_rule": rule, "fit": "closed-form"}, {"rows": rows})  # fmt: skip
 
 
 def scaling(out: Path, *, preset: str = "smoke", beta: float = 0.3, alpha: float = 0.7, diffusive: float = 0.0) -> None:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.experiments.matched_insertion import matched_insertion, resolve_candidates
+from common.experiments.matched_insertion import PAPER_DEPTHS, matched_insertion, resolve_candidates
 from common.models.candidates import Candidate
 from common.models.resnet import ResNet, ResNetConfig, extra_block_position
 from common.probe import activation_gradients, math_mode, per_example_tangent_regression, probe_mode
@@ -134,6 +134,15 @@ def test_next_candidate_is_where_the_cyclic_rule_puts_the_next_block():
         assert grown.stage_of_block == before.stage_of_block[:index] + [grown.stage_of_block[index]] + before.stage_of_block[index:]
         assert resolve_candidates("next", n) == [index]
     assert resolve_candidates("all", 0) == [0, 1, 2, 3]
+
+
+def test_stage1_end_is_one_kind_of_candidate_at_the_papers_four_depths():
+    # "next" reads ResNet-34 (N = 26) at the head's input; stage1-end reads every depth where stage 1 ends.
+    assert resolve_candidates("next", 26) == [len(ResNet(ResNetConfig(extra_blocks=26)).blocks)]
+    for n in PAPER_DEPTHS:
+        model = ResNet(ResNetConfig(extra_blocks=n))
+        (index,) = resolve_candidates("stage1-end", n)
+        assert model.stage_of_block[index - 1] == 0 and model.stage_of_block[index] == 1, n
 
 
 BATCH = 65_536  # examples per lazily generated batch of the memory check
