@@ -13,16 +13,27 @@ table of every planned run is printed at the end. Each run is one process: start
 
 from __future__ import annotations
 
-from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args
+from common.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    flags_for,
+    make_parser,
+    parse_args,
+    positive_float,
+    positive_int,
+)
 from common.data.vision import DATASETS
-from common.distributed import refuse_multiple_processes
-from common.experiments.train_resnet_sweep import summary_table, sweep_configs, train_resnet_run
+from common.experiments.train_resnet_sweep import check_sweep_data, summary_table, sweep_configs, train_resnet_run
 from common.launch import launch_from_args
 from common.runs import make_specs
 
+PLANNER_FLAGS = ("preset", "dataset", "data_root", "depths", "epochs", "batch_size", "lr", "image_size", "device", "compile")
+SCRIPT_FLAGS = ("seeds", "seed")  # the seeds to plan: --seeds, else --seed
+
 
 def build_parser():
-    parser = make_parser(__doc__.split("\n\n")[0], prog="01_train_resnet_sweep.py")
+    parser = make_parser(__doc__, prog="01_train_resnet_sweep.py")
     sweep = parser.add_argument_group("ResNet sweep (paper B.1-B.3)")
     sweep.add_argument(
         "--dataset",
@@ -37,23 +48,22 @@ def build_parser():
     )
     sweep.add_argument("--depths", type=comma_ints, default=None, help="extra blocks N, e.g. 0,1,2 or 1:100 or 1:49:4; None: the preset's grid")
     sweep.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one run each; None: --seed")
-    sweep.add_argument("--epochs", type=int, default=None, help="epochs per run; None: the preset's")
-    sweep.add_argument("--batch-size", type=int, default=None, help="training batch size; None: the preset's")
-    sweep.add_argument("--lr", type=float, default=None, help="peak SGD learning rate; None: the preset's")
-    sweep.add_argument("--image-size", type=int, default=None, help="ImageNet-100 resolution in pixels; None: the preset's (64)")
+    sweep.add_argument("--epochs", type=positive_int, default=None, help="epochs per run; None: the preset's")
+    sweep.add_argument("--batch-size", type=positive_int, default=None, help="training batch size; None: the preset's")
+    sweep.add_argument("--lr", type=positive_float, default=None, help="peak SGD learning rate; None: the preset's")
+    sweep.add_argument("--image-size", type=positive_int, default=None, help="ImageNet-100 resolution in pixels; None: the preset's (64)")
     sweep.add_argument(
         "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"
     )
-    return parser
+    return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    refuse_multiple_processes("01_train_resnet_sweep.py")  # under torchrun every copy would train every run
-    configs = sweep_configs(**flags_for(sweep_configs, args, seeds=args.seeds if args.seeds is not None else [args.seed]))
+    configs = sweep_configs(**flags_for(sweep_configs, args, PLANNER_FLAGS, seeds=args.seeds if args.seeds is not None else [args.seed]))
     specs = make_specs(configs, args.out)
-    results = launch_from_args(train_resnet_run, specs, args, job_kind="train", desc="resnet sweep")
+    results = launch_from_args(train_resnet_run, specs, args, job_kind="train", desc="resnet sweep", check=check_sweep_data)
     if results is not None:
         print(summary_table(results))
     return 0

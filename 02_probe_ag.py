@@ -7,18 +7,24 @@ train``), one forward and one backward pass each, give ``AG_l``, ``AG~_l`` and t
 RMS at every candidate; ``--exact`` adds the tangent-space growth value ``V_S,l`` of the
 protocol's zero-output block. The separated saturation test of App. G runs on an independent
 sample (``--saturation-split``, default test: never trained on, disjoint from the analysis
-batches; every example left unless ``--saturation-n``) on Theorem 3's statistic
-``max_l ||C_l||``, the cross-gradient of the mean loss pooled over that whole sample, and
-reports the error bound ``sum_l tr(Sigma_hat_l) / (n t^2)``. One run per model (experiment
+batches; every example left unless ``--saturation-n``), split with a recorded seed into a
+calibration part (``--saturation-cal-fraction``, default 0.25) that estimates the traces
+``tr Sigma_l`` and a test part of ``n_test`` examples that gives Theorem 3's statistic
+``Gamma_hat = max_l ||C_l||``, the cross-gradient of the mean loss pooled over the test part. It
+reports ``Gamma in [max(0, Gamma_hat - t), Gamma_hat + t]`` with ``t = sqrt(sum_l tr_l / (n_test
+alpha))`` and, against ``--saturation-delta``, one of "saturated within delta", "not saturated",
+"undecided" (no delta: "not saturated" or "undecided"); ``--saturation-t`` fixes t instead (no
+split; the implied alpha is reported). One run per model (experiment
 ``ag_probe``): finished runs are skipped.
 
 Prints depth vs AGmax in both normalisations the paper's words allow (the batch-mean ``AG_l``
 and the per-example RMS), each with the paper's 5e-3 low-signal line marked, the App. G
-verdict with its bound, and ends with the path of the summary CSV (one row per depth and
+interval, t, the number of candidates and the verdict, and ends with the path of the summary CSV (one row per depth and
 seed). The job function is :func:`common.experiments.probe_ag.probe_sweep_run`.
 
     python 02_probe_ag.py --dataset cifar100
     python 02_probe_ag.py --dataset cifar10 --exact --split test
+    python 02_probe_ag.py --dataset cifar10 --saturation-delta 0.01
     python 02_probe_ag.py --dataset cifar10 --saturation-delta 0.01 --saturation-t 0.005
 """
 
@@ -27,32 +33,45 @@ from __future__ import annotations
 import argparse
 
 from common import runs
-from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args, positive_float, positive_int
+from common.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    flags_for,
+    fraction,
+    make_parser,
+    non_negative_float,
+    parse_args,
+    positive_float,
+    positive_int,
+)
 from common.data.vision import DATASETS
-from common.errors import UserError
 from common.experiments.probe_ag import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_N_BATCHES,
     EXPERIMENT,
     SATURATION_ALPHA,
-    SATURATION_DELTA,
+    SATURATION_CAL_FRACTION,
     SPLITS,
     probe_configs,
     probe_sweep_run,
-    probe_tag,
     summary_rows,
+    summary_stem,
     summary_table,
 )
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs
-from common.experiments.train_resnet_sweep import EXPERIMENT as SWEEP_EXPERIMENT
+from common.experiments.train_resnet_sweep import DEFAULT_DATASET, check_sweep_inputs, require_sweep_runs
 from common.launch import launch_from_args
 from common.paper import LOW_SIGNAL_AG
 from common.probe import BN_MODES
 from common.runs import make_specs
 
+PLANNER_FLAGS = ("split", "batch_size", "n_batches", "bn_mode", "seed", "saturation_delta", "saturation_t", "saturation_alpha",
+                 "saturation_n", "saturation_split", "saturation_cal_fraction", "device", "data_root")  # fmt: skip
+SCRIPT_FLAGS = ("dataset", "seeds", "exact", "preset")  # which sweep runs to probe; --exact's default follows --preset
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser(__doc__.split("\n\n")[0], prog="02_probe_ag.py")
+    parser = make_parser(__doc__, prog="02_probe_ag.py")
     probe = parser.add_argument_group("activation-gradient probe (paper B.1, DESIGN.md section 2)")
     probe.add_argument("--dataset", choices=DATASETS, default=None,
                        help="which sweep to probe; None: cifar10 with --preset paper, digits with smoke")
@@ -68,19 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
                        help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke, off with paper")
     sat = parser.add_argument_group("separated saturation test (App. G)")
-    sat.add_argument("--saturation-delta", type=float, default=SATURATION_DELTA,
-                     help="delta: 'saturated within delta' when max_l ||C_l|| < delta + t on the independent sample "
-                          "(H0: Gamma <= delta vs H1: Gamma >= delta + 2t); default 0, Theorem 1's boundary (README)")
+    sat.add_argument("--saturation-delta", type=non_negative_float, default=None,
+                     help="delta >= 0, in the units of ||C_l||: 'saturated within delta' when the interval's upper end is "
+                          "<= delta, 'not saturated' when its lower end is > delta, else 'undecided'; None: no tolerance, "
+                          "so only 'not saturated' (lower end > 0) or 'undecided'")
     sat.add_argument("--saturation-t", type=positive_float, default=None,
-                     help="t > 0: the separation margin, in the units of ||C_l||; None: the t at which the error "
-                          "bound sum_l tr(Sigma_hat_l) / (n t^2) equals --saturation-alpha")
-    sat.add_argument("--saturation-alpha", type=float, default=SATURATION_ALPHA,
-                     help="the error bound that sets t when --saturation-t is not given (0 < alpha < 1)")
+                     help="t > 0: the interval's half-width, fixed in advance; no calibration split, the implied alpha = "
+                          "sum_l tr_l / (n t^2) is reported; None: t = sqrt(sum_l tr_l / (n_test alpha)) from the calibration part")
+    sat.add_argument("--saturation-alpha", type=fraction, default=SATURATION_ALPHA,
+                     help="the interval's confidence is 1 - alpha (0 < alpha < 1), when --saturation-t is not given")
+    sat.add_argument("--saturation-cal-fraction", type=fraction, default=SATURATION_CAL_FRACTION,
+                     help="share of the App. G sample that calibrates the traces tr Sigma_l (the rest, n_test examples, gives C_l)")
     sat.add_argument("--saturation-n", type=positive_int, default=None,
                      help="n: examples in the App. G sample; None: every example of the split outside the analysis batches")
     sat.add_argument("--saturation-split", choices=SPLITS, default="test",
                      help="the independent probe sample (test: never trained on; train is flagged as reused training data)")
-    return parser
+    return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
 @entry_point
@@ -88,24 +110,16 @@ def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
     exact = args.exact if args.exact is not None else args.preset == "smoke"
-    sweep_dirs = finished_sweep_runs(args.out, dataset)
-    if args.seeds is not None:
-        sweep_dirs = [d for d in sweep_dirs if runs.read_json(d / runs.CONFIG)["seed"] in args.seeds]
-    if not sweep_dirs:
-        smoke = " --preset smoke" if args.preset == "smoke" else ""
-        raise UserError(
-            f"no finished sweep runs for --dataset {dataset} under {args.out / SWEEP_EXPERIMENT}; train them first: "
-            f"python 01_train_resnet_sweep.py{smoke} --dataset {dataset} --out {args.out}"
-        )
-    configs = probe_configs(sweep_dirs, **flags_for(probe_configs, args, exact=exact))
-    results = launch_from_args(probe_sweep_run, make_specs(configs, args.out), args, job_kind="probe", desc="ag probe")
+    sweep_dirs = require_sweep_runs(args.out, dataset, preset=args.preset, seeds=args.seeds)
+    configs = probe_configs(sweep_dirs, **flags_for(probe_configs, args, PLANNER_FLAGS, exact=exact))
+    specs = make_specs(configs, args.out)
+    results = launch_from_args(probe_sweep_run, specs, args, job_kind="probe", desc="ag probe", check=check_sweep_inputs)
     if results is None:
         return 0
-    rows = summary_rows(results)
+    rows = summary_rows(runs.finished_like(args.out, configs, summary_stem))  # every matching run, not only this call's
     print(summary_table(rows, LOW_SIGNAL_AG))
-    tag = probe_tag(args.split, args.batch_size, args.n_batches, exact, args.bn_mode)
-    path = args.out / EXPERIMENT / f"summary-{dataset}-{tag}.csv"
-    runs.atomic_write_csv(path, rows)
+    path = args.out / EXPERIMENT / f"{summary_stem(configs[0])}.csv"
+    runs.write_summary([(path, runs.csv_bytes(rows))], runs_found=len(rows))
     print(path)
     return 0
 

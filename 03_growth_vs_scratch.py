@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args, positive_int
+from common.cli import check_flag_use, comma_ints, entry_point, flags_for, make_parser, parse_args, positive_int
 from common.data.vision import DATASETS
 from common.experiments.growth_vs_scratch import (
     PAPER_DEPTHS,
@@ -34,13 +34,16 @@ from common.experiments.growth_vs_scratch import (
     table_stem,
     write_table,
 )
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET
+from common.experiments.train_resnet_sweep import DEFAULT_DATASET, check_sweep_data
 from common.launch import launch_from_args
 from common.runs import make_specs
 
+PLANNER_FLAGS = ("preset", "data_root", "depths", "stage_epochs", "scratch_epochs", "scratch_budget", "device", "compile")
+SCRIPT_FLAGS = ("dataset", "seeds", "seed")  # --dataset's default follows --preset; the seeds: --seeds, else --seed
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser(__doc__.split("\n\n")[0], prog="03_growth_vs_scratch.py")
+    parser = make_parser(__doc__, prog="03_growth_vs_scratch.py")
     group = parser.add_argument_group("growth vs scratch (paper, Function-preserving growth)")
     group.add_argument("--dataset", choices=DATASETS, default=None,
                        help="None: cifar10 with --preset paper, digits (offline) with smoke; as in 01_train_resnet_sweep.py")
@@ -57,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="scratch gets one stage's epochs (per-stage) or the chain's cumulative epochs up to its depth: "
                        "the parent ResNet-8's plus every stage's (total); None: the sweep's epochs")
     group.add_argument("--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only")
-    return parser
+    return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
 @entry_point
@@ -65,9 +68,10 @@ def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
     seeds = args.seeds if args.seeds is not None else [args.seed]
-    plan = growth_plan(**flags_for(growth_plan, args, dataset=dataset, seeds=seeds))
+    plan = growth_plan(**flags_for(growth_plan, args, PLANNER_FLAGS, dataset=dataset, seeds=seeds))
     print(plan.describe(args.out))
-    results = launch_from_args(growth_vs_scratch_run, make_specs(plan.jobs(), args.out), args, job_kind="train", desc="growth vs scratch")
+    results = launch_from_args(growth_vs_scratch_run, make_specs(plan.jobs(), args.out), args, job_kind="train",
+                               desc="growth vs scratch", check=check_sweep_data)  # fmt: skip
     if results is None:
         return 0
     rows = growth_table(collect_records(plan, args.out))

@@ -24,7 +24,18 @@ from __future__ import annotations
 import argparse
 
 from common import runs
-from common.cli import comma_ints, entry_point, make_parser, parse_args, positive_float, positive_int
+from common.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    make_parser,
+    non_negative_float,
+    non_negative_int,
+    parse_args,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 from common.data.text import SOURCES
 from common.device import resolve_device
 from common.distributed import env_info
@@ -37,6 +48,7 @@ from common.experiments.pythia_cpt import (
     prepare_data,
     pythia_cpt_run,
     require_prepared,
+    summary_key,
     summary_name,
     summary_rows,
     summary_table,
@@ -56,9 +68,9 @@ PRESET_FLAGS = {  # flag -> (CPTPreset field, type, help); None: the preset's va
     "--steps": ("steps", positive_int, "optimizer steps (None with a budget: train-tokens // batch-tokens)"),
     "--n-evals": ("n_evals", positive_int, "validation evaluations and checkpoints over the run"),
     "--lr": ("lr", positive_float, "peak AdamW learning rate for every model (None: per model size, README)"),
-    "--warmup-steps": ("warmup_steps", int, "linear warm-up steps, then cosine decay"),
-    "--min-lr-ratio": ("min_lr_ratio", float, "the cosine ends at this fraction of the peak"),
-    "--weight-decay": ("weight_decay", float, "AdamW weight decay on matrices and embeddings"),
+    "--warmup-steps": ("warmup_steps", non_negative_int, "linear warm-up steps, then cosine decay"),
+    "--min-lr-ratio": ("min_lr_ratio", unit_interval, "the cosine ends at this fraction of the peak"),
+    "--weight-decay": ("weight_decay", non_negative_float, "AdamW weight decay on matrices and embeddings"),
     "--grad-clip": ("grad_clip", positive_float, "clip the gradient's global norm to this"),
     "--probe-batch-size": ("probe_batch_size", positive_int, "sequences per analysis batch of the AG probe"),
     "--probe-batches": ("probe_batches", positive_int, "B: held-out analysis batches"),
@@ -67,10 +79,13 @@ PRESET_FLAGS = {  # flag -> (CPTPreset field, type, help); None: the preset's va
     "--gradient-checkpointing": ("gradient_checkpointing", argparse.BooleanOptionalAction,
                                  "recompute each layer in the backward pass (less memory, ~1/3 more compute)"),
 }
+PLANNER_FLAGS = ("preset", "model", "model_path", "revision", *(field for field, _, _ in PRESET_FLAGS.values()), "text_file",
+                 "fineweb_subset", "data_root", "device", "amp", "fsdp", "fsdp_bf16")  # fmt: skip
+SCRIPT_FLAGS = ("seeds", "seed", "prepare_only")  # the seeds: --seeds, else --seed
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser(__doc__.split("\n\n")[0], prog="04_pythia_cpt.py")
+    parser = make_parser(__doc__, prog="04_pythia_cpt.py")
     group = parser.add_argument_group("continued pretraining and probe (paper B.5); None: the preset's value")
     group.add_argument("--model", default=None, help="Hugging Face causal LM ids (or local folders), comma-separated; replaces the preset's models")
     group.add_argument("--model-path", action="append", default=None, help="a local save_pretrained folder (repeatable); works offline")
@@ -93,16 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fsdp-bf16", action="store_true",
                         help="with --fsdp where bf16 autocast runs: bf16 unsharded parameters for compute, float32 gradient reduction "
                         "(FSDP2 MixedPrecisionPolicy; evaluations then use bf16 parameters too; recorded in the config's runtime)")
-    return parser
+    return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    models = [m for m in (args.model or "").split(",") if m] + list(args.model_path or [])
+    models = [m for m in (args.model or "").split(",") if m]
     overrides = {field: getattr(args, field) for field, _, _ in PRESET_FLAGS.values()}
     configs = cpt_configs(
-        preset=args.preset, models=models or None, revision=args.revision, seeds=args.seeds if args.seeds is not None else [args.seed],
+        preset=args.preset, models=models or None, model_paths=args.model_path or (), revision=args.revision,
+        seeds=args.seeds if args.seeds is not None else [args.seed],
         overrides=overrides, text_path=args.text_file, data_root=args.data_root, fineweb_subset=args.fineweb_subset,
         device=args.device, amp=args.amp, fsdp=args.fsdp, fsdp_bf16=args.fsdp_bf16,
     )  # fmt: skip
@@ -121,10 +137,10 @@ def main(argv=None) -> int:
     results = launch_from_args(pythia_cpt_run, specs, args, job_kind="pythia", desc="pythia cpt", distributed=True)
     if results is None:
         return 0
-    rows = summary_rows(results)
+    rows = summary_rows(runs.finished_like(args.out, configs, summary_key))  # every matching run, not only this call's
     print(summary_table(rows, LOW_SIGNAL_AG))
     path = args.out / EXPERIMENT / summary_name(args.preset)
-    runs.atomic_write_csv(path, rows)
+    runs.write_summary([(path, runs.csv_bytes(rows))], runs_found=len(rows))
     print(path)
     return 0
 

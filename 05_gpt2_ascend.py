@@ -21,7 +21,18 @@ from __future__ import annotations
 import argparse
 
 from common import runs
-from common.cli import comma_ints, entry_point, make_parser, parse_args, positive_float, positive_int
+from common.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    make_parser,
+    non_negative_float,
+    non_negative_int,
+    parse_args,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 from common.data.text import SOURCES, TOKENIZERS
 from common.device import resolve_device
 from common.distributed import env_info
@@ -32,6 +43,7 @@ from common.experiments.gpt2_ascend import (
     gpt_configs,
     prepare_data,
     require_prepared,
+    summary_key,
     summary_name,
     summary_rows,
     summary_table,
@@ -55,18 +67,21 @@ PRESET_FLAGS = {  # flag -> (GPTPreset field, type, help); None: the preset's va
     "--steps": ("steps", positive_int, "optimizer steps (None with a budget: train-tokens // batch-tokens)"),
     "--n-evals": ("n_evals", positive_int, "validation evaluations and checkpoints over the run"),
     "--lr": ("lr", positive_float, "peak AdamW learning rate"),
-    "--warmup-steps": ("warmup_steps", int, "linear warm-up steps, then cosine decay"),
-    "--min-lr-ratio": ("min_lr_ratio", float, "the cosine ends at this fraction of --lr"),
-    "--weight-decay": ("weight_decay", float, "AdamW weight decay on matrices and embeddings"),
+    "--warmup-steps": ("warmup_steps", non_negative_int, "linear warm-up steps, then cosine decay"),
+    "--min-lr-ratio": ("min_lr_ratio", unit_interval, "the cosine ends at this fraction of --lr"),
+    "--weight-decay": ("weight_decay", non_negative_float, "AdamW weight decay on matrices and embeddings"),
     "--grad-clip": ("grad_clip", positive_float, "clip the gradient's global norm to this"),
     "--probe-batch-size": ("probe_batch_size", positive_int, "sequences per analysis batch of the AG probe"),
     "--probe-batches": ("probe_batches", positive_int, "B: held-out analysis batches"),
     "--exact": ("exact", argparse.BooleanOptionalAction, "also the exact growth value V_S,l of the linear family"),
 }
+PLANNER_FLAGS = ("preset", *(field for field, _, _ in PRESET_FLAGS.values()), "text_file", "fineweb_subset", "data_root",
+                 "device", "compile", "amp", "peak_tflops")  # fmt: skip
+SCRIPT_FLAGS = ("seeds", "seed", "prepare_only")  # the seeds: --seeds, else --seed
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser(__doc__.split("\n\n")[0], prog="05_gpt2_ascend.py")
+    parser = make_parser(__doc__, prog="05_gpt2_ascend.py")
     sweep = parser.add_argument_group("GPT-2 depth sweep (paper B.4); None: the preset's value")
     for flag, (field, kind, text) in PRESET_FLAGS.items():
         if kind is argparse.BooleanOptionalAction:
@@ -85,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="bf16 autocast where the device has it (CUDA, NPU); float32 on the CPU")
     speed.add_argument("--peak-tflops", type=positive_float, default=None,
                        help="the device's dense bf16 peak for the MFU; None: from the built-in table (H100/H200: 989)")
-    return parser
+    return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
 @entry_point
@@ -111,10 +126,10 @@ def main(argv=None) -> int:
     results = launch_from_args(train_gpt_run, specs, args, job_kind="gpt2", desc="gpt2 sweep", distributed=True)
     if results is None:
         return 0
-    rows = summary_rows(results)
+    rows = summary_rows(runs.finished_like(args.out, configs, summary_key))  # every matching run, not only this call's
     print(summary_table(rows, LOW_SIGNAL_AG))
     path = args.out / EXPERIMENT / summary_name(configs)
-    runs.atomic_write_csv(path, rows)
+    runs.write_summary([(path, runs.csv_bytes(rows))], runs_found=len(rows))
     print(path)
     return 0
 

@@ -2,10 +2,10 @@
 
 For every finished sweep run at ``--depths`` (paper: ResNet-8, -14, -20, -34 of CIFAR-10; smoke:
 the smoke sweep's depths): freeze the model, fit the terminal projection ``V`` of the protocol's
-standard zero-output block at ``--candidate`` (``next``: where the cyclic growth rule puts the
-next block; ``all``; or an index) so that its output matches ``-alpha g_i`` per training example
-(least squares over streamed Gram statistics), insert it, and evaluate the training and test
-loss at once, with no training. Prints measured against predicted first-order change
+standard zero-output block at ``--candidate`` (``stage1-end``, the default: the end of stage 1 at
+every depth; ``next``: where the cyclic growth rule puts the next block; ``all``; or an index) so
+that its output matches ``-alpha g_i`` per training example (least squares over streamed Gram
+statistics), insert it, and evaluate the training and test loss at once, with no training. Prints measured against predicted first-order change
 ``-alpha ||Pi g||^2 / n`` with the paper's values beside them, and the summary's path. The job
 function is :func:`common.experiments.matched_insertion.matched_insertion_run`.
 
@@ -16,23 +16,37 @@ function is :func:`common.experiments.matched_insertion.matched_insertion_run`.
 from __future__ import annotations
 
 from common import runs
-from common.cli import comma_ints, entry_point, flags_for, make_parser, parse_args, positive_float, positive_int
+from common.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    flags_for,
+    make_parser,
+    parse_args,
+    positive_float,
+    positive_int,
+)
 from common.data.vision import DATASETS
 from common.experiments.matched_insertion import (
+    DEFAULT_CANDIDATE,
     EXPERIMENT,
     FITS,
     matched_configs,
     matched_insertion_run,
     summary_markdown,
     summary_rows,
+    summary_stem,
 )
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET
+from common.experiments.train_resnet_sweep import DEFAULT_DATASET, check_sweep_inputs
 from common.launch import launch_from_args
 from common.runs import make_specs
 
+PLANNER_FLAGS = ("preset", "data_root", "depths", "seeds", "candidate", "alphas", "fit", "gd_steps", "seed", "device")
+SCRIPT_FLAGS = ("dataset",)  # its default follows --preset
+
 
 def build_parser():
-    parser = make_parser(__doc__.split("\n\n")[0], prog="06_matched_insertion.py")
+    parser = make_parser(__doc__, prog="06_matched_insertion.py")
     group = parser.add_argument_group("matched insertion (App. H.1)")
     group.add_argument("--dataset", choices=DATASETS, default=None,
                        help="which sweep; None: cifar10 with --preset paper, digits with smoke")
@@ -40,30 +54,32 @@ def build_parser():
     group.add_argument("--depths", type=comma_ints, default=None,
                        help="extra blocks N of the sweep runs; None: 0,6,12,26 (ResNet-8/14/20/34) with paper, every finished depth with smoke")
     group.add_argument("--seeds", type=comma_ints, default=None, help="sweep seeds; None: every finished seed")
-    group.add_argument("--candidate", default="next",
-                       help="next (where the cyclic growth rule puts the next block), all, or a candidate index")
+    group.add_argument("--candidate", default=DEFAULT_CANDIDATE,
+                       help="stage1-end (the end of stage 1 at every depth, one kind of tensor across depths), next (where the cyclic growth rule puts the next block), all, or a candidate index")
     group.add_argument("--alpha", dest="alphas", type=positive_float, action="append", default=None,
                        help="target scale: the block's output matches -alpha g_i (repeat for several; default 1e-3, the paper's)")
     group.add_argument("--fit", choices=FITS, default="closed-form",
                        help="closed-form: W = P^+ X; gradient-descent: a check of it on small cases (caches the examples)")
     group.add_argument("--gd-steps", type=positive_int, default=2000, help="steps of --fit gradient-descent")
-    return parser
+    return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
-    configs = matched_configs(**flags_for(matched_configs, args, dataset=dataset))
-    results = launch_from_args(matched_insertion_run, make_specs(configs, args.out), args, job_kind="probe", desc="matched insertion")
+    configs = matched_configs(**flags_for(matched_configs, args, PLANNER_FLAGS, dataset=dataset, out=args.out))
+    specs = make_specs(configs, args.out)
+    results = launch_from_args(matched_insertion_run, specs, args, job_kind="probe", desc="matched insertion", check=check_sweep_inputs)
     if results is None:
         return 0
-    rows = summary_rows(results)
+    found = runs.finished_like(args.out, configs, summary_stem)  # every matching run, not only this call's
+    rows = summary_rows(found)
     table = summary_markdown(rows)
     print(table)
-    stem = args.out / EXPERIMENT / f"summary-{dataset}"
-    runs.atomic_write_csv(stem.with_suffix(".csv"), rows)
-    runs.atomic_write_bytes(stem.with_suffix(".md"), (table + "\n").encode())
+    stem = args.out / EXPERIMENT / summary_stem(configs[0])
+    files = [(stem.with_suffix(".csv"), runs.csv_bytes(rows)), (stem.with_suffix(".md"), (table + "\n").encode())]
+    runs.write_summary(files, runs_found=len(found))
     print(stem.with_suffix(".md"))
     return 0
 

@@ -23,24 +23,41 @@ is documented in :mod:`common.experiments.weight_scaling`). Job functions:
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 
 from common import runs
-from common.cli import comma_ints, entry_point, make_parser, parse_args, positive_float, positive_int
+from common.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    fraction,
+    make_parser,
+    parse_args,
+    positive_float,
+    positive_int,
+)
 from common.data.vision import DATASETS
-from common.errors import UserError
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs
+from common.experiments.train_resnet_sweep import (
+    DEFAULT_DATASET,
+    check_sweep_inputs,
+    finished_sweep_runs,
+    require_sweep_runs,
+    train_command,
+)
 from common.experiments.train_resnet_sweep import EXPERIMENT as SWEEP_EXPERIMENT
 from common.experiments.weight_scaling import (
     EXPERIMENT,
     FAMILIES,
     FC_FAMILIES,
+    SCHEDULES,
     analyse_sweep_run,
     exponent_markdown,
     exponent_rows,
     fc_configs,
     fc_training_table,
     record_rows,
+    summary_key,
     summary_tag,
     sweep_analysis_configs,
     train_fc_run,
@@ -51,9 +68,12 @@ from common.scaling import DEFAULT_LEVEL
 
 log = logging.getLogger("07_weight_scaling")
 
+PLANNER_FLAGS = ("preset", "depths", "epochs", "lr", "batch_size", "schedule", "device", "input_size")  # fc_configs, sweep_analysis_configs
+SCRIPT_FLAGS = ("family", "dataset", "seeds", "seed", "level")  # which families; the seeds: --seeds, else --seed; the fits
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser(__doc__.split("\n\n")[0], prog="07_weight_scaling.py")
+    parser = make_parser(__doc__, prog="07_weight_scaling.py")
     group = parser.add_argument_group("weight scaling (Cohen et al. 2021)")
     group.add_argument("--family", choices=FAMILIES, default=None,
                        help="fc-tanh, fc-relu (train and analyse) or sweep (analyse script 01's runs); "
@@ -66,17 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--epochs", type=positive_int, default=None, help="FC epochs per run; None: the preset's")
     group.add_argument("--lr", type=positive_float, default=None, help="FC peak Adam learning rate; None: the preset's")
     group.add_argument("--batch-size", type=positive_int, default=None, help="FC batch size; None: the preset's")
+    group.add_argument("--schedule", choices=SCHEDULES, default=None,
+                       help="FC training: 'constant' = Cohen et al.'s protocol (constant Adam rate, early stopping on the "
+                            "running training MSE: < 1e-3, or 5 epochs without a 1%% gain), 'cosine' = cosine decay to 0 over "
+                            "every epoch; None: the preset's (paper: constant, smoke: cosine)")
     group.add_argument("--input-size", type=positive_int, default=None,
                        help="sweep: image size whose feature maps set the FFT spectral norms; None: the sweep's (32 if unrecorded)")
-    group.add_argument("--level", type=positive_float, default=DEFAULT_LEVEL, help="confidence level of the exponent intervals")
-    return parser
+    group.add_argument("--level", type=fraction, default=DEFAULT_LEVEL, help="confidence level of the exponent intervals")
+    return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    if not 0 < args.level < 1:
-        raise UserError(f"--level {args.level}: give a confidence level between 0 and 1, e.g. 0.95")
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
     families = [args.family] if args.family else [*FC_FAMILIES, "sweep"]
     seeds = args.seeds if args.seeds is not None else [args.seed]
@@ -85,44 +107,42 @@ def main(argv=None) -> int:
         if args.dry_run:
             print(f"{family}:")
         if family == "sweep":
-            sweep_dirs = finished_sweep_runs(args.out, dataset)
-            if not sweep_dirs:
-                smoke = " --preset smoke" if args.preset == "smoke" else ""
-                fix = f"train them first: python 01_train_resnet_sweep.py{smoke} --dataset {dataset} --out {args.out}"
-                if args.family == "sweep":
-                    raise UserError(f"no finished sweep runs for --dataset {dataset} under {args.out / SWEEP_EXPERIMENT}; {fix}")
-                print(f"sweep: no finished runs for {dataset} under {args.out / SWEEP_EXPERIMENT}, skipped ({fix})")
+            if args.family != "sweep" and not finished_sweep_runs(args.out, dataset):
+                fix = train_command(args.preset, dataset, args.out)
+                print(f"sweep: no finished runs for {dataset} under {args.out / SWEEP_EXPERIMENT}, skipped (train them first: {fix})")
                 continue
+            sweep_dirs = require_sweep_runs(args.out, dataset, preset=args.preset)
             configs = sweep_analysis_configs(sweep_dirs, input_size=args.input_size)
-            results = launch_from_args(analyse_sweep_run, make_specs(configs, args.out), args, job_kind="probe", desc="sweep weights")
+            results = launch_from_args(analyse_sweep_run, make_specs(configs, args.out), args, job_kind="probe", desc="sweep weights",
+                                       check=functools.partial(check_sweep_inputs, data=False))  # fmt: skip
         else:
             configs = fc_configs(
                 family, preset=args.preset, depths=args.depths, seeds=seeds, epochs=args.epochs, lr=args.lr,
-                batch_size=args.batch_size, device=args.device,
+                batch_size=args.batch_size, schedule=args.schedule, device=args.device,
             )  # fmt: skip
             results = launch_from_args(train_fc_run, make_specs(configs, args.out), args, job_kind="train", desc=family)
             if results is not None:
                 print(fc_training_table(results))
         if results is not None:
-            reports.append(write_summary(args, family, dataset, results))
+            reports.append(write_summary(args, family, dataset, configs))
     for paths in reports:
         print("\n".join(str(p) for p in paths))
     return 0
 
 
-def write_summary(args, family: str, dataset: str, results: list[dict]) -> list:
-    """Fit, print and write one family's exponent table and per-depth records; returns the file paths."""
-    records = record_rows(results)
+def write_summary(args, family: str, dataset: str, configs: list[dict]) -> list:
+    """Fit, print and write one family's exponent table and per-depth records of every finished run like ``configs``
+    (not only this call's); returns the file paths."""
+    found = runs.finished_like(args.out, configs, summary_key)
+    records = record_rows(found)
     rows = exponent_rows(records, level=args.level)
     table = exponent_markdown(rows)
     print(table)
     folder = args.out / EXPERIMENT
     tag = summary_tag(family, dataset)
-    paths = [folder / f"exponents-{tag}.csv", folder / f"exponents-{tag}.md", folder / f"records-{tag}.csv"]
-    runs.atomic_write_csv(paths[0], rows)
-    runs.atomic_write_bytes(paths[1], (table + "\n").encode())
-    runs.atomic_write_csv(paths[2], records)
-    return paths
+    files = [(folder / f"exponents-{tag}.csv", runs.csv_bytes(rows)), (folder / f"exponents-{tag}.md", (table + "\n").encode()),
+             (folder / f"records-{tag}.csv", runs.csv_bytes(records))]  # fmt: skip
+    return runs.write_summary(files, runs_found=len(found))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Reads the finished runs of 01-07 under ``--out`` (``result.json``, ``config.json
 tables; no training, no probing, seconds) for one ``--preset``, and writes into ``--figures-dir``
 (default ``<out>/figures``): ``figN_<name>.png`` and ``.pdf`` per figure, ``tables/<name>.md`` and
 ``.csv`` per table, and ``claims.md``, one row per quantitative claim of the paper with the rule
-that gave its verdict (:mod:`common.claims`). A figure whose records are missing is skipped with
+that gave its verdict (:mod:`common.claims`; its error rates: ``docs/claim-rules.md``), then the
+identity checks apart (never counted among the claims). A figure whose records are missing is skipped with
 one line naming the command that makes them; the exit code stays 0. The record formats and the
 choices of which records to use are documented in :mod:`common.experiments.make_figures`.
 
@@ -19,19 +20,22 @@ import logging
 import time
 from pathlib import Path
 
-from common.cli import entry_point, make_parser, parse_args
-from common.experiments.make_figures import FIGURES, build, verdict_counts
+from common.cli import check_flag_use, ensure_writable_dir, entry_point, make_parser, parse_args
+from common.experiments.make_figures import FIGURES, IDENTITY, build, verdict_counts
 
 log = logging.getLogger("08_make_figures")
 
+SCRIPT_FLAGS = ("preset", "figures_dir", "dry_run")  # it reads records and launches nothing
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser(__doc__.split("\n\n")[0], prog="08_make_figures.py")
+    parser = make_parser(__doc__, prog="08_make_figures.py", launches=False)
     group = parser.add_argument_group("figures and claims report")
     group.add_argument("--figures-dir", type=Path, default=None,
                        help=f"where the figures, tables/ and claims.md go; None: <out>/{FIGURES} "
                             "(the repository's committed paper-scale figures: --figures-dir figures)")  # fmt: skip
-    return parser
+    group.add_argument("--dry-run", action="store_true", help="say what would be read and written, and exit")
+    return check_flag_use(parser, script=SCRIPT_FLAGS, launches=False)
 
 
 @entry_point
@@ -41,13 +45,15 @@ def main(argv=None) -> int:
     if args.dry_run:
         print(f"would read the {args.preset} records under {args.out} and write figures, tables and claims.md into {figures_dir}")
         return 0
+    ensure_writable_dir(figures_dir, flag="--figures-dir" if args.figures_dir is not None else "--out")
     start = time.perf_counter()
     report = build(args.out, figures_dir, args.preset)
     for line in report.skipped:
         print(line)
     print(f"{len(report.figures)} figures ({', '.join(report.figures) or 'none'}), "
           f"{len(report.skipped)} skipped, in {time.perf_counter() - start:.1f} s")  # fmt: skip
-    print(f"claims: {verdict_counts(report.claims)}")
+    checks = sum(1 for r in report.claims if r["kind"] == IDENTITY)
+    print(f"claims: {verdict_counts(report.claims)}; identity checks apart: {checks}")
     print(f"figures and tables: {report.figures_dir}/")
     print(f"claims report: {report.claims_path}")
     return 0

@@ -1,8 +1,13 @@
 """The flags every numbered script shares, and the command-line boundary.
 
-A numbered script builds its parser with :func:`make_parser`, adds its own flags, and wraps
-its ``main`` with :func:`entry_point`, which turns a :class:`~common.errors.UserError` into
-one line on stderr and exit code 2 (DESIGN.md section 4, STYLE.md "Our conventions").
+A numbered script builds its parser with :func:`make_parser` (its docstring's first paragraph is
+the description, its usage examples end ``--help``), adds its own flags, declares who consumes each
+one (:func:`check_flag_use`), and wraps its ``main`` with :func:`entry_point`, which turns a
+:class:`~common.errors.UserError` into one line on stderr and exit code 2 (README, "Runs and records").
+
+Every flag has exactly one consumer: the planner (the flags a script lists for it, handed over by
+:func:`flags_for` or by name), the shared command line and the launcher (:data:`CLI_FLAGS`,
+:data:`LAUNCHER_FLAGS`), or the script itself (the flags it lists as its own).
 """
 
 from __future__ import annotations
@@ -10,9 +15,10 @@ from __future__ import annotations
 import argparse
 import functools
 import inspect
+import math
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from common.errors import UserError
@@ -22,6 +28,11 @@ from common.slurm import load_profile
 PRESETS = ("smoke", "paper")
 DEVICES = ("auto", "cpu", "cuda", "npu", "mps")
 LAUNCHERS = ("inline", "local", "slurm")
+CLI_FLAGS = frozenset({"out", "verbose"})  # read by parse_args (the writable --out check, logging) in every script
+SLURM_FLAGS = ("partition", "account", "qos", "constraint", "time_min", "gpus_per_node", "cpus_per_task", "mem_gb",
+               "array_parallelism")  # fmt: skip
+LAUNCHER_FLAGS = frozenset({"launcher", "dry_run", "wait", "slurm_profile", *SLURM_FLAGS})  # read by launch_from_args
+
 
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (plus exit code 2), not a usage dump."""
@@ -30,12 +41,29 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def make_parser(description: str, *, prog: str | None = None) -> argparse.ArgumentParser:
-    """A parser with the shared flags of DESIGN.md section 4 already added."""
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after each flag's help; the description and the usage examples kept as written."""
+
+
+def usage_examples(doc: str) -> str | None:
+    """The indented command lines of a script's docstring (its usage examples), as ``--help``'s epilog."""
+    lines = [line.strip() for line in doc.splitlines() if line.startswith("    ") and line.strip()]
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
+
+
+def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> argparse.ArgumentParser:
+    """A parser with the shared flags of a numbered script already added.
+
+    ``doc``: the script's docstring (the first paragraph describes it; its indented command lines
+    become the examples at the end of ``--help``). ``launches``: the script launches runs, so it takes
+    ``--seed``, ``--device``, ``--launcher``, ``--dry-run`` and the SLURM flags; a script that only
+    reads records (08) takes ``--preset``, ``--out`` and ``--verbose``.
+    """
     parser = OneLineParser(
         prog=prog,
-        description=description,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=doc.strip().split("\n\n")[0],
+        epilog=usage_examples(doc),
+        formatter_class=HelpFormatter,
     )
     shared = parser.add_argument_group("shared flags (every numbered script)")
     shared.add_argument(
@@ -51,6 +79,9 @@ def make_parser(description: str, *, prog: str | None = None) -> argparse.Argume
         default=Path("runs"),
         help="root directory of run directories (config.json, metrics.jsonl, result.json, checkpoints)",
     )
+    shared.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    if not launches:
+        return parser
     shared.add_argument("--seed", type=int, default=0, help="base random seed of every planned run")
     shared.add_argument(
         "--device",
@@ -70,9 +101,42 @@ def make_parser(description: str, *, prog: str | None = None) -> argparse.Argume
         action="store_true",
         help="print the planned runs (and which are already finished) and exit without running",
     )
-    shared.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     add_slurm_flags(parser)
     return parser
+
+
+def check_flag_use(
+    parser: argparse.ArgumentParser, *, planner: Iterable[str] = (), script: Iterable[str] = (), launches: bool = True
+) -> argparse.ArgumentParser:
+    """Return ``parser`` once every flag has exactly one consumer; else raise ``TypeError`` (a programming error).
+
+    ``planner``: the flags (dests) handed to the run planner; ``script``: the flags the script reads
+    itself; the shared command line takes :data:`CLI_FLAGS` and, when the script ``launches`` runs,
+    the launcher :data:`LAUNCHER_FLAGS`. A flag nobody consumes would be shown by ``--help`` and then
+    ignored; one with two consumers has no single meaning.
+    """
+    problems = []
+    for dest, who in flag_consumers(parser, planner=planner, script=script, launches=launches).items():
+        if len(who) != 1:
+            problems.append(f"{dest}: {' and '.join(who) or 'no consumer'}")
+    if problems:
+        raise TypeError(f"{parser.prog}: every flag needs exactly one consumer; {'; '.join(problems)}")
+    return parser
+
+
+def flag_consumers(
+    parser: argparse.ArgumentParser, *, planner: Iterable[str] = (), script: Iterable[str] = (), launches: bool = True
+) -> dict[str, list[str]]:
+    """``{dest: [consumers]}`` for every flag of ``parser`` (see :func:`check_flag_use`)."""
+    planner, script = set(planner), set(script)
+    launcher = CLI_FLAGS | (LAUNCHER_FLAGS if launches else frozenset())
+    consumers = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        dest = action.dest
+        consumers[dest] = [who for who, names in (("planner", planner), ("launcher", launcher), ("script", script)) if dest in names]
+    return consumers
 
 
 def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
@@ -140,7 +204,7 @@ def entry_point(main: Callable[..., int]) -> Callable[..., int]:
         try:
             return main(argv)
         except UserError as exc:
-            prog = Path(sys.argv[0]).name if argv is None else main.__module__
+            prog = Path(sys.argv[0]).name if argv is None else f"{main.__module__.rpartition('.')[2]}.py"
             print(f"{prog}: error: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
@@ -150,23 +214,23 @@ def entry_point(main: Callable[..., int]) -> Callable[..., int]:
     return wrapped
 
 
-def flags_for(fn: Callable, args: argparse.Namespace, **given) -> dict:
-    """Keyword arguments for ``fn`` from parsed flags: each parameter of ``fn`` whose name is a flag's
-    ``dest`` takes that flag's value; ``given`` adds or overrides values (flags the script derives).
+def flags_for(fn: Callable, args: argparse.Namespace, flags: Iterable[str], **given) -> dict:
+    """Keyword arguments for the planner ``fn``: each flag (dest) in ``flags`` under its own name, plus
+    ``given`` (values the script derives, which win).
 
-    A script's config planner is called as ``plan(**flags_for(plan, args, exact=...))``, so a flag
-    reaches the planner under its own name without the script copying every one by hand.
+    A script's config planner is called as ``plan(**flags_for(plan, args, PLANNER_FLAGS, exact=...))``.
+    A listed flag that ``fn`` does not take is a ``TypeError``: no flag is dropped silently.
     """
     names = inspect.signature(fn).parameters
-    found = {name: getattr(args, name) for name in names if hasattr(args, name)}
-    unknown = set(given) - set(names)
+    flags = list(flags)
+    unknown = sorted((set(flags) | set(given)) - set(names))
     if unknown:
-        raise TypeError(f"{fn.__name__} takes no arguments {sorted(unknown)}")
-    return {**found, **given}
+        raise TypeError(f"{fn.__name__} takes no arguments {unknown}")
+    return {**{name: getattr(args, name) for name in flags}, **given}
 
 
 def comma_ints(text: str) -> list[int]:
-    """Parse ``"0,1,2"`` or ``"1:100"`` (inclusive range) or ``"1:49:4"`` into a list of ints."""
+    """Parse ``"0,1,2"`` or ``"1:100"`` (inclusive range) or ``"1:49:4"`` into a non-empty list of ints."""
     try:
         if ":" in text:
             parts = [int(p) for p in text.split(":")]
@@ -176,12 +240,16 @@ def comma_ints(text: str) -> list[int]:
             step = parts[2] if len(parts) == 3 else 1
             if step <= 0:
                 raise ValueError
-            return list(range(start, stop + 1, step))
-        return [int(p) for p in text.split(",") if p.strip()]
+            values = list(range(start, stop + 1, step))
+        else:
+            values = [int(p) for p in text.split(",") if p.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a list like 0,1,2 or a range like 1:100 or 1:49:4"
         ) from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r} gives no values; give a list like 0,1,2 or a range start:stop with start <= stop")
+    return values
 
 
 def positive_int(text: str) -> int:
@@ -195,8 +263,28 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    """An argparse type: a number > 0."""
-    return _number(text, float, lambda v: v > 0, "a number > 0")
+    """An argparse type: a finite number > 0."""
+    return _number(text, float, lambda v: v > 0, "a finite number > 0")
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    return _number(text, float, lambda v: v >= 0, "a finite number >= 0")
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: any finite number (NaN and infinities are refused)."""
+    return _number(text, float, lambda v: True, "a finite number")
+
+
+def unit_interval(text: str) -> float:
+    """An argparse type: a number from 0 to 1, both included."""
+    return _number(text, float, lambda v: 0 <= v <= 1, "a number from 0 to 1")
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1."""
+    return _number(text, float, lambda v: 0 < v < 1, "a number strictly between 0 and 1")
 
 
 def _number(text: str, kind: type, ok: Callable[[float], bool], want: str):
@@ -204,6 +292,6 @@ def _number(text: str, kind: type, ok: Callable[[float], bool], want: str):
         value = kind(text)
     except ValueError:
         value = None
-    if value is None or not ok(value):
+    if value is None or not math.isfinite(value) or not ok(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not {want}")
     return value

@@ -19,9 +19,8 @@ own default is 10) aborts the job. While one rank works alone (downloads a model
 the final weights) the others wait in :func:`wait_for_all`: a barrier on a CPU (gloo) group with
 the longer :func:`wait_timeout`, outside the accelerator's collective watchdog.
 
-Scripts whose runs are one process each (script 01) refuse to be started N times by
-``torchrun`` (:func:`refuse_multiple_processes`): the copies would all write the same run
-directories.
+Scripts whose runs are one process each refuse to be started N times by ``torchrun``
+(:func:`common.launch.refuse_torchrun`): the copies would all write the same run directories.
 """
 
 from __future__ import annotations
@@ -187,21 +186,6 @@ def wait_for_all() -> None:
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return
     dist.monitored_barrier(group=_wait_group, timeout=wait_timeout(), wait_all_ranks=True)
-
-
-def refuse_multiple_processes(script: str) -> None:
-    """Raise a :class:`UserError` when started as one of several processes (``torchrun``, ``WORLD_SIZE > 1``).
-
-    For scripts that run one process per run: every copy would run the whole plan and write
-    the same run directories.
-    """
-    world_size = os.environ.get("WORLD_SIZE", "1")
-    if world_size.isdigit() and int(world_size) > 1:
-        raise UserError(
-            f"{script} was started as one of {world_size} processes (torchrun or WORLD_SIZE={world_size}), but it runs "
-            "one process per run; start it once, with plain python, and use --launcher local or --launcher slurm "
-            "to train several depths in parallel"
-        )
 
 
 def destroy_distributed() -> None:

@@ -6,21 +6,28 @@ A *job function* lives in ``common/experiments/`` (so submitit can pickle it), t
 ``result.json`` last. The launcher only decides *where* it runs:
 
 - ``inline``: in this process, one run after another;
-- ``local``: submitit's local executor, one process per run, waited for;
+- ``local``: submitit's local executor, one process per run, waited for; each run gets one
+  visible GPU (NPU) of its own and at most as many run at once as there are devices, or as
+  there are CPU cores on a machine without any (:func:`local_slots`);
 - ``slurm``: one SLURM job array per call (parameters from a profile, see
   :mod:`common.slurm`), requeued on preemption or timeout and resumed from the run's last
   checkpoint; waited for only with ``--wait``.
 
 Finished runs are skipped before anything is started or submitted, and runs whose SLURM job is
 still queued or running are not submitted again: rerunning a command never does a run twice.
+A script whose runs are one process each refuses to be started several times by ``torchrun``
+(:func:`refuse_torchrun`); only distributed job kinds cooperate across such processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +36,8 @@ import submitit
 from tqdm.auto import tqdm
 
 from common import runs, slurm
-from common.device import accelerator_count, resolve_device
-from common.distributed import broadcast_from_main, destroy_distributed, env_info, init_distributed
+from common.device import cpu_count, resolve_device
+from common.distributed import broadcast_from_main, destroy_distributed, env_info, init_distributed, visible_devices
 from common.errors import UserError
 from common.logs import setup_logging
 from common.runs import RunSpec
@@ -39,6 +46,8 @@ log = logging.getLogger(__name__)
 
 JobFn = Callable[[RunSpec], dict]
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # submitit's local executor kills a job after timeout_min
+LOCAL_POLL_S = 0.5  # how often --launcher local looks for a finished job to start the next run
+VISIBLE_DEVICES_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -129,13 +138,16 @@ def launch(
     desc: str = "runs",
     wait: bool = True,
     wait_timeout_s: float | None = None,
+    slots: Sequence[LocalSlot] | None = None,
 ) -> list[dict] | None:
     """Run every unfinished spec with ``fn``; return all results in ``specs`` order.
 
     ``inline``: sequentially in this process, with a tqdm bar.
-    ``local`` / ``slurm``: one submitit job array (``executor.batch()``) through
-    ``submitit.AutoExecutor(cluster=...)`` with ``executor_params`` (AutoExecutor names:
-    ``timeout_min``, ``slurm_partition``, ..., ``slurm_max_num_timeout``), logs under
+    ``local``: one submitit local job per run, one per free slot of ``slots`` at a time
+    (default :func:`local_slots` for ``--device auto``; see :func:`run_in_slots`).
+    ``slurm``: one submitit job array (``executor.batch()``) through
+    ``submitit.AutoExecutor(cluster=...)``. Both take ``executor_params`` (AutoExecutor names:
+    ``timeout_min``, ``slurm_partition``, ..., ``slurm_max_num_timeout``) and write logs under
     ``log_folder`` (default ``<out>/submitit/%j``). ``local`` always waits. ``slurm`` prints
     the job ids, the log folder and how to collect the results; with ``wait=False`` it returns
     None right after submitting ("submitted, not waited"). Failed runs raise a
@@ -150,8 +162,7 @@ def launch(
         len(plan.todo),
         launcher,
     )
-    for spec in plan.todo:  # surface a config mismatch before anything starts
-        runs.prepare_run(spec.out, spec.config)
+    prepare_run_dirs(plan.todo)
     job = RunJob(fn)
     folder = Path(log_folder) if log_folder else default_log_folder(specs)
     if launcher == "inline":
@@ -159,7 +170,8 @@ def launch(
             job(spec)
     elif launcher == "local":
         if plan.todo:
-            jobs = _submit(job, plan.todo, "local", executor_params or {}, folder)
+            slots = slots if slots is not None else local_slots("auto", distributed=False)
+            jobs = _run_local(job, plan.todo, executor_params or {}, folder, slots, desc)
             _raise_failures(list(zip(plan.todo, jobs, strict=True)), {})
     elif launcher == "slurm":
         if not _launch_slurm(job, plan, executor_params or {}, folder, desc, wait, wait_timeout_s):
@@ -177,8 +189,13 @@ def launch_from_args(
     job_kind: str = "train",
     desc: str = "runs",
     distributed: bool = False,
+    check: Callable[[list[dict]], None] | None = None,
 ) -> list[dict] | None:
     """What every numbered script calls: ``--dry-run`` prints the plan, else :func:`launch`.
+
+    ``check(configs)`` validates the experiment's inputs (data, trained models) of the unfinished runs
+    before any run directory is created, with ``--launcher inline`` or ``local``
+    (:func:`check_before_creating`). An empty list of runs is a :class:`UserError`.
 
     ``job_kind`` ("train", "probe", "gpt2", ...) selects the ``[job_kind]`` table of the SLURM
     profile; ``distributed`` marks multi-GPU jobs (one task per GPU, see
@@ -188,17 +205,19 @@ def launch_from_args(
     only when it gets results.
     """
     launcher = args.launcher
-    if distributed and env_info().world_size > 1:
+    require_runs(specs, desc)
+    if env_info().world_size > 1:
+        if not distributed:
+            refuse_torchrun()
         return launch_torchrun_ranks(fn, specs, args, desc=desc)
-    resolved = None
+    resolved, slots = None, None
     if launcher == "slurm":
         profile = slurm.load_profile(getattr(args, "slurm_profile", None))
         resolved = slurm.resolve(profile, job_kind, slurm.overrides_from_args(args), distributed=distributed)
         params = resolved.executor_params()
     elif launcher == "local":
         params = {"timeout_min": LOCAL_TIMEOUT_MIN}
-        if distributed:
-            params["tasks_per_node"] = max(1, accelerator_count())
+        slots = local_slots(getattr(args, "device", "auto"), distributed=distributed)
     else:
         params = {}
     if getattr(args, "slurm_profile", None) and launcher != "slurm":
@@ -213,7 +232,54 @@ def launch_from_args(
             print(f"--launcher slurm would submit {n} jobs ({shape}); {resolved.describe()}:")
             print(slurm.sbatch_preview(slurm.with_repo_on_path(params), default_log_folder(specs), n))
         return None
-    return launch(fn, specs, launcher=launcher, executor_params=params, desc=desc, wait=getattr(args, "wait", False))
+    check_before_creating(specs, launcher, check)
+    return launch(
+        fn, specs, launcher=launcher, executor_params=params, desc=desc, wait=getattr(args, "wait", False), slots=slots
+    )
+
+
+def refuse_torchrun() -> None:
+    """Raise a :class:`UserError` when started as one of several processes (``torchrun``, ``WORLD_SIZE > 1``).
+
+    For every script whose job kind is not distributed (one process per run): every copy would
+    run the whole plan and write the same run directories.
+    """
+    world_size = env_info().world_size
+    if world_size > 1:
+        raise UserError(
+            f"started as one of {world_size} processes (torchrun or WORLD_SIZE={world_size}), but it runs one process "
+            "per run and every copy would run every run; start it once, with plain python, and use --launcher local "
+            "or --launcher slurm to run several runs in parallel"
+        )
+
+
+def prepare_run_dirs(todo: Sequence[RunSpec]) -> None:
+    """Prepare every unfinished run's directory, the existing ones first: a stored config that is corrupt or differs
+    stops the call before any new directory is created."""
+    for spec in sorted(todo, key=lambda s: not (s.dir / runs.CONFIG).exists()):
+        runs.prepare_run(spec.out, spec.config)
+
+
+def require_runs(specs: Sequence[RunSpec], desc: str) -> None:
+    """An empty run set is an error (README, "Runs and records"), never an empty summary."""
+    if not specs:
+        raise UserError(f"{desc}: the flags select no runs; check --depths, --seeds and the other selections")
+
+
+def check_before_creating(specs: Sequence[RunSpec], launcher: str, check: Callable[[list[dict]], None] | None = None) -> None:
+    """With ``inline`` or ``local`` (this machine runs the jobs), refuse an absent device, then run the experiment's
+    ``check`` on the unfinished runs' configs, before any run directory is created (README, "Runs and records").
+
+    With ``slurm`` nothing is checked here: the login node usually has no GPU, so the device is checked where the
+    job runs, and there a run directory holding only ``config.json`` is an unfinished run, not an error.
+    """
+    if launcher not in ("inline", "local"):
+        return
+    todo = [spec.config for spec in specs if not runs.is_done(spec.dir)]
+    for device in dict.fromkeys(str(c.get("runtime", {}).get("device") or "auto") for c in todo):
+        resolve_device(device)
+    if check is not None and todo:
+        check(todo)
 
 
 def launch_torchrun_ranks(fn: JobFn, specs: Sequence[RunSpec], args, *, desc: str = "runs") -> list[dict] | None:
@@ -338,7 +404,13 @@ def _raise_failures(pairs: list[tuple[RunSpec, submitit.Job]], lost: Mapping[str
     for spec, sub in pairs:
         log_path = sub.task(0).paths.stderr
         if sub.job_id in lost:
-            failures.append(f"{spec.name}: job {sub.job_id} {lost[sub.job_id]} (log: {log_path})")
+            failed = failed_task(sub)
+            if failed is not None:  # one task raised and the job ended the others (srun --kill-on-bad-exit)
+                task, reason = failed
+                log_path = sub.task(task).paths.stderr
+                failures.append(f"{spec.name}: job {sub.job_id} ended: task {task} failed: {reason} (log: {log_path})")
+            else:
+                failures.append(f"{spec.name}: job {sub.job_id} {lost[sub.job_id]} (log: {log_path})")
             continue
         try:
             sub.results()
@@ -354,8 +426,154 @@ def _raise_failures(pairs: list[tuple[RunSpec, submitit.Job]], lost: Mapping[str
         )
 
 
-def failure_reason(exc: BaseException) -> str:
+def failed_task(sub: submitit.Job) -> tuple[int, str] | None:
+    """The first task of a job that wrote an error as its outcome: ``(task, its exception line)``."""
+    for task in range(sub.num_tasks):
+        path = sub.task(task).paths.result_pickle
+        try:
+            outcome, payload = submitit.core.utils.pickle_load(path)
+        except Exception:  # no outcome (killed), or an unreadable one
+            continue
+        if outcome == "error":
+            return task, failure_reason(payload)
+    return None
+
+
+def failure_reason(exc: BaseException | str) -> str:
     """The job's own exception line (``RuntimeError: ...``) out of submitit's wrapped traceback."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt|Exit)\b.*", line)]
     return raised[-1] if raised else (lines[0] if lines else type(exc).__name__)
+
+
+# ----------------------------------------------------------------------------- --launcher local
+@dataclass(frozen=True)
+class LocalSlot:
+    """One place where a ``--launcher local`` job runs: its devices and number of processes.
+
+    ``params`` are submitit ``LocalExecutor`` parameters (``tasks_per_node``, and on CUDA
+    ``gpus_per_node`` and ``visible_gpus``: submitit sets the job's ``CUDA_VISIBLE_DEVICES`` to
+    ``visible_gpus[:gpus_per_node]``, and to ``range(gpus_per_node)`` without it, ``''`` for
+    none). ``env`` holds variables the job process starts with (an NPU's
+    ``ASCEND_RT_VISIBLE_DEVICES``, which submitit does not set).
+    """
+
+    label: str = "cpu"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def local_slots(device: str, *, distributed: bool) -> list[LocalSlot]:
+    """Where ``--launcher local`` runs jobs for ``--device device``; one job per slot at a time.
+
+    - CUDA GPUs or Ascend NPUs: a one-process run gets one device of its own (one slot per
+      visible device, so as many runs at once as devices); a ``distributed`` run gets every
+      visible device, one task each, and runs alone (one slot).
+    - MPS: one slot (one GPU); the CPU: one slot per core, each job seeing no GPU.
+
+    Devices are named as this process sees them (``CUDA_VISIBLE_DEVICES=2,3`` gives jobs ``2``
+    and ``3``, not ``0`` and ``1``).
+    """
+    kind = resolve_device(device).type
+    if kind == "mps":
+        return [LocalSlot(label="mps")]
+    if kind not in VISIBLE_DEVICES_ENV:
+        return [LocalSlot() for _ in range(cpu_count())]
+    ids = visible_device_ids(kind, visible_devices(kind))
+    if distributed:
+        return [_device_slot(kind, ids)]
+    return [_device_slot(kind, [one]) for one in ids]
+
+
+def visible_device_ids(kind: str, count: int) -> list[str]:
+    """The ``count`` devices of ``kind`` this process sees, as its ``*_VISIBLE_DEVICES`` names them.
+
+    Unset: ``0 .. count-1``. Set: its first ``count`` entries (CUDA ignores every entry from the
+    first invalid one on, so ``count`` devices are exactly those).
+    """
+    listed = os.environ.get(VISIBLE_DEVICES_ENV[kind])
+    if listed is None:
+        return [str(i) for i in range(count)]
+    return [entry.strip() for entry in listed.split(",")][:count]
+
+
+def _device_slot(kind: str, ids: Sequence[str]) -> LocalSlot:
+    """A slot owning the devices ``ids`` of ``kind``, one task per device."""
+    label = f"{kind}:{','.join(ids)}"
+    params: dict[str, Any] = {"tasks_per_node": len(ids)}
+    if kind != "cuda":
+        return LocalSlot(label=label, params=params, env={VISIBLE_DEVICES_ENV[kind]: ",".join(ids)})
+    if not all(entry.isdigit() for entry in ids):
+        variable = VISIBLE_DEVICES_ENV[kind]
+        raise UserError(
+            f"{variable}={os.environ.get(variable)}: --launcher local hands GPUs to its jobs by index (submitit's "
+            f"visible_gpus), and GPU UUIDs or MIG names are not indices; set {variable} to indices such as 0,1, "
+            "or use --launcher inline"
+        )
+    return LocalSlot(label=label, params={**params, "gpus_per_node": len(ids), "visible_gpus": tuple(map(int, ids))})
+
+
+def run_in_slots(specs: Sequence[RunSpec], slots: Sequence[LocalSlot], start, *, poll_s: float = LOCAL_POLL_S,
+                 on_done: Callable[[], Any] | None = None) -> list:
+    """``start(spec, slot)`` for each spec, in order, while at most one job per slot is unfinished.
+
+    ``start`` returns a job with ``done()``; a slot takes the next spec once its job is done (a
+    rolling pool: a long run never holds up the other slots). Returns the jobs in ``specs``
+    order after every one is done; ``on_done`` is called once per finished job.
+    """
+    if not slots:
+        raise ValueError("run_in_slots needs at least one slot")
+    queue, free = deque(specs), deque(range(len(slots)))
+    jobs, running = [], []
+    while queue or running:
+        while queue and free:
+            index = free.popleft()
+            job = start(queue.popleft(), slots[index])
+            jobs.append(job)
+            running.append((job, index))
+        time.sleep(poll_s)
+        for job, index in [pair for pair in running if pair[0].done()]:
+            running.remove((job, index))
+            free.append(index)
+            if on_done is not None:
+                on_done()
+    return jobs
+
+
+def _run_local(job: RunJob, todo: list[RunSpec], params: dict, folder: Path, slots: Sequence[LocalSlot],
+               desc: str) -> list[submitit.Job]:
+    """Every run of ``todo`` as a submitit local job, in the ``slots`` pool; waits for all."""
+
+    def start(spec: RunSpec, slot: LocalSlot) -> submitit.Job:
+        executor = _local_executor(folder, params, slot)
+        with _environ(slot.env):  # the job's process copies this environment when it starts
+            sub = executor.submit(job, spec)
+        log.info("%s: local job %s on %s (logs under %s)", spec.name, sub.job_id, slot.label, folder)
+        return sub
+
+    log.info("%s: %d runs on %d local slots (%s)", desc, len(todo), len(slots), ", ".join(s.label for s in slots[:8]))
+    with tqdm(total=len(todo), desc=desc, unit="run") as bar:
+        return run_in_slots(todo, slots, start, on_done=bar.update)
+
+
+def _local_executor(folder: Path, params: Mapping[str, Any], slot: LocalSlot) -> submitit.LocalExecutor:
+    """submitit's ``LocalExecutor`` itself: ``AutoExecutor`` does not pass ``visible_gpus`` on."""
+    executor = submitit.LocalExecutor(folder=str(folder))
+    generic = {k: v for k, v in params.items() if not k.startswith("slurm_")}
+    executor.update_parameters(**{"timeout_min": 60, **generic, **slot.params})
+    return executor
+
+
+@contextlib.contextmanager
+def _environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the duration, then restore what was there."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -20,6 +20,8 @@ COHEN = "Cohen, Cont, Rossier, Xu, ICML 2021 (scaling properties of deep ResNets
 LOW_SIGNAL_AG = 5e-3  # AGmax below ~5e-3: the low-signal regime (Experiments, depth saturation)
 AG_DEPTH_TREND = "AGmax decreases with depth toward a low-signal regime"  # ResNets, GPT-2, Pythia (Abstract, Experiments)
 LOW_SIGNAL_PLATEAU = "AGmax stays below ~5e-3; test performance fluctuates without systematic gains"  # extended-depth runs
+SEPARATED_TEST = ("separated test H0: Gamma <= delta vs H1: Gamma >= delta + 2t at threshold delta + t (Theorem 3); "
+                  "the paper reports no App. G run")  # App. G
 PROJECTION_BOUND = "V_S,l <= AG_l: orthogonal projection cannot increase the norm (equality under realizability)"  # Intro, App. A
 
 GROWTH_MEAN_TRAIN_LOSS = {"growth": 0.0066, "scratch": 0.0072}  # ResNet-10..13, CIFAR-10

@@ -9,11 +9,13 @@ and ``Psi`` the tangent features (n x k) of candidate ``l``:
   orthogonal projection of ``G`` onto the residual tangent space ``{Psi W}`` (App. D.1 closed form),
   computed as ``V_S,l^2 = tr(X^T P^+ X)`` from ``P = Psi^T Psi`` and ``X = Psi^T G`` streamed over
   row chunks and batches, so memory is ``O(k^2 + k d)`` however many rows go through;
-- the separated saturation test of App. G (Theorem 3) on ``max_l ||C_l||``, ``C_l`` the
-  cross-gradient of the *pooled* mean loss over an independent probe sample, with the
-  Chebyshev/union error bound ``sum_l tr(Sigma_hat_l) / (n t^2)`` from the per-example
-  contributions ``c_i(l)`` (:class:`ContributionMoments`, :func:`saturation_test`). No Gram
-  matrix or eigendecomposition is needed for it.
+- the separated saturation test of App. G (Theorem 3) on ``Gamma = max_l ||C_l||``, ``C_l`` the
+  cross-gradient of the *pooled* mean loss over an independent probe sample: the interval
+  ``[max(0, Gamma_hat - t_alpha), Gamma_hat + t_alpha]``, ``t_alpha = sqrt(sum_l tr_l / (n_test alpha))``
+  (Markov on ``sum_l ||C_hat_l - C_l||^2``), with the traces ``tr_l`` of the per-example
+  contributions ``c_i(l)`` from a disjoint calibration part (:class:`ContributionMoments`), and
+  three verdicts against a tolerance delta (:func:`saturation_interval`). No Gram matrix or
+  eigendecomposition is needed for it.
 
 Rank tolerance (one place: :data:`DEFAULT_RTOL_FACTOR`): ``P`` is eigendecomposed in float64 and
 eigenvalues ``<= rtol * max_eig`` count as zero, ``rtol = k * eps(float64)`` by default (numpy's
@@ -35,6 +37,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
 DEFAULT_RTOL_FACTOR = 1.0  # rtol = DEFAULT_RTOL_FACTOR * k * eps(float64), see the module docstring
@@ -255,100 +258,140 @@ class ContributionMoments:
         return self.sq_dev / (self.n - 1)
 
 
-def saturation_error_bound(covariance_traces: Sequence[float], n: int, t: float) -> float:
-    """``sum_l tr(Sigma_l) / (n t^2)``: Chebyshev plus a union bound over the candidates (App. G).
+def saturation_error_bound(covariance_traces, n: int, t: float):
+    """``sum_l tr(Sigma_l) / (n t^2)``: Markov on ``sum_l ||C_hat_l - C_l||^2`` (App. G).
 
-    Under ``H0: Gamma <= delta`` a "not saturated" verdict needs ``||C_l - g(l)|| >= t`` at some
-    ``l``; under ``H1: Gamma >= delta + 2 t`` a "saturated" verdict needs it at the candidate
-    attaining ``Gamma``. ``E ||C_l - g(l)||^2 = tr(Sigma_l) / n`` for ``n`` i.i.d. examples, so
-    Markov on the squared norm and the union over ``l`` bound either error by this number.
+    ``E ||C_hat_l - C_l||^2 = tr(Sigma_l) / n`` for the mean ``C_hat_l`` of ``n`` i.i.d. contributions,
+    so ``P(max_l ||C_hat_l - C_l|| >= t) <= P(sum_l ||C_hat_l - C_l||^2 >= t^2)`` is at most this
+    number. ``covariance_traces``: one trace per candidate on the last axis (a sequence, or an array
+    of several samples' traces); the result has the leading shape (a float for one sample).
     """
-    if t <= 0 or n <= 0:
+    if np.any(np.asarray(t) <= 0) or n <= 0:
         raise ValueError(f"the error bound needs t > 0 and n > 0, got t={t}, n={n}")
-    return float(sum(covariance_traces)) / (n * t * t)
+    bound = np.sum(np.asarray(covariance_traces, dtype=np.float64), axis=-1) / (n * np.square(t))
+    return float(bound) if np.ndim(bound) == 0 else bound
 
 
-def separation_margin(covariance_traces: Sequence[float], n: int, alpha: float) -> float:
-    """The ``t`` at which :func:`saturation_error_bound` equals ``alpha``: ``sqrt(sum_l tr / (n alpha))``."""
+def separation_margin(covariance_traces, n: int, alpha: float):
+    """``t_alpha = sqrt(sum_l tr_l / (n alpha))``: the ``t`` at which :func:`saturation_error_bound` is ``alpha``.
+
+    In the split protocol ``tr_l`` are the calibration part's traces and ``n`` is ``n_test``, the
+    number of examples behind ``C_hat_l`` (not the whole sample's). ``t_alpha`` grows with the number
+    of candidates (one trace each in the sum): the statement covers all of them at once.
+
+    >>> round(separation_margin([2.0, 3.0], n=100, alpha=0.05), 12)   # sqrt(5 / 5)
+    1.0
+    """
     if not 0 < alpha < 1 or n <= 0:
         raise ValueError(f"the separation margin needs 0 < alpha < 1 and n > 0, got alpha={alpha}, n={n}")
-    return math.sqrt(float(sum(covariance_traces)) / (n * alpha))
+    t = np.sqrt(np.sum(np.asarray(covariance_traces, dtype=np.float64), axis=-1) / (n * alpha))
+    return float(t) if np.ndim(t) == 0 else t
+
+
+SATURATED = "saturated within delta"
+NOT_SATURATED = "not saturated"
+UNDECIDED = "undecided"
+NO_VERDICT = "no verdict"  # the contributions are not per-example gradients (BatchNorm in train mode)
+SATURATION_VERDICTS = (SATURATED, NOT_SATURATED, UNDECIDED, NO_VERDICT)
+
+
+def gamma_interval(gamma_hat, t):
+    """``[max(0, Gamma_hat - t), Gamma_hat + t]``, the interval for ``Gamma = max_l ||C_l||`` (App. G).
+
+    On the event ``max_l ||C_hat_l - C_l|| < t`` (probability at least ``1 - alpha`` at ``t = t_alpha``),
+    ``|max_l ||C_hat_l|| - max_l ||C_l||| <= max_l |(||C_hat_l|| - ||C_l||)| <= max_l ||C_hat_l - C_l|| < t``
+    (the max is 1-Lipschitz in the sup norm, then the reverse triangle inequality). Arrays broadcast.
+    """
+    gamma_hat, t = np.asarray(gamma_hat, dtype=np.float64), np.asarray(t, dtype=np.float64)
+    lower, upper = np.maximum(0.0, gamma_hat - t), gamma_hat + t
+    return (float(lower), float(upper)) if lower.ndim == 0 else (lower, upper)
+
+
+def saturation_verdict(lower, upper, delta: float | None = None):
+    """The three verdicts of App. G's separated test against a tolerance ``delta`` (arrays broadcast).
+
+    "saturated within delta" when the upper end is at most ``delta``; "not saturated" when the lower
+    end is above it; "undecided" otherwise. Without a ``delta`` the question is ``Gamma > 0``: "not
+    saturated" or "undecided", never "saturated" (exact saturation is the knife edge; so is
+    ``delta = 0``, where the upper end ``Gamma_hat + t > 0`` is never at most ``delta``).
+
+    >>> saturation_verdict(0.0, 20.6, None), saturation_verdict(0.5, 1.5, 2.0), saturation_verdict(2.5, 3.5, 2.0)
+    ('undecided', 'saturated within delta', 'not saturated')
+    """
+    if delta is not None and delta < 0:
+        raise ValueError(f"delta must be >= 0, got {delta}")
+    d = 0.0 if delta is None else float(delta)
+    lower, upper = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    verdict = np.where(lower > d, NOT_SATURATED, np.where((d > 0) & (upper <= d), SATURATED, UNDECIDED))
+    return str(verdict) if verdict.ndim == 0 else verdict
 
 
 @dataclass(frozen=True)
-class SaturationDecision:
-    """The separated saturation test of App. G and every number behind its decision.
+class SaturationInterval:
+    """App. G's interval for ``Gamma = max_l ||C_l||`` at confidence ``1 - alpha`` and its verdict.
 
-    ``saturated`` is ``max_l statistic_l < delta + t``: with ``H0: Gamma <= delta`` and
-    ``H1: Gamma >= delta + 2 t`` the threshold ``delta + t`` separates them by ``t`` on each side.
-    ``error_bound`` bounds the probability of a wrong verdict under either hypothesis
-    (:func:`saturation_error_bound`, with the sample covariances plugged in);
-    ``bound_informative`` is False when it is 1 or more.
+    ``alpha_source`` says how ``t`` and ``alpha`` relate: ``"given"`` (``t = t_alpha`` from the
+    calibration traces and the ``n`` test examples, :func:`separation_margin`) or ``"implied by t"``
+    (``t`` fixed by the user, ``alpha = sum_l tr_l / (n t^2)`` from the same sample's traces: an
+    estimate of the error probability, not a guarantee). Coverage is conditional on the traces
+    used: heavy-tailed contributions make an underestimate, hence a too-short interval, likely.
     """
 
-    saturated: bool
     statistic: str
-    max_value: float
+    gamma_hat: float  # max_l ||C_hat_l|| over the n test examples
     argmax: str
-    threshold: float
-    margin: float  # threshold - max_value: > 0 means saturated
-    delta: float
+    n: int  # examples behind C_hat_l (n_test in the split protocol)
+    n_candidates: int
     t: float
-    n: int
-    split: str
-    reused_training_data: bool
-    values: dict[str, float]
-    covariance_traces: dict[str, float]  # tr(Sigma_hat_l) per candidate
-    error_bound: float
-    bound_informative: bool
+    alpha: float
+    alpha_source: str
+    lower: float | None
+    upper: float | None
+    delta: float | None
+    verdict: str
+    values: dict[str, float]  # ||C_hat_l|| per candidate
+    covariance_traces: dict[str, float]  # the tr(Sigma_hat_l) that set t (or alpha)
 
     def as_record(self) -> dict:
         return asdict(self)
 
 
-def saturation_test(
+def saturation_interval(
     values: Sequence[float],
     covariance_traces: Sequence[float],
     *,
-    delta: float,
-    t: float,
     n: int,
-    split: str,
-    reused_training_data: bool,
+    alpha: float | None = None,
+    t: float | None = None,
+    delta: float | None = None,
     names: Sequence[str] | None = None,
     statistic: str = SATURATION_STATISTIC,
-) -> SaturationDecision:
-    """App. G: declare "saturated within ``delta``" when ``max_l values_l < delta + t``, with its error bound.
+) -> SaturationInterval:
+    """App. G (Theorem 3): ``Gamma in [max(0, Gamma_hat - t), Gamma_hat + t]`` and a verdict against ``delta``.
 
-    ``values`` are ``||C_l||`` (the pooled mean-loss cross-gradients) measured on an *independent*
-    probe sample of ``n`` examples from ``split``, ``covariance_traces`` the ``tr(Sigma_hat_l)`` of
-    their per-example contributions; ``reused_training_data`` must say whether that sample was seen
-    in training (allowed for the deterministic identities, but it voids Theorem 3's i.i.d. argument).
+    ``values`` are ``||C_hat_l||``, the pooled mean-loss cross-gradients over ``n`` independent examples.
+    Give ``alpha`` (then ``t = t_alpha`` from ``covariance_traces``, which must come from a disjoint
+    calibration part, and ``n`` is ``n_test``) or ``t`` (then ``alpha`` is implied by the traces of the
+    same sample). ``delta`` None: no tolerance (verdicts "not saturated" / "undecided" only).
     """
-    if delta < 0 or t <= 0:
-        raise ValueError(f"saturation test needs delta >= 0 and t > 0 (the separation margin), got delta={delta}, t={t}")
+    if (alpha is None) == (t is None):
+        raise ValueError("give exactly one of alpha (t from the calibration traces) and t (alpha implied)")
     if len(values) == 0:
-        raise ValueError("saturation test needs at least one candidate")
+        raise ValueError("the App. G interval needs at least one candidate")
     names = list(names) if names is not None else [str(i) for i in range(len(values))]
     if not len(names) == len(values) == len(covariance_traces):
         raise ValueError(f"{len(names)} names, {len(values)} values and {len(covariance_traces)} covariance traces")
+    if t is None:
+        t, source = separation_margin(covariance_traces, n, alpha), "given"
+    else:
+        alpha, source = saturation_error_bound(covariance_traces, n, t), "implied by t"
     best = max(range(len(values)), key=lambda i: values[i])
-    threshold = float(delta) + float(t)
-    bound = saturation_error_bound(covariance_traces, n, t)
-    return SaturationDecision(
-        saturated=bool(values[best] < threshold),
-        statistic=statistic,
-        max_value=float(values[best]),
-        argmax=names[best],
-        threshold=threshold,
-        margin=threshold - float(values[best]),
-        delta=float(delta),
-        t=float(t),
-        n=int(n),
-        split=split,
-        reused_training_data=bool(reused_training_data),
-        values={name: float(v) for name, v in zip(names, values, strict=True)},
-        covariance_traces={name: float(v) for name, v in zip(names, covariance_traces, strict=True)},
-        error_bound=bound,
-        bound_informative=bound < 1.0,
-    )
+    lower, upper = gamma_interval(values[best], t)
+    return SaturationInterval(
+        statistic=statistic, gamma_hat=float(values[best]), argmax=names[best], n=int(n), n_candidates=len(values),
+        t=float(t), alpha=float(alpha), alpha_source=source, lower=lower, upper=upper,
+        delta=None if delta is None else float(delta), verdict=saturation_verdict(lower, upper, delta),
+        values={k: float(v) for k, v in zip(names, values, strict=True)},
+        covariance_traces={k: float(v) for k, v in zip(names, covariance_traces, strict=True)},
+    )  # fmt: skip
+

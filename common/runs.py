@@ -15,6 +15,7 @@ run's identity: the same run may resume on another device.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob as globlib
 import hashlib
 import json
@@ -22,7 +23,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -124,19 +125,61 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def atomic_write_csv(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     """Atomically write ``rows`` (one dict per row) as a CSV with a header line (pandas)."""
-    atomic_write_bytes(path, pd.DataFrame(list(rows)).to_csv(index=False).encode())
+    atomic_write_bytes(path, csv_bytes(rows))
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file; a corrupt one is a :class:`UserError` naming the file and the fix."""
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the duration.
+
+    Shared data (a download, decoded images, token shards) is prepared by one process at a
+    time: the others wait here, then find it ready.
+    """
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_json(path: str | os.PathLike, *, fix: str | None = None) -> Any:
+    """Read a JSON file; an unreadable or corrupt one is a :class:`UserError` naming the file and the fix.
+
+    ``fix`` replaces the default advice (delete the run directory holding the file, which restarts that run).
+    A missing file stays a ``FileNotFoundError``: callers ask for files they know exist.
+    """
     path = Path(path)
+    fix = fix or f"delete its run directory {path.parent} to start that run again"
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise
     except json.JSONDecodeError as exc:
-        raise UserError(
-            f"{path} is corrupt ({exc.msg} at line {exc.lineno}); delete its run directory "
-            f"{path.parent} to start that run again"
-        ) from None
+        raise UserError(f"{path} is corrupt ({exc.msg} at line {exc.lineno}); {fix}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is corrupt (not UTF-8 text); {fix}") from None
+    except OSError as exc:
+        raise UserError(f"{path} cannot be read ({exc.strerror or type(exc).__name__}); {fix}") from None
+
+
+def read_record(path: str | os.PathLike, required: Iterable[str] = (), *, fix: str | None = None) -> dict:
+    """A JSON object (``config.json``, ``result.json``, ...) holding every key in ``required``; anything else
+    (a list, a string, a number, a missing key) is a :class:`UserError` naming the file and the fix."""
+    path = Path(path)
+    record = read_json(path, fix=fix)
+    fix = fix or f"delete its run directory {path.parent} to start that run again"
+    if not isinstance(record, dict):
+        raise UserError(f"{path} holds a JSON {type(record).__name__}, not the record object this code writes; {fix}")
+    missing = [key for key in required if key not in record]
+    if missing:
+        raise UserError(f"{path} lacks the keys {', '.join(missing)}; {fix}")
+    return record
+
+
+def read_config(path: str | os.PathLike, required: Iterable[str] = ()) -> dict:
+    """The ``config.json`` of run directory ``path`` (a :func:`read_record` with ``required`` keys)."""
+    return read_record(Path(path) / CONFIG, required)
 
 
 def append_jsonl(path: str | os.PathLike, record: dict) -> None:
@@ -167,21 +210,24 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
         torch.save(state, handle)
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", *, mmap: bool = False) -> dict:
-    """Load with ``weights_only=True``; a corrupt file is a :class:`UserError` naming the fix.
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", *, fix: str | None = None, mmap: bool = False) -> dict:
+    """Load with ``weights_only=True``; a corrupt file (or one that is not a dict) is a :class:`UserError`.
 
+    ``fix`` is the advice the message gives; the default (delete the file, which restarts the run from
+    scratch) holds for a resumable ``checkpoint.pt``, not for the weights of a finished run.
     ``mmap``: the tensors map the file (``torch.load(mmap=True)``) instead of being read into memory.
     """
     path = Path(path)
+    fix = fix or "delete it to restart that run from scratch"
     try:
-        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise
     except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
-        raise UserError(
-            f"checkpoint {path} cannot be loaded ({type(exc).__name__}); delete it to restart "
-            "that run from scratch"
-        ) from None
+        raise UserError(f"checkpoint {path} cannot be loaded ({type(exc).__name__}); {fix}") from None
+    if not isinstance(state, dict):
+        raise UserError(f"checkpoint {path} holds a {type(state).__name__}, not the dict this code saves; {fix}")
+    return state
 
 
 # ----------------------------------------------------------------------------- run lifecycle
@@ -211,8 +257,9 @@ def is_done(path: str | os.PathLike) -> bool:
     return (Path(path) / RESULT).is_file()
 
 
-def read_result(path: str | os.PathLike) -> dict:
-    return read_json(Path(path) / RESULT)
+def read_result(path: str | os.PathLike, required: Iterable[str] = ()) -> dict:
+    """The ``result.json`` of run directory ``path`` (a :func:`read_record` with ``required`` keys)."""
+    return read_record(Path(path) / RESULT, required)
 
 
 def write_result(path: str | os.PathLike, result: dict) -> None:
@@ -239,12 +286,15 @@ def resume_state(path: str | os.PathLike, map_location: Any = "cpu", *, mmap: bo
 
 
 # ----------------------------------------------------------------------------- collecting
-def collect(pattern: str | os.PathLike | Iterable[str | os.PathLike]):
+def collect(pattern: str | os.PathLike | Iterable[str | os.PathLike], required: Iterable[str] = ()):
     """One row per finished run matching a glob of run directories (or ``result.json`` paths).
 
     Columns: the config's keys (nested ``runtime`` flattened as ``runtime.<key>``), then the
     result's keys (a result key wins over a config key of the same name), then ``run_dir``.
+    A config or result that is not a JSON object, or a run whose row lacks a key in ``required``,
+    is a :class:`UserError` naming the file.
     """
+    required = list(required)
     patterns = [pattern] if isinstance(pattern, str | os.PathLike) else list(pattern)
     rows = []
     for pat in patterns:
@@ -252,13 +302,53 @@ def collect(pattern: str | os.PathLike | Iterable[str | os.PathLike]):
             directory = Path(match).parent if Path(match).name == RESULT else Path(match)
             if not is_done(directory):
                 continue
-            config = read_json(directory / CONFIG) if (directory / CONFIG).exists() else {}
+            config = read_record(directory / CONFIG) if (directory / CONFIG).exists() else {}
             row = {k: v for k, v in config.items() if k != RUNTIME_KEY}
-            row.update({f"{RUNTIME_KEY}.{k}": v for k, v in config.get(RUNTIME_KEY, {}).items()})
+            runtime = config.get(RUNTIME_KEY, {})
+            row.update({f"{RUNTIME_KEY}.{k}": v for k, v in (runtime if isinstance(runtime, dict) else {}).items()})
             row.update(read_result(directory))
+            missing = [key for key in required if key not in row]
+            if missing:
+                raise UserError(
+                    f"{directory / RESULT} and {directory / CONFIG} lack the keys {', '.join(missing)}; "
+                    f"delete the run directory {directory} and rerun the command that made it"
+                )
             row["run_dir"] = str(directory)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def finished_like(out: str | os.PathLike, configs: Sequence[dict], key: Callable[[dict], Any]) -> list[dict]:
+    """The results of every finished run under ``out`` (in the experiments of ``configs``) whose ``key(config)``
+    equals that of one of ``configs``, in directory order: what a summary of ``configs`` lists.
+
+    A summary is never only the runs of the call that writes it: a narrower request (one seed of two)
+    must not shrink it (README, "Runs and records"). ``key`` gives the settings a summary file stands
+    for, usually its name.
+    """
+    wanted = {json.dumps(key(c), sort_keys=True, default=str) for c in configs}
+    results = []
+    for experiment in sorted({c.get("experiment", "misc") for c in configs}):
+        for directory in sorted((Path(out) / run_name({"name": experiment})).glob("*")):
+            if not is_done(directory) or not (directory / CONFIG).is_file():
+                continue
+            if json.dumps(key(read_config(directory)), sort_keys=True, default=str) in wanted:
+                results.append(read_result(directory))
+    return results
+
+
+def write_summary(paths_and_bytes: Sequence[tuple[Path, bytes]], *, runs_found: int) -> list[Path]:
+    """Write summary files atomically; an empty run set is a :class:`UserError`, never an empty file."""
+    if runs_found == 0:
+        raise UserError(f"no finished runs, so no summaries: nothing was written to {', '.join(str(p) for p, _ in paths_and_bytes)}")
+    for path, data in paths_and_bytes:
+        atomic_write_bytes(path, data)
+    return [path for path, _ in paths_and_bytes]
+
+
+def csv_bytes(rows: Iterable[dict]) -> bytes:
+    """``rows`` (one dict per row) as CSV with a header line (pandas), as :func:`atomic_write_csv` writes them."""
+    return pd.DataFrame(list(rows)).to_csv(index=False).encode()
 
 
 # ----------------------------------------------------------------------------- helpers

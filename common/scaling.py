@@ -20,9 +20,19 @@ statistic              definition                              Hypothesis 1
 =====================  ======================================  =======================
 
 Under Hypothesis 2 the weights are increments of a rough process ``W^A`` (i.i.d. weights of
-size ``L^-1/2`` are the example): the cumulative sum is a random-walk path of size
-``L^(1-beta)``, and the root sum of squares stays bounded when ``W^A`` has finite quadratic
-variation.
+size ``L^-1/2`` are the example): the cumulative sum is a random-walk path. For i.i.d. weights of
+size ``L^-gamma`` its size is ``L^(1/2-gamma)`` (bounded at ``gamma = 1/2``), not ``L^(1-gamma)``:
+Step 2's reading ``beta = 1 - slope`` then gives ``gamma + 1/2``, while the maximum norm stays
+``~ L^-gamma`` up to the slowly growing maximum over ``L`` draws. The root sum of squares stays
+bounded when ``W^A`` has finite quadratic variation.
+
+**Two estimators of beta.** Step 2 of Cohen et al.'s text reads ``beta`` off the cumulative-sum
+norm (``1 - slope``, :data:`STEPS` ``"beta"``); their published figures read it off the maximum
+norm (``-slope``, ``"max_norm_exponent"``; ``plots_fully_connected.scaling_relu_scalar_delta``
+with ``["Maximum"]``, labelled "Max norm: beta"). They agree under Hypothesis 1 only: on i.i.d.
+weights of size ``L^-1`` over depths 8 to 1,024 the first gives ~1.5 and the second ~1.0.
+:data:`ESTIMATORS` names the two; Step 3's ``nu`` is computed with each (``"nu"`` with Step 2's
+beta, ``"nu_max_norm"`` with the max norm's).
 
 **Trend/noise split (their Step 4).** The cumulative-sum path ``S_k = sum_{j<k} A_j``,
 ``k = 0..L``, is split into a smooth trend (the discrete ``L^(1-beta) int_0^{k/L} Abar``) and a
@@ -47,7 +57,7 @@ distinct depths). :data:`STEPS` turns slopes into the paper's exponents: ``alpha
 ``max_k |delta_k|`` (Step 1), ``beta = 1 - slope`` of the cumulative-sum norm (Step 2), minus
 the slope of the maximum norm (``= beta`` under Hypothesis 1), ``nu = -(beta + slope)`` of the
 raw maximum increment (Step 3, the beta-scaled increment norm), the root sum of squares' slope
-(Step 5) and the noise fraction's slope (Step 4).
+(Step 5) and the noise fraction's slope (Step 4); ``nu_max_norm`` is Step 3 with the max-norm beta.
 
 **Convolutions.** :func:`conv_spectral_norms` is the largest singular value of the convolution
 operator of a kernel on an ``n x n`` input with circular boundary: the 2-D DFT block-diagonalises
@@ -69,6 +79,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from scipy import signal, stats
+from torch.nn.utils.fusion import fuse_conv_bn_weights
 
 NORMS = ("fro", "spectral")
 TREND_WINDOW_FRACTION = 0.1  # window of the trend filter, as a fraction of the L + 1 path points
@@ -301,7 +312,7 @@ class Step:
 
     statistic: str  # key of weight_statistics()
     sign: float
-    offset: float | str  # a number, or minus an exponent fitted before ("-beta" for nu)
+    offset: float | str  # a number, or minus an exponent fitted before ("-beta" for nu, "-max_norm_exponent")
     rule: str
     meaning: str
 
@@ -310,10 +321,18 @@ STEPS: dict[str, Step] = {
     "alpha": Step("max_norm", -1.0, 0.0, "-slope", "Step 1: delta ~ L^-alpha, from max_k |delta_k|"),
     "beta": Step("cumsum_norm", -1.0, 1.0, "1 - slope", "Step 2: the cumulative-sum norm grows like L^(1-beta)"),
     "max_norm_exponent": Step("max_norm", -1.0, 0.0, "-slope", "max_k ||A_k|| ~ L^-beta under Hypothesis 1"),
-    "nu": Step("max_increment", -1.0, "-beta", "-(beta + slope)", "Step 3: L^beta max_k ||A_k+1 - A_k|| ~ L^-nu"),
+    "nu": Step("max_increment", -1.0, "-beta", "-(beta + slope)", "Step 3: L^beta max_k ||A_k+1 - A_k|| ~ L^-nu, Step 2's beta"),
+    "nu_max_norm": Step("max_increment", -1.0, "-max_norm_exponent", "-(beta_max + slope)",
+                        "Step 3: L^beta max_k ||A_k+1 - A_k|| ~ L^-nu, the max norm's beta"),
     "rss_slope": Step("root_sum_squares", 1.0, 0.0, "slope", "Step 5: sqrt(sum_k ||A_k||^2) bounded when <= 0"),
     "noise_fraction_slope": Step("noise_fraction", 1.0, 0.0, "slope", "Step 4: ~0 under Hypothesis 2, < 0 for smooth weights"),
 }
+
+
+STEP2_ESTIMATOR = "Step 2 (cumulative sum, their text)"
+MAX_NORM_ESTIMATOR = "max norm (how their figures were read; used for the verdict)"
+ESTIMATORS = {"beta": STEP2_ESTIMATOR, "nu": STEP2_ESTIMATOR, "max_norm_exponent": MAX_NORM_ESTIMATOR,
+              "nu_max_norm": MAX_NORM_ESTIMATOR}  # which beta an exponent rests on (module docstring)
 
 
 def exponent(fit: PowerLawFit, sign: float, offset: float) -> tuple[float, float, float]:
@@ -327,7 +346,11 @@ def fold_batchnorm(
     weight: torch.Tensor, *, running_mean: torch.Tensor, running_var: torch.Tensor, gamma: torch.Tensor,
     beta: torch.Tensor, eps: float, bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """``(W', b')`` with ``conv_{W', b'} = BN_eval o conv_{W, b}``: ``W' = W * gamma / sqrt(var + eps)`` per output channel."""
-    scale = gamma / torch.sqrt(running_var + eps)
-    folded_bias = beta + scale * ((bias if bias is not None else torch.zeros_like(running_mean)) - running_mean)
-    return weight * scale.reshape(-1, *([1] * (weight.dim() - 1))), folded_bias
+    """``(W', b')`` with ``conv_{W', b'} = BN_eval o conv_{W, b}``: ``W' = W * gamma / sqrt(var + eps)`` per output channel,
+    ``b' = beta + (b - mean) * gamma / sqrt(var + eps)``.
+
+    Torch's own folding (:func:`torch.nn.utils.fusion.fuse_conv_bn_weights`, the one ``torch.fx`` fusion
+    uses), with the BatchNorm's tensors passed by name; plain tensors come back (no autograd).
+    """
+    folded_weight, folded_bias = fuse_conv_bn_weights(weight, bias, running_mean, running_var, eps, gamma, beta)
+    return folded_weight.detach(), folded_bias.detach()

@@ -164,6 +164,9 @@ def _available_profiles() -> str:
 
 
 # ----------------------------------------------------------------------------- resolution
+KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"  # srun: a task that fails ends every task of the job
+
+
 @dataclass(frozen=True)
 class Resolved:
     """Profile keys after merging built-ins, the profile, its job-kind table and the flags."""
@@ -171,6 +174,7 @@ class Resolved:
     values: dict
     sources: list[str]
     job_kind: str
+    distributed: bool = False
 
     def executor_params(self) -> dict[str, Any]:
         """``AutoExecutor`` parameters (generic names plus ``slurm_*``), max_num_timeout included."""
@@ -193,6 +197,8 @@ class Resolved:
                 params[f"slurm_{key}"] = v[key]
         if v.get("sbatch"):
             params["slurm_additional_parameters"] = dict(v["sbatch"])
+        if self.distributed:  # a rank that raises must not leave the others waiting in a collective
+            params["slurm_srun_args"] = [KILL_ON_BAD_EXIT]
         return params
 
     def describe(self) -> str:
@@ -204,8 +210,10 @@ def resolve(
 ) -> Resolved:
     """Merge built-in defaults < profile top level < ``[job_kind]`` < flags (None = not given).
 
-    A ``distributed`` job (GPT-2, Pythia: one process per GPU) gets ``tasks_per_node =
-    gpus_per_node`` unless the profile sets it; any other job runs one task per node.
+    A ``distributed`` job (GPT-2, Pythia: one process per GPU) gets one task per GPU it
+    requests (:func:`requested_gpus`: ``gpus_per_node``, else ``sbatch = {gres = "gpu:N"}``); a
+    profile whose ``tasks_per_node`` differs is refused (GPUs would sit idle, or processes would
+    share one). Any other job runs one task per node.
     """
     where = str(profile.path) if profile.path else None
     values = dict(BUILTIN)
@@ -221,13 +229,44 @@ def resolve(
         values.update(given)
         sources.append("flags " + " ".join(f"--{k.replace('_', '-')}" for k in given))
     if distributed:
-        values.setdefault("tasks_per_node", max(1, values.get("gpus_per_node") or 0))
+        _one_task_per_gpu(values, where, job_kind)
     elif values.get("tasks_per_node", 1) > 1:
         raise UserError(
             f"--slurm-profile {where}: tasks_per_node = {values['tasks_per_node']} for '{job_kind}' jobs, "
             "which run one process per job; remove it (only GPT-2/Pythia jobs run one task per GPU)"
         )
-    return Resolved(values=values, sources=sources, job_kind=job_kind)
+    elif (gpus := requested_gpus(values)) > 1:
+        log.warning("'%s' jobs run one process on one GPU, but request %d GPUs per job: %d sit idle", job_kind, gpus, gpus - 1)
+    return Resolved(values=values, sources=sources, job_kind=job_kind, distributed=distributed)
+
+
+def _one_task_per_gpu(values: dict, where: str | None, job_kind: str) -> None:
+    """Set a distributed job's ``tasks_per_node`` to its GPUs per node, or refuse a profile's other value."""
+    gpus = requested_gpus(values)
+    tasks = values.setdefault("tasks_per_node", max(1, gpus))
+    if gpus and tasks != gpus:
+        raise UserError(
+            f"--slurm-profile {where}: tasks_per_node = {tasks} for '{job_kind}' jobs, which run one task per GPU, "
+            f"but they request {gpus} GPUs per node; remove tasks_per_node (it follows the GPUs) or make the two equal"
+        )
+
+
+def requested_gpus(values: Mapping[str, Any]) -> int:
+    """GPUs per node that resolved profile ``values`` request: ``gpus_per_node``, else the GPU
+    count of ``sbatch = {gres = "gpu:N"}`` (``gpu``, ``gpu:a100:4``, ``gpu:4,nvme:1``); 0 for none."""
+    if values.get("gpus_per_node"):
+        return int(values["gpus_per_node"])
+    return gres_gpus(str((values.get("sbatch") or {}).get("gres", "")))
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs in a ``--gres`` value: ``gpu`` and ``gpu:a100`` are 1, ``gpu:a100:4``, ``gpu:4`` and ``gres/gpu:4`` are 4."""
+    total = 0
+    for item in filter(None, (part.split("(")[0].strip() for part in gres.split(","))):  # (S:0-1): sockets
+        name, *rest = item.split(":")
+        if name.removeprefix("gres/") == "gpu":
+            total += int(rest[-1]) if rest and rest[-1].isdigit() else 1
+    return total
 
 
 def overrides_from_args(args: Any) -> dict[str, Any]:

@@ -7,7 +7,8 @@ on accelerators, a periodic non-finite-loss check); :func:`train` runs the epoch
 ``torch.compile`` and channels_last memory. After every epoch: evaluation, one line in ``metrics.jsonl`` and an atomic checkpoint (model, optimizer,
 schedule, RNG states, epoch), so a killed run resumes and ends with bit-identical weights on
 the CPU. A non-finite loss stops the run with :class:`NonFiniteLossError` naming the step;
-nothing is marked finished.
+nothing is marked finished. ``TrainSettings.stopping`` (an :class:`EarlyStopping`) may end a run
+after any epoch; its state is in every checkpoint, so a resumed run stops at the same epoch.
 
 Batches are ``(inputs, targets)``; the model maps inputs to logits ``(..., classes)`` and the
 loss is the mean cross-entropy over all target positions (images: one per image; tokens: one
@@ -82,16 +83,24 @@ class NonFiniteLossError(UserError):
 
 
 class _Recipe:
-    """Config round trip shared by the recipes: the dataclass fields *are* the config keys."""
+    """Config round trip shared by the recipes: the dataclass fields *are* the config keys.
+
+    Fields named in ``LATER_FIELDS`` were added after runs existed: they are written only when they
+    differ from their default, and read back as the default when absent, so earlier run identities stay.
+    """
+
+    LATER_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def to_config(self) -> dict:
         """The recipe as plain config keys."""
-        return asdict(self)  # type: ignore[call-overload]
+        keys = asdict(self)  # type: ignore[call-overload]
+        defaults = {f.name: f.default for f in fields(self)}  # type: ignore[arg-type]
+        return {k: v for k, v in keys.items() if k not in self.LATER_FIELDS or v != defaults[k]}
 
     @classmethod
     def from_config(cls, keys: dict):
         """The recipe stored in a config (other keys beside it, e.g. ``batch_size``, are ignored)."""
-        return cls(**{f.name: keys[f.name] for f in fields(cls)})  # type: ignore[arg-type]
+        return cls(**{f.name: keys[f.name] for f in fields(cls) if f.name in keys or f.name not in cls.LATER_FIELDS})  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,8 @@ class SGDRecipe(_Recipe):
 @dataclass(frozen=True)
 class AdamRecipe(_Recipe):
     """Adam by epochs (the fully connected ResNets of ``common/experiments/weight_scaling.py``, after Cohen
-    et al.'s code): per-step cosine decay to 0 after an optional linear warm-up, as :class:`SGDRecipe`."""
+    et al.'s code): after an optional linear warm-up, per-step cosine decay to 0 as :class:`SGDRecipe`
+    (``decay="cosine"``) or the peak rate throughout (``decay="constant"``, Cohen et al.'s)."""
 
     epochs: int
     lr: float
@@ -137,15 +147,23 @@ class AdamRecipe(_Recipe):
     eps: float = 1e-8
     weight_decay: float = 0.0
     warmup_epochs: float = 0.0
+    decay: str = "cosine"  # one of DECAYS
     grad_clip: ClassVar[float | None] = None
     label_smoothing: ClassVar[float] = 0.0
+    LATER_FIELDS: ClassVar[tuple[str, ...]] = ("decay",)
+
+    def __post_init__(self) -> None:
+        if self.decay not in DECAYS:
+            raise ValueError(f"decay {self.decay!r}: use one of {DECAYS}")
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Adam:
         return torch.optim.Adam(
             model.parameters(), lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps, weight_decay=self.weight_decay
         )
 
-    schedule = SGDRecipe.schedule  # the same per-step schedule by epochs
+    def schedule(self, steps_per_epoch: int) -> Schedule:
+        """Warm-up over ``warmup_epochs``, then cosine to 0 at ``epochs`` or constant (per step)."""
+        return Schedule(self.lr, self.epochs * steps_per_epoch, round(self.warmup_epochs * steps_per_epoch), decay=self.decay)
 
 
 @dataclass(frozen=True)
@@ -215,6 +233,7 @@ class TrainSettings:
     loss: str = "cross_entropy"  # one of LOSSES; "mse": regression, no accuracy
     accum_steps: int = 1  # micro-batches per optimizer step (gradient accumulation)
     fsdp: bool = False  # several processes: shard parameters, gradients and optimizer state (FSDP2) instead of DDP
+    stopping: EarlyStopping | None = None  # an early-stopping rule on the running training loss (None: every epoch)
     fsdp_bf16_params: bool = False  # with fsdp and bf16 autocast: bf16 unsharded parameters, float32 gradient reduction
 
 
@@ -232,21 +251,53 @@ def cosine_lr(step: int, total_steps: int, base_lr: float, warmup_steps: int = 0
     return 0.5 * base_lr * (1.0 + math.cos(math.pi * progress))
 
 
+DECAYS = ("cosine", "constant")
+
+
 @dataclass(frozen=True)
 class Schedule:
-    """The per-step learning rates of a run: ``total_steps`` steps, the first ``warmup_steps`` warming up."""
+    """The per-step learning rates of a run: ``total_steps`` steps, the first ``warmup_steps`` warming up,
+    then a cosine decay to ``min_lr`` (``decay="cosine"``) or ``base_lr`` to the end (``"constant"``)."""
 
     base_lr: float
     total_steps: int
     warmup_steps: int
     min_lr: float = 0.0
+    decay: str = "cosine"
 
     @classmethod
     def of(cls, recipe: SGDRecipe | AdamRecipe | AdamWRecipe, steps_per_epoch: int) -> Schedule:
         return recipe.schedule(steps_per_epoch)
 
     def lr(self, step: int) -> float:
+        if self.decay == "constant":
+            return self.base_lr * (step + 1) / self.warmup_steps if step < self.warmup_steps else self.base_lr
         return cosine_lr(step, self.total_steps, self.base_lr, self.warmup_steps, self.min_lr)
+
+
+@dataclass(frozen=True)
+class EarlyStopping(_Recipe):
+    """Cohen et al.'s stopping rule (``scaling_experiments.train_final_net``), on the epoch's running training loss.
+
+    After each epoch, the running loss (mean over the epoch's batches) that beats the best so far by the
+    fraction ``min_improvement`` becomes the best and resets the bad-epoch count; otherwise the count
+    grows. Training stops after the epoch whose running loss is below ``below`` ("converged") or whose
+    count reaches ``patience`` ("no improvement"). The state (best, count, why stopped) is saved in every
+    checkpoint, so a resumed run stops at the same epoch.
+    """
+
+    below: float = 1e-3
+    patience: int = 5
+    min_improvement: float = 0.01
+
+    def initial_state(self) -> dict:
+        return {"best": math.inf, "bad_epochs": 0, "stopped": None}
+
+    def update(self, state: dict, loss: float) -> dict:
+        """The state after an epoch whose running training loss is ``loss``."""
+        best, bad = (loss, 0) if loss < (1 - self.min_improvement) * state["best"] else (state["best"], state["bad_epochs"] + 1)
+        stopped = "converged" if loss < self.below else "no improvement" if bad >= self.patience else None
+        return {"best": best, "bad_epochs": bad, "stopped": stopped}
 
 
 def classification_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
@@ -460,10 +511,14 @@ def train(
         raise UserError(f"{desc}: the training set is smaller than one batch; lower --batch-size")
     schedule = Schedule.of(recipe, steps_per_epoch)
     start_epoch, step, wall = 0, 0, 0.0
+    stop = settings.stopping.initial_state() if settings.stopping is not None else None
 
     resumed = resume(run_dir, model, optimizer, shard=shard, device=device)
+    if resumed is None and main:
+        _truncate_metrics(run_dir, 0)  # a fresh start (e.g. after a deleted checkpoint): no earlier epochs remain
     if resumed is not None:
         start_epoch, step, wall = resumed["epoch"], resumed["schedule"]["step"], resumed["wall_s"]
+        stop = resumed.get("stopping", stop)
         if main:
             _truncate_metrics(run_dir, start_epoch)
         log.info("%s: resuming %s after epoch %d (step %d)", desc, run_dir, start_epoch, step)
@@ -477,6 +532,8 @@ def train(
     forward = torch.compile(ddp or model) if settings.compile else (ddp or model)
     no_sync = ddp.no_sync if ddp is not None else functools.partial(_no_gradient_sync, model) if shard else None
     for epoch in range(start_epoch, recipe.epochs):
+        if stop is not None and stop["stopped"]:
+            break  # resumed after the stopping epoch's checkpoint
         if hasattr(train_loader, "set_epoch"):
             train_loader.set_epoch(epoch)
         model.train()
@@ -500,6 +557,9 @@ def train(
             record.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
         wall += time.perf_counter() - start
         record["wall_s"] = wall
+        if stop is not None:
+            stop = settings.stopping.update(stop, stats.loss)  # type: ignore[union-attr]
+            record["stopping"] = stop
         model_state, optimizer_state = full_state(model, optimizer, shard)  # a collective when sharded
         if main:
             runs.append_metrics(run_dir, record)
@@ -512,6 +572,7 @@ def train(
                     "rng": devices.rng_state(device),
                     "epoch": epoch + 1,
                     "wall_s": wall,
+                    **({"stopping": stop} if stop is not None else {}),
                 },
             )
         log.info(
@@ -533,6 +594,8 @@ def train(
     summary.update(epochs=recipe.epochs, steps=step, wall_s=wall, autocast_dtype=amp_dtype)
     if shard:
         summary["fsdp_param_dtype"] = "bfloat16" if fsdp_bf16(settings, device) else "float32"
+    if stop is not None:  # the epochs trained, and why they ended
+        summary.update(epochs=summary.get("epoch", 0), stopping={**stop, "stopped": stop["stopped"] or "epoch limit"})
     weights = full_state(model, None, shard)[0]
     if main:
         runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in weights.items()}})
@@ -725,8 +788,19 @@ def finish_run(run_dir: str | Path, result: dict, *, keep_checkpoint: bool = Fal
 
 
 def load_weights(run_dir: str | Path, map_location="cpu") -> dict:
-    """The final ``state_dict`` a finished run saved with :func:`train`."""
-    return runs.load_checkpoint(Path(run_dir) / WEIGHTS, map_location)["model"]
+    """The final ``state_dict`` a finished run saved with :func:`train`.
+
+    A missing or unreadable ``model.pt`` is a :class:`UserError` whose fix is to delete the whole run
+    directory: deleting ``model.pt`` alone would leave ``result.json`` marking the run finished.
+    """
+    path = Path(run_dir) / WEIGHTS
+    fix = f"delete the run directory {run_dir} and rerun the command that trained it (it trains that run again)"
+    if not path.is_file():
+        raise UserError(f"{path} is missing from a finished run; {fix}")
+    state = runs.load_checkpoint(path, map_location, fix=fix)
+    if not isinstance(state.get("model"), dict):
+        raise UserError(f"{path} holds no model weights; {fix}")
+    return state["model"]
 
 
 def _world_size() -> int:

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 from common import runs
-from common.experiments import growth_vs_scratch, weight_scaling
+from common.experiments import growth_vs_scratch, matched_insertion, weight_scaling
+from common.projection import saturation_interval
 
 ALL = ("sweep", "probe", "gpt2", "pythia", "growth", "matched", "scaling")
 
@@ -29,10 +30,17 @@ def ag_falling(n: int, seed: int = 0) -> float:
     return 0.05 * 0.55**n * (1 + 0.01 * seed)
 
 
+def app_g_shrinking(n: int, seed: int) -> dict:
+    """App. G's record (new format) with Gamma_hat = 0.01 * 0.5^N, t = 0.005 and delta = 0.02: saturated from N = 2 on."""
+    return {**saturation_interval([0.01 * 0.5**n], [1.0], n=1000, t=0.005, delta=0.02).as_record(), "n_cal": 250, "n_test": 1000,
+            "split_seed": 1, "statistic_source": "calibration split"}  # fmt: skip
+
+
 def sweep_and_probe(out: Path, *, preset: str = "smoke", dataset: str = "digits", depths=(0, 1, 2, 4, 6, 8), seeds=(0,),
                     ag=ag_falling, train_loss=lambda n, s: 0.5 / (1 + n) + 0.001 * s, test_loss=lambda n, s: 0.6 + 0.001 * s,
-                    exact: bool = True) -> None:  # fmt: skip
-    """Script 01's runs and script 02's probes of them: AGmax ``ag(n, seed)``; candidates 0..4+N."""
+                    exact: bool = True, app_g=app_g_shrinking) -> None:  # fmt: skip
+    """Script 01's runs and script 02's probes of them: AGmax ``ag(n, seed)``; candidates 0..4+N; App. G's
+    ``saturation`` record ``app_g(n, seed)``."""
     for seed in seeds:
         for n in depths:
             sweep_name = f"{dataset}-resnet{8 + n}-n{n}-seed{seed}-abcd1234"
@@ -43,7 +51,8 @@ def sweep_and_probe(out: Path, *, preset: str = "smoke", dataset: str = "digits"
                       "growth_value": (0.9 * top * (0.5 + 0.5 * i / (3 + n))) if exact else None} for i in range(4 + n)]  # fmt: skip
             config = {"sweep_run": sweep_name, "dataset": dataset, "depth_n": n, "depth_label": 8 + n, "seed": seed, "split": "train",
                       "batch_size": 128, "n_batches": 10, "bn_mode": "eval", "probe_seed": 0, "exact": exact}  # fmt: skip
-            result = {"ag_max": top, "ag_max_per_example": 8 * top, "ag_max_blocks": top * 0.9, "exact": exact, "candidates": cands}
+            result = {"ag_max": top, "ag_max_per_example": 8 * top, "ag_max_blocks": top * 0.9, "exact": exact, "candidates": cands,
+                      "saturation": app_g(n, seed)}  # fmt: skip
             write_run(out, "ag_probe", f"{sweep_name}-probe", config, result)
 
 
@@ -72,52 +81,78 @@ def pythia(out: Path, *, preset: str = "smoke", models=(("pythia-70m-deduped", 6
 
 
 def growth(out: Path, *, preset: str = "smoke", dataset: str = "digits", seeds=(0, 1), stage_epochs: int = 2,
-           test_gap=lambda n, s: 0.03, train_gap=lambda n, s: 0.001) -> None:  # fmt: skip
-    """03's stage runs (for the preset) and its table; growth's loss is scratch's minus the gaps."""
+           parent_epochs: int = 6, scratch_budget: str = "per-stage", test_gap=lambda n, s: 0.03,
+           train_gap=lambda n, s: 0.001, old_columns: bool = False) -> Path:  # fmt: skip
+    """03's stage runs (for the preset, with their chains) and its table; growth's loss is scratch's minus the gaps.
+
+    ``scratch_budget``: ``per-stage`` (scratch trains ``stage_epochs``) or ``total`` (growth's total epochs).
+    ``old_columns``: the table as 03 wrote it before it recorded budgets and paired training-loss spreads.
+    """
     records = []
     for seed in seeds:
-        for n in (2, 3, 4, 5):
-            write_run(out, "growth_vs_scratch", f"{dataset}-grow-n{n}-seed{seed}", {"preset": preset, "dataset": dataset,
-                      "growth": {"parent": "x"}, "train": {"epochs": stage_epochs}}, {"epochs": stage_epochs})  # fmt: skip
+        chain = [{"train": {"epochs": parent_epochs}}]
+        for n in range(1, 6):
+            write_run(out, "growth_vs_scratch", f"{dataset}-grow-n{n}-seed{seed}", {"preset": preset, "dataset": dataset, "depth_n": n,
+                      "growth": {"parent": "x"}, "train": {"epochs": stage_epochs}, "runtime": {"chain": list(chain)}},
+                      {"epochs": stage_epochs})  # fmt: skip
+            chain.append({"train": {"epochs": stage_epochs}})
+            if n < 2:
+                continue
+            total = parent_epochs + n * stage_epochs
             scratch = {"train_loss": 0.01 + 0.001 * seed, "test_loss": 0.3 + 0.005 * seed + 0.002 * n, "test_acc": 0.9}
             grown = {"train_loss": scratch["train_loss"] - train_gap(n, seed), "test_loss": scratch["test_loss"] - test_gap(n, seed),
                      "test_acc": 0.91}  # fmt: skip
-            for method, metrics in (("growth", grown), ("scratch", scratch)):
-                records.append({"method": method, "depth_n": n, "seed": seed, **metrics})
+            scratch_epochs = total if scratch_budget == "total" else stage_epochs
+            for method, metrics, epochs in (("growth", grown, total), ("scratch", scratch, scratch_epochs)):
+                records.append({"method": method, "depth_n": n, "seed": seed, "total_epochs": epochs, **metrics})
     rows = growth_vs_scratch.growth_table(records)
-    stem = f"table-{dataset}-stage{stage_epochs}-scratch{stage_epochs}-seeds{'-'.join(map(str, seeds))}"
+    if old_columns:
+        dropped = ("growth_epochs", "scratch_epochs", "train_loss_reduction", "train_loss_reduction_std")
+        rows = [{k: v for k, v in r.items() if k not in dropped} for r in rows]
+    budgets = sorted({r["total_epochs"] for r in records if r["method"] == "scratch"})
+    tag = str(budgets[0]) if len(budgets) == 1 else f"{budgets[0]}-{budgets[-1]}"
+    stem = f"table-{dataset}-stage{stage_epochs}-scratch{tag}-seeds{'-'.join(map(str, seeds))}"
     folder = Path(out) / "growth_vs_scratch"
     runs.atomic_write_csv(folder / f"{stem}.csv", rows)
+    return folder / f"{stem}.csv"
 
 
-def matched(out: Path, *, preset: str = "smoke", dataset: str = "digits", drops=None, seeds=(0,)) -> None:
-    """06's runs: one per (depth, seed) of the sweep (written too, for the preset), measured change = -drop."""
+def matched(out: Path, *, preset: str = "smoke", dataset: str = "digits", drops=None, seeds=(0,), rule: str = "stage1-end",
+            spread: float = 0.0) -> None:  # fmt: skip
+    """06's runs: one per (depth, seed) of the sweep (written too, for the preset), measured change = -drop (plus
+    ``spread`` times +-1 alternating over seeds), at the candidate ``rule`` gives (``next``: where the cyclic rule
+    puts the next block, so ResNet-34's is the head's input)."""
     drops = drops or {8: 7e-4, 14: 4e-4, 20: 2e-4}
-    for seed in seeds:
+    for i, seed in enumerate(seeds):
         for d, drop in drops.items():
             sweep_name = f"{dataset}-resnet{d}-n{d - 8}-seed{seed}-ffff0000"
             write_run(out, "resnet_sweep", sweep_name, {"preset": preset, "dataset": dataset, "depth_n": d - 8, "seed": seed},
                       {"train_loss": 0.1, "test_loss": 0.5, "test_acc": 0.8})  # fmt: skip
-            rows = [{"depth_label": d, "depth_n": d - 8, "seed": seed, "candidate": 1, "candidate_name": "c1", "alpha": alpha,
-                     "measured_change": -drop * alpha / 1e-3, "predicted_change": -drop * alpha / 1e-3 * 1.01, "fit": "closed-form",
-                     "train_loss_before": 0.1, "train_loss_after": 0.1 - drop, "ratio": 0.99, "relative_residual": 0.5,
-                     "predicted_change_pooled_targets": -drop, "test_change": None, "paper_change": None}
+            (candidate,) = matched_insertion.resolve_candidates(rule, d - 8)
+            drop = drop + spread * (-1) ** i
+            rows = [{"depth_label": d, "depth_n": d - 8, "seed": seed, "candidate": candidate, "candidate_name": f"block{candidate}.in",
+                     "alpha": alpha, "measured_change": -drop * alpha / 1e-3, "predicted_change": -drop * alpha / 1e-3 * 1.01,
+                     "fit": "closed-form", "train_loss_before": 0.1, "train_loss_after": 0.1 - drop, "ratio": 0.99,
+                     "relative_residual": 0.5, "predicted_change_pooled_targets": -drop, "test_change": None, "paper_change": None,
+                     "predicted_change_exact_targets": -1.1 * drop * alpha / 1e-3}
                     for alpha in (1e-4, 1e-3)]  # fmt: skip
-            write_run(out, "matched_insertion", f"{sweep_name}-matched", {"sweep_run": sweep_name, "dataset": dataset,
-                      "candidate_rule": "next", "fit": "closed-form"}, {"rows": rows})  # fmt: skip
+            write_run(out, "matched_insertion", f"{sweep_name}-matched-{rule}", {"sweep_run": sweep_name, "dataset": dataset,
+                      "candidate_rule": rule, "fit": "closed-form"}, {"rows": rows})  # fmt: skip
 
 
-def scaling(out: Path, *, preset: str = "smoke", beta: float = 0.3, alpha: float = 0.7) -> None:
-    """07's FC runs: statistics following exact power laws in the depth L (beta from the cumulative sum, alpha from delta)."""
+def scaling(out: Path, *, preset: str = "smoke", beta: float = 0.3, alpha: float = 0.7, diffusive: float = 0.0) -> None:
+    """07's FC runs: statistics following exact power laws in the depth L (beta from the max norm, alpha from delta);
+    the cumulative sums grow like ``L^(1 - beta - diffusive)``, so Step 2 reads ``beta + diffusive`` (i.i.d. weights:
+    ``diffusive = 1/2``)."""
     for family in ("fc-tanh", "fc-relu"):
         for L in (4, 8, 16, 32, 64):
             base = {"family": family, "dataset": "synthetic", "seed": 0, "run": f"{family}-L{L}", "stage": 0, "norm": "fro",
                     "depth": L, "network_depth": L}  # fmt: skip
             records = [
-                {**base, "tensor": "A", "max_norm": L**-beta, "cumsum_norm": L ** (1 - beta), "root_sum_squares": L ** (0.5 - beta),
-                 "max_increment": L ** (-beta - 1)},
+                {**base, "tensor": "A", "max_norm": L**-beta, "cumsum_norm": L ** (1 - beta - diffusive),
+                 "root_sum_squares": L ** (0.5 - beta), "max_increment": L ** (-beta - 1)},
                 {**base, "tensor": "delta", "max_norm": L**-alpha, "cumsum_norm": L ** (1 - alpha)},
-                {**base, "tensor": "delta_A", "max_norm": L ** -(alpha + beta), "cumsum_norm": L ** (1 - alpha - beta)},
+                {**base, "tensor": "delta_A", "max_norm": L ** -(alpha + beta), "cumsum_norm": L ** (1 - alpha - beta - diffusive)},
             ]  # fmt: skip
             write_run(out, "weight_scaling", f"{family}-L{L}", {"preset": preset, "family": family, "dataset": "synthetic"},
                       {"records": [{k: r.get(k) for k in weight_scaling.RECORD_COLUMNS} for r in records]})  # fmt: skip

@@ -36,6 +36,25 @@ def failing_job(spec) -> dict:
     raise RuntimeError(f"deliberate failure in {spec.config['name']}")
 
 
+def device_report_job(spec) -> dict:
+    """Record the devices this job's process was given, its number of processes, and when it ran.
+
+    ``config["runtime"]["sleep_s"]`` keeps it busy that long; only rank 0 writes the run.
+    """
+    start = time.time()
+    time.sleep(spec.config.get("runtime", {}).get("sleep_s", 0))
+    result = {
+        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "npu": os.environ.get("ASCEND_RT_VISIBLE_DEVICES"),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "start": start,
+        "end": time.time(),
+    }
+    if os.environ.get("RANK", "0") == "0":
+        runs.write_result(runs.prepare_run(spec.out, spec.config), result)
+    return result
+
+
 def demo_configs(xs, sleep_s: float = 0.0) -> list[dict]:
     runtime = {"runtime": {"sleep_s": sleep_s}} if sleep_s else {}
     return [{"experiment": "demo", "name": f"x{x}", "x": x, **runtime} for x in xs]
@@ -133,4 +152,15 @@ def distributed_job(spec) -> dict:
     if info.is_main:
         runs.write_result(runs.prepare_run(spec.out, spec.config), result)
     destroy_distributed()
+    return result
+
+
+def rank_failure_job(spec) -> dict:
+    """Rank 1 raises at once; rank 0 stays busy ``config["hang_s"]`` seconds, as a rank waiting
+    for the failed one would (in a collective, or through long rank-0 work)."""
+    if os.environ.get("RANK", "0") != "0":
+        raise RuntimeError(f"deliberate failure on rank {os.environ['RANK']}")
+    time.sleep(spec.config["hang_s"])
+    result = {"hung": spec.config["hang_s"]}
+    runs.write_result(runs.prepare_run(spec.out, spec.config), result)
     return result

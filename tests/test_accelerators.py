@@ -175,7 +175,8 @@ def test_gram_statistics_of_a_device_without_float64_live_on_the_cpu(monkeypatch
     acc = projection.GramAccumulator(3, 2, device=torch.device("meta"))  # meta stands in for the accelerator
     assert acc.device == torch.device("cpu") and acc.P.device == acc.X.device == torch.device("cpu")
     acc.update(torch.eye(3), torch.ones(3, 2))
-    assert acc.growth_value() == pytest.approx(6**0.5, rel=1e-15) and acc.rank() == 3
+    # rel 1e-10: V_S,l passes through eigh (exact for P = I on one machine, not promised on every kernel).
+    assert acc.growth_value() == pytest.approx(6**0.5, rel=1e-10) and acc.rank() == 3
 
 
 def test_exact_probe_records_where_float64_ran_and_gives_the_same_values(monkeypatch):

@@ -10,10 +10,16 @@ from common import device, runs
 from common.errors import UserError
 
 
-def test_cpu_and_auto_resolve():
-    assert device.resolve_device("cpu").type == "cpu"
-    assert device.resolve_device("auto").type in {"cpu", "cuda", "npu", "mps"}
-    assert device.autocast_dtype(torch.device("cpu")) is None
+@pytest.mark.parametrize("visible, expected", [((), "cpu"), (("mps",), "mps"), (("cuda", "mps"), "cuda"), (("cuda",), "cuda")])
+def test_auto_picks_cuda_before_mps_before_cpu_among_the_visible(monkeypatch, visible, expected):
+    # Availability mocked: what this machine has must not decide the test. No NPU (torch.device("npu") exists
+    # only once torch_npu is imported).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: "cuda" in visible)
+    monkeypatch.setattr(device, "npu_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: "mps" in visible)
+    assert device.resolve_device("auto") == torch.device(expected)
+    assert device.resolve_device("cpu") == torch.device("cpu")  # always there, whatever else is visible
+    assert device.autocast_dtype(torch.device("cpu")) is None  # no bf16 autocast on the CPU
 
 
 def test_unavailable_device_is_a_user_error():

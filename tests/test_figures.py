@@ -33,6 +33,7 @@ def test_every_figure_table_and_the_claims_report_appear(tmp_path, capsys):
     assert pythia["model"].tolist() == ["pythia-70m-deduped", "pythia-160m-deduped"]  # by depth
     report = (folder / "claims.md").read_text()
     assert report.splitlines()[2].startswith("> **Smoke scale.**")
+    assert report.index("## Claims") < report.index("## Identity checks")  # identity checks apart, after the claims
     assert f"{folder / 'claims.md'}" in printed
 
 

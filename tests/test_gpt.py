@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from common.claims import PROJECTION_SLACK
 from common.growth import function_preserved, insert_zero_block
 from common.models.gpt import GPT, GPTConfig, insert_decoder_block, padded_vocab_size
 from common.probe import activation_gradients, probe_activation_gradients, probe_mode
@@ -136,8 +137,10 @@ def test_probe_finds_every_candidate_and_matches_retain_grad():
     n = sum(len(x) for x, _ in batches)
     assert [s.ag_norm for s in result.scores] == pytest.approx((ag / 2).tolist(), rel=1e-10)
     assert [s.per_example_rms for s in result.scores] == pytest.approx((per_sequence_sq / n).sqrt().tolist(), rel=1e-10)
+    # V_S,l goes through eigh of a rank-deficient Gram matrix (24 rows, k = 64), which loses up to
+    # cond(Psi)^2 eps: the claims report's slack, not a summation-order bound (seen: 1.03e-12 over).
     for s in result.scores:
-        assert s.tangent_dim == 4 * 16 and 0 < s.growth_value <= s.ag_norm * (1 + 1e-12)
+        assert s.tangent_dim == 4 * 16 and 0 < s.growth_value <= s.ag_norm * (1 + PROJECTION_SLACK)
 
 
 def explicit_grads(model: GPT, x, y) -> list[torch.Tensor]:

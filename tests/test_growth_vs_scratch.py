@@ -237,8 +237,15 @@ def test_table_builder_computes_means_relative_reduction_and_winners():
     assert (r12["paper_train_winner"], r12["paper_test_winner"]) == ("scratch", "growth")
     assert r10["paper_growth_test_loss"] is None and mean["paper_growth_test_loss"] == GROWTH_MEAN_TEST_LOSS["growth"]
     assert mean["paper_test_loss_reduction_rel"] == GROWTH_TEST_RELATIVE_REDUCTION
+    # Paired training-loss reductions per seed (0.01 and -0.01 at ResNet-10), as the claims test them.
+    assert r10["train_loss_reduction"] == pytest.approx(0.0) and r10["train_loss_reduction_std"] == pytest.approx(math.sqrt(2e-4))
     text = gvs.markdown_table(list(rows.values()))
-    assert "| ResNet-10 | 0.0200 ± 0.0141 | 0.0200 ± 0.0000 | tie (growth) |" in text
+    assert "| ResNet-10 | - | 0.0200 ± 0.0141 | 0.0200 ± 0.0000 | tie (growth) |" in text  # no budgets in these records
+    budgets = [{**r, "total_epochs": 6 + 2 * r["depth_n"] if r["method"] == "growth" else 2} for r in records]
+    rows = {r["model"]: r for r in gvs.growth_table(budgets)}
+    assert (rows["ResNet-12"]["growth_epochs"], rows["ResNet-12"]["scratch_epochs"]) == (14, 2)
+    assert rows["mean"]["growth_epochs"] is None
+    assert "| ResNet-12 | 14 / 2 |" in gvs.markdown_table(list(rows.values()))
     with pytest.raises(ValueError, match="seeds"):
         gvs.growth_table(records[1:])
 
@@ -263,6 +270,8 @@ def test_script_runs_chain_and_scratch_prints_the_table_and_skips_finished_runs(
     with open(csv_path) as handle:
         rows = list(csv.DictReader(handle))
     assert [r["model"] for r in rows] == ["ResNet-10", "mean"] and float(rows[0]["growth_test_loss"]) > 0
+    # Each side's total epochs: the parent ResNet-8's (the smoke sweep's 6) and two 2-epoch stages, against scratch's 2.
+    assert (float(rows[0]["growth_epochs"]), float(rows[0]["scratch_epochs"])) == (10, 2) and "| ResNet-10 | 10 / 2 |" in out
     folder = tmp_path / "runs" / gvs.EXPERIMENT
     finished = sorted(p.name.rsplit("-", 1)[0] for p in folder.iterdir() if runs.is_done(p))
     assert finished == ["npz-grown-resnet10-n2-seed0", "npz-grown-resnet9-n1-seed0", "npz-scratch-resnet10-n2-seed0-e2"]

@@ -48,10 +48,17 @@ def test_matched_insertion_table_has_every_candidate_and_alpha_with_the_paper_be
     assert len(run_dirs) == 2 and all((d / "rows.csv").is_file() and runs.is_done(d) for d in run_dirs)
 
 
-def test_default_candidate_is_the_next_growth_position(sweep_out):
+def test_default_candidate_is_the_end_of_stage_1_at_every_depth_and_the_summary_keeps_every_finished_run(sweep_out):
     assert script.main([*ARGS, "--out", str(sweep_out)]) == 0
+    found = runs.collect(str(sweep_out / "matched_insertion" / "*"))
+    chosen = found[found["candidate_rule"] == "stage1-end"].set_index("depth_n")["candidates"].to_dict()
+    # ResNet-8 has one stage-1 block, ResNet-9 two (the first extra block goes to stage 1): the input of stage 2.
+    assert chosen == {0: [1], 1: [2]}
     table = pd.read_csv(sweep_out / "matched_insertion" / "summary-synthetic.csv")
-    assert table.set_index("depth_n")["candidate"].to_dict() == {0: 1, 1: 3}  # end of stage 0, then of stage 1
+    # The other readings of H.1's scale are predicted beside ours: no projection is the largest, pooled the smallest.
+    assert (table["predicted_change_exact_targets"] <= table["predicted_change"]).all()
+    assert (table["predicted_change"] <= table["predicted_change_pooled_targets"]).all()
+    assert len(table) == sum(len(rows) for rows in found["rows"])  # earlier calls' runs (--candidate all) stay listed
 
 
 def test_missing_sweep_run_is_one_line_naming_the_training_command(sweep_out, capsys):

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from common.growth import insert_zero_block
 from common.models.gpt import GPT, GPTConfig
 from common.probe import ag_maxima, probe_activation_gradients
-from common.projection import ContributionMoments, saturation_test, separation_margin
+from common.projection import ContributionMoments
 from common.runs import atomic_write_csv
 from common.train import classification_loss
 from tests.helpers import CASES, ResidualMLP, explicit_states_grads, mlp_case, resnet_case, tangent_rows
@@ -176,27 +176,6 @@ def test_probe_reads_token_states_of_a_decoder_like_model(seed):
         # 12 token rows <= k = 24 and generic features: realizable, so V_S,l = AG_l.
         assert score.tangent_rank == 12
         assert score.growth_value == pytest.approx(score.ag_norm, rel=1e-8)
-
-
-def test_saturation_test_decides_on_max_against_delta_plus_t_and_reports_its_bound():
-    decision = saturation_test([1e-3, 4e-3, 2e-3], [2e-3, 1e-3, 3e-3], delta=3e-3, t=1.5e-3, n=1280, split="test",
-                               reused_training_data=False, names=["a", "b", "c"])
-    assert decision.saturated and decision.argmax == "b" and decision.max_value == 4e-3
-    assert decision.threshold == pytest.approx(4.5e-3) and decision.margin == pytest.approx(0.5e-3)
-    assert decision.error_bound == pytest.approx(6e-3 / (1280 * 1.5e-3**2)) and not decision.bound_informative  # 2.08
-    record = decision.as_record()
-    assert {record[k] for k in ("n", "split", "reused_training_data")} == {1280, "test", False}
-    assert record["values"] == {"a": 1e-3, "b": 4e-3, "c": 2e-3}
-    assert record["covariance_traces"] == {"a": 2e-3, "b": 1e-3, "c": 3e-3}
-    at_threshold = saturation_test([0.75], [1.0], delta=0.5, t=0.25, n=16, split="train", reused_training_data=True)
-    assert not at_threshold.saturated  # strict: max ||C_l|| < delta + t
-    assert at_threshold.error_bound == 1.0 and not at_threshold.bound_informative  # 1 / (16 / 16): uninformative
-    t = separation_margin([2e-3, 1e-3, 3e-3], 1280, 0.05)
-    margin = saturation_test([0.0] * 3, [2e-3, 1e-3, 3e-3], delta=0, t=t, n=1280, split="test", reused_training_data=False)
-    assert margin.error_bound == pytest.approx(0.05) and margin.bound_informative
-    for delta, t in ((-1.0, 1.0), (0.0, 0.0)):  # t = 0 removes the separation the test is built on
-        with pytest.raises(ValueError):
-            saturation_test([1.0], [1.0], delta=delta, t=t, n=2, split="test", reused_training_data=False)
 
 
 def test_float32_model_probe_agrees_with_float64():

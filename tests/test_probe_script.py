@@ -45,17 +45,19 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
     lines = capsys.readouterr().out.strip().splitlines()
     header = lines[0].split()
     assert header[:9] == ["N", "model", "seed", "AGmax", "argmax", "<5e-03", "AGmax/ex", "argmax", "<5e-03"]
-    assert header[-4:] == ["max||C_l||", "delta+t", "App.G", "bound"] and "ResNet-9" in "\n".join(lines)
+    assert header[-8:] == ["max||C_l||", "Gamma", "interval", "t", "cands", "App.", "G", "verdict"] and "ResNet-9" in "\n".join(lines)
     summary = Path(lines[-1])  # the last line is the summary CSV's path
     table = pd.read_csv(summary)
     required = ["depth_n", "depth_label", "ag_max", "ag_max_candidate", "ag_max_per_example", "ag_max_per_example_candidate",
-                "ag_max_blocks", "ag_max_blocks_candidate", "batch_size", "n_batches", "split", "v_max", "saturated",
-                "saturation_max_c", "saturation_delta", "saturation_t", "saturation_error_bound", "saturation_n"]
+                "ag_max_blocks", "ag_max_blocks_candidate", "batch_size", "n_batches", "split", "v_max", "saturation_verdict",
+                "saturation_gamma_hat", "saturation_lower", "saturation_upper", "saturation_delta", "saturation_t",
+                "saturation_n_candidates", "saturation_n_cal", "saturation_n_test", "saturation_split_seed"]
     assert set(required) <= set(table.columns)
     for line, row in zip(lines[2:4], table.itertuples(), strict=True):  # the printed rows show both readings
         assert f" {row.ag_max:.3e} {row.ag_max_candidate} " in line
         assert f" {row.ag_max_per_example:.3e} {row.ag_max_per_example_candidate} " in line
-        assert f" {row.saturation_max_c:.3e} " in line and ("sat" if row.saturated else "not") in line
+        assert f" {row.saturation_gamma_hat:.3e} [{row.saturation_lower:.3e}, {row.saturation_upper:.3e}] {row.saturation_t:.3e} " in line
+        assert line.endswith(f" {row.saturation_n_candidates} {row.saturation_verdict}")
     assert table["depth_n"].tolist() == [0, 1] and table["depth_label"].tolist() == [8, 9]
     assert (table["batch_size"] == 16).all() and (table["n_batches"] == 2).all() and (table["split"] == "train").all()
     assert (table["v_max"] <= table["ag_max"] * (1 + 1e-9)).all()  # V_S,l <= AG_l, per batch
@@ -75,16 +77,25 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
         ratio = candidates["ag_norm_normalised"] * candidates["width"].map(math.sqrt) / candidates["ag_norm"]
         assert ratio.to_numpy() == pytest.approx(1.0)
         sat = runs.read_result(run)["saturation"]
-        assert (sat["split"], sat["n"], sat["reused_training_data"], sat["delta"]) == ("test", 64, False, 0.0)  # every test example
+        assert (sat["split"], sat["reused_training_data"], sat["delta"]) == ("test", False, None)
         assert sat["statistic"] == runs.read_json(run / "config.json")["saturation"]["statistic"]
-        # The decision and its bound, from C_l and c_i(l) recomputed by hand on the recorded sample.
-        norms, traces = independent_app_g(run)
+        # Every test example, split with the recorded seed: 16 calibrate the traces, 48 give C_l.
+        assert (sat["n_cal"], sat["n_test"], sat["n_candidates"], sat["statistic_source"]) == (16, 48, 4 + n, "calibration split")
+        samples = runs.read_json(run / "samples.json")
+        cal, test = (samples[k]["indices"] for k in ("calibration", "test"))
+        assert sorted(cal + test) == sorted(samples["saturation"]["indices"]) and not set(cal) & set(test)
+        assert samples["saturation"]["n"] == 64 and sat["split_seed"] is not None
+        # The interval and verdict, from C_l and c_i(l) recomputed by hand on the recorded parts:
+        # C_l on the test part, the traces on the calibration part, and t from n_test (not the whole n = 64).
+        norms, _ = independent_app_g(run, "test")
+        _, cal_traces = independent_app_g(run, "calibration")
         assert list(sat["values"].values()) == pytest.approx(norms, rel=1e-4)
-        assert list(sat["covariance_traces"].values()) == pytest.approx(traces, rel=1e-4)
-        t = math.sqrt(sum(traces) / (64 * 0.05))  # the default: the t whose error bound is alpha = 0.05
-        assert sat["t"] == pytest.approx(t, rel=1e-4) and sat["error_bound"] == pytest.approx(0.05, rel=1e-9)
-        assert sat["max_value"] == pytest.approx(max(norms), rel=1e-4)
-        assert sat["saturated"] == (max(norms) < 0.0 + t)
+        assert list(sat["covariance_traces"].values()) == pytest.approx(cal_traces, rel=1e-4)
+        t = math.sqrt(sum(cal_traces) / (48 * 0.05))
+        assert sat["t"] == pytest.approx(t, rel=1e-4) and sat["alpha"] == 0.05 and sat["alpha_source"] == "given"
+        assert sat["gamma_hat"] == pytest.approx(max(norms), rel=1e-4)
+        assert (sat["lower"], sat["upper"]) == pytest.approx((max(0.0, max(norms) - t), max(norms) + t), rel=1e-4)
+        assert sat["verdict"] == ("not saturated" if max(norms) - t > 0 else "undecided")  # no delta: never "saturated"
 
     stamps = [(r / "result.json").stat().st_mtime_ns for r in found]
     assert script.main([*PROBE, "--exact", "--out", str(sweep_out)]) == 0  # everything finished: skipped
@@ -98,8 +109,9 @@ def test_saturation_sample_is_disjoint_from_test_analysis_batches_and_flags_trai
     result = runs.read_result(run)
     assert "v_max" not in result and result["split"] == "test"
     # 64 test images: 32 for the analysis batches, the other 32 for the App. G sample.
-    assert (result["saturation"]["split"], result["saturation"]["n"]) == ("test", 32)
     samples = runs.read_json(run / "samples.json")
+    assert (result["saturation"]["split"], samples["saturation"]["n"]) == ("test", 32)
+    assert (result["saturation"]["n_cal"], result["saturation"]["n_test"]) == (8, 24)
     analysis, held_out = set(samples["analysis"]["indices"]), set(samples["saturation"]["indices"])
     assert len(analysis) == len(held_out) == 32 and not analysis & held_out
     assert result["saturation"]["disjoint_from_analysis_batches"] and result["saturation"]["shared_examples_with_analysis"] == 0
@@ -108,6 +120,32 @@ def test_saturation_sample_is_disjoint_from_test_analysis_batches_and_flags_trai
     assert script.main([*PROBE, "--no-exact", "--saturation-split", "train", "--seeds", "0", "--out", str(sweep_out)]) == 0
     reused = [runs.read_result(r)["saturation"] for r in probe_runs(sweep_out) if runs.read_json(r / "config.json")["saturation"]["split"] == "train"]
     assert len(reused) == 2 and all(s["reused_training_data"] for s in reused)
+
+
+def test_given_t_uses_the_whole_sample_and_reports_the_implied_alpha(sweep_out, capsys):
+    t = 1e-3
+    assert script.main([*PROBE, "--no-exact", "--saturation-t", str(t), "--saturation-delta", "0.5", "--out", str(sweep_out)]) == 0
+    out = capsys.readouterr().out
+    assert "t given, no split" in out
+    for run in probe_runs(sweep_out):
+        if runs.read_json(run / "config.json")["saturation"]["t"] != t:
+            continue
+        sat = runs.read_result(run)["saturation"]
+        assert (sat["n_cal"], sat["n_test"], sat["split_seed"], sat["statistic_source"]) == (0, 64, None, "given t, whole sample")
+        assert "calibration" not in runs.read_json(run / "samples.json")
+        norms, traces = independent_app_g(run, "saturation")
+        assert sat["alpha_source"] == "implied by t" and sat["alpha"] == pytest.approx(sum(traces) / (64 * t * t), rel=1e-4)
+        assert sat["gamma_hat"] == pytest.approx(max(norms), rel=1e-4) and sat["t"] == t and sat["delta"] == 0.5
+        assert sat["verdict"] == ("saturated within delta" if max(norms) + t <= 0.5 else "not saturated" if max(norms) - t > 0.5 else "undecided")
+
+
+def test_train_mode_batchnorm_gives_no_interval_and_no_verdict(sweep_out):
+    assert script.main([*PROBE, "--no-exact", "--bn-mode", "train", "--seeds", "0", "--out", str(sweep_out)]) == 0
+    found = [r for r in probe_runs(sweep_out) if runs.read_json(r / "config.json")["bn_mode"] == "train"]
+    assert len(found) == 2
+    for run in found:
+        sat = runs.read_result(run)["saturation"]
+        assert (sat["verdict"], sat["lower"], sat["upper"], sat["examples_independent"]) == ("no verdict", None, None, False)
 
 
 def independent_ag(run: Path, sample: str) -> list[float]:
@@ -129,12 +167,12 @@ def independent_ag(run: Path, sample: str) -> list[float]:
     return [v / used["n_batches"] for v in sums]
 
 
-def independent_app_g(run: Path) -> tuple[list[float], list[float]]:
-    """``||C_l||`` and ``tr(Sigma_hat_l)`` per candidate on the recorded App. G sample, by hand in float64:
+def independent_app_g(run: Path, part: str) -> tuple[list[float], list[float]]:
+    """``||C_l||`` and ``tr(Sigma_hat_l)`` per candidate on one recorded part of the App. G sample, by hand in float64:
     the protocol's zero block really inserted at ``l``, ``C_l`` = autograd of the mean loss over all
     ``n`` examples w.r.t. ``V_l``, ``c_i(l)`` = autograd of example ``i``'s loss alone, vectorised over
     the examples with ``torch.func.vmap`` (no probe code)."""
-    used = runs.read_json(run / "samples.json")["saturation"]
+    used = runs.read_json(run / "samples.json")[part]
     config = runs.read_json(run / "config.json")
     sweep_dir = Path(config["runtime"]["sweep_dir"])
     data = load_sweep_data(runs.read_json(sweep_dir / "config.json"))

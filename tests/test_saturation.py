@@ -1,28 +1,49 @@
-"""App. G's separated saturation test as a statistical procedure, on a tiny float64 residual MLP.
+"""App. G's interval for ``Gamma = max_l ||C_l||`` and its three verdicts, as a statistical procedure.
 
-Two data laws for the same model: inputs ``x ~ N(0, I)``; labels either drawn from the model's
+Part 1, a tiny float64 residual MLP under two data laws for the same model: inputs ``x ~ N(0, I)``; labels either drawn from the model's
 own softmax (then ``E[d loss/d logits | x] = E[p - e_y | x] = 0``, so the population gradient
 of every zero block's ``V_l`` is exactly zero: saturated at every candidate), or a fixed rule
 of ``x`` that the random model does not fit (a non-zero population gradient). The statistic
 ``max_l ||C_l||`` comes from :func:`common.probe.probe_activation_gradients` with
-``contributions=True``; the verdicts and bounds from :func:`common.projection.saturation_test`.
+``contributions=True``; the interval and verdicts from :func:`common.projection.saturation_interval`,
+with the traces from a separate calibration sample and ``C_l`` from the test sample (App. G's split).
 
 Noise scale used in the tolerances: for ``n`` i.i.d. examples ``E ||C_l - g(l)||^2 =
 tr(Sigma_l) / n``, so ``sqrt(sum_l tr(Sigma_l) / n)`` (the "standard error" ``se(n)``) bounds the
 typical distance of the statistic from its population value.
+
+Part 2, a simulation over R seeded repetitions where the population ``C_l`` is known in closed
+form: per-example contributions ``c_i(l) = C_l + sigma_l eps_i(l)`` in ``R^(k_l)``, with ``eps``
+i.i.d. unit-variance Gaussian or Student-t(3) / sqrt(3) (finite variance, infinite fourth moment:
+the calibration traces are then often underestimated), so ``tr Sigma_l = k_l sigma_l^2`` exactly.
+Each repetition draws a calibration part (traces) and a test part of ``n_test`` examples
+(``C_hat_l``) and goes through :func:`common.projection.separation_margin`,
+:func:`~common.projection.gamma_interval` and :func:`~common.projection.saturation_verdict`, the
+functions :func:`~common.projection.saturation_interval` is made of, vectorised over the
+repetitions.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from common.probe import probe_activation_gradients
-from common.projection import saturation_test
-from tests.helpers import ResidualMLP, tangent_rows
+from common.projection import (
+    NOT_SATURATED,
+    SATURATED,
+    UNDECIDED,
+    gamma_interval,
+    saturation_interval,
+    saturation_verdict,
+    separation_margin,
+)
+from tests.helpers import ResidualMLP
 
 BATCH = 256  # small analysis batches: a per-batch statistic would stay at ~ RMS / sqrt(256), not shrink
 
@@ -53,72 +74,200 @@ def statistic(net, n: int, seed: int, *, self_labelled: bool, batch: int = BATCH
     return max(values), math.sqrt(sum(traces) / n), values, traces
 
 
-def test_self_labelled_model_statistic_shrinks_like_one_over_sqrt_n_and_is_declared_saturated():
+def test_self_labelled_model_statistic_shrinks_like_one_over_sqrt_n_and_is_declared_saturated_within_delta():
     net = model()
-    small, se_small, values_small, traces_small = statistic(net, 256, 1, self_labelled=True)
-    large, se_large, values_large, traces_large = statistic(net, 16384, 2, self_labelled=True)
+    small, se_small, values_small, _ = statistic(net, 256, 1, self_labelled=True)
+    large, se_large, values_large, _ = statistic(net, 16384, 2, self_labelled=True)
     # Zero population gradient: the statistic is noise, of the order of se(n) at both sizes ...
     for stat, se in ((small, se_small), (large, se_large)):
         assert 0.1 * se < stat < 2 * se, (stat, se)
     # ... so it shrinks by ~sqrt(16384 / 256) = 8, up to the noise of a max of three norms (a
     # per-batch statistic would not shrink at all).
     assert 3 < small / large < 24
-    t = 0.05  # delta = 0 (H0: exact saturation), H1: Gamma >= 0.1
-    verdict = {n: saturation_test(v, tr, delta=0.0, t=t, n=n, split="fresh", reused_training_data=False)
-               for n, v, tr in ((256, values_small, traces_small), (16384, values_large, traces_large))}
-    assert not verdict[256].saturated and not verdict[256].bound_informative  # too few examples to tell
-    assert verdict[16384].saturated and verdict[16384].bound_informative
+    # App. G's split: traces from a separate calibration sample of n / 4, C_l from the n test examples.
+    # With Gamma_hat < 2 se and t = se / sqrt(alpha) ~ 4.5 se, the upper end stays below delta = 6.5 se(16384).
+    delta = 6.5 * se_large
+    interval = {}
+    for n, values, seed in ((256, values_small, 11), (16384, values_large, 12)):
+        *_, cal_traces = statistic(net, n // 4, seed, self_labelled=True)
+        interval[n] = saturation_interval(values, cal_traces, n=n, alpha=0.05, delta=delta)
+        assert interval[n].t == pytest.approx(math.sqrt(sum(cal_traces) / (n * 0.05)), rel=1e-12)
+        assert interval[n].lower == 0.0  # Gamma = 0 is inside
+    assert interval[256].verdict == UNDECIDED and interval[256].upper > delta  # too few examples to tell
+    assert interval[16384].verdict == SATURATED
+    no_delta = saturation_interval(values_large, list(interval[16384].covariance_traces.values()), n=16384, alpha=0.05)
+    assert no_delta.verdict == UNDECIDED  # without a tolerance, exact saturation is never declared
 
 
-def test_non_saturated_model_statistic_levels_off_at_the_population_value():
+def test_non_saturated_model_interval_covers_the_population_value_and_says_not_saturated_once_n_is_large():
     net = model()
     population, se_population, *_ = statistic(net, 65536, 3, self_labelled=False, batch=8192)
     assert population > 10 * se_population  # a clearly non-zero population gradient
-    stats = {}
+    stats, verdicts = {}, {}
     for n, seed in ((1024, 4), (16384, 5)):
-        stat, se, values, traces = statistic(net, n, seed, self_labelled=False)
+        stat, se, values, _ = statistic(net, n, seed, self_labelled=False)
+        *_, cal_traces = statistic(net, n // 4, seed + 10, self_labelled=False)
         assert abs(stat - population) < 3 * (se + se_population), (n, stat, population)
         stats[n] = stat
-        delta = t = population / 4  # H1: Gamma >= 3/4 of the population value holds
-        decision = saturation_test(values, traces, delta=delta, t=t, n=n, split="fresh", reused_training_data=False)
-        assert not decision.saturated
+        interval = saturation_interval(values, cal_traces, n=n, alpha=0.05)
+        # The 1,024-example "population" is itself an estimate: widen by its own 3 se.
+        assert interval.lower - 3 * se_population <= population <= interval.upper + 3 * se_population
+        verdicts[n] = interval.verdict
+        assert verdicts[n] == (NOT_SATURATED if interval.lower > 0 else UNDECIDED)
     assert stats[16384] > 0.5 * stats[1024]  # levels off; 1/sqrt(n) would give a quarter
-    assert decision.bound_informative and decision.error_bound < 0.5
+    assert verdicts[16384] == NOT_SATURATED  # t ~ 4.5 se(16384) ~ 0.2 < Gamma ~ 0.34: the lower end is above 0
 
 
-def test_reported_bound_holds_over_independent_resamples():
-    # The population is a pool of N examples (i.i.d. resampling with replacement is then exact), so
-    # the population gradient g(l) is the pool mean. Each of R resamples of n examples gives
-    # ||C_l|| and tr(Sigma_hat_l) (vectorised through resample counts); saturation_test gives the
-    # verdict and the reported bound. At the boundary of each hypothesis (the worst case) the observed
-    # frequency of wrong verdicts must not exceed the mean reported bound.
-    net = model()
-    pool_n, n, repeats = 4096, 1024, 1000
-    x, y = draw(net, pool_n, 6, self_labelled=False)
-    means, sq = [], []
-    for c in net.candidates():  # c_i(l) = psi_i g_i^T, g_i = d loss_i / d z_i (one row per example)
-        psi, g_rows, _ = tangent_rows(net, x, y, c.index)
-        contributions = (psi[:, :, None] * (pool_n * g_rows)[:, None, :]).reshape(pool_n, -1)
-        means.append(contributions)
-        sq.append(contributions.square().sum(1))
-    gamma = max(float(c.mean(0).norm()) for c in means)
-    traces = [float((c - c.mean(0)).square().sum()) / pool_n for c in means]
-    idx = torch.randint(0, pool_n, (repeats, n), generator=torch.Generator().manual_seed(7))
-    counts = torch.zeros(repeats, pool_n, dtype=torch.float64).scatter_add_(1, idx, torch.ones(repeats, n, dtype=torch.float64))
-    sample_means = [counts @ c / n for c in means]
-    values = torch.stack([m.norm(dim=1) for m in sample_means], 1)  # (R, L): ||C_l|| per resample
-    sample_traces = torch.stack([(counts @ s - n * m.square().sum(1)) / (n - 1) for m, s in zip(sample_means, sq)], 1)
-    worst = 0.0
-    for beta in (4.0, 2.0, 1.0, 0.5, 0.25):  # t at which the population bound is beta
-        t = math.sqrt(sum(traces) / (n * beta))
-        for hypothesis, delta in (("H0", gamma), ("H1", gamma - 2 * t)):  # Gamma = delta, Gamma = delta + 2t
-            if delta < 0:
-                continue
-            decisions = [saturation_test(values[r].tolist(), sample_traces[r].tolist(), delta=delta, t=t, n=n,
-                                         split="pool", reused_training_data=False) for r in range(repeats)]
-            wrong = sum(d.saturated == (hypothesis == "H1") for d in decisions) / repeats
-            bound = sum(d.error_bound for d in decisions) / repeats
-            assert bound == pytest.approx(beta, rel=0.1)  # the plug-in bound estimates the population one
-            assert wrong <= min(1.0, bound), (beta, hypothesis, wrong, bound)
-            worst = max(worst, wrong)
-    assert worst > 0.05  # not vacuous: some settings do produce wrong verdicts
+# ----------------------------------------------------------------------------- deterministic checks
+def test_t_alpha_is_the_markov_margin_of_the_calibration_traces_over_n_test():
+    traces = [2.0, 1.0, 3.0]
+    t = separation_margin(traces, 1280, 0.05)
+    assert t == pytest.approx(math.sqrt(6.0 / (1280 * 0.05)), rel=1e-15)
+    # More candidates, the same per-candidate trace: t grows like sqrt(number of candidates).
+    assert separation_margin(traces * 4, 1280, 0.05) == pytest.approx(2 * t, rel=1e-15)
+    interval = saturation_interval([1e-3, 4e-3, 2e-3], traces, n=1280, alpha=0.05, names=["a", "b", "c"])
+    assert (interval.t, interval.alpha, interval.alpha_source) == (t, 0.05, "given")
+    assert (interval.gamma_hat, interval.argmax, interval.n_candidates, interval.n) == (4e-3, "b", 3, 1280)
+    assert (interval.lower, interval.upper) == (max(0.0, 4e-3 - t), 4e-3 + t)
+    # A given t: alpha is implied by the same sample's traces, sum tr / (n t^2).
+    given = saturation_interval([1.0], [1.0], n=16, t=0.5)
+    assert (given.alpha, given.alpha_source, given.lower, given.upper) == (0.25, "implied by t", 0.5, 1.5)
+    for kwargs in ({}, {"alpha": 0.05, "t": 1.0}):  # exactly one of alpha and t
+        with pytest.raises(ValueError):
+            saturation_interval([1.0], [1.0], n=2, **kwargs)
+    for bad in ({"alpha": 0.0}, {"alpha": 1.0}, {"t": 0.0}):
+        with pytest.raises(ValueError):
+            saturation_interval([1.0], [1.0], n=2, **bad)
+
+
+def test_verdict_boundaries_upper_end_at_most_delta_and_lower_end_above_delta():
+    # Binary fractions, so every comparison below is exact: Gamma_hat = 0.5, t = 0.25 -> [0.25, 0.75].
+    lower, upper = gamma_interval(0.5, 0.25)
+    assert (lower, upper) == (0.25, 0.75)
+    assert saturation_verdict(lower, upper, 0.75) == SATURATED  # upper end == delta: saturated
+    assert saturation_verdict(lower, upper, 0.75 - 2**-20) == UNDECIDED
+    assert saturation_verdict(lower, upper, 0.25) == UNDECIDED  # lower end == delta: not above it
+    assert saturation_verdict(lower, upper, 0.25 - 2**-20) == NOT_SATURATED
+    assert saturation_verdict(lower, upper, None) == NOT_SATURATED  # no delta: is Gamma > 0?
+    assert saturation_verdict(*gamma_interval(0.25, 0.25), None) == UNDECIDED  # lower end 0
+    assert gamma_interval(0.125, 0.25) == (0.0, 0.375)  # clipped at 0
+    # delta = 0 is the knife edge: never "saturated", even when Gamma_hat = 0 exactly.
+    assert saturation_verdict(*gamma_interval(0.0, 2**-30), 0.0) == UNDECIDED
+    assert saturation_verdict(0.0, 0.0, 0.0) == UNDECIDED
+    with pytest.raises(ValueError):
+        saturation_verdict(0.0, 1.0, -1.0)
+    # Vectorised: one verdict per element.
+    assert saturation_verdict(np.array([0.0, 0.3]), np.array([0.2, 0.9]), 0.25).tolist() == [SATURATED, NOT_SATURATED]
+
+
+def test_the_issues_one_thousand_image_models_are_undecided():
+    # Issue 21: ResNet-8/11/17 after 100 epochs on 1,000 CIFAR-10 images, max ||C_l|| against t (printed "sat" before).
+    for gamma_hat, t in ((6.2, 20.4), (14.4, 40.4), (10.3, 54.4)):
+        for delta in (None, 0.0):
+            interval = saturation_interval([gamma_hat], [1.0], n=1000, t=t, delta=delta)
+            assert (interval.lower, interval.upper) == (0.0, gamma_hat + t)
+            assert interval.verdict == UNDECIDED
+
+
+# ----------------------------------------------------------------------------- simulation
+R = 2000  # repetitions per setting
+
+
+@dataclass(frozen=True)
+class Population:
+    """``c_i(l) = C_l + sigma_l eps_i(l)`` in ``R^(k_l)``, ``C_l = Gamma shape_l u_l`` (``u_l`` unit vectors)."""
+
+    k: tuple[int, ...]  # coordinates of C_l per candidate
+    sigma: tuple[float, ...]  # per-coordinate standard deviation of c_i(l) - C_l
+    shape: tuple[float, ...]  # ||C_l|| / Gamma; the largest is 1 (that candidate attains Gamma)
+
+    @property
+    def slots(self) -> np.ndarray:
+        """The candidate of each coordinate."""
+        return np.repeat(np.arange(len(self.k)), self.k)
+
+    @property
+    def traces(self) -> np.ndarray:
+        """``tr Sigma_l = k_l sigma_l^2``, exactly."""
+        return np.array(self.k) * np.square(self.sigma)
+
+    def per_candidate(self, x: np.ndarray) -> np.ndarray:
+        """Sum over each candidate's coordinates: ``(..., sum k)`` -> ``(..., len(k))``."""
+        return np.stack([x[..., self.slots == c].sum(-1) for c in range(len(self.k))], -1)
+
+    def means(self, gamma: float, rng: np.random.Generator) -> np.ndarray:
+        """``C_l`` laid out on the coordinates, each in a random fixed direction."""
+        u = rng.standard_normal(len(self.slots))
+        u /= np.sqrt(self.per_candidate(u * u))[self.slots]
+        return gamma * np.asarray(self.shape)[self.slots] * u
+
+
+THREE = Population(k=(1, 2, 3), sigma=(1.0, 0.7, 0.5), shape=(1.0, 0.6, 0.3))
+
+
+def unit_noise(rng: np.random.Generator, law: str, shape: tuple[int, ...]) -> np.ndarray:
+    if law == "gaussian":
+        return rng.standard_normal(shape)
+    return rng.standard_t(3, shape) / math.sqrt(3.0)  # Student-t(3) scaled to variance 1
+
+
+def simulate(pop: Population, law: str, n_cal: int, n_test: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(calibration traces (R, L), test noise means (R, sum k))`` of R repetitions. The traces do not
+    depend on ``C_l`` and ``C_hat_l = C_l + mean noise``, so one draw serves every Gamma (common random numbers)."""
+    rng = np.random.default_rng(seed)
+    scale = np.asarray(pop.sigma)[pop.slots]
+    cal = unit_noise(rng, law, (R, n_cal, len(pop.slots))) * scale
+    test = unit_noise(rng, law, (R, n_test, len(pop.slots))) * scale
+    return pop.per_candidate(cal.var(axis=1, ddof=1)), test.mean(axis=1)
+
+
+def rates(pop: Population, draws, gamma: float, delta: float | None, *, n_for_t: int, alpha: float) -> dict[str, float]:
+    """Coverage of the true Gamma and the frequency of each verdict over the repetitions."""
+    cal_traces, noise_means = draws
+    c_hat = pop.means(gamma, np.random.default_rng(0)) + noise_means  # (R, sum k)
+    gamma_hat = np.sqrt(pop.per_candidate(c_hat**2)).max(axis=1)
+    lower, upper = gamma_interval(gamma_hat, separation_margin(cal_traces, n_for_t, alpha))
+    verdicts = saturation_verdict(lower, upper, delta)
+    return {"coverage": float(np.mean((lower <= gamma) & (gamma <= upper))),
+            **{v: float(np.mean(verdicts == v)) for v in (SATURATED, NOT_SATURATED, UNDECIDED)}}  # fmt: skip
+
+
+def coverage_floor(alpha: float) -> float:
+    """``1 - alpha - 2 sqrt(alpha (1 - alpha) / R)``: the promised coverage less two binomial standard errors."""
+    return 1 - alpha - 2 * math.sqrt(alpha * (1 - alpha) / R)
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.25])
+@pytest.mark.parametrize("law", ["gaussian", "student_t3"])
+def test_interval_covers_gamma_and_verdicts_are_wrong_at_most_alpha_of_the_time(law, alpha):
+    n_cal, n_test = 100, 200
+    draws = simulate(THREE, law, n_cal, n_test, seed=21 if law == "gaussian" else 22)
+    t = separation_margin(THREE.traces, n_test, alpha)  # t_alpha from the true traces and n_test
+    delta = 4 * t  # so that delta / 2 = delta - 2t: the power point below delta is one of the issue's four
+    measured = {}
+    for name, gamma in (("delta/2", delta / 2), ("delta", delta), ("delta+0.1t", delta + 0.1 * t), ("delta+2t", delta + 2 * t)):
+        r = measured[name] = rates(THREE, draws, gamma, delta, n_for_t=n_test, alpha=alpha)
+        assert r["coverage"] >= coverage_floor(alpha), (name, r)
+        if gamma > delta:  # a true Gamma above delta: "saturated within delta" at most alpha of the time
+            assert r[SATURATED] <= alpha, (name, r)
+        else:  # a true Gamma <= delta: "not saturated" at most alpha of the time
+            assert r[NOT_SATURATED] <= alpha, (name, r)
+    assert measured["delta+2t"][NOT_SATURATED] >= 1 - alpha  # power at Gamma >= delta + 2t
+    assert measured["delta/2"][SATURATED] >= 1 - alpha  # power at Gamma <= delta - 2t
+    # Without a tolerance: at Gamma = 0 "not saturated" at most alpha of the time, "saturated" never.
+    exact = rates(THREE, draws, 0.0, None, n_for_t=n_test, alpha=alpha)
+    assert exact[NOT_SATURATED] <= alpha and exact[SATURATED] == 0.0 and exact["coverage"] >= coverage_floor(alpha)
+    print(law, alpha, {k: {v: round(x, 4) for v, x in r.items()} for k, r in {**measured, "Gamma=0, no delta": exact}.items()})
+
+
+def test_coverage_check_catches_t_computed_from_the_whole_samples_n():
+    # One candidate, one coordinate, Gaussian: |Gamma_hat - Gamma| = |mean noise| ~ |N(0, 1 / n_test)|.
+    # At alpha = 0.25 the right t = 2 / sqrt(n_test) covers ~95.4% (floor 73.1%); with the whole sample's
+    # n = n_cal + n_test = 4 n_test, t halves and coverage falls to P(|Z| < 1) ~ 68.3%: below the floor.
+    one = Population(k=(1,), sigma=(1.0,), shape=(1.0,))
+    n_cal, n_test, alpha = 150, 50, 0.25
+    draws = simulate(one, "gaussian", n_cal, n_test, seed=23)
+    gamma = 10.0  # far from 0: the clip at 0 plays no part
+    right = rates(one, draws, gamma, None, n_for_t=n_test, alpha=alpha)["coverage"]
+    whole = rates(one, draws, gamma, None, n_for_t=n_cal + n_test, alpha=alpha)["coverage"]
+    assert right >= coverage_floor(alpha) > whole, (right, whole, coverage_floor(alpha))

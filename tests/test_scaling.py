@@ -46,7 +46,7 @@ def test_constant_weights_give_exact_statistics_and_exponents():
     c = np.random.default_rng(0).standard_normal((3, 4))
     norm = np.linalg.norm(c)
     stats = [scaling.weight_statistics([c] * L) for L in DEPTHS]
-    for L, s in zip(DEPTHS, stats, strict=True):
+    for L, s in zip(DEPTHS, stats, strict=True):  # rel 1e-12: O(L) float64 sums of the same terms, no solve
         assert s["max_norm"] == pytest.approx(norm, rel=1e-12)
         assert s["cumsum_norm"] == pytest.approx(L * norm, rel=1e-12)
         assert s["root_sum_squares"] == pytest.approx(math.sqrt(L) * norm, rel=1e-12)
@@ -69,7 +69,7 @@ def test_linearly_varying_weights_have_no_noise_part():
         split = scaling.trend_noise_split(weights)
         assert split.window is not None and split.window % 2 == 1
         assert np.abs(split.noise).max() <= 1e-10 * np.abs(split.path).max()
-        assert np.allclose(split.path[-1], sum(weights), rtol=1e-12)
+        assert np.allclose(split.path[-1], sum(weights), rtol=1e-12)  # the same L terms summed: no solve
 
 
 # ----------------------------------------------------------------------------- smooth weights
@@ -174,6 +174,25 @@ def test_iid_gaussian_weights_scaled_by_inverse_sqrt_depth_are_diffusive():
     assert col["noise_fraction"].min() > 0.03
 
 
+def test_iid_weights_of_size_inverse_depth_read_beta_one_by_max_norm_and_one_and_a_half_by_step_2():
+    """``A_k = L^-1 xi_k`` (10 x 10, i.i.d. N(0, 1)), depths 8 .. 1,024 (issue 21's numbers: 1.506 and 0.982).
+
+    The cumulative sum is ``L^-1/2`` times the Brownian path of the test above, so its norm is
+    ``~ L^-1/2`` and Step 2 reads ``beta = 1 - (-1/2) = 3/2``, not the weights' exponent 1 (the size
+    ``L^(1/2 - gamma)`` of the module docstring). The max norm is ``L^-1 max_k ||xi_k||``, whose
+    maximum of L concentrated ``chi_100`` norms (~10) grows only by ``<= sqrt(2 log L)``, so it reads
+    slightly less than 1. The tolerance is the claims report's ±0.1; over seeds 0-4 these numbers
+    measured 1.49 to 1.52 (Step 2) and 0.96 to 0.98 (max norm), so ±0.1 is not at the edge. Only the
+    max norm's verdict on Cohen et al.'s ReLU alpha + beta = 1 would accept these weights."""
+    depths = [2**i for i in range(3, 11)]
+    rng = np.random.default_rng(0)
+    stats = [scaling.weight_statistics(rng.standard_normal((L, 10, 10)) / L, trend_noise=False) for L in depths]
+    step2 = fitted("beta", depths, [s["cumsum_norm"] for s in stats])
+    max_norm = fitted("max_norm_exponent", depths, [s["max_norm"] for s in stats])
+    assert abs(step2 - 1.5) < 0.1 and abs(max_norm - 1.0) < 0.1, (step2, max_norm)
+    assert abs(step2 - 1.0) > 0.1  # Step 2 would reject
+
+
 # ----------------------------------------------------------------------------- regression
 def test_power_law_fit_matches_the_textbook_slope_interval_and_refuses_too_few_depths():
     rng = np.random.default_rng(4)
@@ -186,6 +205,7 @@ def test_power_law_fit_matches_the_textbook_slope_interval_and_refuses_too_few_d
     resid = y - y.mean() - slope * (x - x.mean())
     se = math.sqrt((resid**2).sum() / (len(x) - 2) / sxx)
     t = 2.131846786326649  # Student t, 4 degrees of freedom, 95th percentile (a two-sided 90 % interval)
+    # slope: the same O(n) centred sums by two routes (rel 1e-12); the rest pass through sqrt and a t quantile.
     assert fit.slope == pytest.approx(slope, rel=1e-12) and fit.stderr == pytest.approx(se, rel=1e-10)
     assert (fit.ci_low, fit.ci_high) == pytest.approx((slope - t * se, slope + t * se), rel=1e-9)
     assert (fit.n, fit.n_depths, fit.depth_min, fit.depth_max) == (6, 6, 3, 65)
@@ -229,5 +249,22 @@ def test_folded_batchnorm_conv_equals_conv_then_batchnorm_in_eval_mode():
         conv.weight.detach(), running_mean=bn.running_mean, running_var=bn.running_var, gamma=bn.weight.detach(),
         beta=bn.bias.detach(), eps=bn.eps,
     )  # fmt: skip
-    with torch.no_grad():
+    with torch.no_grad():  # 27-term float64 sums of the same products, scaled before or after: no solve
         assert torch.allclose(F.conv2d(x, weight, bias, padding=1), bn(conv(x)), rtol=1e-12, atol=1e-12)
+
+
+def test_torch_batchnorm_folding_equals_the_earlier_formula_to_float64_rounding():
+    # The earlier own formula: W' = W * (gamma / sqrt(var + eps)), b' = beta + scale (b - mean). Torch's
+    # fuse_conv_bn_weights rounds differently (rsqrt, then times gamma): a few ulps apart, no more. Bound:
+    # 8 ulps of each term's magnitude (each side rounds at most 4 times).
+    g = torch.Generator().manual_seed(11)
+    weight, conv_bias = torch.randn(6, 4, 3, 3, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64)
+    mean, gamma, beta = (torch.randn(6, generator=g, dtype=torch.float64) for _ in range(3))
+    var, eps = torch.rand(6, generator=g, dtype=torch.float64) * 3 + 0.01, 1e-5
+    scale = gamma / torch.sqrt(var + eps)
+    ulps = 8 * torch.finfo(torch.float64).eps
+    folded, bias = scaling.fold_batchnorm(weight, running_mean=mean, running_var=var, gamma=gamma, beta=beta, eps=eps, bias=conv_bias)
+    old = weight * scale.reshape(-1, 1, 1, 1)
+    assert ((folded - old).abs() <= ulps * old.abs()).all()
+    assert ((bias - (beta + scale * (conv_bias - mean))).abs() <= ulps * (beta.abs() + (scale * (conv_bias - mean)).abs())).all()
+    assert not folded.requires_grad and type(folded) is torch.Tensor  # plain tensors, not nn.Parameter

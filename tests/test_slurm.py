@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from common import launch as launch_module
 from common import runs, slurm
 from common.errors import UserError
 from common.experiments.train_resnet_sweep import sweep_configs, train_resnet_run
@@ -29,6 +30,7 @@ from tests.jobs import (
     epoch_configs,
     epoch_train_job,
     failing_job,
+    rank_failure_job,
     square_job,
 )
 from tests.resnet_jobs import paced_resnet_run
@@ -200,3 +202,18 @@ def test_distributed_job_runs_one_process_per_task(tmp_path):
         wait_timeout_s=WAIT_S,
     )
     assert result == {"world_size": 2, "sum": 3.0, "backend": "gloo"}
+
+
+def test_a_failing_rank_ends_every_task_of_a_distributed_job(tmp_path):
+    specs = make_specs([{"experiment": "dist", "name": "rank1fails", "hang_s": 600}], tmp_path)
+    distributed = slurm.resolve(slurm.load_profile(PROFILE), "gpt2", distributed=True).executor_params()
+    assert launch(rank_failure_job, specs, launcher="slurm", executor_params={**distributed, "tasks_per_node": 2}, wait=False) is None
+    job = slurm.attach(record(specs[0]))
+
+    def ended() -> bool:
+        states = slurm.squeue_states()
+        return states is not None and states.get(job.job_id) not in slurm.ALIVE_STATES
+
+    wait_until(ended, WAIT_S, "srun --kill-on-bad-exit to end rank 0, which would otherwise wait 600 s")
+    assert launch_module.failed_task(job) == (1, "RuntimeError: deliberate failure on rank 1")
+    assert not job.task(0).paths.result_pickle.exists() and not runs.is_done(specs[0].dir)  # rank 0 was ended

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import subprocess
 import sys
 import tomllib
@@ -9,7 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from submitit.core.utils import cloudpickle_dump
 
+from common import launch as launch_module
 from common import runs, slurm
 from common.errors import UserError
 from common.launch import launch
@@ -37,6 +41,7 @@ def test_every_shipped_profile_loads_and_example_names_every_key():
         slurm.load_profile(path)
     example = tomllib.loads(EXAMPLE.read_text())
     named = set(example) | {key for table in example.values() if isinstance(table, dict) for key in table}
+    named |= set(re.findall(r"^# (\w+) = ", EXAMPLE.read_text(), re.MULTILINE))  # documented, commented out
     assert set(slurm.PROFILE_KEYS) <= named, set(slurm.PROFILE_KEYS) - named
 
 
@@ -61,6 +66,45 @@ def test_distributed_jobs_run_one_task_per_gpu_and_others_refuse_several(tmp_pat
         slurm.resolve(profile, "bad", {})
     no_gpu = slurm.resolve(slurm.load_profile(write(tmp_path, "gpus_per_node = 0\n")), "train", {})
     assert "gpus_per_node" not in no_gpu.executor_params()  # no --gpus-per-node on clusters without GRES
+
+
+def test_a_distributed_profile_whose_tasks_differ_from_its_gpus_is_refused_naming_the_key(tmp_path):
+    path = write(tmp_path, "[gpt2]\ngpus_per_node = 4\ntasks_per_node = 4\n")
+    profile = slurm.load_profile(path)
+    assert slurm.resolve(profile, "gpt2", {}, distributed=True).values["tasks_per_node"] == 4
+    with pytest.raises(UserError) as info:
+        slurm.resolve(profile, "gpt2", {"gpus_per_node": 8}, distributed=True)  # --gpus-per-node 8: 4 GPUs idle
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and "tasks_per_node = 4" in message and "8 GPUs" in message
+    example = slurm.load_profile(EXAMPLE)  # its [gpt2] follows the flag
+    assert slurm.resolve(example, "gpt2", {"gpus_per_node": 8}, distributed=True).values["tasks_per_node"] == 8
+    cpu_only = slurm.load_profile(write(tmp_path, "[gpt2]\ntasks_per_node = 2\n"))  # gloo ranks, no GPU
+    assert slurm.resolve(cpu_only, "gpt2", {}, distributed=True).values["tasks_per_node"] == 2
+
+
+@pytest.mark.parametrize(
+    "gres, gpus",
+    [("gpu", 1), ("gpu:a100", 1), ("gpu:4", 4), ("gpu:a100:4", 4), ("gres/gpu:2", 2), ("nvme:1,gpu:h100:8(S:0-1)", 8), ("nvme:1", 0)],
+)
+def test_gpus_requested_through_sbatch_gres_start_one_task_each(tmp_path, gres, gpus):
+    assert slurm.gres_gpus(gres) == gpus
+    profile = slurm.load_profile(write(tmp_path, f'[pythia]\nsbatch = {{gres = "{gres}"}}\n'))
+    assert slurm.resolve(profile, "pythia", {}, distributed=True).executor_params()["tasks_per_node"] == max(1, gpus)
+
+
+def test_a_one_process_job_asking_for_several_gpus_is_warned_about_the_idle_ones(tmp_path, caplog):
+    profile = slurm.load_profile(write(tmp_path, 'sbatch = {gres = "gpu:4"}\n'))
+    with caplog.at_level(logging.WARNING, logger="common.slurm"):
+        slurm.resolve(profile, "train", {})
+    assert "request 4 GPUs per job: 3 sit idle" in caplog.text
+
+
+def test_only_distributed_jobs_end_every_task_when_one_fails():
+    profile = slurm.load_profile(EXAMPLE)
+    assert slurm.resolve(profile, "gpt2", {}, distributed=True).executor_params()["slurm_srun_args"] == [
+        "--kill-on-bad-exit=1"
+    ]
+    assert "slurm_srun_args" not in slurm.resolve(profile, "train", {}).executor_params()
 
 
 @pytest.mark.parametrize(
@@ -183,3 +227,13 @@ def test_slurm_tests_skip_with_a_reason_where_no_cluster_can_be_had_and_fail_in_
     assert got == action
     if action in ("skip", "fail"):
         assert "no SLURM cluster" in reason and ("not root" in reason or "not Debian" in reason)
+
+
+def test_a_job_ended_by_one_failing_task_is_reported_with_that_tasks_error_and_log(tmp_path):
+    paths = [SimpleNamespace(result_pickle=tmp_path / f"8_{t}_result.pkl", stderr=tmp_path / f"8_{t}_log.err") for t in range(2)]
+    job = SimpleNamespace(job_id="8", num_tasks=2, task=lambda t: SimpleNamespace(paths=paths[t]))
+    traceback = "Traceback (most recent call last):\n  File 'x.py'\nRuntimeError: deliberate failure on rank 1\n"
+    cloudpickle_dump(("error", traceback), paths[1].result_pickle)  # task 0 was killed: no outcome
+    [spec] = make_specs(demo_configs([1]), tmp_path)
+    with pytest.raises(UserError, match=r"x1-\w+: job 8 ended: task 1 failed: RuntimeError: deliberate failure on rank 1 \(log: \S+8_1_log\.err\)"):
+        launch_module._raise_failures([(spec, job)], {"8": "left the queue in state FAILED without a result"})

@@ -1,4 +1,4 @@
-"""common/train.py: schedule, bit-identical resume, NaN handling, token-shaped batches."""
+"""common/train.py: schedules, bit-identical resume, NaN handling, token-shaped batches, early stopping."""
 
 import json
 
@@ -7,9 +7,21 @@ import torch
 from torch import nn
 
 from common import device, runs
+from common.data.neural_ode import BatchLoader
 from common.data.vision import TensorLoader, make_synthetic
 from common.models.resnet import ResNet, ResNetConfig
-from common.train import WEIGHTS, NonFiniteLossError, SGDRecipe, TrainSettings, cosine_lr, load_weights, train
+from common.train import (
+    WEIGHTS,
+    AdamRecipe,
+    EarlyStopping,
+    NonFiniteLossError,
+    Schedule,
+    SGDRecipe,
+    TrainSettings,
+    cosine_lr,
+    load_weights,
+    train,
+)
 
 SETTINGS = TrainSettings(SGDRecipe(epochs=3, lr=0.05, warmup_epochs=1), channels_last=True)
 
@@ -90,7 +102,76 @@ def test_token_shaped_batches_train_and_evaluate(tmp_path):
     vocab, batches = 11, [(torch.randint(0, 11, (4, 6)), torch.randint(0, 11, (4, 6))) for _ in range(3)]
     model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab))  # (B, T) -> (B, T, V)
     summary = train(model, batches, {"val": batches}, run_dir=tmp_path, settings=TrainSettings(SGDRecipe(epochs=2, lr=0.1)), device=torch.device("cpu"))
-    assert summary["epochs"] == 2 and summary["steps"] == 6 and 0 <= summary["val_acc"] <= 1
+    assert summary["epochs"] == 2 and summary["steps"] == 6
+    # The last evaluation saw the trained model: accuracy is the fraction of the 3 x 4 x 6 tokens whose argmax
+    # over the vocabulary is the target, the loss the mean token cross-entropy (float32 sums, hence 1e-6).
+    with torch.no_grad():
+        logits, targets = torch.cat([model(x) for x, _ in batches]), torch.cat([y for _, y in batches])
+    assert summary["val_acc"] == (logits.argmax(-1) == targets).sum().item() / targets.numel()
+    assert summary["val_loss"] == pytest.approx(torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item(), rel=1e-6)
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
     assert {"lr", "train_loss", "train_acc", "val_loss", "images_per_s"} <= json.loads(lines[0]).keys()
+
+
+# ----------------------------------------------------------------------------- Cohen et al.'s protocol
+def test_constant_schedule_keeps_the_peak_rate_after_warm_up():
+    lrs = [Schedule(1.0, 10, 2, decay="constant").lr(s) for s in range(10)]
+    assert lrs == [0.5] + [1.0] * 9
+    assert AdamRecipe(epochs=3, lr=0.1, decay="constant").schedule(4).lr(11) == 0.1
+    assert AdamRecipe(epochs=3, lr=0.1).schedule(4).lr(11) < 0.01  # cosine: near 0 at the last step
+    with pytest.raises(ValueError):
+        AdamRecipe(epochs=3, lr=0.1, decay="step")
+    # The decay is a config key only when it is not the cosine every earlier run used: their identities stay.
+    assert "decay" not in AdamRecipe(epochs=3, lr=0.1).to_config()
+    assert AdamRecipe.from_config(AdamRecipe(epochs=3, lr=0.1, decay="constant").to_config()).decay == "constant"
+    assert AdamRecipe.from_config({"epochs": 3, "lr": 0.1, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0,
+                                   "warmup_epochs": 0.0}).decay == "cosine"  # fmt: skip
+
+
+def test_early_stopping_counts_epochs_without_a_one_percent_gain_and_stops_below_the_threshold():
+    rule = EarlyStopping(below=1e-3, patience=2, min_improvement=0.01)
+    state, trace = rule.initial_state(), []
+    for loss in (1.0, 0.995, 0.98, 0.975, 0.9705):  # 0.995 is not below 0.99 * 1.0; 0.98 is; 0.9705 is not below 0.9702
+        state = rule.update(state, loss)
+        trace.append((state["best"], state["bad_epochs"], state["stopped"]))
+    assert trace == [(1.0, 0, None), (1.0, 1, None), (0.98, 0, None), (0.98, 1, None), (0.98, 2, "no improvement")]
+    assert rule.update(rule.initial_state(), 9e-4)["stopped"] == "converged"  # the first epoch already below 1e-3
+    assert rule.update(rule.initial_state(), 1e-3)["stopped"] is None  # strictly below
+
+
+def regression_run(run_dir, *, on_epoch_end=None, model_seed=0):
+    """A linear regression under Cohen et al.'s protocol (constant Adam rate, early stopping) that stops early."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 3, generator=g)
+    y = x @ torch.randn(3, 3, generator=g) + 0.3 * torch.randn(64, 3, generator=g)  # noise: the loss levels off
+    device.seed_everything(model_seed)
+    model = nn.Linear(3, 3)
+    settings = TrainSettings(AdamRecipe(epochs=60, lr=0.05, decay="constant"), amp=False, loss="mse",
+                             stopping=EarlyStopping(below=1e-4, patience=3, min_improvement=0.05))  # fmt: skip
+    return train(model, BatchLoader(x, y, 16, shuffle=True, seed=1), {}, run_dir=run_dir, settings=settings,
+                 device=torch.device("cpu"), on_epoch_end=on_epoch_end)  # fmt: skip
+
+
+def test_killed_run_resumes_and_stops_at_the_same_epoch(tmp_path, deterministic):
+    whole = regression_run(tmp_path / "whole")
+    stop_epoch = whole["epochs"]
+    assert 3 < stop_epoch < 60 and whole["stopping"]["stopped"] == "no improvement", whole["stopping"]
+    assert [r["epoch"] for r in runs.read_metrics(tmp_path / "whole")] == list(range(1, stop_epoch + 1))
+
+    def kill_at(epoch_to_kill):
+        def hook(epoch, record):
+            if epoch == epoch_to_kill:
+                raise Killed
+        return hook
+
+    # Killed in the middle (the stopping state must come back from the checkpoint, or the count restarts) and
+    # right after the stopping epoch's checkpoint (a resumed run must not train on).
+    for name, at in (("middle", stop_epoch - 2), ("at-stop", stop_epoch)):
+        with pytest.raises(Killed):
+            regression_run(tmp_path / name, on_epoch_end=kill_at(at))
+        resumed = regression_run(tmp_path / name, model_seed=123)
+        assert resumed["epochs"] == stop_epoch and resumed["stopping"] == whole["stopping"], name
+        assert [r["epoch"] for r in runs.read_metrics(tmp_path / name)] == list(range(1, stop_epoch + 1))
+        a, b = load_weights(tmp_path / "whole"), load_weights(tmp_path / name)
+        assert all(torch.equal(a[k], b[k]) for k in a), name

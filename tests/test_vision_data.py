@@ -1,14 +1,18 @@
 """common/data/vision.py: every data source, the tensor-resident loader and its augmentation (B.2, B.3)."""
 
 import pickle
+import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from common.data import vision
 from common.data.vision import (
     TensorLoader,
     batch_crop,
@@ -146,6 +150,40 @@ def test_imagenet100_decodes_once_then_reads_its_cache(tmp_path, monkeypatch):
     assert first.x_train.shape == (6, 3, 16, 16) and first.num_classes == 2
     monkeypatch.setattr("common.data.vision._decode_folder", lambda *a: pytest.fail("decoded twice"))
     assert torch.equal(load_vision("imagenet100", tmp_path, image_size=16).x_test, first.x_test)
+
+
+def load_together(n, *args, **kwargs):
+    """``load_vision(*args, **kwargs)`` in ``n`` threads at once, as runs started together would."""
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda _: load_vision(*args, **kwargs), range(n)))
+
+
+def test_runs_started_together_download_cifar_once(tmp_path, monkeypatch):
+    downloads = []
+
+    def slow_download(dataset, root, files):
+        downloads.append(dataset)
+        time.sleep(0.3)  # the other runs arrive meanwhile; without the lock they download too
+        write_fake_cifar10(root)
+
+    monkeypatch.setattr(vision, "_download_cifar", slow_download)
+    loaded = load_together(3, "cifar10", tmp_path / "data")
+    assert downloads == ["cifar10"] and all(torch.equal(d.x_train, loaded[0].x_train) for d in loaded)
+
+
+def test_runs_started_together_decode_imagenet100_once(tmp_path, monkeypatch):
+    write_fake_imagenet(tmp_path)
+    decoded = []
+
+    def slow_decode(dataset, image_size):
+        decoded.append(Path(dataset.root).name)
+        time.sleep(0.3)
+        n = len(dataset)
+        return torch.full((n, 3, image_size, image_size), len(decoded), dtype=torch.uint8), torch.zeros(n, dtype=torch.int64)
+
+    monkeypatch.setattr(vision, "_decode_folder", slow_decode)
+    loaded = load_together(3, "imagenet100", tmp_path, image_size=16)
+    assert sorted(decoded) == ["train", "val"] and all(torch.equal(d.x_test, loaded[0].x_test) for d in loaded)
 
 
 def window_matches(out, images, pad):

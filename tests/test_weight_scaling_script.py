@@ -18,7 +18,7 @@ from torch import nn
 from common import runs, scaling
 from common.data.neural_ode import make_neural_ode_data
 from common.experiments.train_resnet_sweep import build_resnet, sweep_configs
-from common.experiments.weight_scaling import FC_PRESETS
+from common.experiments.weight_scaling import FC_PRESETS, fc_configs
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.models.resnet import blocks_per_stage
 from common.train import WEIGHTS, load_weights
@@ -72,7 +72,7 @@ def test_fc_resnet_applies_the_residual_update_layer_by_layer(activation, delta)
     for k in range(5):
         d_k = model.delta.abs()[0] if delta == "shared" else model.delta[k]
         z = z + d_k * sigma(torch.stack([model.A[k] @ row + model.b[k] for row in z]))
-    with torch.no_grad():
+    with torch.no_grad():  # the same O(d) float64 sums layer by layer: no solve, rtol 1e-12
         assert torch.allclose(model(x), z, rtol=1e-12, atol=1e-12)
 
 
@@ -103,7 +103,16 @@ def test_records_and_exponents_come_from_the_saved_weights(fc_tanh_out, capsys):
     deltas = records[records.tensor == "delta"].sort_values("depth")
     assert alpha_row.estimate == pytest.approx(-scaling.fit_power_law(deltas.depth, deltas.max_norm).slope)
     assert alpha_row.paper == 0.7
-    assert "| fc-tanh | neural-ode | all | A | fro | beta |" in (folder / "exponents-fc-tanh.md").read_text()
+    # Step 3 with either beta: nu = -(beta + slope of the max increment); the max norm's is the verdict's.
+    increment = scaling.fit_power_law(fro.depth, fro.max_increment).slope
+    row = {e: exponents[(exponents.tensor == "A") & (exponents.norm == "fro") & (exponents.exponent == e)].iloc[0]
+           for e in ("beta", "max_norm_exponent", "nu", "nu_max_norm")}  # fmt: skip
+    assert row["nu"].estimate == pytest.approx(-(row["beta"].estimate + increment))
+    assert row["nu_max_norm"].estimate == pytest.approx(-(row["max_norm_exponent"].estimate + increment))
+    assert [row[e].estimator for e in row] == [scaling.STEP2_ESTIMATOR, scaling.MAX_NORM_ESTIMATOR] * 2
+    table = (folder / "exponents-fc-tanh.md").read_text()
+    assert f"| fc-tanh | neural-ode | all | A | fro | beta | {scaling.STEP2_ESTIMATOR} |" in table
+    assert f"| fc-tanh | neural-ode | all | A | fro | max_norm_exponent | {scaling.MAX_NORM_ESTIMATOR} |" in table
     # A second call skips every finished run and rewrites the same table.
     stamps = [(r / "result.json").stat().st_mtime_ns for r in fc_runs(fc_tanh_out)]
     capsys.readouterr()
@@ -111,6 +120,31 @@ def test_records_and_exponents_come_from_the_saved_weights(fc_tanh_out, capsys):
     assert [(r / "result.json").stat().st_mtime_ns for r in fc_runs(fc_tanh_out)] == stamps
     assert capsys.readouterr().out.strip().splitlines()[-3:] == [str(folder / f) for f in
                                                                  ("exponents-fc-tanh.csv", "exponents-fc-tanh.md", "records-fc-tanh.csv")]  # fmt: skip
+
+
+def test_paper_preset_is_cohen_et_al_protocol_and_smoke_run_identities_stay():
+    paper = fc_configs("fc-relu", preset="paper", depths=[4])[0]["train"]
+    assert (paper["lr"], paper["batch_size"], paper["epochs"], paper["decay"]) == (1e-3, 50, 200, "constant")
+    assert paper["early_stopping"] == {"below": 1e-3, "patience": 5, "min_improvement": 0.01}
+    cosine = fc_configs("fc-relu", preset="paper", depths=[4], schedule="cosine")[0]["train"]
+    assert "decay" not in cosine and "early_stopping" not in cosine  # the option: cosine to 0, every epoch
+    # The smoke preset stays on the cosine schedule, with the run directories it had before the option existed.
+    hashes = {family: runs.config_hash(fc_configs(family, preset="smoke", depths=[4])[0]) for family in ("fc-tanh", "fc-relu")}
+    assert hashes == {"fc-tanh": "583057bd", "fc-relu": "d66707d2"}
+
+
+def test_constant_schedule_records_the_schedule_and_the_stopping_state(tmp_path, capsys):
+    argv = ["--family", "fc-relu", "--preset", "smoke", "--schedule", "constant", "--depths", "4,8", "--epochs", "4",
+            "--device", "cpu", "--out", str(tmp_path)]  # fmt: skip
+    assert script.main(argv) == 0
+    printed = capsys.readouterr().out
+    for run in fc_runs(tmp_path):
+        result, metrics = runs.read_result(run), runs.read_metrics(run)
+        assert result["schedule"] == "constant" and result["epochs"] == len(metrics) <= 4
+        assert result["stopping"]["best"] == min(m["train_loss"] for m in metrics if m["stopping"]["bad_epochs"] == 0)
+        assert result["stopping"]["stopped"] in ("converged", "no improvement", "epoch limit")
+        assert {m["lr"] for m in metrics} == {1e-2}  # constant
+        assert f" constant {result['epochs']:>6} {result['stopping']['stopped']}" in printed
 
 
 # ----------------------------------------------------------------------------- the sweep family

@@ -37,8 +37,7 @@ micro-batches; :class:`TokenBatches` serves fixed batches (validation, probe).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
+import codecs
 import hashlib
 import itertools
 import json
@@ -60,7 +59,7 @@ from tqdm.auto import tqdm
 
 from common.device import cpu_count
 from common.errors import UserError
-from common.runs import atomic_file, atomic_write_json
+from common.runs import atomic_file, atomic_write_json, file_lock, read_record
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +75,8 @@ HEADER_BYTES = 1024
 META = "meta.json"
 SHARD_TOKENS = 100_000_000  # tokens per training shard (whole documents, so a little more)
 ENCODE_DOCS = 256  # documents per encode_batch call
+MAX_UNDECODABLE = 1e-3  # a --text-file with more undecodable UTF-8 bytes than this fraction is refused (binary, not text)
+META_KEYS = ("tokenizer", "dtype", "vocab_size", "val", "train")
 
 
 # ----------------------------------------------------------------------------- tokenizers
@@ -282,17 +283,46 @@ def text_data_spec(
 def text_files(path: str | os.PathLike) -> list[Path]:
     """The file itself, or the ``*.txt``/``*.md``/``*.rst`` files under a folder (sorted, hidden ones skipped)."""
     path = Path(path).expanduser()
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
+    if not path.is_file() and not path.is_dir():
         raise UserError(f"--text-file {path}: no such file or folder; give a text file or a folder of text files")
-    files = sorted(
+    files = [path] if path.is_file() else sorted(
         p for p in path.rglob("*")
         if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES and not any(part.startswith(".") for part in p.relative_to(path).parts)
     )  # fmt: skip
     if not files:
         raise UserError(f"--text-file {path}: the folder holds no {'/'.join(TEXT_SUFFIXES)} files")
+    for f in files:
+        check_text(f)
+    if all(f.stat().st_size == 0 for f in files):
+        what = "the file is empty" if len(files) == 1 and files[0] == path else "every text file in the folder is empty"
+        raise UserError(f"--text-file {path}: {what}; give a file with text in it")
     return files
+
+
+def check_text(path: Path) -> None:
+    """Refuse a ``--text-file`` that is not UTF-8 text: any NUL byte, or more than :data:`MAX_UNDECODABLE` of its
+    bytes undecodable (read in chunks; ``errors="replace"`` would turn a binary file into training text)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+    size = nul = bad = 0
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            size += len(chunk)
+            nul += chunk.count(b"\0")
+            bad += sum(1 for c in decoder.decode(chunk) if "\udc80" <= c <= "\udcff")
+    bad += sum(1 for c in decoder.decode(b"", final=True) if "\udc80" <= c <= "\udcff")
+    if nul:
+        raise UserError(f"--text-file {path}: {nul:,} NUL bytes in {size:,}; that is a binary file, not text")
+    if bad > MAX_UNDECODABLE * size:
+        raise UserError(
+            f"--text-file {path}: {bad:,} of its {size:,} bytes are not UTF-8 (more than {MAX_UNDECODABLE:.1%}); "
+            "give a UTF-8 text file"
+        )
+
+
+def read_meta(directory: str | os.PathLike) -> dict:
+    """The ``meta.json`` of a prepared token directory; a corrupt one is one line saying to delete the directory."""
+    directory = Path(directory)
+    return read_record(directory / META, META_KEYS, fix=f"delete {directory} and rerun the command to prepare the tokens again")
 
 
 def _fingerprint(files: list[Path], root: Path) -> str:
@@ -378,12 +408,13 @@ def prepare_tokens(
     """
     directory = Path(root).expanduser() / spec.dirname()
     if (directory / META).is_file():
+        read_meta(directory)  # a corrupt meta.json is named now, before any run starts
         return directory
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"--data-root {root}: cannot create {directory} ({exc.strerror}); pass a writable --data-root") from None
-    with _locked(directory / ".lock"):
+    with file_lock(directory / ".lock"):
         if (directory / META).is_file():
             return directory
         tokenizer = tokenizer or get_tokenizer(spec.tokenizer)
@@ -510,16 +541,6 @@ def _resume(directory: Path) -> _Progress:
     )  # fmt: skip
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
     iterator = iter(items)
     while chunk := list(itertools.islice(iterator, size)):
@@ -541,7 +562,7 @@ class TokenData:
         directory = Path(directory)
         if not (directory / META).is_file():
             raise UserError(f"{directory} holds no prepared tokens ({META} missing); prepare them first (--prepare-only)")
-        meta = json.loads((directory / META).read_text())
+        meta = read_meta(directory)
         arrays = {}
         for name in [*meta["val"]["files"], *meta["train"]["files"]]:
             header, tokens = read_shard(directory / name)

@@ -21,9 +21,12 @@ Evaluation uses normalisation only.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import logging
 import math
+import os
 import pickle
 import socket
 from collections.abc import Iterator
@@ -39,7 +42,7 @@ from torchvision import transforms
 
 from common.device import cpu_count
 from common.errors import UserError
-from common.runs import save_checkpoint
+from common.runs import file_lock, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,16 @@ class VisionData:
         return tuple(self.x_train.shape[1:])  # type: ignore[return-value]
 
 
+DATA_ROOT_DATASETS = ("cifar10", "cifar100", "imagenet100", "npz")  # the sources that read --data-root
+
+
+@functools.cache  # once per (dataset, data root), however many configs a planner builds
+def warn_unused_data_root(dataset: str, data_root: str | os.PathLike | None) -> None:
+    """Log a warning when ``--data-root`` is given for a source that does not read it (digits, synthetic)."""
+    if data_root and dataset not in DATA_ROOT_DATASETS:
+        log.warning("--data-root %s is not used: --dataset %s reads no files (only %s do)", data_root, dataset, ", ".join(DATA_ROOT_DATASETS))
+
+
 def load_vision(
     dataset: str,
     data_root: str | Path | None,
@@ -132,13 +145,35 @@ def load_vision(
     raise UserError(f"--dataset {dataset}: unknown dataset; use one of {', '.join(DATASETS)}")
 
 
+@contextlib.contextmanager
+def one_at_a_time(*locks: Path) -> Iterator[None]:
+    """Prepare data under :func:`common.runs.file_lock` on the first of ``locks`` that can be created.
+
+    Runs started together (an array job, ``--launcher local``) would otherwise all download
+    CIFAR or decode ImageNet-100 at once into the same files. Where no lock file can be created
+    (a read-only data root and cache), nothing will be written either, so none is needed.
+    """
+    for path in locks:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        except OSError:
+            continue
+        with file_lock(path):
+            yield
+        return
+    log.debug("no lock file can be created at %s; preparing the data without one", ", ".join(map(str, locks)))
+    yield
+
+
 # ----------------------------------------------------------------------------- CIFAR (B.2)
 def _load_cifar(dataset: str, root: Path) -> VisionData:
     spec = _CIFAR[dataset]
     folder = root / spec["folder"]
     files = [folder / name for name in spec["train"] + spec["test"]]
-    if not all(f.is_file() for f in files):
-        _download_cifar(dataset, root, files)
+    with one_at_a_time(root / f".{dataset}.lock"):  # parallel runs: one downloads, the others wait
+        if not all(f.is_file() for f in files):
+            _download_cifar(dataset, root, files)
     x_train, y_train = _read_cifar_pickles([folder / n for n in spec["train"]], spec["label_key"])
     x_test, y_test = _read_cifar_pickles([folder / n for n in spec["test"]], spec["label_key"])
     mean, std = spec["stats"]
@@ -214,12 +249,15 @@ def _load_imagenet100(data_root: str | Path | None, image_size: int) -> VisionDa
         log.warning("ImageNet-100: %d of %d class folders are not in the standard list (e.g. %s)", len(unknown), len(classes), unknown[0])
     meta = {"classes": classes, "counts": [len(folders["train"].samples), len(folders["val"].samples)], "size": image_size}
     caches = _imagenet100_caches(root, image_size)
-    tensors = next((t for t in (_read_cache(c, meta) for c in caches) if t is not None), None)
+    tensors = _first_cache(caches, meta)  # caches are written atomically: read without the lock
     if tensors is None:
-        tensors = {}
-        for name, ds in folders.items():
-            tensors[f"x_{name}"], tensors[f"y_{name}"] = _decode_folder(ds, image_size)
-        _write_cache(caches, meta, tensors)
+        with one_at_a_time(*(cache.with_suffix(".lock") for cache in caches)):  # parallel runs decode once
+            tensors = _first_cache(caches, meta)
+            if tensors is None:
+                tensors = {}
+                for name, ds in folders.items():
+                    tensors[f"x_{name}"], tensors[f"y_{name}"] = _decode_folder(ds, image_size)
+                _write_cache(caches, meta, tensors)
     mean, std = IMAGENET_STATS
     return VisionData(
         tensors["x_train"], tensors["y_train"], tensors["x_val"], tensors["y_val"], len(classes), mean, std, "imagenet100"
@@ -242,6 +280,10 @@ def _imagenet100_caches(root: Path, image_size: int) -> list[Path]:
     key = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:8]
     home = Path.home() / ".cache" / "depth-sufficiency" / f"imagenet100-{key}-{image_size}px.pt"
     return [root / f".imagenet100-{image_size}px.pt", home]
+
+
+def _first_cache(paths: list[Path], meta: dict) -> dict | None:
+    return next((t for t in (_read_cache(p, meta) for p in paths) if t is not None), None)
 
 
 def _read_cache(path: Path, meta: dict) -> dict | None:

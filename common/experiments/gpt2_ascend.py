@@ -213,12 +213,21 @@ def make_recipe(p: GPTPreset) -> AdamWRecipe:
 
 
 def _check_positive(p: GPTPreset) -> None:
-    for name in ("n_embd", "n_head", "block_size", "val_tokens", "batch_tokens", "micro_batch_size", "n_evals",
-                 "probe_batch_size", "probe_batches", "eval_batch_size"):  # fmt: skip
-        if getattr(p, name) <= 0:
-            raise UserError(f"--{name.replace('_', '-')} {getattr(p, name)}: must be positive")
-    if p.lr <= 0 or p.warmup_steps < 0 or p.grad_clip <= 0:
-        raise UserError("--lr and --grad-clip must be positive, --warmup-steps >= 0")
+    check_values(p, ("n_embd", "n_head", "block_size", "val_tokens", "batch_tokens", "micro_batch_size", "n_evals",
+                     "probe_batch_size", "probe_batches", "eval_batch_size"))  # fmt: skip
+    if p.n_embd % p.n_head:
+        raise UserError(f"--n-head {p.n_head}: must divide the width --n-embd {p.n_embd} (each head gets n_embd / n_head)")
+
+
+def check_values(p, positive: Sequence[str]) -> None:
+    """The preset fields ``positive``, ``lr`` and ``grad_clip`` must be > 0 and ``warmup_steps`` >= 0; else one
+    line naming the flag and its value (scripts 04 and 05; their parsers refuse most of these already)."""
+    for name in (*positive, "lr", "grad_clip"):
+        value = getattr(p, name)
+        if value is not None and not value > 0:
+            raise UserError(f"--{name.replace('_', '-')} {value}: must be positive")
+    if p.warmup_steps < 0:
+        raise UserError(f"--warmup-steps {p.warmup_steps}: must be >= 0")
 
 
 def data_spec(config: dict) -> TextDataSpec:
@@ -417,6 +426,14 @@ def summary_table(rows: Sequence[dict], low_signal: float) -> str:
     return "\n".join(lines)
 
 
+def summary_key(config: dict) -> str | None:
+    """The summary a run belongs in (:func:`summary_name`); None for a config without those keys."""
+    try:
+        return summary_name([config])
+    except (KeyError, TypeError):
+        return None
+
+
 def summary_name(configs: Sequence[dict]) -> str:
     """``summary-<data>-<tokenizer>-d<width>-b<batch>x<B>[-exact].csv``: one per probe setting."""
     c = configs[0]
@@ -438,6 +455,7 @@ __all__ = [
     "peak_flops",
     "prepare_data",
     "require_prepared",
+    "summary_key",
     "summary_name",
     "summary_rows",
     "summary_table",

@@ -120,6 +120,11 @@ def _state(out: str | Path, config: dict) -> str:
     return "done" if runs.is_done(runs.run_dir(out, config)) else "todo"
 
 
+def default_depths(preset: str) -> tuple[int, ...]:
+    """N of the table's rows when ``--depths`` is not given: the paper's ResNet-10 .. -13 (smoke: ResNet-10 and -12)."""
+    return SMOKE_DEPTHS if preset == "smoke" else PAPER_DEPTHS
+
+
 def growth_plan(
     *,
     preset: str = "smoke",
@@ -143,7 +148,7 @@ def growth_plan(
     else the sweep's epochs, so that the sweep's finished runs are reused.
     """
     if depths is None:
-        depths = SMOKE_DEPTHS if preset == "smoke" else PAPER_DEPTHS
+        depths = default_depths(preset)
     depths = tuple(sorted(set(depths)))
     seeds = tuple(dict.fromkeys(seeds))
     if not depths or min(depths) < 1:
@@ -300,20 +305,32 @@ def block_seed(seed: int, n: int) -> int:
 
 # ----------------------------------------------------------------------------- results
 def collect_records(plan: GrowthPlan, out: str | Path) -> list[dict]:
-    """One record per (method, depth, seed) of the table, read from the finished runs."""
+    """One record per (method, depth, seed) of the table, read from the finished runs.
+
+    ``epochs`` is the run's own; ``total_epochs`` every epoch behind the model: for growth the parent
+    ResNet-8's plus every stage's up to depth N (each stage restarts the schedule), for scratch its own.
+    """
     records = []
     for seed in plan.seeds:
-        for n in plan.depths:
+        behind = finished_result(out, plan.parents[seed])["epochs"]
+        for n in range(1, max(plan.depths) + 1):
+            behind += finished_result(out, plan.stage(seed, n))["epochs"]
+            if n not in plan.depths:
+                continue
             for method, config in (("growth", plan.stage(seed, n)), ("scratch", plan.scratch[(seed, n)])):
-                path = runs.run_dir(out, config)
-                if not runs.is_done(path):
-                    raise UserError(f"{path} is not finished; rerun 03_growth_vs_scratch.py with the same flags to run it")
-                result = runs.read_result(path)
+                result = finished_result(out, config)
                 records.append(
-                    {"method": method, "depth_n": n, "depth_label": depth_label(n), "seed": seed,
-                     "epochs": result["epochs"], **{k: result[k] for k in METRICS}}
+                    {"method": method, "depth_n": n, "depth_label": depth_label(n), "seed": seed, "epochs": result["epochs"],
+                     "total_epochs": behind if method == "growth" else result["epochs"], **{k: result[k] for k in METRICS}}
                 )  # fmt: skip
     return records
+
+
+def finished_result(out: str | Path, config: dict) -> dict:
+    path = runs.run_dir(out, config)
+    if not runs.is_done(path):
+        raise UserError(f"{path} is not finished; rerun 03_growth_vs_scratch.py with the same flags to run it")
+    return runs.read_result(path)
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -330,12 +347,15 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
     """Rows of the comparison: one per final architecture, then ``mean``.
 
     ``records``: dicts with ``method`` (growth or scratch), ``depth_n``, ``seed`` and
-    ``train_loss`` / ``test_loss`` / ``test_acc``. Per row, each metric's mean and sample std
-    over seeds, the absolute test-loss reduction ``scratch - growth`` and its relative value
-    ``(scratch - growth) / scratch`` (of the means), and the winner (lower mean loss) for train
-    and test loss. The mean row averages the architectures per seed first, then over seeds;
-    its relative reduction is that of the mean test losses (as the paper's 11.8%). Paper
-    columns (``paper_*``, from common/paper.py) where the paper reports a value.
+    ``train_loss`` / ``test_loss`` / ``test_acc`` (and ``total_epochs``, optional). Per row, each
+    metric's mean and sample std over seeds, the absolute test- and training-loss reductions
+    ``scratch - growth`` (per seed, then mean and std over seeds: the paired spread the claims
+    test) and the relative test-loss reduction ``(scratch - growth) / scratch`` (of the means), the
+    winner (lower mean loss) for train and test loss, and each side's total epochs
+    (``growth_epochs``, ``scratch_epochs``; None on the mean row). The mean row averages the
+    architectures per seed first, then over seeds; its relative reduction is that of the mean test
+    losses (as the paper's 11.8%). Paper columns (``paper_*``, from common/paper.py) where the paper
+    reports a value.
     """
     by = {}
     for r in records:
@@ -358,8 +378,12 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
         for method in METHODS:
             for metric in METRICS:
                 row[f"{method}_{metric}"], row[f"{method}_{metric}_std"] = _mean_std(per_seed[(key, method, metric)])
-        reductions = [s - g for g, s in zip(per_seed[(key, "growth", "test_loss")], per_seed[(key, "scratch", "test_loss")], strict=True)]
-        row["test_loss_reduction"], row["test_loss_reduction_std"] = _mean_std(reductions)
+        for metric in ("test_loss", "train_loss"):
+            reductions = [s - g for g, s in zip(per_seed[(key, "growth", metric)], per_seed[(key, "scratch", metric)], strict=True)]
+            row[f"{metric}_reduction"], row[f"{metric}_reduction_std"] = _mean_std(reductions)
+        for method in METHODS:
+            epochs = {by[(key, method)][s].get("total_epochs") for s in seeds} if key != "mean" else {None}
+            row[f"{method}_epochs"] = epochs.pop() if len(epochs) == 1 else max(e for e in epochs if e is not None)
         row["test_loss_reduction_rel"] = row["test_loss_reduction"] / row["scratch_test_loss"] if row["scratch_test_loss"] else math.nan
         row["train_winner"] = _winner(row["growth_train_loss"], row["scratch_train_loss"])
         row["test_winner"] = _winner(row["growth_test_loss"], row["scratch_test_loss"])
@@ -393,8 +417,8 @@ def paper_columns(model: str) -> dict:
 def markdown_table(rows: Sequence[dict]) -> str:
     """The table as markdown: growth | scratch per metric (mean ± std over seeds), winners, paper values."""
     header = (
-        "| model | growth train loss | scratch train loss | lower train loss | growth test loss | scratch test loss "
-        "| test-loss reduction | lower test loss | growth test acc | scratch test acc |"
+        "| model | epochs in all: growth / scratch | growth train loss | scratch train loss | lower train loss | growth test loss "
+        "| scratch test loss | test-loss reduction | lower test loss | growth test acc | scratch test acc |"
     )
     lines = [header, "|" + "---|" * (header.count(" | ") + 1)]
     lines += [_markdown_row(r) for r in rows]
@@ -402,6 +426,8 @@ def markdown_table(rows: Sequence[dict]) -> str:
     lines += [
         "",
         f"Mean ± sample std over {seeds} seed(s); reduction = scratch - growth test loss (%: of the scratch mean). "
+        "Epochs in all: growth counts the parent ResNet-8's and every stage's (each stage restarts the schedule), "
+        "scratch its own run's. "
         "In parentheses: the paper's CIFAR-10 values (common/paper.py; per architecture it reports only which "
         "method has the lower loss, and the smallest and largest test-loss reductions).",
     ]
@@ -419,6 +445,14 @@ def _with_paper(text: str, value) -> str:
     return f"{text} ({value})" if isinstance(value, str) else f"{text} ({value:.4f})"
 
 
+def epochs_cell(r: dict) -> str:
+    """``growth / scratch`` total epochs of one row ("-" where not recorded: the mean row, tables written before)."""
+    values = [r.get(f"{m}_epochs") for m in METHODS]
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values):
+        return "-"
+    return " / ".join(str(int(v)) for v in values)
+
+
 def _markdown_row(r: dict) -> str:
     reduction = f"{_cell(r, 'test_loss_reduction')} = {100 * r['test_loss_reduction_rel']:.1f}%"
     if r["paper_test_loss_reduction"] is not None:
@@ -426,6 +460,7 @@ def _markdown_row(r: dict) -> str:
         reduction += f" ({r['paper_test_loss_reduction']:.4f}" + (f" = {100 * rel:.1f}%)" if rel is not None else ")")
     cells = [
         r["model"],
+        epochs_cell(r),
         *(_with_paper(_cell(r, f"{m}_train_loss"), r[f"paper_{m}_train_loss"]) for m in METHODS),
         _with_paper(r["train_winner"], r["paper_train_winner"]),
         *(_with_paper(_cell(r, f"{m}_test_loss"), r[f"paper_{m}_test_loss"]) for m in METHODS),
@@ -461,6 +496,8 @@ __all__ = [
     "GrowthPlan",
     "block_seed",
     "collect_records",
+    "default_depths",
+    "epochs_cell",
     "growth_plan",
     "growth_table",
     "growth_vs_scratch_run",

@@ -16,8 +16,20 @@ Prediction: the first-order change of the mean training loss is ``-alpha ||Pi G|
 examples, ``G`` the per-example gradient rows); in the pooled mean-loss normalisation of the
 probe (rows ``G / n``, ``V_S,l = ||Pi G|| / n``) that is ``-alpha n V_S,l^2``. Had the targets been
 the rows of the pooled gradient ``G / n`` instead, the change would be ``-alpha V_S,l^2``, ``n``
-times smaller: every row also reports that reading (``predicted_change_pooled_targets``). The
-paper's drops (about 7e-4 at ``alpha = 1e-3``) are only reachable with per-example targets.
+times smaller: every row also reports that reading (``predicted_change_pooled_targets``).
+Two more readings of H.1's target and scale are computed beside ours (README, "Reproduction
+decisions"), as first-order predictions from the same statistics: ``predicted_change_exact_targets``
+``= -alpha ||G||^2 / n``, the change had the block's output equalled ``-alpha g_i`` exactly (no
+projection: what "matched" would give under realizability, the largest any block can give), and
+``predicted_change_unit_targets`` ``= -alpha ||Pi G||^2 / (n rms)`` with ``rms = ||G|| / sqrt(n)``,
+the change had ``alpha`` been a step length in activation space (targets ``-alpha g_i / rms``).
+The paper's drops (about 7e-4 at ``alpha = 1e-3``) are of the exact-target reading's order, not
+ours (README, "Reproduction decisions": 9e-4 against 2e-7 on a CIFAR-10 subset).
+
+Candidate (``--candidate``, default ``stage1-end``): the end of stage 1, the input of stage 2's first
+block, at every depth, so that the drops compared across depths are drops at one kind of tensor
+(the stage-1 width and resolution); ``next`` (where the cyclic growth rule puts the next block)
+moves between stages with the depth (ResNet-34's is the head's input).
 
 Rows (``rows.csv`` per run, ``summary-<dataset>.csv/.md`` over runs): depth, candidate, ``alpha``,
 training loss before and after, measured and predicted change, their ratio, the fit's relative
@@ -37,10 +49,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from common import runs
-from common.data.vision import TensorLoader
+from common.data.vision import TensorLoader, warn_unused_data_root
 from common.device import resolve_device
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs, load_sweep_run
+from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs, load_sweep_run, train_command
 from common.growth import insert_zero_block
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
 from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
@@ -59,14 +72,15 @@ log = logging.getLogger(__name__)
 EXPERIMENT = "matched_insertion"
 PAPER_DEPTHS = tuple(d - BACKBONE_DEPTH for d in sorted(MATCHED_INSERTION_REDUCTION))  # N = 0, 6, 12, 26
 DEFAULT_ALPHAS = (MATCHED_INSERTION_ALPHA,)  # the paper's alpha = 1e-3 (a protocol setting, not a result)
-CANDIDATE_RULES = ("next", "all")
+CANDIDATE_RULES = ("stage1-end", "next", "all")
+DEFAULT_CANDIDATE = "stage1-end"  # one kind of tensor at every depth (the claims compare drops across depths)
 FITS = ("closed-form", "gradient-descent")
 EVAL_BATCH_SIZE = 500
 GD_MAX_EXAMPLES = 4096  # the gradient-descent check caches z and g: small cases only
 ROW_COLUMNS = (
     "depth_label", "depth_n", "seed", "candidate", "candidate_name", "alpha", "train_loss_before", "train_loss_after",
     "measured_change", "predicted_change", "ratio", "relative_residual", "predicted_change_pooled_targets",
-    "growth_value_pooled", "test_loss_before", "test_loss_after", "test_change", "paper_change", "fit",
+    "predicted_change_exact_targets", "predicted_change_unit_targets", "growth_value_pooled", "test_loss_before", "test_loss_after", "test_change", "paper_change", "fit",
 )  # fmt: skip
 
 Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
@@ -160,6 +174,7 @@ def matched_insertion(
                     "ratio": (after - before) / predicted if predicted != 0 else math.nan,
                     "relative_residual": regression.relative_residual(),
                     "predicted_change_pooled_targets": -alpha * v_pooled**2,
+                    **alternative_readings(regression, alpha),
                     "growth_value_pooled": v_pooled,
                     "examples": regression.examples,
                     "tangent_rank": regression.gram.rank(),
@@ -175,14 +190,39 @@ def matched_insertion(
         return rows
 
 
-# ----------------------------------------------------------------------------- runs
-def resolve_candidates(rule: str | int, extra_blocks: int) -> list[int]:
-    """Candidate indices of ResNet-(8+N) under ``--candidate``: ``next``, ``all`` or one index.
+def alternative_readings(regression: TangentRegression, alpha: float) -> dict[str, float]:
+    """First-order changes under two other readings of H.1's target and scale (module docstring), from ``P``, ``X``.
 
-    ``next`` (the default) is where the cyclic growth rule of B.1 would put the next block:
-    :func:`common.models.resnet.extra_block_position` (the growth chain's rule), fixed by the architecture before any gradient.
+    ``exact``: the block outputs ``-alpha g_i`` exactly: ``-alpha ||G||^2 / n``. ``unit``: the targets are
+    ``-alpha g_i / rms`` with ``rms = ||G|| / sqrt(n)`` (``alpha`` a step length), fitted as ours:
+    ``-alpha ||Pi G||^2 / (n rms)``.
+    """
+    n, g, pi = regression.examples, regression.gram.grad_norm(), regression.gram.growth_value()
+    rms = g / math.sqrt(n)
+    return {
+        "predicted_change_exact_targets": -alpha * g**2 / n,
+        "predicted_change_unit_targets": -alpha * pi**2 / (n * rms) if rms > 0 else 0.0,
+    }
+
+
+# ----------------------------------------------------------------------------- runs
+def stage_end_candidate(extra_blocks: int, stage: int = 0) -> int:
+    """The candidate at the end of ``stage`` (0-based) of ResNet-(8+N): the input of the next stage's first block
+    (the head's input after the last stage), where the cyclic rule of B.1 adds that stage's blocks."""
+    return sum(blocks_per_stage(extra_blocks)[: stage + 1])
+
+
+def resolve_candidates(rule: str | int, extra_blocks: int) -> list[int]:
+    """Candidate indices of ResNet-(8+N) under ``--candidate``: ``stage1-end``, ``next``, ``all`` or one index.
+
+    ``stage1-end`` (the default) is the end of stage 1 at every depth (:func:`stage_end_candidate`);
+    ``next`` is where the cyclic growth rule of B.1 would put the next block
+    (:func:`common.models.resnet.extra_block_position`, the growth chain's rule). Both are fixed by the
+    architecture before any gradient.
     """
     count = sum(blocks_per_stage(extra_blocks)) + 1
+    if rule == "stage1-end":
+        return [stage_end_candidate(extra_blocks)]
     if rule == "next":
         return [extra_block_position(extra_blocks)[1]]
     if rule == "all":
@@ -190,7 +230,7 @@ def resolve_candidates(rule: str | int, extra_blocks: int) -> list[int]:
     try:
         index = int(rule)
     except ValueError:
-        raise UserError(f"--candidate {rule}: use next, all or a candidate index") from None
+        raise UserError(f"--candidate {rule}: use {', '.join(CANDIDATE_RULES)} or a candidate index") from None
     if not 0 <= index < count:
         raise UserError(f"--candidate {index}: ResNet-{BACKBONE_DEPTH + extra_blocks} has candidates 0..{count - 1}")
     return [index]
@@ -203,7 +243,7 @@ def matched_configs(
     dataset: str | None = None,
     depths: Sequence[int] | None = None,
     seeds: Sequence[int] | None = None,
-    candidate: str = "next",
+    candidate: str = DEFAULT_CANDIDATE,
     alphas: Sequence[float] | None = None,
     fit: str = "closed-form",
     gd_steps: int = 2000,
@@ -218,6 +258,7 @@ def matched_configs(
     :class:`UserError` naming the script-01 command that trains it. ``seed`` seeds ``U_l``.
     """
     dataset = dataset or DEFAULT_DATASET[preset]
+    warn_unused_data_root(dataset, data_root)
     alphas = list(alphas or DEFAULT_ALPHAS)
     if any(a <= 0 for a in alphas):
         raise UserError(f"--alpha {alphas}: every alpha must be > 0")
@@ -226,24 +267,28 @@ def matched_configs(
     found = finished_sweep_runs(out, dataset)
     by_depth: dict[tuple[int, int], Path] = {}
     for directory in found:
-        config = runs.read_json(directory / runs.CONFIG)
+        config = runs.read_config(directory, SWEEP_CONFIG_KEYS)
         by_depth.setdefault((config["depth_n"], config["seed"]), directory)
     wanted = list(depths) if depths is not None else (list(PAPER_DEPTHS) if preset == "paper" else sorted({n for n, _ in by_depth}))
     seed_list = list(seeds) if seeds is not None else sorted({s for _, s in by_depth}) or [0]
     missing = [n for n in wanted for s in seed_list if (n, s) not in by_depth]
-    if missing or not wanted:
-        smoke = " --preset smoke" if preset == "smoke" else ""
-        grid = ",".join(str(n) for n in (sorted(set(missing)) or PAPER_DEPTHS))
+    if not wanted:  # nothing finished to default to (the parser refuses an empty --depths)
         raise UserError(
-            f"no finished sweep run for --dataset {dataset} at N = {grid} (seeds {seed_list}) under "
-            f"{Path(out) / 'resnet_sweep'}; train them first: python 01_train_resnet_sweep.py{smoke} "
-            f"--dataset {dataset} --depths {grid} --out {out}"
+            f"no finished sweep runs for --dataset {dataset} under {Path(out) / 'resnet_sweep'}; train them first: "
+            f"{train_command(preset, dataset, out, seeds=seeds)}"
+        )
+    if missing:
+        grid = sorted(set(missing))
+        missing_seeds = sorted({s for n in grid for s in seed_list if (n, s) not in by_depth})
+        raise UserError(
+            f"no finished sweep run for --dataset {dataset} at N = {','.join(map(str, grid))} (seeds {','.join(map(str, missing_seeds))}) "
+            f"under {Path(out) / 'resnet_sweep'}; train them first: {train_command(preset, dataset, out, depths=grid, seeds=missing_seeds)}"
         )
     configs = []
     for s in seed_list:
         for n in wanted:
             directory = by_depth[(n, s)]
-            sweep = runs.read_json(directory / runs.CONFIG)
+            sweep = runs.read_config(directory, SWEEP_CONFIG_KEYS)
             indices = resolve_candidates(candidate, n)
             configs.append(
                 {
@@ -306,6 +351,11 @@ def paper_change(depth_label: int, alpha: float) -> float | None:
     return -drop if drop is not None and math.isclose(alpha, MATCHED_INSERTION_ALPHA) else None
 
 
+def summary_stem(config: dict) -> str:
+    """``summary-<dataset>``: the summary files that list every finished matched-insertion run on that dataset."""
+    return f"summary-{config.get('dataset')}"
+
+
 def summary_rows(results: Iterable[dict]) -> list[dict]:
     """Every row of every run, ordered by (depth, seed, candidate, alpha), in the table's columns."""
     rows = [row for r in results for row in r["rows"]]
@@ -314,22 +364,28 @@ def summary_rows(results: Iterable[dict]) -> list[dict]:
 
 
 def summary_markdown(rows: Sequence[dict]) -> str:
-    """The table as markdown: measured against predicted change, with the paper's value beside it."""
+    """The table as markdown: measured against predicted change, the other readings' predictions, the paper's value."""
     header = ("| model | seed | candidate | alpha | train loss | after | measured | predicted | ratio | "
-              "residual | pooled-target pred. | test change | paper |")  # fmt: skip
-    lines = [header, "|" + "---|" * 13]
+              "residual | pooled-target pred. | exact-target pred. | unit-target pred. | test change | paper |")  # fmt: skip
+    lines = [header, "|" + "---|" * 15]
+
+    def num(value, spec: str) -> str:
+        return "" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
     for r in rows:
-        paper = "" if r["paper_change"] is None else f"{r['paper_change']:.1e}"
-        test = "" if r["test_change"] is None else f"{r['test_change']:+.2e}"
         lines.append(
             f"| ResNet-{r['depth_label']} | {r['seed']} | {r['candidate_name']} | {r['alpha']:g} | {r['train_loss_before']:.5f} | "
             f"{r['train_loss_after']:.5f} | {r['measured_change']:+.3e} | {r['predicted_change']:+.3e} | {r['ratio']:.4f} | "
-            f"{r['relative_residual']:.3f} | {r['predicted_change_pooled_targets']:+.2e} | {test} | {paper} |"
+            f"{r['relative_residual']:.3f} | {num(r['predicted_change_pooled_targets'], '+.2e')} | "
+            f"{num(r.get('predicted_change_exact_targets'), '+.2e')} | {num(r.get('predicted_change_unit_targets'), '+.2e')} | "
+            f"{num(r['test_change'], '+.2e')} | {num(r['paper_change'], '.1e')} |"
         )
     lines.append(
         "\nmeasured: training-loss change right after inserting the fitted block (eval mode, whole split, no training); "
-        "predicted: the first-order change -alpha ||Pi g||^2 / n with per-example targets g_i = d loss_i / d z_i; "
-        "pooled-target pred.: the same construction with the pooled-gradient rows as targets (-alpha V_S,l^2); "
-        "residual: ||Pi g - g|| / ||g||; paper: H.1 (common/paper.py, at alpha = 1e-3 only)."
+        "predicted: the first-order change -alpha ||Pi g||^2 / n with per-example targets g_i = d loss_i / d z_i (our reading); "
+        "first-order predictions of other readings: pooled-target (the pooled-gradient rows as targets, -alpha V_S,l^2), "
+        "exact-target (the block's output equal to -alpha g_i, no projection: -alpha ||g||^2 / n), unit-target (targets "
+        "-alpha g_i / rms(g), alpha a step length); residual: ||Pi g - g|| / ||g||; paper: H.1 (common/paper.py, at "
+        "alpha = 1e-3 only)."
     )
     return "\n".join(lines)

@@ -52,6 +52,7 @@ from common.data.text import (
     TokenLoader,
     TokenWindows,
     prepare_tokens,
+    read_meta,
     sample_windows,
     text_data_spec,
 )
@@ -59,7 +60,14 @@ from common.device import cpu_threads, device_name, empty_cache, resolve_device,
 from common.distributed import DistInfo, broadcast_from_main, env_info, init_distributed, process_device, wait_for_all
 from common.errors import UserError, one_of
 from common.experiments import gpt2_ascend
-from common.models.hf_decoder import BlockInfluence, HFDecoder, is_local, load_causal_lm, resolve_snapshot
+from common.models.hf_decoder import (
+    BlockInfluence,
+    HFDecoder,
+    check_weight_files,
+    is_local,
+    load_causal_lm,
+    resolve_snapshot,
+)
 from common.probe import full_precision, probe_activation_gradients
 from common.runs import RunSpec
 from common.train import (
@@ -172,6 +180,7 @@ def cpt_configs(
     *,
     preset: str = "smoke",
     models: Sequence[str] | None = None,
+    model_paths: Sequence[str] = (),
     revision: str | None = None,
     seeds: Sequence[int] = (0,),
     overrides: dict | None = None,
@@ -183,9 +192,10 @@ def cpt_configs(
     fsdp: bool = False,
     fsdp_bf16: bool = False,
 ) -> list[dict]:
-    """One config per (model, seed). ``models``: Hub ids or local directories replacing the preset's
-    (``revision`` applies to them, and to the preset's when given); ``overrides``: :class:`CPTPreset` fields.
-    ``fsdp_bf16``: FSDP2 with bf16 unsharded parameters (``runtime.fsdp_bf16_params``, present only when asked for)."""
+    """One config per (model, seed). ``models`` (``--model``: Hub ids or local directories) and ``model_paths``
+    (``--model-path``: local directories only) replace the preset's (``revision`` applies to them, and to the
+    preset's when given); ``overrides``: :class:`CPTPreset` fields. ``fsdp_bf16``: FSDP2 with bf16 unsharded
+    parameters (``runtime.fsdp_bf16_params``, present only when asked for)."""
     p = cpt_preset(preset)
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = set(given) - set(CPTPreset.__dataclass_fields__)
@@ -194,7 +204,8 @@ def cpt_configs(
     if text_path is not None and "source" not in given:
         given["source"] = "text"
     p = replace(p, **given)
-    entries = [user_model(m, revision) for m in models] if models else [e if revision is None else replace(e, revision=revision) for e in p.models]
+    chosen = [user_model(m, revision) for m in models or ()] + [user_model(m, revision, flag="--model-path") for m in model_paths]
+    entries = chosen or [e if revision is None else replace(e, revision=revision) for e in p.models]
     _check(p)
     recipe_keys = {"batch_tokens": p.batch_tokens, "block_size": p.block_size}
     runtime = {
@@ -227,13 +238,17 @@ def cpt_configs(
     return configs
 
 
-def user_model(model: str, revision: str | None) -> ModelEntry:
-    """A ``--model`` / ``--model-path`` entry: the Pythia table's lr when it is one of the six, else :data:`DEFAULT_LR`."""
+def user_model(model: str, revision: str | None, *, flag: str = "--model") -> ModelEntry:
+    """A ``--model`` / ``--model-path`` entry: the Pythia table's lr when it is one of the six, else :data:`DEFAULT_LR`.
+
+    ``--model-path`` is always a local folder; ``--model`` is a local folder when one exists there.
+    """
     known = {e.model: e for e in PYTHIA_MODELS}
-    if is_local(model):
+    if flag == "--model-path" or is_local(model):
         folder = Path(model).expanduser().resolve()
         if not (folder / "config.json").is_file():
-            raise UserError(f"--model {model}: no save_pretrained folder there (no config.json); give a Hub id (owner/name) or such a folder")
+            other = "" if flag == "--model-path" else "a Hub id (owner/name) or "
+            raise UserError(f"{flag} {model}: no save_pretrained folder there (no config.json); give {other}such a folder")
         return ModelEntry(folder.name, str(folder), revision, DEFAULT_LR)  # revision: recorded as the user declares it
     lr = known[model].lr if model in known else DEFAULT_LR
     return ModelEntry(model.rpartition("/")[2], model, revision, lr)
@@ -263,11 +278,8 @@ def make_recipe(p: CPTPreset, lr: float) -> AdamWRecipe:
 
 
 def _check(p: CPTPreset) -> None:
-    for name in ("block_size", "val_tokens", "batch_tokens", "micro_batch_size", "n_evals", "probe_batch_size", "probe_batches", "eval_batch_size"):
-        if getattr(p, name) <= 0:
-            raise UserError(f"--{name.replace('_', '-')} {getattr(p, name)}: must be positive")
-    if (p.lr is not None and p.lr <= 0) or p.warmup_steps < 0 or p.grad_clip <= 0:
-        raise UserError("--lr and --grad-clip must be positive, --warmup-steps >= 0")
+    gpt2_ascend.check_values(p, ("block_size", "val_tokens", "batch_tokens", "micro_batch_size", "n_evals", "probe_batch_size",
+                                 "probe_batches", "eval_batch_size"))  # fmt: skip
     if p.batch_tokens % p.block_size:
         raise UserError(f"--batch-tokens {p.batch_tokens} is not a multiple of --block-size {p.block_size}")
 
@@ -294,6 +306,7 @@ def config_tokenizer(config: dict):
 def prepare_data(config: dict, *, dataset=None, progress: bool = True) -> Path:
     """Tokenise the run's data with its tokenizer under the data root (resumable; a no-op once prepared)."""
     if (data_dir(config) / META).is_file():
+        read_meta(data_dir(config))  # a corrupt meta.json is named before any run starts
         return data_dir(config)
     runtime = config.get("runtime", {})
     return prepare_tokens(
@@ -313,12 +326,14 @@ def require_prepared(config: dict) -> Path:
 
 
 def fetch_model(config: dict) -> None:
-    """Make sure a Hub model of the run is in the local cache (downloaded when online; offline: one line).
+    """Make sure a Hub model of the run is in the local cache (downloaded when online; offline: one line), and that
+    its weight files (or a local folder's) are readable, before any run directory exists.
 
-    Under torchrun (several processes, no process group yet) it does nothing: the job fetches the
-    model on each node's first process while the others wait (:func:`fetch_on_each_node`).
+    Under torchrun (several processes, no process group yet) only a local folder is checked here: the
+    job downloads a Hub model on each node's first process while the others wait (:func:`fetch_on_each_node`).
     """
-    if env_info().world_size <= 1:
+    m = config["model"]
+    if m["tiny"] is None and (is_local(m["model"]) or env_info().world_size <= 1):
         _fetch(config)
 
 
@@ -336,8 +351,8 @@ def fetch_on_each_node(config: dict, info: DistInfo) -> None:
 
 def _fetch(config: dict) -> None:
     m = config["model"]
-    if m["tiny"] is None and not is_local(m["model"]):
-        resolve_snapshot(m["model"], m["revision"])
+    if m["tiny"] is None:
+        check_weight_files(m["model"] if is_local(m["model"]) else resolve_snapshot(m["model"], m["revision"]))
 
 
 def save_tiny_model(keys: dict, seed: int, folder: Path) -> Path:
@@ -541,6 +556,11 @@ def summary_name(preset: str) -> str:
     return f"summary-{preset}.csv"
 
 
+def summary_key(config: dict) -> str:
+    """The summary a run belongs in: every finished run of its preset is listed in ``summary-<preset>.csv``."""
+    return summary_name(config.get("preset"))
+
+
 __all__ = [
     "EXPERIMENT",
     "PAPER",
@@ -555,6 +575,7 @@ __all__ = [
     "pythia_cpt_run",
     "require_prepared",
     "save_tiny_model",
+    "summary_key",
     "summary_name",
     "summary_rows",
     "summary_table",

@@ -21,22 +21,24 @@ result are evaluated in float32 on every device, so they compare across depths.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from common import runs
-from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision
+from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision, warn_unused_data_root
 from common.device import resolve_device, seed_everything
 from common.errors import UserError
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
 from common.runs import RunSpec
-from common.train import SGDRecipe, TrainSettings, finish_run, load_weights, train
+from common.train import WEIGHTS, SGDRecipe, TrainSettings, finish_run, load_weights, train
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "resnet_sweep"
+CONFIG_KEYS = ("dataset", "depth_n", "depth_label", "seed")  # what scripts 02, 03, 06, 07 read from a sweep run's config
 RESULT_KEYS = ("depth_n", "depth_label", "params", "train_loss", "train_acc", "test_loss", "test_acc", "epochs", "seed")
 
 
@@ -111,10 +113,11 @@ def sweep_configs(
     settings = sweep_preset(preset, dataset)
     depths = list(settings.depths if depths is None else depths)
     if not depths or min(depths) < 0:
-        raise UserError(f"--depths {depths}: give extra-block counts N >= 0, e.g. 0,1,2 or 1:100")
+        raise UserError(f"--depths {','.join(map(str, depths)) or '(none)'}: give extra-block counts N >= 0, e.g. 0,1,2 or 1:100")
     for flag, value in (("--epochs", epochs), ("--batch-size", batch_size), ("--lr", lr), ("--image-size", image_size)):
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value}: must be positive")
+    warn_unused_data_root(dataset, data_root)
     if dataset == "npz" and not data_root:
         raise UserError("--dataset npz needs --data-root path/to/file.npz (x_train, y_train, x_test, y_test)")
     if dataset in ("cifar10", "cifar100") and not data_root:
@@ -254,10 +257,17 @@ def load_trained_resnet(run_dir: str | Path, map_location="cpu") -> ResNet:
     run_dir = Path(run_dir)
     if not runs.is_done(run_dir):
         raise UserError(f"{run_dir} is not a finished sweep run (no result.json); run 01_train_resnet_sweep.py first")
-    config = runs.read_json(run_dir / runs.CONFIG)
+    config = runs.read_config(run_dir, CONFIG_KEYS)
     state = load_weights(run_dir, map_location)
+    if "head.fc.weight" not in state:
+        raise UserError(f"{run_dir / WEIGHTS} holds no ResNet head; delete the run directory {run_dir} and rerun script 01")
     model = build_resnet(config, num_classes=state["head.fc.weight"].shape[0])
-    model.load_state_dict(state)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError:  # missing or misshapen tensors: not the weights of this config
+        raise UserError(
+            f"{run_dir / WEIGHTS} does not fit the model of {run_dir / runs.CONFIG}; delete the run directory {run_dir} and rerun script 01"
+        ) from None
     return model.to(map_location).eval()
 
 
@@ -266,11 +276,60 @@ def load_sweep_run(sweep_dir: str | Path, *, data_root: str | None = None, devic
 
     ``data_root`` replaces the data location stored in the run (the same data, found elsewhere).
     """
-    sweep_dir = Path(sweep_dir)
-    config = runs.read_json(sweep_dir / runs.CONFIG)
+    return load_trained_resnet(sweep_dir, map_location=device), load_sweep_data(sweep_data_config(sweep_dir, data_root))
+
+
+def sweep_data_config(sweep_dir: str | Path, data_root: str | None = None) -> dict:
+    """A finished sweep run's config, its data found under ``data_root`` when given (what :func:`load_sweep_data` reads)."""
+    config = runs.read_config(sweep_dir, CONFIG_KEYS)
     if data_root:
         config = {**config, "runtime": {**config.get("runtime", {}), "data_root": str(data_root)}}
-    return load_trained_resnet(sweep_dir, map_location=device), load_sweep_data(config)
+    return config
+
+
+def check_sweep_data(configs: Sequence[dict]) -> None:
+    """Load each distinct data source of ``configs`` once: a missing file, folder or download is one line now,
+    before any run directory exists (README, "Runs and records": validate before creating)."""
+    seen = set()
+    for config in configs:
+        key = json.dumps([config["dataset"], config.get("data"), config.get("runtime", {}).get("data_root")], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            load_sweep_data(config)
+
+
+def check_sweep_inputs(configs: Sequence[dict], *, data: bool = True) -> None:
+    """For configs of runs that read a finished sweep run (``runtime.sweep_dir``; scripts 02, 06, 07): every
+    trained model loads and, with ``data``, every data source it was trained on loads (once each)."""
+    for config in configs:
+        load_trained_resnet(config["runtime"]["sweep_dir"])
+    if data:
+        check_sweep_data([sweep_data_config(c["runtime"]["sweep_dir"], c["runtime"].get("data_root")) for c in configs])
+
+
+def train_command(preset: str, dataset: str, out: str | Path, *, depths: Sequence[int] | None = None, seeds: Sequence[int] | None = None) -> str:
+    """The script-01 command that trains the sweep runs a message asks for (following it must help)."""
+    parts = ["python 01_train_resnet_sweep.py", *(["--preset smoke"] if preset == "smoke" else []), f"--dataset {dataset}"]
+    parts += [f"--depths {','.join(map(str, depths))}"] if depths else []
+    parts += [f"--seeds {','.join(map(str, seeds))}"] if seeds else []
+    return " ".join([*parts, f"--out {out}"])
+
+
+def require_sweep_runs(out: str | Path, dataset: str, *, preset: str, seeds: Sequence[int] | None = None) -> list[Path]:
+    """The finished sweep runs on ``dataset`` under ``out`` (of ``seeds`` when given, every seed there); none, or a
+    requested seed without any, is a :class:`UserError` naming the script-01 command that trains them."""
+    found = finished_sweep_runs(out, dataset)
+    seed_of = {d: runs.read_config(d, CONFIG_KEYS)["seed"] for d in found}
+    missing = [s for s in seeds if s not in seed_of.values()] if seeds is not None else []
+    if seeds is not None:
+        found = [d for d in found if seed_of[d] in seeds]
+    if not found or missing:
+        which = f" and seeds {','.join(map(str, missing or seeds))}" if seeds is not None else ""
+        raise UserError(
+            f"no finished sweep runs for --dataset {dataset}{which} under {Path(out) / EXPERIMENT}; train them first: "
+            f"{train_command(preset, dataset, out, seeds=missing or seeds)}"
+        )
+    return found
 
 
 def finished_sweep_runs(out: str | Path, dataset: str, *, preset: str | None = None, seed: int | None = None) -> list[Path]:
@@ -279,7 +338,8 @@ def finished_sweep_runs(out: str | Path, dataset: str, *, preset: str | None = N
     for directory in sorted((Path(out) / EXPERIMENT).glob("*")):
         if not runs.is_done(directory) or not (directory / runs.CONFIG).is_file():
             continue
-        config = runs.read_json(directory / runs.CONFIG)
+        config = runs.read_config(directory, CONFIG_KEYS)
+        runs.read_result(directory)  # a finished run's record must be readable too
         if config.get("dataset") != dataset:
             continue
         if (preset is not None and config.get("preset") != preset) or (seed is not None and config.get("seed") != seed):
@@ -309,17 +369,23 @@ def _hms(seconds: float) -> str:
 
 __all__ = [
     "DEFAULT_DATASET",
+    "CONFIG_KEYS",
     "EXPERIMENT",
     "RESULT_KEYS",
     "SweepPreset",
     "build_resnet",
+    "check_sweep_data",
+    "check_sweep_inputs",
     "finished_sweep_runs",
     "fit_resnet",
     "load_sweep_data",
     "load_sweep_run",
     "load_trained_resnet",
+    "require_sweep_runs",
     "summary_table",
     "sweep_configs",
+    "sweep_data_config",
     "sweep_preset",
+    "train_command",
     "train_resnet_run",
 ]

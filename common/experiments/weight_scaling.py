@@ -42,7 +42,8 @@ same kernel at stride 1 on its input, an upper bound), ``input_size`` (sweep), a
 with its cumulative sum ``S_k+1`` split into ``entry_trend`` + ``entry_noise``, and the norms
 ``path_norm``, ``trend_norm``, ``noise_norm`` of ``S_k+1`` and of its parts.
 
-``exponents-<tag>.csv`` / ``.md``: one row per (stage, tensor, norm, exponent): ``estimate``,
+``exponents-<tag>.csv`` / ``.md``: one row per (stage, tensor, norm, exponent): ``estimator`` (which
+beta the exponent rests on: :data:`common.scaling.ESTIMATORS`; empty when none), ``estimate``,
 ``ci_low``, ``ci_high`` (``level``), ``stderr``, ``n``, ``n_depths``, ``depth_min``,
 ``depth_max``, ``r_squared``, ``status`` ("ok", "insufficient depths", "non-positive statistic",
 "needs beta"), ``rule`` and ``paper`` (Cohen et al.'s value, where they report one).
@@ -66,10 +67,11 @@ from common import runs, scaling
 from common.data.neural_ode import BatchLoader, make_neural_ode_data
 from common.device import cpu_threads, resolve_device, seed_everything
 from common.errors import UserError
+from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
 from common.experiments.train_resnet_sweep import load_trained_resnet
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
-from common.train import AdamRecipe, TrainSettings, evaluate, finish_run, train
+from common.train import AdamRecipe, EarlyStopping, TrainSettings, evaluate, finish_run, train
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +89,8 @@ RECORD_COLUMNS = (  # the per-depth records, in this order (module docstring)
 
 # Which exponents each tensor gets (common.scaling.STEPS), and the name a row reports.
 TENSOR_EXPONENTS = {
-    "A": ("beta", "max_norm_exponent", "nu", "rss_slope", "noise_fraction_slope"),
-    "b": ("beta", "max_norm_exponent", "nu", "rss_slope", "noise_fraction_slope"),
+    "A": ("beta", "max_norm_exponent", "nu", "nu_max_norm", "rss_slope", "noise_fraction_slope"),
+    "b": ("beta", "max_norm_exponent", "nu", "nu_max_norm", "rss_slope", "noise_fraction_slope"),
     "delta": ("alpha",),  # FC: the scalars delta_k (sweep: conv kernels, the A list of exponents)
     "delta_A": ("beta", "max_norm_exponent"),  # |delta_k| A_k: reported as alpha + beta
 }
@@ -102,6 +104,7 @@ PAPER_EXPONENTS = {
     ("fc-relu", "delta_A", "alpha_plus_beta"): COHEN_RELU_ALPHA_PLUS_BETA,
     ("fc-relu", "delta_A", "alpha_plus_beta_max_norm"): COHEN_RELU_ALPHA_PLUS_BETA,
     **{("sweep", t, e): COHEN_CONV_BOUNDED[e] for t in ("A", "delta") for e in COHEN_CONV_BOUNDED},
+    **{("sweep", t, "nu_max_norm"): COHEN_CONV_BOUNDED["nu"] for t in ("A", "delta")},
 }
 
 
@@ -124,10 +127,19 @@ class FCPreset:
     init_scale: float = 0.01
 
 
+# The FC training schedules (--schedule): Cohen et al.'s protocol, or a cosine decay over every epoch.
+SCHEDULES = {
+    "constant": "Cohen et al.'s: Adam at a constant rate, early stopping (common.train.EarlyStopping)",
+    "cosine": "cosine decay of the rate to 0 over every epoch, no early stopping",
+}
+COHEN_STOPPING = EarlyStopping(below=1e-3, patience=5, min_improvement=0.01)  # scaling_experiments.train_final_net
+
 FC_PRESETS = {
-    # Cohen et al.'s defaults (d = 10, 1,024 / 256 examples, Adam, lr 1e-3, batch 50, 200 epochs),
-    # 17 depths from 4 to 1,024 (ratio sqrt 2).
-    "paper": FCPreset(depths=geometric_depths(4, 1024, 17), recipe=AdamRecipe(epochs=200, lr=1e-3), batch_size=50),
+    # Cohen et al.'s protocol: scaling_run.DEFAULT_PARAMS with scaling_experiments.train_final_net (d = 10,
+    # 1,024 / 256 examples, Adam at a constant lr 1e-3, batch 50, at most 200 epochs, early stopping:
+    # README, reproduction decisions), 17 depths from 4 to 1,024 (ratio sqrt 2).
+    "paper": FCPreset(depths=geometric_depths(4, 1024, 17), recipe=AdamRecipe(epochs=200, lr=1e-3, decay="constant"),
+                      batch_size=50),  # fmt: skip
     # Minutes on a CPU: 5 depths from 4 to 64, 256 examples, 20 epochs of 8 steps at lr 1e-2.
     "smoke": FCPreset(
         depths=geometric_depths(4, 64, 5), recipe=AdamRecipe(epochs=20, lr=1e-2), batch_size=32, num_train=256, num_test=128
@@ -144,9 +156,13 @@ def fc_configs(
     epochs: int | None = None,
     lr: float | None = None,
     batch_size: int | None = None,
+    schedule: str | None = None,
     device: str = "auto",
 ) -> list[dict]:
-    """One config per (depth L, seed) of an FC family; unset values come from :data:`FC_PRESETS`."""
+    """One config per (depth L, seed) of an FC family; unset values come from :data:`FC_PRESETS`.
+
+    ``schedule`` (:data:`SCHEDULES`; None: the preset's): "constant" trains with Cohen et al.'s early
+    stopping (:data:`COHEN_STOPPING`, stored under ``train.early_stopping``), "cosine" every epoch."""
     if family not in FC_FAMILIES:
         raise UserError(f"--family {family}: not a fully connected family; use one of {', '.join(FC_FAMILIES)}")
     if preset not in FC_PRESETS:
@@ -161,8 +177,12 @@ def fc_configs(
     batch = batch_size or settings.batch_size
     if batch > settings.num_train:
         raise UserError(f"--batch-size {batch}: larger than the {settings.num_train} training examples; lower it")
+    if schedule is not None and schedule not in SCHEDULES:
+        raise UserError(f"--schedule {schedule}: use one of {', '.join(SCHEDULES)}")
     activation, delta = FC_FAMILIES[family]
-    recipe = replace(settings.recipe, epochs=epochs or settings.recipe.epochs, lr=lr or settings.recipe.lr)
+    recipe = replace(settings.recipe, epochs=epochs or settings.recipe.epochs, lr=lr or settings.recipe.lr,
+                     decay=schedule or settings.recipe.decay)  # fmt: skip
+    stopping = {"early_stopping": COHEN_STOPPING.to_config()} if recipe.decay == "constant" else {}
     return [
         {
             "experiment": EXPERIMENT,
@@ -175,7 +195,7 @@ def fc_configs(
                      "num_test": settings.num_test, "steps": 100, "noise": 0.0, "data_seed": seed},
             "model": asdict(FCResNetConfig(depth=depth, dim=settings.dim, activation=activation, delta=delta,
                                            init_scale=settings.init_scale)),
-            "train": {**recipe.to_config(), "batch_size": batch},
+            "train": {**recipe.to_config(), "batch_size": batch, **stopping},
             "runtime": {"device": device},
         }  # fmt: skip
         for seed in seeds
@@ -208,7 +228,8 @@ def _train_fc_run(spec: runs.RunSpec, device: torch.device) -> dict:
     clean_train = BatchLoader(data.x_train, data.y_train, 512, shuffle=False, device=device)
     test_loader = BatchLoader(data.x_test, data.y_test, 512, shuffle=False, device=device)
     initial = evaluate(model, clean_train, device, amp=False, loss="mse")["loss"]  # the fresh init, also on resume
-    settings = TrainSettings(recipe=AdamRecipe.from_config(hp), amp=False, loss="mse")  # type: ignore[arg-type]
+    stopping = EarlyStopping.from_config(hp["early_stopping"]) if "early_stopping" in hp else None
+    settings = TrainSettings(recipe=AdamRecipe.from_config(hp), amp=False, loss="mse", stopping=stopping)  # type: ignore[arg-type]
     summary = train(
         model, train_loader, {"test": test_loader}, final_eval_loaders={"train": clean_train}, run_dir=path,
         settings=settings, device=device, desc=config["name"],
@@ -226,7 +247,9 @@ def _train_fc_run(spec: runs.RunSpec, device: torch.device) -> dict:
         "initial_train_loss": initial,
         **losses,
         "train_loss_running": summary["train_loss_running"],
-        "epochs": summary["epochs"],
+        "epochs": summary["epochs"],  # trained (with early stopping, at most the recipe's)
+        "schedule": settings.recipe.decay,  # type: ignore[union-attr]
+        "stopping": summary.get("stopping"),  # best running loss, bad epochs, why it stopped; None without early stopping
         "steps": summary["steps"],
         "wall_s": summary["wall_s"],
         "device": device.type,
@@ -269,7 +292,7 @@ def sweep_analysis_configs(sweep_dirs: Iterable[Path], *, input_size: int | None
     """One analysis config per finished sweep run (identity: the sweep run and the FFT input size); runs on the CPU."""
     configs = []
     for sweep_dir in sweep_dirs:
-        sweep = runs.read_json(Path(sweep_dir) / runs.CONFIG)
+        sweep = runs.read_config(sweep_dir, SWEEP_CONFIG_KEYS)
         size = input_size or sweep.get("data", {}).get("image_size") or 32
         configs.append(
             {
@@ -384,7 +407,8 @@ def exponent_rows(records: Iterable[dict], level: float = scaling.DEFAULT_LEVEL)
                 continue
             shown = RENAMED.get((tensor, name), name)
             row = {"family": family, "dataset": dataset, "stage": stage, "tensor": tensor, "norm": norm,
-                   "exponent": shown, "statistic": step.statistic, "rule": step.rule, "level": level,
+                   "exponent": shown, "estimator": scaling.ESTIMATORS.get(name, ""), "statistic": step.statistic,
+                   "rule": step.rule, "level": level,
                    "estimate": math.nan, "ci_low": math.nan, "ci_high": math.nan, "status": "ok",
                    "paper": PAPER_EXPONENTS.get((family, tensor, shown), "")}  # fmt: skip
             try:
@@ -393,11 +417,11 @@ def exponent_rows(records: Iterable[dict], level: float = scaling.DEFAULT_LEVEL)
                 rows.append({**row, "status": exc.status, "n": len(points), "n_depths": len(set(depths))})
                 continue
             offset = step.offset
-            if isinstance(offset, str):  # "-beta": nu needs this group's beta
-                if "beta" not in fitted:
+            if isinstance(offset, str):  # "-beta" / "-max_norm_exponent": nu needs this group's beta
+                if offset.lstrip("-") not in fitted:
                     rows.append({**row, **fit.as_record(), "status": "needs beta"})
                     continue
-                offset = -fitted["beta"]
+                offset = -fitted[offset.lstrip("-")]
             estimate, low, high = scaling.exponent(fit, step.sign, offset)
             fitted[name] = estimate
             rows.append({**row, **fit.as_record(), "level": level, "estimate": estimate, "ci_low": low, "ci_high": high})
@@ -409,8 +433,8 @@ def exponent_markdown(rows: Sequence[dict]) -> str:
 
     A stage whose every row is "insufficient depths" is one line (tensor, norm and exponent "*")."""
     lines = [
-        "| family | dataset | stage | tensor | norm | exponent | estimate [CI] | depths (n) | status | Cohen et al. |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| family | dataset | stage | tensor | norm | exponent | beta from | estimate [CI] | depths (n) | status | Cohen et al. |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_stage = defaultdict(list)
     for r in rows:
@@ -420,7 +444,7 @@ def exponent_markdown(rows: Sequence[dict]) -> str:
         stage_rows = by_stage[(r["family"], r["dataset"], r["stage"])]
         if all(x["status"] == scaling.INSUFFICIENT_DEPTHS for x in stage_rows):
             if r is stage_rows[0]:
-                shown.append({**r, "tensor": "*", "norm": "*", "exponent": "*", "paper": "",
+                shown.append({**r, "tensor": "*", "norm": "*", "exponent": "*", "estimator": "", "paper": "",
                               "n": max(x.get("n", 0) for x in stage_rows)})  # fmt: skip
             continue
         shown.append(r)
@@ -432,7 +456,7 @@ def exponent_markdown(rows: Sequence[dict]) -> str:
             value, depths = "-", f"({r.get('n', 0)})"
         stage = "all" if r["stage"] == 0 else r["stage"]
         lines.append(
-            f"| {r['family']} | {r['dataset']} | {stage} | {r['tensor']} | {r['norm']} | {r['exponent']} | {value} "
+            f"| {r['family']} | {r['dataset']} | {stage} | {r['tensor']} | {r['norm']} | {r['exponent']} | {r.get('estimator', '')} | {value} "
             f"| {depths} | {r['status']} | {r['paper']} |"
         )
     level = rows[0]["level"] if rows else scaling.DEFAULT_LEVEL
@@ -440,7 +464,9 @@ def exponent_markdown(rows: Sequence[dict]) -> str:
     lines.append(
         f"Intervals: {level:.0%} Student-t intervals of the log-log slope. Depths with fewer than {MIN_BLOCKS} layers "
         f"(blocks) are left out; with fewer than {scaling.MIN_DEPTHS} depths left a row says 'insufficient depths'. "
-        "Rules: common.scaling.STEPS; Cohen et al.'s values: common.paper (side by side only)."
+        "Rules: common.scaling.STEPS; Cohen et al.'s values: common.paper (side by side only). 'beta from': the two "
+        f"estimators of beta, '{scaling.STEP2_ESTIMATOR}' (beta = 1 - slope of the cumulative-sum norm) and "
+        f"'{scaling.MAX_NORM_ESTIMATOR}' (beta = -slope of the max norm); they agree only for smooth weights."
     )
     return "\n".join(lines)
 
@@ -450,18 +476,26 @@ def record_rows(results: Iterable[dict]) -> list[dict]:
     return [{k: record.get(k) for k in RECORD_COLUMNS} for result in results for record in result["records"]]
 
 
+def summary_key(config: dict) -> list:
+    """The runs one summary lists: an FC family's runs of one preset, or the sweep analyses of one dataset."""
+    family = config.get("family")
+    return [family, config.get("dataset") if family == "sweep" else config.get("preset")]
+
+
 def summary_tag(family: str, dataset: str | None = None) -> str:
     """File-name tag of a family's summary files: ``fc-tanh`` or ``sweep-cifar10``."""
     return family if family in FC_FAMILIES else f"{family}-{dataset}"
 
 
 def fc_training_table(results: Sequence[dict]) -> str:
-    """Depth vs initial and final MSE of the FC runs."""
-    header = f"{'family':<8} {'L':>5} {'seed':>4} {'initial MSE':>11} {'train MSE':>10} {'test MSE':>10}"
+    """Depth vs initial and final MSE of the FC runs, with the schedule that ran and the epochs it took."""
+    header = (f"{'family':<8} {'L':>5} {'seed':>4} {'initial MSE':>11} {'train MSE':>10} {'test MSE':>10} "
+              f"{'schedule':<8} {'epochs':>6} stopped")  # fmt: skip
     lines = [header, "-" * len(header)]
     for r in sorted(results, key=lambda r: (r["family"], r["depth"], r["seed"])):
+        stopped = (r.get("stopping") or {}).get("stopped") or "-"
         lines.append(
             f"{r['family']:<8} {r['depth']:>5} {r['seed']:>4} {r['initial_train_loss']:>11.5f} "
-            f"{r['train_loss']:>10.5f} {r['test_loss']:>10.5f}"
+            f"{r['train_loss']:>10.5f} {r['test_loss']:>10.5f} {r.get('schedule', 'cosine'):<8} {r['epochs']:>6} {stopped}"
         )
     return "\n".join(lines)

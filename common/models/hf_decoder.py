@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import huggingface_hub
+import safetensors
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -287,6 +288,24 @@ def weight_files(folder: str | os.PathLike) -> list[Path]:
     return []
 
 
+def check_weight_files(folder: str | os.PathLike) -> list[Path]:
+    """The weight files of ``folder``, each safetensors file's header read (cheap: no tensor is loaded);
+    a folder without weights, or a file that is not safetensors, is a :class:`UserError` naming it."""
+    files = weight_files(folder)
+    if not files:
+        raise UserError(f"{folder}: no *.safetensors or *.bin weight files; give a folder written by save_pretrained")
+    for path in files:
+        if path.suffix != ".safetensors":
+            continue
+        try:
+            with safetensors.safe_open(str(path), "pt"):
+                pass
+        except Exception as exc:  # SafetensorError (a bad header), OSError
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise UserError(f"{path} is not a readable safetensors file ({reason}); replace it with the model's own file") from None
+    return files
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -316,13 +335,11 @@ def load_causal_lm(
     else:
         folder = resolve_snapshot(model, revision, local_only=local_only)
         commit, name = folder.name, model
-    files = weight_files(folder)
-    if not files:
-        raise UserError(f"{folder}: no *.safetensors or *.bin weight files; give a folder written by save_pretrained")
+    files = check_weight_files(folder)
     try:
         lm = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
         tok = AutoTokenizer.from_pretrained(folder) if tokenizer else None
-    except (OSError, ValueError, KeyError) as exc:  # unknown architecture, missing tokenizer files, ...
+    except (OSError, ValueError, KeyError, safetensors.SafetensorError) as exc:  # unknown architecture, missing tokenizer files, ...
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise UserError(f"{name}: transformers cannot load it as a causal LM with its tokenizer ({reason}); pass a causal LM's folder or Hub id") from None
     record = {
