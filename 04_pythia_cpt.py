@@ -74,12 +74,13 @@ PRESET_FLAGS = {  # flag -> (CPTPreset field, type, help); None: the preset's va
     "--grad-clip": ("grad_clip", positive_float, "clip the gradient's global norm to this"),
     "--probe-batch-size": ("probe_batch_size", positive_int, "sequences per analysis batch of the AG probe"),
     "--probe-batches": ("probe_batches", positive_int, "B: held-out analysis batches"),
+    "--probe-sub-batch": ("probe_sub_batch", positive_int, "sequences per probe forward/backward (memory only: the scores are the batch's)"),
     "--exact": ("exact", argparse.BooleanOptionalAction, "also the exact growth value V_S,l of the linear family"),
     "--gradient-checkpointing": ("gradient_checkpointing", argparse.BooleanOptionalAction,
                                  "recompute each layer in the backward pass (less memory, ~1/3 more compute)"),
 }
 PLANNER_FLAGS = ("preset", "model", "model_path", "revision", *(field for field, _, _ in PRESET_FLAGS.values()), "text_file",
-                 "fineweb_subset", "data_root", "device", "amp", "fsdp")  # fmt: skip
+                 "fineweb_subset", "data_root", "device", "amp", "fsdp", "fsdp_bf16")  # fmt: skip
 SCRIPT_FLAGS = ("seeds", "seed", "prepare_only")  # the seeds: --seeds, else --seed
 
 
@@ -104,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fsdp", action=argparse.BooleanOptionalAction, default=False,
                         help="with several processes: shard weights, gradients and AdamW state (FSDP2, one unit per layer) instead of "
                         "DDP, for models whose training state does not fit one device (not part of a run's identity)")
+    parser.add_argument("--fsdp-bf16", action="store_true",
+                        help="with --fsdp where bf16 autocast runs: bf16 unsharded parameters for compute, float32 gradient reduction "
+                        "(FSDP2 MixedPrecisionPolicy; evaluations then use bf16 parameters too; recorded in the config's runtime)")
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
@@ -116,7 +120,7 @@ def main(argv=None) -> int:
         preset=args.preset, models=models or None, model_paths=args.model_path or (), revision=args.revision,
         seeds=args.seeds if args.seeds is not None else [args.seed],
         overrides=overrides, text_path=args.text_file, data_root=args.data_root, fineweb_subset=args.fineweb_subset,
-        device=args.device, amp=args.amp, fsdp=args.fsdp,
+        device=args.device, amp=args.amp, fsdp=args.fsdp, fsdp_bf16=args.fsdp_bf16,
     )  # fmt: skip
     if args.prepare_only:
         if env_info().is_main:

@@ -24,9 +24,19 @@ Items (the code users run: ``common.train.train``, ``common.probe``, ``common.pr
 6. The exact projection's float64 Gram statistics: GFLOP/s on the device (or where they ran).
 7. ``eigh`` of rank-deficient float64 Gram matrices on the device: the rank and ``V_S,l`` of the CPU.
 8. Peak memory of the exact probe (ResNet-20, batch 128) beside that of training (item 2).
+9. The probe of a GPT-2 Small in sub-batches (8 x 1024 tokens; sub-batches of 8, 2, 1): the same
+   ``AG_l`` to 1e-4, and peak memory falling with the sub-batch.
+10. After ``train``: no gradient left, the final evaluation without TF32 (HF32 on an NPU) and recorded so.
+11. A ``--device cpu`` training run in a fresh process on this GPU node creates no CUDA context.
+12. Two processes (needs 2 devices; NCCL or HCCL): DDP and FSDP2 train the same GPT like each
+    other; FSDP2 shards before anything reaches the device (peak memory of the placement below the
+    whole model), with bf16 parameters on request; the validation split over the processes equals
+    one process; a killed FSDP run resumes; a NaN on one process stops both; the group is bound to
+    its device and the processes can wait for rank 0 outside the collective watchdog.
 
 Without an accelerator every item is skipped (the report says so). ``--cpu-dry-run`` runs every
-item on the CPU against the CPU at toy sizes: it checks that the script works, not a device.
+item on the CPU against the CPU at toy sizes (item 12 on two gloo processes): it checks that the
+script works, not a device. ``docs/gpu-checklist.md`` lists what each item confirms.
 """
 
 from __future__ import annotations
@@ -35,19 +45,25 @@ import argparse
 import contextlib
 import copy
 import datetime
+import gc
+import json
 import math
 import os
 import platform
+import socket
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch._dynamo
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -55,11 +71,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import device as devices
 from common import runs
 from common.data.vision import CIFAR10_STATS, TensorLoader
+from common.distributed import destroy_distributed, init_distributed, process_device, wait_for_all
 from common.errors import UserError
+from common.models.gpt import GPT, GPTConfig
 from common.models.resnet import ResNet, ResNetConfig, depth_label
 from common.probe import math_mode, probe_activation_gradients
 from common.projection import GramAccumulator, float64_device, supports_float64
-from common.train import SGDRecipe, TrainSettings, load_weights, train
+from common.train import (
+    AdamWRecipe,
+    NonFiniteLossError,
+    SGDRecipe,
+    TrainSettings,
+    classification_loss,
+    evaluate,
+    is_sharded,
+    load_weights,
+    place_model,
+    train,
+)
 
 TOL_FLOAT64, TOL_FLOAT32, TOL_EIGH = 1e-10, 1e-4, 1e-10
 
@@ -87,12 +116,22 @@ class Sizes:
     rank_k: int = 576
     rank_r: int = 200
     reps: int = 3
+    decoder_layers: int = 12  # item 9: GPT-2 Small
+    decoder_width: int = 768
+    decoder_length: int = 1024
+    decoder_batch: int = 8
+    decoder_vocab: int = 50304
+    pair_layers: int = 8  # item 12: blocks much larger than the embeddings, so one unit is a fraction of the model
+    pair_width: int = 512
+    pair_length: int = 128
 
 
 DRY = Sizes(
     train_images=128, test_images=64, image_size=16, widths=(4, 8, 8), batch_size=32, depths=(0, 1, 2), epochs=2,
     resume_images=64, resume_epochs=2, probe_batch=8, probe_batches=2, memory_depth=1, memory_batch=8,
     gram_rows=1024, gram_k=36, gram_d=4, rank_k=36, rank_r=12, reps=1,
+    decoder_layers=2, decoder_width=32, decoder_length=32, decoder_batch=8, decoder_vocab=64,
+    pair_layers=2, pair_width=32, pair_length=16,
 )  # fmt: skip
 
 
@@ -129,6 +168,13 @@ def item(number: int, title: str):
 def reset_peak(dev: torch.device) -> None:
     if dev.type != "cpu":
         getattr(torch, dev.type).reset_peak_memory_stats(dev)
+
+
+def allocated_mib(dev: torch.device) -> float | None:
+    """Device memory allocated now (None on the CPU)."""
+    if dev.type == "cpu":
+        return None
+    return getattr(torch, dev.type).memory_allocated(dev) / 2**20
 
 
 def peak_mib(dev: torch.device) -> float | None:
@@ -261,10 +307,10 @@ def resume_item(check: Check, report: dict) -> dict:
         torch.use_deterministic_algorithms(previous[0])
         torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = previous[1], previous[2]
     worst = max_relative_difference(load_weights(check.workdir / "whole"), load_weights(check.workdir / "resumed"))
-    state = devices.rng_state()
-    devices.set_rng_state(state)
+    state = devices.rng_state(dev)
+    devices.set_rng_state(state, dev)
     first = torch.rand(4, device=dev)
-    devices.set_rng_state(state)
+    devices.set_rng_state(state, dev)
     rng_ok = torch.equal(first, torch.rand(4, device=dev))
     accelerator_rng = {k: list(v.shape) for k, v in state.items() if k in devices.rng_accelerators()}
     ok = worst == 0.0 and rng_ok
@@ -311,7 +357,8 @@ def probe_float64_item(check: Check, report: dict) -> dict:
 @item(5, "probe on the device vs the CPU, float32 with TF32 off: AG_l, V_S,l to 1e-4")
 def probe_float32_item(check: Check, report: dict) -> dict:
     out = _probe_pair(check, torch.float32)
-    ok = max(out["max_relative_difference"].values()) <= TOL_FLOAT32 and not out["device_math_mode"]["tf32"]
+    reduced = out["device_math_mode"]["tf32"] or out["device_math_mode"].get("hf32", False)
+    ok = max(out["max_relative_difference"].values()) <= TOL_FLOAT32 and not reduced
     return {"status": "pass" if ok else "fail", "tolerance": TOL_FLOAT32, **out}
 
 
@@ -370,6 +417,210 @@ def memory_item(check: Check, report: dict) -> dict:
         "status": "pass", "exact_probe_peak_mib": peak_mib(dev), "model": f"ResNet-{depth_label(sizes.memory_depth)}",
         "batch": sizes.memory_batch, "training_peak_mib": {name: r.get("peak_memory_mib") for name, r in training.items()},
     }  # fmt: skip
+
+
+def small_gpt(sizes: Sizes, *, layers: int, width: int, length: int, vocab: int, seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(n_layer=layers, n_embd=width, n_head=max(1, width // 64), block_size=length, vocab_size=vocab))
+
+
+def token_batch(batch: int, length: int, vocab: int, seed: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randint(0, vocab, (batch, length + 1), generator=g)
+    return w[:, :-1].to(dev), w[:, 1:].to(dev)
+
+
+@item(9, "decoder probe in sub-batches: the same AG_l, peak memory falling with the sub-batch")
+def probe_sub_batch_item(check: Check, report: dict) -> dict:
+    dev, sizes = check.device, check.sizes
+    model = small_gpt(sizes, layers=sizes.decoder_layers, width=sizes.decoder_width, length=sizes.decoder_length,
+                      vocab=sizes.decoder_vocab).to(dev).eval()  # fmt: skip
+    x, y = token_batch(sizes.decoder_batch, sizes.decoder_length, sizes.decoder_vocab, 9, dev)
+    subs = (sizes.decoder_batch, max(1, sizes.decoder_batch // 4), 1)
+    results, peaks = {}, {}
+    for sub in subs:
+        devices.empty_cache(dev)
+        reset_peak(dev)
+        results[sub] = probe_activation_gradients(model, [(x, y)], loss_fn=classification_loss, sub_batch=sub)
+        peaks[sub] = peak_mib(dev)
+    worst = max(relative(a.ag_norm, b.ag_norm) for sub in subs[1:] for a, b in zip(results[subs[0]].scores, results[sub].scores, strict=True))
+    falls = dev.type == "cpu" or peaks[subs[0]] > peaks[subs[1]] > peaks[subs[2]]
+    ok = worst <= TOL_FLOAT32 and falls
+    return {"status": "pass" if ok else f"fail: AG_l differs by {worst:.2e} or memory {peaks} does not fall",
+            "max_relative_difference_ag": worst, "peak_memory_mib_by_sub_batch": {str(k): v for k, v in peaks.items()},
+            "tokens": sizes.decoder_batch * sizes.decoder_length, "layers": sizes.decoder_layers, "width": sizes.decoder_width}  # fmt: skip
+
+
+@item(10, "after train(): no gradient left; the final evaluation without TF32/HF32, recorded so")
+def after_training_item(check: Check, report: dict) -> dict:
+    dev, sizes = check.device, check.sizes
+    x, y = synthetic_images(sizes.resume_images, sizes.image_size, seed=10)
+    keys = {"mean": CIFAR10_STATS[0], "std": CIFAR10_STATS[1], "device": dev}
+    model = resnet(0, sizes)
+    loader = TensorLoader(x, y, sizes.batch_size, train=True, seed=0, **keys)
+    clean = TensorLoader(x, y, 500, train=False, **keys)
+    summary = train(model, loader, {"test": clean}, final_eval_loaders={"train": clean}, run_dir=check.workdir / "after-training",
+                    settings=TrainSettings(SGDRecipe(epochs=1, lr=0.05)), device=dev, desc="after-training")  # fmt: skip
+    mode = summary["final_eval_math_mode"]
+    no_grads = all(p.grad is None for p in model.parameters())
+    reduced = mode["tf32"] or mode.get("hf32", False)
+    allocated = allocated_mib(dev)
+    ok = no_grads and not reduced and summary["final_eval_dtype"] == "float32"
+    return {"status": "pass" if ok else f"fail: gradients left {not no_grads}, final evaluation math mode {mode}",
+            "final_eval_math_mode": mode, "default_math_mode": math_mode(), "allocated_after_mib": allocated,
+            "parameters_mib": sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20}  # fmt: skip
+
+
+CPU_RUN = """
+import sys, torch
+sys.path.insert(0, {root!r})
+from torch import nn
+from common.train import SGDRecipe, TrainSettings, train
+torch.manual_seed(0)
+model = nn.Sequential(nn.Embedding(7, 4), nn.Linear(4, 7))
+batches = [(torch.randint(0, 7, (4, 5)), torch.randint(0, 7, (4, 5)))]
+train(model, batches, {{}}, run_dir={run_dir!r}, settings=TrainSettings(SGDRecipe(epochs=2, lr=0.1)), device=torch.device("cpu"))
+print("cuda initialised:", torch.cuda.is_initialized())
+"""
+
+
+@item(11, "a --device cpu training run on this node creates no CUDA context")
+def cpu_run_item(check: Check, report: dict) -> dict:
+    if not torch.cuda.is_available():
+        return {"status": "skipped: no CUDA here, so there is no context to create (tests/test_accelerators.py checks the RNG rule)"}
+    code = CPU_RUN.format(root=str(Path(__file__).resolve().parents[1]), run_dir=str(check.workdir / "cpu-run"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    line = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+    ok = proc.returncode == 0 and line == "cuda initialised: False"
+    return {"status": "pass" if ok else f"fail: {line} {proc.stderr[-300:]}", "printed": line,
+            "cuda_visible": torch.cuda.is_available()}  # fmt: skip
+
+
+@item(12, "two processes: DDP and FSDP2 (placement, bf16 parameters, resume), split evaluation, NaN, waits")
+def two_process_item(check: Check, report: dict) -> dict:
+    dev = check.device
+    visible = 2 if dev.type == "cpu" else devices.accelerator_count()
+    if visible < 2:
+        return {"status": f"skipped: {visible} {dev.type} device visible; this item needs 2 (NCCL / HCCL between them)"}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = check.workdir / "two-processes"
+    out.mkdir()
+    mp.spawn(two_process_worker, args=(port, dev.type, str(out), asdict(check.sizes)), nprocs=2, join=True)
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    errors = [f"rank {r}: {f['error'].strip().splitlines()[-1]}" for r, f in enumerate(ranks) if "error" in f]
+    if errors:
+        print("".join(f.get("error", "") for f in ranks), file=sys.stderr)
+        return {"status": "fail: " + "; ".join(errors), "ranks": ranks}
+    failures = [f"rank {r}: {name}" for r, f in enumerate(ranks) for name, ok in f["checks"].items() if not ok]
+    return {"status": "fail: " + ", ".join(failures) if failures else "pass", "ranks": ranks}
+
+
+def two_process_worker(rank: int, port: int, device_type: str, workdir: str, sizes: dict) -> None:
+    """One of item 12's two processes: joins like torchrun, runs :func:`two_process_checks`, writes ``rank<r>.json``."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE="2", DS_DIST_TIMEOUT_MIN="5")  # fmt: skip
+    if device_type == "cpu":
+        torch.set_num_threads(1)
+    found: dict = {}
+    try:
+        info = init_distributed(device_type)
+        dev = process_device(torch.device(device_type), info)
+        group = dist.distributed_c10d._get_default_group()
+        found.update(backend=info.backend, device=str(dev), bound_device=str(getattr(group, "bound_device_id", None)))
+        found.update(two_process_checks(rank, dev, Path(workdir), Sizes(**{k: tuple(v) if isinstance(v, list) else v for k, v in sizes.items()})))
+    except Exception:
+        found["error"] = traceback.format_exc()
+    finally:
+        Path(workdir, f"rank{rank}.json").write_text(json.dumps(found, default=str))
+        destroy_distributed()
+
+
+class _NaNAfter(torch.nn.Module):
+    """A model whose training outputs turn NaN on rank 1 after ``after`` training forwards."""
+
+    def __init__(self, inner: torch.nn.Module, after: int) -> None:
+        super().__init__()
+        self.inner, self.after, self.calls = inner, after, 0
+
+    def forward(self, x):
+        out = self.inner(x)
+        if self.training:
+            self.calls += 1
+            if dist.get_rank() == 1 and self.calls > self.after:
+                out = out * float("nan")
+        return out
+
+
+def two_process_checks(rank: int, dev: torch.device, workdir: Path, sizes: Sizes) -> dict:
+    """What item 12 measures in each process; ``checks`` maps each claim to True (holds) or False."""
+    layers, width, length, vocab = sizes.pair_layers, sizes.pair_width, sizes.pair_length, 257
+
+    def gpt(seed: int = 0) -> GPT:
+        return small_gpt(sizes, layers=layers, width=width, length=length, vocab=vocab, seed=seed)
+
+    batches = [token_batch(4, length, vocab, 100 + 10 * i + rank, dev) for i in range(2)]  # each process its own data
+    val = [token_batch(4, length, vocab, 200 + i, dev) for i in range(3)]  # the same validation batches everywhere
+    recipe = AdamWRecipe(steps=4, lr=1e-3, eval_interval=2)
+
+    def run(name: str, settings: TrainSettings, model: torch.nn.Module | None = None, kill_after: int | None = None) -> dict:
+        def stop(epoch: int, record: dict) -> None:
+            if epoch == kill_after:
+                raise KeyboardInterrupt
+
+        return train(model or gpt(), batches, {"val": val}, run_dir=workdir / name, settings=settings, device=dev, on_epoch_end=stop)
+
+    out: dict = {}
+    ddp = run("ddp", TrainSettings(recipe))
+    model = gpt()
+    full_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    gc.collect()  # the DDP run's model and buckets
+    devices.empty_cache(dev)
+    before = allocated_mib(dev)
+    reset_peak(dev)
+    place_model(model, dev, TrainSettings(recipe, fsdp=True))
+    placement_mib = peak_mib(dev) - before if dev.type != "cpu" else None
+    devices_seen = sorted({str(p.device) for p in model.parameters()})
+    fsdp = run("fsdp", TrainSettings(recipe, fsdp=True), model=model)
+    bf16 = run("fsdp-bf16", TrainSettings(recipe, fsdp=True, fsdp_bf16_params=True))
+    with contextlib.suppress(KeyboardInterrupt):
+        run("fsdp-resumed", TrainSettings(recipe, fsdp=True), kill_after=1)
+    resumed = run("fsdp-resumed", TrainSettings(recipe, fsdp=True), model=gpt(seed=1))
+    alone = evaluate(gpt().to(dev), val, dev, split=False)
+    split = evaluate(gpt().to(dev), val, dev)
+    try:
+        run("nan", TrainSettings(recipe, nan_check_every=1), model=_NaNAfter(gpt(), after=1))
+        nan_message = None
+    except NonFiniteLossError as exc:
+        nan_message = str(exc)
+    start = time.perf_counter()
+    if rank == 0:
+        time.sleep(1.0)  # rank 0 alone (a probe, a download); the other waits
+    wait_for_all()
+    out.update(
+        ddp_val_loss=ddp["val_loss"], fsdp_val_loss=fsdp["val_loss"], fsdp_bf16_val_loss=bf16["val_loss"], resumed_val_loss=resumed["val_loss"],
+        full_model_mib=full_mib, placement_peak_mib=placement_mib, parameter_devices=devices_seen, split=split, alone=alone,
+        nan_message=nan_message, waited_s=time.perf_counter() - start, fsdp_param_dtype=bf16.get("fsdp_param_dtype"),
+    )  # fmt: skip
+    bf16_expected = "bfloat16" if devices.precision_name(dev) == "bfloat16" else "float32"
+    out["checks"] = {
+        "ddp and fsdp agree (1e-2)": relative(ddp["val_loss"], fsdp["val_loss"]) < 1e-2,
+        "fsdp shards before moving (placement peak < 3/4 of the model)": dev.type == "cpu" or placement_mib < 0.75 * full_mib,
+        "parameters are DTensors on the device": is_sharded(model) and devices_seen == [str(dev)],
+        "bf16 parameters where bf16 autocast runs": bf16.get("fsdp_param_dtype") == bf16_expected and math.isfinite(bf16["val_loss"]),
+        "a killed fsdp run resumes (1e-2)": relative(fsdp["val_loss"], resumed["val_loss"]) < 1e-2,
+        "split evaluation equals one process (1e-6)": relative(split["loss"], alone["loss"]) < 1e-6 and split["n"] == alone["n"],
+        "a NaN on rank 1 stops both processes": nan_message is not None and "at step 1 " in nan_message,
+        "the others wait for rank 0": rank == 0 or out["waited_s"] >= 0.75,
+        "the group is bound to the device": dev.type != "cuda" or bound_to(dev),
+    }
+    return out
+
+
+def bound_to(dev: torch.device) -> bool:
+    """Whether the default process group is bound to ``dev`` (``init_process_group(device_id=...)``)."""
+    return getattr(dist.distributed_c10d._get_default_group(), "bound_device_id", None) == dev
 
 
 # ----------------------------------------------------------------------------- driver

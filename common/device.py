@@ -13,8 +13,9 @@ Device capabilities decided here, each in one function (README, "Reproduction de
   :mod:`common.projection`): MPS and NPUs keep float64 sums on the CPU;
 - synchronisation for timing (:func:`synchronize`): ``torch.accelerator.synchronize`` where
   it exists (CUDA, NPU, MPS), so epoch times measure finished work, not the kernel queue;
-- RNG state (:func:`rng_state`): the CPU generators plus the *current* accelerator device's
-  generator only, so a checkpoint resumes under any number of visible devices.
+- RNG state (:func:`rng_state`): the CPU generators plus the generator of the *current* device
+  of the type the run computes on only, so a checkpoint resumes under any number of visible
+  devices, and a CPU run on a GPU node never touches (or initialises) CUDA.
 """
 
 from __future__ import annotations
@@ -180,35 +181,38 @@ def rng_accelerators() -> dict:
     return found
 
 
-def rng_state() -> dict:
-    """Every RNG state a training step consumes, for checkpoints (tensors and plain types only).
+def rng_state(device: torch.device | None = None) -> dict:
+    """Every RNG state a training step on ``device`` consumes, for checkpoints (tensors and plain types only).
 
-    Of an accelerator, only the *current* device's generator is stored (the one this process
-    computes on: ``cuda:<local rank>`` under :mod:`common.distributed`), so the checkpoint does not
-    depend on how many devices are visible.
+    The CPU generators, plus the generator of ``device`` when it is an accelerator (CUDA, NPU): the
+    *current* device's only (the one this process computes on: ``cuda:<local rank>`` under
+    :mod:`common.distributed`), so the checkpoint does not depend on how many devices are visible.
+    A CPU run stores no accelerator state: reading one would create a CUDA context on GPU 0 of a GPU
+    node that the run never uses. ``device=None``: every available accelerator's (the older rule).
     """
     state = {
         "python": random.getstate(),
         "numpy": _numpy_state_to_tensors(np.random.get_state()),
         "torch": torch.get_rng_state(),
     }
-    for kind, module in rng_accelerators().items():
+    for kind, module in _rng_accelerators_of(device).items():
         state[kind] = module.get_rng_state()  # the current device's
     return state
 
 
-def set_rng_state(state: dict) -> None:
-    """Restore what :func:`rng_state` captured; an accelerator's state goes onto the current device.
+def set_rng_state(state: dict, device: torch.device | None = None) -> None:
+    """Restore what :func:`rng_state` captured; the state of ``device``'s type goes onto its current device.
 
     Works across device counts: a state saved with 4 visible GPUs resumes with 1. Checkpoints
     written before this rule hold one state per visible device (a list): the current device's
-    entry is used when there is one, else the first. A state of an accelerator that is not
-    available now (a GPU run resumed on the CPU) is ignored.
+    entry is used when there is one, else the first. A state of an accelerator the run does not
+    compute on now (a GPU run resumed with ``--device cpu``, or on a machine without GPUs) is
+    ignored; ``device=None`` restores every available accelerator's.
     """
     random.setstate(_as_python_state(state["python"]))
     np.random.set_state(_numpy_state_from_tensors(state["numpy"]))
     torch.set_rng_state(state["torch"])
-    for kind, module in rng_accelerators().items():
+    for kind, module in _rng_accelerators_of(device).items():
         saved = state.get(kind)
         if saved is None:
             continue
@@ -218,6 +222,29 @@ def set_rng_state(state: dict) -> None:
                 log.info("%s RNG: the checkpoint saw %d devices, %d are visible now", kind, len(saved), module.device_count())
             saved = saved[current] if current < len(saved) else saved[0]
         module.set_rng_state(saved)
+
+
+def _rng_accelerators_of(device: torch.device | None) -> dict:
+    """The accelerator RNG modules a run on ``device`` uses: its type's, or none on the CPU (None: all available)."""
+    if device is not None and device.type not in ("cuda", "npu"):
+        return {}
+    found = rng_accelerators()
+    return found if device is None else {k: v for k, v in found.items() if k == device.type}
+
+
+def empty_cache(device: torch.device) -> None:
+    """Hand the caching allocator's unused blocks on ``device`` back to the device (a no-op on the CPU).
+
+    Before a phase with a different memory shape (the probe after training): what training cached
+    in blocks of its own sizes is returned before the probe allocates in others.
+    """
+    if device.type == "cpu":
+        return
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "empty_cache"):
+        accelerator.empty_cache()  # the current device's, CUDA, NPU and MPS alike (torch >= 2.8)
+    else:
+        getattr(torch, device.type).empty_cache()
 
 
 def _as_python_state(state):

@@ -13,12 +13,19 @@ HCCL backend). Each process computes on ``<type>:<local_rank>`` when it sees eve
 node, and on ``<type>:0`` when SLURM binds one device per task (``--gpus-per-task``,
 ``--gpu-bind``: each process sees only its own); :func:`local_device_index` decides.
 
+Timeouts: a collective that does not complete within :func:`collective_timeout` (default
+:data:`DEFAULT_TIMEOUT_MIN` minutes, ``DS_DIST_TIMEOUT_MIN`` in the environment overrides it; NCCL's
+own default is 10) aborts the job. While one rank works alone (downloads a model, probes, writes
+the final weights) the others wait in :func:`wait_for_all`: a barrier on a CPU (gloo) group with
+the longer :func:`wait_timeout`, outside the accelerator's collective watchdog.
+
 Scripts whose runs are one process each refuse to be started N times by ``torchrun``
 (:func:`common.launch.refuse_torchrun`): the copies would all write the same run directories.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 from dataclasses import dataclass
@@ -32,6 +39,11 @@ from common.errors import UserError
 log = logging.getLogger(__name__)
 
 BACKENDS = {"cuda": "nccl", "npu": "hccl", "cpu": "gloo"}
+TIMEOUT_ENV = "DS_DIST_TIMEOUT_MIN"
+DEFAULT_TIMEOUT_MIN = 30.0  # a collective's limit; NCCL's default (10) is shorter than a 2.8B checkpoint write
+WAIT_TIMEOUT_MIN = 360.0  # the least a rank waits in wait_for_all while another works alone
+
+_wait_group = None  # the CPU (gloo) group of wait_for_all when the job's backend is not gloo
 
 
 @dataclass(frozen=True)
@@ -87,11 +99,31 @@ def visible_devices(kind: str) -> int:
     return int(torch.npu.device_count()) if kind == "npu" else torch.cuda.device_count()  # type: ignore[attr-defined]
 
 
-def init_distributed(device: str | torch.device = "cpu") -> DistInfo:
+def collective_timeout() -> datetime.timedelta:
+    """How long a collective may take before the job aborts: ``DS_DIST_TIMEOUT_MIN`` minutes, else :data:`DEFAULT_TIMEOUT_MIN`."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    try:
+        minutes = float(text) if text else DEFAULT_TIMEOUT_MIN
+    except ValueError:
+        minutes = -1.0
+    if not minutes > 0:
+        raise UserError(f"{TIMEOUT_ENV}={text}: give the collective timeout in minutes, a positive number (default {DEFAULT_TIMEOUT_MIN:g})")
+    return datetime.timedelta(minutes=minutes)
+
+
+def wait_timeout() -> datetime.timedelta:
+    """How long :func:`wait_for_all` waits: the collective timeout, and at least :data:`WAIT_TIMEOUT_MIN` minutes."""
+    return max(collective_timeout(), datetime.timedelta(minutes=WAIT_TIMEOUT_MIN))
+
+
+def init_distributed(device: str | torch.device = "cpu", *, timeout: datetime.timedelta | None = None) -> DistInfo:
     """Join the process group of this job (torchrun or submitit), or do nothing when alone.
 
     ``device`` is the device type the job computes on; it picks the backend and, on CUDA or
     NPU, the process's current device (:func:`local_device_index`), returned as ``DistInfo.device``.
+    ``timeout``: the collectives' limit (default :func:`collective_timeout`). On CUDA the group is
+    bound to the process's device (``device_id``: NCCL connects at once, and barriers know their GPU).
+    A node with more visible devices than processes (``LOCAL_WORLD_SIZE``) is logged as a warning.
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
@@ -104,19 +136,64 @@ def init_distributed(device: str | torch.device = "cpu") -> DistInfo:
     if kind == "npu":
         import_torch_npu()  # registers torch.npu and the hccl backend (a UserError when missing)
     if kind in ("cuda", "npu"):
-        index = local_device_index(local_rank, visible_devices(kind), kind)
+        visible = visible_devices(kind)
+        index = local_device_index(local_rank, visible, kind)
         getattr(torch, kind).set_device(index)
         where = f"{kind}:{index}"
+        if local_rank == 0:
+            warn_idle_devices(os.environ.get("LOCAL_WORLD_SIZE"), visible, kind)
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size)
+        dist.init_process_group(
+            backend=backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout or collective_timeout(),
+            device_id=torch.device(where) if kind == "cuda" else None,
+        )  # fmt: skip
+        _start_wait_group(backend)
         log.info("rank %d of %d (local rank %d, %s) joined the %s process group", rank, world_size, local_rank, where or kind, backend)
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, backend=backend, device=where)
 
 
+def warn_idle_devices(local_world_size: str | None, visible: int, kind: str = "cuda") -> bool:
+    """Log a warning (and return True) when fewer processes run on this node than it has visible devices.
+
+    ``local_world_size`` is ``LOCAL_WORLD_SIZE`` (torchrun and the submitit wrapper export it; None:
+    unknown, no warning). A SLURM profile that asks for 8 GPUs but 4 tasks, or GPUs through ``gres``
+    with one task, leaves the rest idle.
+    """
+    if not local_world_size or not local_world_size.isdigit() or int(local_world_size) >= visible:
+        return False
+    n = int(local_world_size)
+    log.warning(
+        "%d processes on this node but %d visible %s devices: %d stay idle; start one process per device "
+        "(torchrun --nproc-per-node %d, or tasks_per_node = GPUs per node in the SLURM profile)",
+        n, visible, kind, visible - n, visible,
+    )  # fmt: skip
+    return True
+
+
+def _start_wait_group(backend: str) -> None:
+    """The CPU group of :func:`wait_for_all` (every process calls this once, right after joining)."""
+    global _wait_group
+    _wait_group = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=wait_timeout())
+
+
+def wait_for_all() -> None:
+    """Barrier for the ranks that wait while another works alone (rank 0 probes, writes, downloads); a no-op when alone.
+
+    ``monitored_barrier`` on a CPU (gloo) group with :func:`wait_timeout`: no collective is queued
+    on the accelerator, so its watchdog (the collective timeout) does not run out while rank 0 works;
+    a rank that never arrives is named when the wait timeout ends.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    dist.monitored_barrier(group=_wait_group, timeout=wait_timeout(), wait_all_ranks=True)
+
+
 def destroy_distributed() -> None:
     """Leave the process group, if any (call once at the end of a distributed job)."""
+    global _wait_group
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # every group, the wait group too
+    _wait_group = None
 
 
 def env_info() -> DistInfo:

@@ -49,9 +49,10 @@ protocol's standard zero-output block (:mod:`common.tangent`, ``U_l`` seeded by 
 BatchNorm runs in eval mode (running statistics) unless ``bn_mode="train"``; train mode uses
 batch statistics and the running buffers are restored afterwards.
 
-Precision: the probe runs under :func:`full_precision` (TF32 off for float32 matrix products
-and convolutions, restored afterwards), because TF32, which cuDNN convolutions use by default
-on Ampere and later GPUs, computes ``z``, ``G`` and ``Psi`` to only ~1e-3 relative precision.
+Precision: the probe runs under :func:`full_precision` (TF32, and an Ascend NPU's HF32, off for
+float32 matrix products and convolutions, restored afterwards), because TF32, which cuDNN
+convolutions use by default on Ampere and later GPUs, and HF32, which torch_npu allows for
+convolutions by default, compute ``z``, ``G`` and ``Psi`` to only ~1e-3 relative precision.
 The math mode it ran in (:func:`math_mode`) and the device of its float64 statistics
 (:func:`common.projection.float64_device`: the CPU for MPS and NPU) are part of the result.
 """
@@ -107,12 +108,28 @@ def _new_precision_api() -> bool:
     return "cuda.matmul" in _precision_flags()
 
 
+def _npu_hf32_flags() -> dict[str, object]:
+    """``torch.npu.conv`` and ``torch.npu.matmul`` by op name, where torch_npu registered them (their ``allow_hf32``).
+
+    HF32 is the Ascend counterpart of TF32 (~1e-3 relative); torch_npu allows it for convolutions
+    by default. Never imports torch_npu: without it there is nothing to find.
+    """
+    npu = getattr(torch, "npu", None)
+    found = {}
+    for op in ("conv", "matmul"):
+        obj = getattr(npu, op, None)
+        if obj is not None and hasattr(obj, "allow_hf32"):
+            found[op] = obj
+    return found
+
+
 def math_mode() -> dict:
     """How float32 matrix products and convolutions compute now, for run records.
 
     ``{"tf32": bool, "api": ..., "<backend>_<op>": "ieee" | "tf32", ...}``: ``tf32`` is True when
     CUDA matmuls or cuDNN convolutions/RNNs may use TF32 (~1e-3 relative precision on Ampere and
-    later GPUs; ignored on other devices).
+    later GPUs; ignored on other devices). Where torch_npu is loaded, also ``npu_conv_hf32``,
+    ``npu_matmul_hf32`` and ``hf32`` (either allowed).
     """
     if not _new_precision_api():
         mode = {
@@ -129,44 +146,76 @@ def math_mode() -> dict:
                 chain = [flags[p].fp32_precision for p in (leaf, *parents) if p in flags]
                 mode[leaf.replace(".", "_")] = next((v for v in chain if v != "none"), "ieee")
     mode["tf32"] = any(mode.get(k) == "tf32" for k in ("cuda_matmul", "cudnn_conv", "cudnn_rnn"))
+    hf32 = _npu_hf32_flags()
+    if hf32:
+        mode.update({f"npu_{op}_hf32": bool(obj.allow_hf32) for op, obj in hf32.items()})
+        mode["hf32"] = any(bool(obj.allow_hf32) for obj in hf32.values())
     return mode
 
 
 @contextlib.contextmanager
 def full_precision() -> Iterator[dict]:
-    """Switch TF32 off for float32 matmuls and convolutions; restore every previous setting on exit.
+    """Switch TF32 (and an NPU's HF32) off for float32 matmuls and convolutions; restore every previous setting on exit.
 
     Use it around any float32 computation whose numbers are compared across devices or against
-    float64 identities: the probe (:func:`probe_activation_gradients`), the matched insertion.
-    Yields :func:`math_mode` as it is inside (record it with the results). torch >= 2.9: every
-    ``torch.backends.*.fp32_precision`` leaf is set to ``"ieee"``; older torch:
-    ``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32`` off and
-    ``torch.set_float32_matmul_precision("highest")``. Not thread-safe (the flags are global).
+    float64 identities: the probe (:func:`probe_activation_gradients`), the matched insertion, the
+    final evaluation of :func:`common.train.train`. Yields :func:`math_mode` as it is inside (record
+    it with the results). torch >= 2.9: every ``torch.backends.*.fp32_precision`` leaf is set to
+    ``"ieee"``; older torch: ``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``
+    off and ``torch.set_float32_matmul_precision("highest")``. With torch_npu loaded also
+    ``torch.npu.conv.allow_hf32`` and ``torch.npu.matmul.allow_hf32`` off. Not thread-safe (the flags
+    are global).
     """
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_ieee_float32() if _new_precision_api() else _legacy_float32())
+        stack.enter_context(_no_hf32())
+        yield math_mode()
+
+
+@contextlib.contextmanager
+def _ieee_float32() -> Iterator[None]:
+    """Every ``fp32_precision`` leaf at ``"ieee"`` (torch >= 2.9), restored on exit."""
     flags = _precision_flags()
-    if "cuda.matmul" in flags:
-        leaves = {p: flags[p] for p in _PRECISION_LEAVES if p in flags}
-        saved = {p: obj.fp32_precision for p, obj in leaves.items()}
-        try:
-            for obj in leaves.values():
-                obj.fp32_precision = "ieee"
-            yield math_mode()
-        finally:
-            for p, obj in leaves.items():
-                obj.fp32_precision = saved[p]
-        return
-    saved_legacy = (
+    leaves = {p: flags[p] for p in _PRECISION_LEAVES if p in flags}
+    saved = {p: obj.fp32_precision for p, obj in leaves.items()}
+    try:
+        for obj in leaves.values():
+            obj.fp32_precision = "ieee"
+        yield
+    finally:
+        for p, obj in leaves.items():
+            obj.fp32_precision = saved[p]
+
+
+@contextlib.contextmanager
+def _legacy_float32() -> Iterator[None]:
+    """TF32 off through the ``allow_tf32`` flags and the float32 matmul precision (torch < 2.9), restored on exit."""
+    saved = (
         torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
     )  # fmt: skip
     try:
         torch.set_float32_matmul_precision("highest")
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        yield math_mode()
+        yield
     finally:
-        torch.set_float32_matmul_precision(saved_legacy[0])
-        torch.backends.cuda.matmul.allow_tf32 = saved_legacy[1]
-        torch.backends.cudnn.allow_tf32 = saved_legacy[2]
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.cuda.matmul.allow_tf32 = saved[1]
+        torch.backends.cudnn.allow_tf32 = saved[2]
+
+
+@contextlib.contextmanager
+def _no_hf32() -> Iterator[None]:
+    """``torch.npu.{conv,matmul}.allow_hf32`` False where torch_npu is loaded, restored on exit."""
+    flags = _npu_hf32_flags()
+    saved = {op: obj.allow_hf32 for op, obj in flags.items()}
+    try:
+        for obj in flags.values():
+            obj.allow_hf32 = False
+        yield
+    finally:
+        for op, obj in flags.items():
+            obj.allow_hf32 = saved[op]
 
 
 # ----------------------------------------------------------------------------- one pass
@@ -308,6 +357,7 @@ class ProbeResult:
     contributions: bool = False
     math_mode: dict = field(default_factory=dict)  # float32 math inside the probe (:func:`full_precision`)
     float64_device: str = "cpu"  # where the float64 statistics ran (:func:`common.projection.float64_device`)
+    sub_batch: int | None = None  # examples per forward/backward pass (None: the whole batch); the scores do not depend on it
 
     @property
     def ag_max(self) -> float:
@@ -337,6 +387,8 @@ class ProbeResult:
             "math_mode": self.math_mode,
             "float64_device": self.float64_device,
         }
+        if self.sub_batch is not None:
+            out["sub_batch"] = self.sub_batch
         if self.exact:
             vbest = max(self.scores, key=lambda s: s.growth_value)
             out.update(v_max=self.v_max, v_max_candidate=vbest.name,
@@ -360,6 +412,35 @@ class _Running:
         self.pooled: GramAccumulator | None = None
         self.moments: ContributionMoments | None = None
 
+    def add_batch(self, grad_sq: float, b: int, gram: GramAccumulator | None) -> None:
+        """One analysis batch of ``b`` examples: ``||dL_b/dz_l||_F^2`` and, exact, its Gram statistics."""
+        self.ag += math.sqrt(grad_sq)  # ||dL_b/dz_l||_F
+        self.example_sq += grad_sq * b * b  # sum_i ||d loss_i/dz_l,i||^2
+        if gram is None:
+            return
+        self.v += gram.growth_value()
+        self.c += gram.cross_gradient_norm()
+        # Rows of dL_S/dz are (b / n) dL_b/dz: scale by b now, by 1/n at the end.
+        if self.pooled is None:
+            self.pooled = gram.scaled(b)  # keeps the eigendecomposition: free with one batch
+        else:
+            self.pooled.merge(gram, grad_scale=b)
+
+
+def sub_batches(b: int, size: int | None) -> list[slice]:
+    """The examples of a batch of ``b`` in consecutive slices of ``size`` (the last may be shorter); None: one slice."""
+    step = b if size is None else int(size)
+    if step < 1:
+        raise ValueError(f"sub-batch size must be positive, got {size}")
+    return [slice(start, min(start + step, b)) for start in range(0, b, step)]
+
+
+def _scaled_loss(loss_fn: LossFn, weight: float) -> LossFn:
+    """``loss_fn`` times ``weight``: a sub-batch of ``s`` of ``b`` examples contributes ``(s / b) L_s`` to ``L_b``."""
+    if weight == 1.0:
+        return loss_fn
+    return lambda outputs, targets: loss_fn(outputs, targets) * weight
+
 
 def probe_activation_gradients(
     model: nn.Module,
@@ -372,6 +453,7 @@ def probe_activation_gradients(
     seed: int = 0,
     chunk_elements: int = CHUNK_ELEMENTS,
     contributions: bool = False,
+    sub_batch: int | None = None,
 ) -> ProbeResult:
     """``AG_l``, ``AG~_l``, per-example RMS (with ``exact`` ``V_S,l``; with ``contributions`` the pooled
     ``C_l`` and ``tr(Sigma_hat_l)`` of App. G) for every candidate.
@@ -381,7 +463,15 @@ def probe_activation_gradients(
     ``seed`` define the standard zero-output block whose tangent space the exact values use;
     they are the ones :func:`common.growth.insert_zero_block` inserts. Runs under
     :func:`full_precision`; float64 sums run on :func:`common.projection.float64_device`.
+
+    ``sub_batch``: run each analysis batch of ``b`` examples as forward and backward passes over
+    sub-batches of ``sub_batch`` examples (memory: activations of ``sub_batch`` examples, not ``b``),
+    each sub-batch's loss weighted ``s / b``, so its rows of ``dL_b/dz_l`` come out exactly as in
+    one pass (``L_b`` is the mean of the examples' losses, all weighing alike, and the examples do
+    not interact: a decoder, or eval-mode BatchNorm). Every score is then that of the whole batch.
     """
+    if sub_batch is not None and bn_mode != "eval":
+        raise ValueError("sub-batches need examples that do not interact: BatchNorm in train mode mixes a batch; use bn_mode='eval'")
     candidates = model.candidates()
     block_modules = {id(m) for m in getattr(model, "blocks", ())}
     running = [_Running() for _ in candidates]
@@ -391,38 +481,42 @@ def probe_activation_gradients(
     f64 = torch.device("cpu")
     with probe_mode(model, bn_mode), full_precision() as mode:
         for x, y in batches:
-            loss, states, grads = activation_gradients(model, x, y, loss_fn, candidates)
             b = int(x.shape[0])
             f64 = float64_device(x.device)
+            grad_sq = [0.0] * len(candidates)  # ||dL_b/dz_l||_F^2, summed over the sub-batches
+            grams: list[GramAccumulator | None] = [None] * len(candidates)
+            batch_loss = 0.0
+            for part in sub_batches(b, sub_batch):
+                s = part.stop - part.start
+                loss, states, grads = activation_gradients(model, x[part], y[part], _scaled_loss(loss_fn, s / b), candidates)
+                batch_loss += float(loss)
+                for i, (z, g) in enumerate(zip(states, grads, strict=True)):  # g: these examples' rows of dL_b/dz_l
+                    fam = candidate_family(candidates[i], family)
+                    if len(shapes) <= i:
+                        shapes.append((fam.name, fam.width(z), fam.rows_per_example(z)))
+                    # Per-example norms in g's dtype (cascade-summed; ~1e-7 relative in float32), then float64.
+                    row_sq = torch.linalg.vector_norm(g.reshape(s, -1), dim=1).to(f64).double().square()
+                    grad_sq[i] += float(row_sq.sum())
+                    if (exact or contributions) and blocks[i] is None:
+                        blocks[i] = make_zero_block(fam.name, fam.width(z), seed, candidates[i].index, like=z)
+                        blocks[i].train(bn_mode == "train")
+                    if contributions:
+                        run = running[i]
+                        if run.moments is None:
+                            run.moments = ContributionMoments(fam.feature_dim(fam.width(z)), fam.width(z), device=f64)
+                        for c_i in example_contributions(blocks[i], fam, z, g, b, chunk_elements):
+                            run.moments.update(c_i)
+                    if exact:
+                        acc = _tangent_gram(blocks[i], fam, z, g, chunk_elements)
+                        if grams[i] is None:
+                            grams[i] = acc
+                        else:
+                            grams[i].merge(acc)
+                del states, grads, z, g  # this sub-batch's activations and gradients, before the next forward
+            for run, sq, gram in zip(running, grad_sq, grams, strict=True):
+                run.add_batch(sq, b, gram)
             sizes.append(b)
-            losses.append(float(loss))
-            for i, (z, g) in enumerate(zip(states, grads, strict=True)):
-                fam = candidate_family(candidates[i], family)
-                if len(shapes) <= i:
-                    shapes.append((fam.name, fam.width(z), fam.rows_per_example(z)))
-                run = running[i]
-                # Per-example norms in g's dtype (cascade-summed; ~1e-7 relative in float32), then float64.
-                row_sq = torch.linalg.vector_norm(g.reshape(b, -1), dim=1).to(f64).double().square()
-                total_sq = float(row_sq.sum())
-                run.ag += math.sqrt(total_sq)  # ||dL_b/dz_l||_F
-                run.example_sq += total_sq * b * b  # sum_i ||d loss_i/dz_l,i||^2
-                if (exact or contributions) and blocks[i] is None:
-                    blocks[i] = make_zero_block(fam.name, fam.width(z), seed, candidates[i].index, like=z)
-                    blocks[i].train(bn_mode == "train")
-                if contributions:
-                    if run.moments is None:
-                        run.moments = ContributionMoments(fam.feature_dim(fam.width(z)), fam.width(z), device=f64)
-                    for c_i in example_contributions(blocks[i], fam, z, g, b, chunk_elements):
-                        run.moments.update(c_i)
-                if exact:
-                    acc = _tangent_gram(blocks[i], fam, z, g, chunk_elements)
-                    run.v += acc.growth_value()
-                    run.c += acc.cross_gradient_norm()
-                    # Rows of dL_S/dz are (b / n) dL_b/dz: scale by b now, by 1/n at the end.
-                    if run.pooled is None:
-                        run.pooled = acc.scaled(b)  # keeps the eigendecomposition: free with one batch
-                    else:
-                        run.pooled.merge(acc, grad_scale=b)
+            losses.append(batch_loss)
     if not sizes:
         raise ValueError("probe_activation_gradients got no batches")
     n, nb = sum(sizes), len(sizes)
@@ -453,6 +547,7 @@ def probe_activation_gradients(
     return ProbeResult(
         scores=scores, batch_size=sizes[0], n_batches=nb, n_examples=n, bn_mode=bn_mode, exact=exact,
         mean_loss=sum(losses) / nb, seed=seed, contributions=contributions, math_mode=mode, float64_device=str(f64),
+        sub_batch=sub_batch,
     )
 
 
@@ -580,7 +675,9 @@ def mean_loss(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tens
     with probe_mode(model, "eval"):
         for x, y in batches:
             b = int(x.shape[0])
-            total += float(loss_fn(model(x).double(), y)) * b  # float64 loss of the model's logits
+            outputs = model(x)
+            f64 = float64_device(outputs.device)  # float64 only where the device has it (the CPU for MPS, NPU)
+            total += float(loss_fn(outputs.to(f64, torch.float64), y.to(f64))) * b  # float64 loss of the model's logits
             n += b
     if n == 0:
         raise ValueError("mean_loss got no batches")

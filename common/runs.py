@@ -18,7 +18,6 @@ import contextlib
 import fcntl
 import glob as globlib
 import hashlib
-import io
 import json
 import logging
 import os
@@ -206,22 +205,22 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
-    """``torch.save`` to memory, then :func:`atomic_write_bytes`; tensors and plain types only."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    """``torch.save`` straight into an :func:`atomic_file` (no copy of the whole file in memory); tensors and plain types only."""
+    with atomic_file(path) as handle:
+        torch.save(state, handle)
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", *, fix: str | None = None) -> dict:
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", *, fix: str | None = None, mmap: bool = False) -> dict:
     """Load with ``weights_only=True``; a corrupt file (or one that is not a dict) is a :class:`UserError`.
 
     ``fix`` is the advice the message gives; the default (delete the file, which restarts the run from
     scratch) holds for a resumable ``checkpoint.pt``, not for the weights of a finished run.
+    ``mmap``: the tensors map the file (``torch.load(mmap=True)``) instead of being read into memory.
     """
     path = Path(path)
     fix = fix or "delete it to restart that run from scratch"
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise
     except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
@@ -280,10 +279,10 @@ def checkpoint_path(path: str | os.PathLike) -> Path:
     return Path(path) / CHECKPOINT
 
 
-def resume_state(path: str | os.PathLike, map_location: Any = "cpu") -> dict | None:
-    """The run's last checkpoint, or None when it has none yet."""
+def resume_state(path: str | os.PathLike, map_location: Any = "cpu", *, mmap: bool = False) -> dict | None:
+    """The run's last checkpoint, or None when it has none yet (``mmap``: see :func:`load_checkpoint`)."""
     ckpt = checkpoint_path(path)
-    return load_checkpoint(ckpt, map_location) if ckpt.exists() else None
+    return load_checkpoint(ckpt, map_location, mmap=mmap) if ckpt.exists() else None
 
 
 # ----------------------------------------------------------------------------- collecting

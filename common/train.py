@@ -21,8 +21,15 @@ dynamo keeps at most 8 compiled versions of one function per process, and every 
 ``ResNet.forward``, so an inline sweep would stop compiling after a few depths); epoch times
 synchronise any accelerator (:func:`common.device.synchronize`); loss sums are float64
 (on the CPU for devices without float64); the final reported losses are evaluated in float32
-whatever the training precision; checkpoints hold the current accelerator device's RNG state
-only, so a run resumes under any number of visible devices.
+whatever the training precision, with TF32 and HF32 off (:func:`final_evaluation`); checkpoints
+hold the RNG state of the current device of the type the run computes on only, so a run resumes
+under any number of visible devices and a CPU run never touches a GPU.
+
+Several processes (``torch.distributed``): DDP (gradients as views into its buckets), or FSDP2
+with ``TrainSettings.fsdp`` (the model sharded on the CPU, each unit moved to the device as it is
+sharded: :func:`place_model`); evaluations are split over the processes (:func:`evaluate`); a
+non-finite loss stops every process at once; only rank 0 reads a checkpoint to resume from, the
+others receive its tensors one at a time (:func:`resume`). Training ends with the gradients freed.
 
 Run lifecycle (with :mod:`common.runs`): the caller prepares the run directory, calls
 :func:`train` (which also writes the final weights ``model.pt``), then :func:`finish_run`
@@ -37,7 +44,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
@@ -50,14 +57,20 @@ from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
-    set_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
 )
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from common import device as devices
 from common import runs
+from common.distributed import broadcast_from_main
 from common.errors import UserError
+from common.probe import full_precision, math_mode
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +220,9 @@ class TrainSettings:
     ``fsdp``: with several processes, :func:`train` shards the model with FSDP2 (``fully_shard`` on each
     of ``model.blocks``, then the model; :func:`shard_model`) instead of wrapping it in DDP; checkpoints
     and ``model.pt`` then hold the gathered full state dicts (:func:`full_state`), the same as DDP's.
+    ``fsdp_bf16_params`` adds FSDP2's ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``
+    where bf16 autocast runs (half the all-gather traffic and unsharded-parameter memory; every
+    forward, evaluations included, then computes with bf16 parameters: the summary says so).
     """
 
     recipe: SGDRecipe | AdamRecipe | AdamWRecipe
@@ -218,6 +234,7 @@ class TrainSettings:
     accum_steps: int = 1  # micro-batches per optimizer step (gradient accumulation)
     fsdp: bool = False  # several processes: shard parameters, gradients and optimizer state (FSDP2) instead of DDP
     stopping: EarlyStopping | None = None  # an early-stopping rule on the running training loss (None: every epoch)
+    fsdp_bf16_params: bool = False  # with fsdp and bf16 autocast: bf16 unsharded parameters, float32 gradient reduction
 
 
 LOSSES = ("cross_entropy", "mse")
@@ -299,18 +316,28 @@ def batch_loss(settings: TrainSettings, outputs: torch.Tensor, targets: torch.Te
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: Iterable, device: torch.device, *, amp: bool = True, loss: str = "cross_entropy") -> dict:
+def evaluate(
+    model: nn.Module, loader: Iterable, device: torch.device, *, amp: bool = True, loss: str = "cross_entropy", split: bool = True
+) -> dict:
     """Mean cross-entropy and accuracy over every target of ``loader`` (eval mode, no augmentation);
-    with ``loss="mse"`` the mean squared error over every coordinate and no ``acc``."""
+    with ``loss="mse"`` the mean squared error over every coordinate and no ``acc``.
+
+    Under ``torch.distributed`` (with ``split``) every process evaluates every ``world_size``-th batch
+    and the sums are all-reduced: each process must call it, and all get what one process evaluating
+    every batch gets (the float64 sums added in another order). ``loader`` must have a length there.
+    """
     was_training = model.training
     model.eval()
     # float64 sum of per-batch float32 sums; on the CPU when the device has no float64 (MPS, NPU)
     loss_sum = torch.zeros((), dtype=torch.float64, device=devices.float64_device(device))
     correct = torch.zeros((), dtype=torch.int64, device=device)
     count = 0
-    for x, y in loader:
+    world, rank = (_world_size(), _rank()) if split else (1, 0)
+    for x, y, counted in shard_batches(loader, rank, world):
         with devices.autocast(device, amp):
             logits = model(x)
+        if not counted:
+            continue
         if loss == "mse":
             loss_sum += F.mse_loss(logits.float(), y.float(), reduction="sum").to(loss_sum.device).double()
             count += y.numel()
@@ -320,9 +347,35 @@ def evaluate(model: nn.Module, loader: Iterable, device: torch.device, *, amp: b
         correct += (logits.argmax(-1) == y).sum()
         count += y.numel()
     model.train(was_training)
+    total, right = loss_sum.item(), correct.item()
+    if world > 1:
+        total, right, count = _all_reduce_sums(device, total, right, count)
     if loss == "mse":
-        return {"loss": loss_sum.item() / max(count, 1), "n": count}
-    return {"loss": loss_sum.item() / max(count, 1), "acc": correct.item() / max(count, 1), "n": count}
+        return {"loss": total / max(count, 1), "n": int(count)}
+    return {"loss": total / max(count, 1), "acc": right / max(count, 1), "n": int(count)}
+
+
+def shard_batches(loader: Iterable, rank: int, world: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, bool]]:
+    """``(x, y, counted)``: this process's share of ``loader``, batches ``rank``, ``rank + world``, ...
+
+    Every process gets ``ceil(len(loader) / world)`` of them: a process with fewer repeats one with
+    ``counted=False``, because a forward of a DDP or FSDP model is a collective that every process
+    must run as often as the others.
+    """
+    if world == 1:
+        yield from ((x, y, True) for x, y in loader)
+        return
+    share = -(-len(loader) // world)  # type: ignore[arg-type]
+    first = spare = None
+    given = 0
+    for i, batch in enumerate(loader):
+        first = first or batch
+        if i % world == rank:
+            spare = batch
+            given += 1
+            yield (*batch, True)
+    for _ in range(share - given):
+        yield (*(spare or first), False)
 
 
 @dataclass
@@ -356,7 +409,8 @@ def train_epoch(
 ) -> EpochStats:
     """One pass over ``loader``: per step the scheduled learning rate, a forward (autocast), the loss, a
     backward and an optimizer step; every ``settings.nan_check_every`` steps one host sync checks that
-    the losses were finite (:class:`NonFiniteLossError` names the first bad step and ``where``).
+    the losses were finite (:class:`NonFiniteLossError` names the first bad step and ``where``; under
+    ``torch.distributed`` the check is agreed by all processes, so every one of them stops).
 
     With ``settings.accum_steps = k`` every ``k`` batches make one step (gradient accumulation): each
     loss is divided by ``k`` and the gradients add up, so the step sees the gradient of the mean loss
@@ -402,10 +456,10 @@ def train_epoch(
         batches += 1
         step += 1
         if len(pending) >= settings.nan_check_every:
-            loss_sum += _check_finite(pending, step, epoch, batches - 1, where)
+            loss_sum += _check_finite(pending, step, epoch, batches - 1, where, device)
             pending = []
     if pending:
-        loss_sum += _check_finite(pending, step, epoch, batches - 1, where)
+        loss_sum += _check_finite(pending, step, epoch, batches - 1, where, device)
     correct_n = correct.item()
     if _world_size() > 1:  # every process's share of the epoch
         loss_sum, batches, correct_n, seen, targets = _all_reduce_sums(device, loss_sum, batches, correct_n, seen, targets)
@@ -433,7 +487,8 @@ def train(
     ``eval_loaders`` (e.g. ``{"test": ...}``) are evaluated after every epoch and logged as
     ``<name>_loss`` / ``<name>_acc``; ``final_eval_loaders`` (e.g. ``{"train": <clean train
     loader>}``) once at the end, overriding same-named keys of the summary. The summary's losses
-    are evaluated in float32 (``final_eval_dtype``; the per-epoch records use the training
+    are evaluated in float32 with TF32/HF32 off (``final_eval_dtype``, ``final_eval_math_mode``:
+    :func:`final_evaluation`; the per-epoch records use the training
     precision, ``autocast_dtype``), so they compare across depths and devices. The per-epoch
     ``train_loss`` / ``train_acc`` are running means over the epoch's augmented batches.
     ``on_epoch_end(epoch, record)`` runs after each checkpoint (epoch counts from 1).
@@ -446,12 +501,7 @@ def train(
     run_dir.mkdir(parents=True, exist_ok=True)
     recipe = settings.recipe
     main = _rank() == 0  # under torch.distributed only rank 0 writes records and checkpoints
-    model.to(device)
-    if settings.channels_last:
-        model.to(memory_format=torch.channels_last)
-    shard = settings.fsdp and _world_size() > 1
-    if shard:
-        shard_model(model)  # before the optimizer, which must hold the sharded parameters
+    shard = place_model(model, device, settings)  # before the optimizer, which must hold the sharded parameters
     optimizer = recipe.make_optimizer(model)
     batches = len(train_loader)  # type: ignore[arg-type]
     if batches % settings.accum_steps:
@@ -463,25 +513,12 @@ def train(
     start_epoch, step, wall = 0, 0, 0.0
     stop = settings.stopping.initial_state() if settings.stopping is not None else None
 
-    state = runs.resume_state(run_dir)  # on the CPU: RNG states must stay there
-    if state is None and main:
+    resumed = resume(run_dir, model, optimizer, shard=shard, device=device)
+    if resumed is None and main:
         _truncate_metrics(run_dir, 0)  # a fresh start (e.g. after a deleted checkpoint): no earlier epochs remain
-    if state is not None:
-        sharded_state = any(isinstance(k, str) for k in state["optimizer"].get("state", {}))  # FSDP's full state: keyed by name
-        if sharded_state != shard and state["optimizer"].get("state"):
-            raise UserError(
-                f"{run_dir}: its checkpoint was written {'with' if sharded_state else 'without'} FSDP; resume it "
-                f"{'with' if sharded_state else 'without'} --fsdp (or delete {runs.checkpoint_path(run_dir)} to start over)"
-            )
-        if shard:  # full (unsharded) state dicts in the checkpoint; each process keeps its shards
-            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
-                           options=StateDictOptions(full_state_dict=True))  # fmt: skip
-        else:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-        devices.set_rng_state(state["rng"])
-        start_epoch, step, wall = state["epoch"], state["schedule"]["step"], state["wall_s"]
-        stop = state.get("stopping", stop)
+    if resumed is not None:
+        start_epoch, step, wall = resumed["epoch"], resumed["schedule"]["step"], resumed["wall_s"]
+        stop = resumed.get("stopping", stop)
         if main:
             _truncate_metrics(run_dir, start_epoch)
         log.info("%s: resuming %s after epoch %d (step %d)", desc, run_dir, start_epoch, step)
@@ -489,7 +526,9 @@ def train(
     if settings.compile:
         torch.compiler.reset()  # dynamo's per-function limit (8 versions) is per process, not per model
     # DDP when more than one process (torchrun, multi-task SLURM): gradients averaged over the processes.
-    ddp = DistributedDataParallel(model, device_ids=[device] if device.type != "cpu" else None) if _world_size() > 1 and not shard else None
+    ddp = None
+    if _world_size() > 1 and not shard:  # gradients live in DDP's buckets (gradient_as_bucket_view): no second copy
+        ddp = DistributedDataParallel(model, device_ids=[device] if device.type != "cpu" else None, gradient_as_bucket_view=True)
     forward = torch.compile(ddp or model) if settings.compile else (ddp or model)
     no_sync = ddp.no_sync if ddp is not None else functools.partial(_no_gradient_sync, model) if shard else None
     for epoch in range(start_epoch, recipe.epochs):
@@ -530,7 +569,7 @@ def train(
                     "model": model_state,
                     "optimizer": optimizer_state,
                     "schedule": {**asdict(schedule), "step": step},
-                    "rng": devices.rng_state(),
+                    "rng": devices.rng_state(device),
                     "epoch": epoch + 1,
                     "wall_s": wall,
                     **({"stopping": stop} if stop is not None else {}),
@@ -543,6 +582,7 @@ def train(
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
 
+    optimizer.zero_grad(set_to_none=True)  # no gradients outlive training (the probe that follows needs the memory)
     if _world_size() > 1:
         dist.barrier()  # rank 0's last metrics line is on disk before anyone reads it
     history = runs.read_metrics(run_dir)
@@ -550,13 +590,10 @@ def train(
     summary["train_loss_running"] = summary.get("train_loss")
     summary["train_acc_running"] = summary.get("train_acc")
     amp_dtype = devices.precision_name(device, settings.amp)
-    # The reported losses in float32 (bf16 evaluation moved a ResNet-8's loss by 0.16%); eager, so
-    # that no extra graph is compiled. The per-epoch values are float32 already without autocast.
-    final = {**(eval_loaders if amp_dtype != "float32" else {}), **(final_eval_loaders or {})}
-    for name, loader in final.items():
-        metrics = evaluate(model, loader, device, amp=False, loss=settings.loss)
-        summary.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
-    summary.update(epochs=recipe.epochs, steps=step, wall_s=wall, autocast_dtype=amp_dtype, final_eval_dtype="float32")
+    summary.update(final_evaluation(model, eval_loaders, final_eval_loaders or {}, device, settings))
+    summary.update(epochs=recipe.epochs, steps=step, wall_s=wall, autocast_dtype=amp_dtype)
+    if shard:
+        summary["fsdp_param_dtype"] = "bfloat16" if fsdp_bf16(settings, device) else "float32"
     if stop is not None:  # the epochs trained, and why they ended
         summary.update(epochs=summary.get("epoch", 0), stopping={**stop, "stopped": stop["stopped"] or "epoch limit"})
     weights = full_state(model, None, shard)[0]
@@ -565,11 +602,162 @@ def train(
     return summary
 
 
-def shard_model(model: nn.Module) -> None:
-    """FSDP2 in place: each of ``model.blocks`` (when the model has them) is one shard unit, then the rest."""
+def final_evaluation(model: nn.Module, eval_loaders: dict, final_loaders: dict, device: torch.device, settings: TrainSettings) -> dict:
+    """The reported losses: ``final_loaders``, and ``eval_loaders`` again unless their per-epoch values already are float32.
+
+    Float32 without autocast (bf16 evaluation moved a ResNet-8's loss by 0.16%), under
+    :func:`common.probe.full_precision`: TF32 (CUDA's default for convolutions on Ampere and later)
+    and HF32 (an Ascend NPU's) off, so the numbers compare across depths and devices. Eager, so that
+    no extra graph is compiled. Records ``final_eval_dtype`` and the math mode it ran in,
+    ``final_eval_math_mode``; under FSDP with bf16 parameters the dtype is ``bfloat16``.
+    """
+    reduced = devices.precision_name(device, settings.amp) != "float32" or _reduced_float32(device)
+    final = {**(eval_loaders if reduced else {}), **final_loaders}
+    out = {}
+    with full_precision() as mode:
+        for name, loader in final.items():
+            metrics = evaluate(model, loader, device, amp=False, loss=settings.loss)
+            out.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
+    dtype = "bfloat16" if settings.fsdp and _world_size() > 1 and fsdp_bf16(settings, device) else "float32"
+    return {**out, "final_eval_dtype": dtype, "final_eval_math_mode": mode}
+
+
+def _reduced_float32(device: torch.device) -> bool:
+    """Whether float32 on ``device`` computes in reduced precision by default now (CUDA's TF32, an NPU's HF32)."""
+    mode = math_mode()
+    return (device.type == "cuda" and mode["tf32"]) or (device.type == "npu" and mode.get("hf32", False))
+
+
+def place_model(model: nn.Module, device: torch.device, settings: TrainSettings) -> bool:
+    """Put ``model`` where :func:`train` computes with it; True when it is sharded (FSDP2).
+
+    Without sharding: ``model.to(device)`` (and channels_last memory when asked). With ``settings.fsdp``
+    and several processes the model is sharded while still on the CPU, and FSDP2 moves each unit to
+    ``device`` as it shards it (:func:`shard_model`): no device ever holds the whole model, only its
+    shards and, for a moment, one unit in full. A model sharded already stays sharded (parameters a
+    forward left gathered are resharded, so that an optimizer made next holds the shards).
+    """
+    shard = settings.fsdp and _world_size() > 1
+    if shard and is_sharded(model):
+        for module in model.modules():  # a forward since (an evaluation) leaves the root's parameters gathered
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        return True
+    if settings.channels_last:
+        model.to(memory_format=torch.channels_last)
+    if shard:
+        shard_model(model, device, bf16_params=fsdp_bf16(settings, device))
+    else:
+        model.to(device)
+    return shard
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """Whether FSDP2 has sharded ``model`` (its parameters are DTensors)."""
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def fsdp_bf16(settings: TrainSettings, device: torch.device) -> bool:
+    """FSDP2 with bf16 unsharded parameters: asked for (``fsdp_bf16_params``) and bf16 autocast runs on ``device``."""
+    return settings.fsdp_bf16_params and devices.precision_name(device, settings.amp) == "bfloat16"
+
+
+def shard_model(model: nn.Module, device: torch.device | None = None, *, bf16_params: bool = False) -> None:
+    """FSDP2 in place: each of ``model.blocks`` (when the model has them) is one shard unit, then the rest.
+
+    The mesh is every process on ``device``'s type (default: the accelerator torch finds, else the
+    CPU); FSDP2 moves each unit's parameters and buffers there as it shards them. ``bf16_params``:
+    ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``: the all-gathered
+    parameters are bf16 for compute, gradients are reduced in float32, and the sharded float32
+    parameters stay the optimizer's.
+    """
+    mesh = init_device_mesh(device.type, (_world_size(),)) if device is not None else None
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16_params else MixedPrecisionPolicy()
     for block in getattr(model, "blocks", ()):
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+
+
+def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, *, shard: bool, device: torch.device) -> dict | None:
+    """Apply the run's checkpoint to ``model`` and ``optimizer`` and restore the RNG; its other keys, or None (a fresh start).
+
+    Memory: only rank 0 reads the checkpoint, and drops it once applied. On an accelerator it is
+    memory-mapped (``torch.load(mmap=True)``: every tensor is copied to the device, so the mapping
+    goes with the dropped state; on the CPU the optimizer would keep slices of it, and with them
+    the whole file, mapped). Under ``torch.distributed`` the other processes never hold it: they get
+    its small keys (epoch, schedule, RNG states, wall time) as one object and its tensors one at a
+    time (:func:`_broadcast_state`; FSDP: ``set_*_state_dict`` with ``broadcast_from_rank0``, each
+    process keeping its shards). A checkpoint written under the other ``--fsdp`` setting is a
+    :class:`UserError` on every process (its optimizer state is keyed differently).
+    """
+    world = _world_size()
+    state = runs.resume_state(run_dir, mmap=device.type != "cpu") if _rank() == 0 else None
+    info = None if state is None else {**{k: v for k, v in state.items() if k not in ("model", "optimizer")},
+                                       "problem": _fsdp_mismatch(run_dir, state["optimizer"], shard)}  # fmt: skip
+    if world > 1:
+        info = broadcast_from_main(info)
+    if info is None:
+        return None
+    if info["problem"]:
+        raise UserError(info["problem"])
+    if world > 1 and shard:  # full (unsharded) state dicts on rank 0; each process keeps its shards
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        # Two calls: set_state_dict would skip the model on the processes that pass no (empty) model state.
+        set_model_state_dict(model, state["model"] if state is not None else {}, options=options)
+        set_optimizer_state_dict(model, optimizer, state["optimizer"] if state is not None else {}, options=options)
+    elif world > 1:
+        _broadcast_state(model, optimizer, state, device)
+    else:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    del state
+    devices.set_rng_state(info["rng"], device)
+    return info
+
+
+def _broadcast_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict | None, device: torch.device) -> None:
+    """Rank 0's checkpoint (``state``; None elsewhere) into every process's unsharded model and optimizer.
+
+    The model: rank 0 loads it, then every parameter and buffer is broadcast in place. The
+    optimizer: its ``state_dict`` layout as one object (0-dim tensors, such as Adam's step, inside
+    it), then each tensor on ``device``, one at a time; nothing but the optimizer's own state is
+    ever allocated on the other processes.
+    """
+    main = _rank() == 0
+    if main:
+        model.load_state_dict(state["model"])
+    for tensor in model.state_dict().values():  # they share storage with the parameters and buffers
+        dist.broadcast(tensor, src=0)
+    leaves, layout = tree_flatten(state["optimizer"]) if main else ([], None)
+    described = [_TensorShape(tuple(v.shape), v.dtype) if torch.is_tensor(v) and v.dim() > 0 else v for v in leaves]
+    layout, described = broadcast_from_main((layout, described))
+    values = []
+    for i, leaf in enumerate(described):
+        if not isinstance(leaf, _TensorShape):
+            values.append(leaf)  # a plain value or a 0-dim tensor, as rank 0 has it
+            continue
+        tensor = leaves[i].to(device) if main else torch.empty(leaf.shape, dtype=leaf.dtype, device=device)
+        dist.broadcast(tensor, src=0)
+        values.append(tensor)
+    optimizer.load_state_dict(tree_unflatten(values, layout))
+
+
+@dataclass(frozen=True)
+class _TensorShape:
+    """What the other processes need to receive one tensor of an optimizer state (:func:`_broadcast_state`)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def _fsdp_mismatch(run_dir: Path, optimizer_state: dict, shard: bool) -> str | None:
+    """Why a checkpoint cannot resume under this ``--fsdp`` setting (FSDP's full optimizer state is keyed by name), or None."""
+    written_sharded = any(isinstance(k, str) for k in optimizer_state.get("state", {}))
+    if written_sharded == shard or not optimizer_state.get("state"):
+        return None
+    how = "with" if written_sharded else "without"
+    return (f"{run_dir}: its checkpoint was written {how} FSDP; resume it {how} --fsdp "
+            f"(or delete {runs.checkpoint_path(run_dir)} to start over)")  # fmt: skip
 
 
 def full_state(model: nn.Module, optimizer: torch.optim.Optimizer | None, shard: bool) -> tuple[dict, dict | None]:
@@ -631,20 +819,37 @@ def _all_reduce_sums(device: torch.device, *values: float) -> list[float]:
     return totals.tolist()
 
 
-def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int, where: str) -> float:
-    """Sum of ``losses`` (the last ``len(losses)`` steps), or raise naming the first bad step."""
+def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int, where: str, device: torch.device | None = None) -> float:
+    """Sum of ``losses`` (the last ``len(losses)`` steps), or raise naming the first bad step.
+
+    Under ``torch.distributed`` the processes first agree on the first bad step of any of them (one
+    all-reduce of a number): all raise together, where a process raising alone would leave the
+    others waiting in their next collective until the timeout.
+    """
     stacked = torch.stack(losses).float()
     finite = torch.isfinite(stacked)
-    if bool(finite.all()):
+    first = len(losses) if bool(finite.all()) else int((~finite).nonzero()[0, 0])
+    mine = first
+    if _world_size() > 1:
+        first = _first_everywhere(first, device or stacked.device)
+    if first == len(losses):
         return float(stacked.sum())
-    first = int((~finite).nonzero()[0, 0])
     bad_step = step - len(losses) + first  # 0-based global step
     bad_batch = batch - len(losses) + 1 + first
+    what = f"became {stacked[first].item()}" if mine == first else "became non-finite in another process"
     raise NonFiniteLossError(
-        f"training loss became {stacked[first].item()} at step {bad_step} (epoch {epoch + 1}, batch {bad_batch}) "
+        f"training loss {what} at step {bad_step} (epoch {epoch + 1}, batch {bad_batch}) "
         f"in {where}; the run is not marked finished: lower --lr or lengthen the warm-up "
         f"(a rerun resumes from the last epoch checkpoint; delete {where} to start over)"
     )
+
+
+def _first_everywhere(index: int, device: torch.device) -> int:
+    """The smallest ``index`` over the processes (one all-reduce)."""
+    dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32  # exact for any step count here
+    value = torch.tensor([float(index)], dtype=dtype, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return int(value.item())
 
 
 def _loss_acc(record: dict, name: str) -> str:

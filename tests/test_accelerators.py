@@ -16,13 +16,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch._dynamo
+import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.utils import counters
 
 from common import device as devices
 from common import distributed, probe, projection, runs
+from common import train as train_module
 from common.data.vision import TensorLoader, make_synthetic
 from common.errors import UserError
+from common.models import hf_decoder
 from common.models.resnet import ResNet, ResNetConfig
 from common.train import Schedule, SGDRecipe, TrainSettings, evaluate, train, train_epoch
 from tests.helpers import precision_flags
@@ -99,13 +102,13 @@ def _with_accelerator(monkeypatch, fake: FakeAccelerator) -> None:
 def test_rng_state_saved_with_four_devices_restores_with_one(tmp_path, monkeypatch):
     four = FakeAccelerator(4, current=2, seed=1)
     _with_accelerator(monkeypatch, four)
-    runs.save_checkpoint(tmp_path / "c.pt", {"rng": devices.rng_state()})
+    runs.save_checkpoint(tmp_path / "c.pt", {"rng": devices.rng_state(CUDA)})
     saved = runs.load_checkpoint(tmp_path / "c.pt")["rng"]  # weights_only=True
     assert torch.equal(saved["cuda"], four.states[2])  # only the current device's state is stored
 
     one = FakeAccelerator(1, seed=2)
     _with_accelerator(monkeypatch, one)
-    devices.set_rng_state(saved)
+    devices.set_rng_state(saved, CUDA)
     assert torch.equal(one.states[0], four.states[2])
 
 
@@ -115,11 +118,27 @@ def test_old_checkpoints_with_one_state_per_device_resume_on_fewer_devices(monke
     old["cuda"] = list(four.states)  # torch.cuda.get_rng_state_all() of a 4-GPU run
     one = FakeAccelerator(1, seed=4)
     _with_accelerator(monkeypatch, one)
-    devices.set_rng_state(old)  # used to raise IndexError
+    devices.set_rng_state(old, CUDA)  # used to raise IndexError
     assert torch.equal(one.states[0], four.states[0])
 
 
-def test_a_run_killed_on_four_devices_resumes_on_one(tmp_path, monkeypatch):
+class Untouchable(FakeAccelerator):
+    """A GPU a CPU run must leave alone: reading or setting its RNG (which would create a CUDA context on GPU 0) is recorded."""
+
+    def __init__(self) -> None:
+        super().__init__(4)
+        self.touched = []
+
+    def get_rng_state(self):
+        self.touched.append("get")
+        return super().get_rng_state()
+
+    def set_rng_state(self, state):
+        self.touched.append("set")
+        super().set_rng_state(state)
+
+
+def test_a_cpu_run_on_a_gpu_node_never_touches_the_gpu_rng(tmp_path, monkeypatch):
     torch.manual_seed(0)
     batches = [(torch.randint(0, 7, (4, 5)), torch.randint(0, 7, (4, 5))) for _ in range(2)]
 
@@ -132,14 +151,14 @@ def test_a_run_killed_on_four_devices_resumes_on_one(tmp_path, monkeypatch):
     def kill(epoch, record):
         raise KeyboardInterrupt
 
-    four = FakeAccelerator(4, current=3, seed=5)
-    _with_accelerator(monkeypatch, four)
+    gpu = Untouchable()
+    _with_accelerator(monkeypatch, gpu)
     with pytest.raises(KeyboardInterrupt):
         run(kill)
-    one = FakeAccelerator(1, seed=6)
-    _with_accelerator(monkeypatch, one)
-    assert run()["epochs"] == 2
-    assert torch.equal(one.states[0], four.states[3])
+    assert "cuda" not in runs.resume_state(tmp_path)["rng"]
+    assert run()["epochs"] == 2  # resumed
+    assert gpu.touched == []
+    assert set(devices.rng_state(CUDA)) >= {"cuda"} and gpu.touched == ["get"]  # a GPU run does store it
 
 
 # ----------------------------------------------------------------------------- 3. float64 on the CPU
@@ -173,6 +192,26 @@ def test_exact_probe_records_where_float64_ran_and_gives_the_same_values(monkeyp
         assert (a.growth_value, a.tangent_rank, a.ag_norm) == (b.growth_value, b.tangent_rank, b.ag_norm)
 
 
+def test_block_influence_and_mean_loss_take_float64_where_float64_device_says(monkeypatch):
+    """Both used to call ``.double()`` on the device, which an NPU or MPS cannot; now they ask :func:`float64_device`."""
+    asked = []
+
+    def cpu_for_float64(device):
+        asked.append(torch.device(device).type)
+        return torch.device("cpu")
+
+    monkeypatch.setattr(hf_decoder, "float64_device", cpu_for_float64)
+    monkeypatch.setattr(probe, "float64_device", cpu_for_float64)
+    x, z = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    bi = hf_decoder.block_influence_per_token(x, z)
+    assert asked == ["cpu"] and bi.dtype == torch.float64
+    assert torch.equal(bi, 1.0 - F.cosine_similarity(x.double(), z.double(), dim=-1))
+    torch.manual_seed(0)
+    model, xb, yb = nn.Linear(3, 2), torch.randn(4, 3), torch.randint(0, 2, (4,))
+    assert probe.mean_loss(model, [(xb, yb)]) == F.cross_entropy(model(xb).double(), yb).item()
+    assert asked == ["cpu", "cpu"]
+
+
 # ----------------------------------------------------------------------------- 4. TF32 in the probe
 class _Spy(nn.Module):
     """A one-candidate model that records the math mode its forward runs in."""
@@ -203,6 +242,59 @@ def test_probe_switches_tf32_off_for_its_duration_and_restores_it(tf32_everywher
     with pytest.raises(RuntimeError, match="deliberate"):
         probe.probe_activation_gradients(_Spy(fail=True), [(torch.randn(4, 3), torch.randint(0, 2, (4,)))])
     assert precision_flags() == tf32_everywhere  # also after an error
+
+
+def test_the_precision_guard_switches_an_npus_hf32_off_and_restores_it(monkeypatch):
+    """torch_npu allows HF32 (~1e-3 relative) for convolutions by default; the guard saves, clears and restores both flags."""
+    npu = SimpleNamespace(conv=SimpleNamespace(allow_hf32=True), matmul=SimpleNamespace(allow_hf32=False))
+    monkeypatch.setattr(torch, "npu", npu, raising=False)
+    assert probe.math_mode()["hf32"] and probe.math_mode()["npu_conv_hf32"]
+    with probe.full_precision() as mode:
+        assert (npu.conv.allow_hf32, npu.matmul.allow_hf32) == (False, False)
+        assert (mode["hf32"], mode["npu_conv_hf32"], mode["npu_matmul_hf32"]) == (False, False, False)
+    assert (npu.conv.allow_hf32, npu.matmul.allow_hf32) == (True, False)
+    with pytest.raises(RuntimeError, match="deliberate"), probe.full_precision():
+        raise RuntimeError("deliberate")
+    assert (npu.conv.allow_hf32, npu.matmul.allow_hf32) == (True, False)
+    monkeypatch.delattr(torch, "npu")
+    assert not any("hf32" in key for key in probe.math_mode())  # records without torch_npu are as before
+
+
+class _EvalSpy(nn.Module):
+    """Token logits; records the math mode of every evaluation-mode forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net, self.modes = nn.Sequential(nn.Embedding(7, 4), nn.Linear(4, 7)), []
+
+    def forward(self, x):
+        if not self.training:
+            self.modes.append(probe.math_mode())
+        return self.net(x)
+
+
+@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch < 2.9: allow_tf32 API")
+def test_the_final_evaluation_runs_under_the_full_precision_guard_and_records_its_math_mode(tmp_path, tf32_everywhere):
+    torch.manual_seed(0)
+    batches = [(torch.randint(0, 7, (4, 5)), torch.randint(0, 7, (4, 5)))]
+    model = _EvalSpy()
+    summary = train(model, batches, {"val": batches}, final_eval_loaders={"train": batches}, run_dir=tmp_path,
+                    settings=TrainSettings(SGDRecipe(epochs=1, lr=0.1)), device=torch.device("cpu"))  # fmt: skip
+    per_epoch, final = model.modes[0], model.modes[-1]
+    assert per_epoch["tf32"] and not final["tf32"]  # training's math mode, then the guard's
+    assert summary["final_eval_math_mode"] == final and summary["final_eval_dtype"] == "float32"
+    assert precision_flags() == tf32_everywhere  # restored
+    assert train_module._reduced_float32(CUDA)  # so a CUDA run evaluates its per-epoch loaders again, in full precision
+    assert not train_module._reduced_float32(torch.device("cpu"))
+
+
+def test_training_ends_with_no_gradients_left(tmp_path):
+    """What the probe of a 2.8B model cannot afford: 11 GB of float32 .grad left over from the last step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(7, 4), nn.Linear(4, 7))
+    train(model, [(torch.randint(0, 7, (4, 5)), torch.randint(0, 7, (4, 5)))], {}, run_dir=tmp_path,
+          settings=TrainSettings(SGDRecipe(epochs=1, lr=0.1)), device=torch.device("cpu"))  # fmt: skip
+    assert all(p.grad is None for p in model.parameters())
 
 
 # ----------------------------------------------------------------------------- 5. mixed precision

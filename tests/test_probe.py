@@ -4,7 +4,11 @@ with its per-example contributions, checked by independent routes."""
 from __future__ import annotations
 
 import copy
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -12,10 +16,14 @@ import torch
 import torch.nn.functional as F
 
 from common.growth import insert_zero_block
+from common.models.gpt import GPT, GPTConfig
 from common.probe import ag_maxima, probe_activation_gradients
 from common.projection import ContributionMoments
 from common.runs import atomic_write_csv
-from tests.helpers import CASES, ResidualMLP, explicit_states_grads, resnet_case, tangent_rows
+from common.train import classification_loss
+from tests.helpers import CASES, ResidualMLP, explicit_states_grads, mlp_case, resnet_case, tangent_rows
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SEEDS = [0, 1]
 RTOL = 1e-10  # float64, same sums of products by two routes (see test_projection_identities)
@@ -179,3 +187,64 @@ def test_float32_model_probe_agrees_with_float64():
         # float32 forward/backward: ~1e-6 relative; the Gram statistics are float64 in both.
         assert b.ag_norm == pytest.approx(a.ag_norm, rel=1e-4)
         assert b.growth_value == pytest.approx(a.growth_value, rel=1e-4)
+
+
+# ----------------------------------------------------------------------------- sub-batches (memory)
+def gpt_case(seed: int, batch: int = 5, length: int = 6):
+    """A tiny float64 GPT-2 (common/models/gpt.py) in eval mode and one batch of token windows."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(n_layer=2, n_embd=8, n_head=2, block_size=length, vocab_size=17)).double().eval()
+    g = torch.Generator().manual_seed(100 + seed)
+    return model, torch.randint(0, 17, (batch, length), generator=g), torch.randint(0, 17, (batch, length), generator=g)
+
+
+EXACT_KEYS = ("ag_norm", "per_example_rms", "ag_norm_pooled", "growth_value", "cross_gradient_norm", "growth_value_pooled",
+              "cross_gradient_norm_pooled", "growth_fraction_pooled")  # fmt: skip
+CONTRIBUTION_KEYS = ("cross_gradient_norm_pooled", "contribution_cov_trace")
+
+
+@pytest.mark.parametrize("sub_batch", [1, 2, 4])
+@pytest.mark.parametrize("kind", ["gpt", "mlp"])
+def test_sub_batched_probe_equals_the_one_batch_probe(kind, sub_batch):
+    """Rows of dL_b/dz from sub-batches of s examples, each loss weighted s/b, are the rows of one pass over b.
+
+    Float64, batches of 5 (so that 2 and 4 leave a shorter last sub-batch); the exact values go
+    through eigh of the same Gram matrices summed in another order, hence 1e-10 relative (as the
+    other two-route checks of this file).
+    """
+    if kind == "gpt":
+        model, x, y = gpt_case(0)
+        loss_fn = classification_loss  # mean token cross-entropy: every sequence weighs alike
+        batches = [(x, y), (x.flip(0), y.flip(0))]
+    else:
+        model, x, y = mlp_case(0, batch=10)
+        loss_fn = F.cross_entropy
+        batches = split_batches(x, y, 5)
+    for keys, options in ((EXACT_KEYS, {"exact": True}), (CONTRIBUTION_KEYS, {"contributions": True})):
+        whole = probe_activation_gradients(model, batches, loss_fn=loss_fn, **options)
+        parts = probe_activation_gradients(model, batches, loss_fn=loss_fn, sub_batch=sub_batch, **options)
+        assert parts.mean_loss == pytest.approx(whole.mean_loss, rel=1e-12)
+        assert (parts.batch_size, parts.n_examples, parts.summary()["sub_batch"]) == (5, 10, sub_batch)
+        for a, b in zip(whole.scores, parts.scores, strict=True):
+            for key in keys:
+                assert getattr(b, key) == pytest.approx(getattr(a, key), rel=RTOL), (a.name, key)
+            assert b.tangent_rank == a.tangent_rank
+
+
+def test_sub_batches_are_refused_with_train_mode_batchnorm():
+    model, x, y = resnet_case(0, batch=4, size=8)
+    with pytest.raises(ValueError, match="bn_mode='eval'"):
+        probe_activation_gradients(model, [(x, y)], bn_mode="train", sub_batch=2)
+
+
+def test_a_tiny_decoders_probe_peak_memory_falls_with_the_sub_batch_size():
+    """Peak resident memory of fresh forked processes (tests/memory_jobs.py): one batch of 16 sequences, then sub-batches
+    of 4 and 1. The probe's own memory (above a process that built the same model and batch) must shrink with the
+    sub-batch: the saved activations and the logits' gradient are those of one sub-batch at a time."""
+    proc = subprocess.run([sys.executable, "-m", "tests.memory_jobs"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    peaks = json.loads(proc.stdout.strip().splitlines()[-1])
+    base = peaks.pop("base")
+    probe = {int(k): v - base for k, v in peaks.items()}  # KiB above the built model and batch
+    assert probe[16] > probe[4] > probe[1] > 0, peaks
+    assert probe[1] < 0.5 * probe[16], peaks  # ~1/16 of the activations, plus what does not scale

@@ -20,6 +20,7 @@ probe's results.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import statistics
@@ -28,7 +29,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from common import runs
 from common.data.text import (
@@ -44,8 +44,8 @@ from common.data.text import (
     text_data_spec,
     tokenizer_vocab_size,
 )
-from common.device import device_name, resolve_device, seed_everything
-from common.distributed import DistInfo, init_distributed, process_device
+from common.device import device_name, empty_cache, resolve_device, seed_everything
+from common.distributed import DistInfo, init_distributed, process_device, wait_for_all
 from common.errors import UserError, one_of
 from common.models.gpt import GPT, GPTConfig
 from common.probe import probe_activation_gradients
@@ -269,7 +269,8 @@ def train_gpt_run(spec: RunSpec) -> dict:
     """Job function of script 05: train one (L, seed) GPT-2, then probe it; resumes.
 
     Every process of a torchrun / multi-task SLURM job calls it for the same run (DDP); rank 0
-    prepares the run directory and the data, writes the records and probes.
+    prepares the run directory and the data, writes the records and probes, while the others wait
+    outside the collective watchdog (:func:`common.distributed.wait_for_all`).
     """
     config = spec.config
     runtime = config.get("runtime", {})
@@ -280,7 +281,7 @@ def train_gpt_run(spec: RunSpec) -> dict:
     if info.is_main:
         runs.prepare_run(spec.out, config)
         prepare_data(config)
-    _barrier(info)
+    wait_for_all()
     data = TokenData.open(require_prepared(config))
     seed_everything(config["seed"])
     model = build_gpt(config)
@@ -293,8 +294,10 @@ def train_gpt_run(spec: RunSpec) -> dict:
         summary = _train(model, config, data, path, device, info)
     result = None
     if info.is_main:
+        gc.collect()  # the optimizer and DDP's buckets of training are garbage now
+        empty_cache(device)
         result = _probe_and_finish(model.to(device), config, data, path, device, summary, info)
-    _barrier(info)
+    wait_for_all()
     return result if result is not None else runs.read_result(path)
 
 
@@ -384,11 +387,6 @@ def peak_flops(name: str | None, override_tflops: float | None = None) -> float 
         if name and key.replace(" ", "").lower() in name.replace(" ", "").lower():
             return PEAK_BF16_TFLOPS[key] * 1e12
     return None
-
-
-def _barrier(info: DistInfo) -> None:
-    if info.world_size > 1:
-        dist.barrier()
 
 
 # ----------------------------------------------------------------------------- summary

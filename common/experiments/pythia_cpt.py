@@ -28,6 +28,7 @@ None for the final stream).
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import logging
 import re
@@ -37,7 +38,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
 
 from common import runs
@@ -56,8 +56,8 @@ from common.data.text import (
     sample_windows,
     text_data_spec,
 )
-from common.device import cpu_threads, device_name, resolve_device, seed_everything
-from common.distributed import DistInfo, init_distributed, process_device
+from common.device import cpu_threads, device_name, empty_cache, resolve_device, seed_everything
+from common.distributed import DistInfo, broadcast_from_main, env_info, init_distributed, process_device, wait_for_all
 from common.errors import UserError, one_of
 from common.experiments import gpt2_ascend
 from common.models.hf_decoder import (
@@ -68,9 +68,18 @@ from common.models.hf_decoder import (
     load_causal_lm,
     resolve_snapshot,
 )
-from common.probe import probe_activation_gradients
+from common.probe import full_precision, probe_activation_gradients
 from common.runs import RunSpec
-from common.train import AdamWRecipe, TrainSettings, classification_loss, evaluate, finish_run, load_weights, train
+from common.train import (
+    AdamWRecipe,
+    TrainSettings,
+    classification_loss,
+    evaluate,
+    finish_run,
+    load_weights,
+    place_model,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +150,7 @@ class CPTPreset:
     grad_clip: float = 1.0
     probe_batch_size: int = 8
     probe_batches: int = 10
+    probe_sub_batch: int | None = 1  # sequences per probe pass (None: the whole batch); runtime, the scores do not depend on it
     exact: bool = False
     eval_batch_size: int = 8
     gradient_checkpointing: bool = True
@@ -180,10 +190,12 @@ def cpt_configs(
     device: str = "auto",
     amp: bool = True,
     fsdp: bool = False,
+    fsdp_bf16: bool = False,
 ) -> list[dict]:
     """One config per (model, seed). ``models`` (``--model``: Hub ids or local directories) and ``model_paths``
     (``--model-path``: local directories only) replace the preset's (``revision`` applies to them, and to the
-    preset's when given); ``overrides``: :class:`CPTPreset` fields."""
+    preset's when given); ``overrides``: :class:`CPTPreset` fields. ``fsdp_bf16``: FSDP2 with bf16 unsharded
+    parameters (``runtime.fsdp_bf16_params``, present only when asked for)."""
     p = cpt_preset(preset)
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = set(given) - set(CPTPreset.__dataclass_fields__)
@@ -199,8 +211,12 @@ def cpt_configs(
     runtime = {
         "device": device, "amp": amp, "fsdp": fsdp, "micro_batch_size": p.micro_batch_size, "eval_batch_size": p.eval_batch_size,
         "gradient_checkpointing": p.gradient_checkpointing, "cpu_threads": p.cpu_threads, "text_path": str(Path(text_path).expanduser().resolve()) if text_path else None,
-        "data_root": str(Path(data_root or DEFAULT_DATA_ROOT).expanduser().resolve()),
+        "data_root": str(Path(data_root or DEFAULT_DATA_ROOT).expanduser().resolve()), "probe_sub_batch": p.probe_sub_batch,
     }  # fmt: skip
+    if fsdp_bf16:
+        if not fsdp:
+            raise UserError("--fsdp-bf16 sets FSDP2's parameter dtype; add --fsdp")
+        runtime["fsdp_bf16_params"] = True
     configs = []
     for seed in seeds:
         for e in entries:
@@ -311,7 +327,29 @@ def require_prepared(config: dict) -> Path:
 
 def fetch_model(config: dict) -> None:
     """Make sure a Hub model of the run is in the local cache (downloaded when online; offline: one line), and that
-    its weight files (or a local folder's) are readable, before any run directory exists."""
+    its weight files (or a local folder's) are readable, before any run directory exists.
+
+    Under torchrun (several processes, no process group yet) only a local folder is checked here: the
+    job downloads a Hub model on each node's first process while the others wait (:func:`fetch_on_each_node`).
+    """
+    m = config["model"]
+    if m["tiny"] is None and (is_local(m["model"]) or env_info().world_size <= 1):
+        _fetch(config)
+
+
+def fetch_on_each_node(config: dict, info: DistInfo) -> None:
+    """The run's Hub model downloaded by each node's first process (``LOCAL_RANK`` 0) while the others wait.
+
+    The waiting is :func:`common.distributed.wait_for_all` (no collective watchdog runs out during a
+    download); afterwards every process loads the model from its node's cache (``local_only``). A
+    single process has nothing to wait for (it fetched before the job, :func:`fetch_model`).
+    """
+    if info.world_size > 1 and info.local_rank == 0:
+        _fetch(config)
+    wait_for_all()
+
+
+def _fetch(config: dict) -> None:
     m = config["model"]
     if m["tiny"] is None:
         check_weight_files(m["model"] if is_local(m["model"]) else resolve_snapshot(m["model"], m["revision"]))
@@ -325,12 +363,15 @@ def save_tiny_model(keys: dict, seed: int, folder: Path) -> Path:
     return folder
 
 
-def load_run_model(config: dict, run_dir: Path, *, hash_weights: bool = True):
-    """The run's :class:`~common.models.hf_decoder.LoadedLM` (a tiny model: built, saved, then loaded back from disk)."""
+def load_run_model(config: dict, run_dir: Path, *, hash_weights: bool = True, local_only: bool = False):
+    """The run's :class:`~common.models.hf_decoder.LoadedLM` (a tiny model: built, saved, then loaded back from disk).
+
+    ``local_only``: a Hub model from the local cache only (after :func:`fetch_on_each_node`).
+    """
     m = config["model"]
     if m["tiny"] is not None:
         return load_causal_lm(str(save_tiny_model(m["tiny"], config["seed"], run_dir / BASE_DIR)), tokenizer=False, hash_weights=hash_weights)
-    return load_causal_lm(m["model"], revision=m["revision"], tokenizer=False, hash_weights=hash_weights)
+    return load_causal_lm(m["model"], revision=m["revision"], tokenizer=False, hash_weights=hash_weights, local_only=local_only)
 
 
 # ----------------------------------------------------------------------------- the job
@@ -349,6 +390,12 @@ def pythia_cpt_run(spec: RunSpec) -> dict:
 
 
 def _run(spec: RunSpec, device: torch.device) -> dict:
+    """Every process: join, load, measure, train; rank 0 alone probes and records while the others wait.
+
+    Rank-0-only work is kept short or waited for outside the collective watchdog: the validation
+    losses are split over the processes (:func:`common.train.evaluate`), the download happens once
+    per node, and the others wait for the probe in :func:`common.distributed.wait_for_all`.
+    """
     config, path = spec.config, spec.dir
     runtime = config.get("runtime", {})
     info = init_distributed(device)
@@ -358,53 +405,85 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
         prepare_data(config)
         if config["model"]["tiny"] is not None:
             save_tiny_model(config["model"]["tiny"], config["seed"], path / BASE_DIR)
-    _barrier(info)
+    fetch_on_each_node(config, info)  # also the barrier after rank 0's preparation
     data = TokenData.open(require_prepared(config))
-    loaded = load_run_model(config, path, hash_weights=info.is_main)  # only rank 0 writes the record
+    loaded = load_run_model(config, path, hash_weights=info.is_main, local_only=info.world_size > 1)  # only rank 0 writes the record
     decoder = HFDecoder(loaded.model)
     loaded.model.config.use_cache = False
     t = config["train"]["block_size"]
     val = TokenBatches(TokenWindows([data.val], t), runtime.get("eval_batch_size", 8), device=device)
+    loader = _train_loader(config, data, device, info)
+    settings = _train_settings(config, loader)
+    place_model(decoder, device, settings)  # under --fsdp: sharded before anything reaches the device
     before = path / "before.json"
-    if info.is_main and not before.is_file():  # the loaded model's validation loss, once (float32, eval mode)
-        runs.atomic_write_json(before, {"val_loss_before": evaluate(decoder.to(device), val, device, amp=False)["loss"]})
-    _barrier(info)
+    if _first_time(before, info):  # the loaded model's validation loss, once (float32, eval mode, split over the processes)
+        loss = _val_loss(decoder, val, device)
+        if info.is_main:
+            runs.atomic_write_json(before, {"val_loss_before": loss})
     seed_everything(config["seed"])
-    summary = _train(decoder, config, data, val, path, device, info)
+    summary = _train(decoder, config, loader, settings, val, path, device, info)
     result = None
     if info.is_main:
         if runtime.get("fsdp") and info.world_size > 1:  # sharded over the processes: probe an unsharded copy of the trained weights
-            decoder = HFDecoder(load_run_model(config, path, hash_weights=False).model)
+            decoder = HFDecoder(load_run_model(config, path, hash_weights=False, local_only=True).model)
             decoder.load_state_dict(load_weights(path))
+        gc.collect()  # the optimizer, DDP's buckets and FSDP's shards of training are garbage now
+        empty_cache(device)
         result = _probe_and_finish(decoder.to(device), loaded.record, config, data, path, device,
                                    {**runs.read_json(before), **summary})  # fmt: skip
-    _barrier(info)
+    wait_for_all()
     return result if result is not None else runs.read_result(path)
 
 
-def _train(decoder: HFDecoder, config: dict, data: TokenData, val: TokenBatches, path: Path, device, info: DistInfo) -> dict:
+def _first_time(marker: Path, info: DistInfo) -> bool:
+    """Whether ``marker`` is missing, as rank 0 sees it (every process gets the same answer)."""
+    missing = not marker.is_file()
+    return broadcast_from_main(missing) if info.world_size > 1 else missing
+
+
+def _val_loss(decoder: HFDecoder, val: TokenBatches, device: torch.device) -> float:
+    """Mean token cross-entropy over the validation shard: float32, TF32 and HF32 off, split over the processes."""
+    with full_precision():
+        return evaluate(decoder, val, device, amp=False)["loss"]
+
+
+def _train_loader(config: dict, data: TokenData, device: torch.device, info: DistInfo) -> TokenLoader:
+    """This process's share of each step's sequences, in micro-batches (accumulated to the step)."""
     runtime, hp = config.get("runtime", {}), config["train"]
-    recipe = AdamWRecipe.from_config(hp)
     t = hp["block_size"]
     sequences = hp["batch_tokens"] // t
-    loader = TokenLoader(
+    return TokenLoader(
         TokenWindows(data.train, t), global_batch=sequences, micro_batch=runtime.get("micro_batch_size", sequences),
-        steps_per_epoch=recipe.eval_interval, seed=config["seed"], rank=info.rank, world_size=info.world_size, device=device,
+        steps_per_epoch=AdamWRecipe.from_config(hp).eval_interval, seed=config["seed"], rank=info.rank, world_size=info.world_size,
+        device=device,
     )  # fmt: skip
+
+
+def _train_settings(config: dict, loader: TokenLoader) -> TrainSettings:
+    runtime = config.get("runtime", {})
+    return TrainSettings(
+        recipe=AdamWRecipe.from_config(config["train"]), amp=runtime.get("amp", True), compile=False, accum_steps=loader.accum,
+        fsdp=runtime.get("fsdp", False), fsdp_bf16_params=runtime.get("fsdp_bf16_params", False),
+    )  # fmt: skip
+
+
+def _train(decoder: HFDecoder, config: dict, loader: TokenLoader, settings: TrainSettings, val: TokenBatches, path: Path, device,
+           info: DistInfo) -> dict:  # fmt: skip
+    runtime, hp = config.get("runtime", {}), config["train"]
+    t = hp["block_size"]
     checkpointing = runtime.get("gradient_checkpointing", True) and decoder.lm.supports_gradient_checkpointing
     if checkpointing:
         decoder.lm.activation_checkpointing_enable({"use_reentrant": False})  # layer hooks stay outside the recompute
     elif runtime.get("gradient_checkpointing", True):
         log.warning("%s: %s has no gradient checkpointing; training without it", config["name"], type(decoder.lm).__name__)
-    settings = TrainSettings(recipe=recipe, amp=runtime.get("amp", True), compile=False, accum_steps=loader.accum, fsdp=runtime.get("fsdp", False))
     summary = train(decoder, loader, {"val": val}, run_dir=path, settings=settings, device=device, desc=config["name"])
     if checkpointing:
         decoder.lm.activation_checkpointing_disable()
     rounds = [r["images_per_s"] * t for r in runs.read_metrics(path)]
     return {
         "val_loss_after": summary["val_loss"],
-        **{k: summary[k] for k in ("train_loss", "steps", "wall_s", "autocast_dtype")},
-        "lr": recipe.lr,
+        **{k: summary[k] for k in ("train_loss", "steps", "wall_s", "autocast_dtype", "final_eval_dtype", "final_eval_math_mode")},
+        "lr": settings.recipe.lr,
         "cpt_tokens": summary["steps"] * hp["batch_tokens"],
         "tokens_per_s": statistics.median(rounds[1:] or rounds) if rounds else None,
         "world_size": info.world_size,
@@ -420,8 +499,10 @@ def _probe_and_finish(decoder: HFDecoder, record: dict, config: dict, data: Toke
     windows = TokenWindows([data.val], t)
     chosen = sample_windows(windows, probe["batch_size"], probe["n_batches"], probe["seed"])
     batches = TokenBatches(windows, probe["batch_size"], indices=chosen, device=device)
+    sub_batch = config.get("runtime", {}).get("probe_sub_batch")  # memory only: every score is the whole batch's
     with BlockInfluence(decoder) as influence:  # the probe's own forward passes
-        result = probe_activation_gradients(decoder, batches, loss_fn=classification_loss, exact=probe["exact"], seed=probe["seed"])
+        result = probe_activation_gradients(decoder, batches, loss_fn=classification_loss, exact=probe["exact"], seed=probe["seed"],
+                                            sub_batch=sub_batch)  # fmt: skip
     bi = influence.values()
     records = [{**r, "block_influence": bi[r["index"]] if r["block_input"] else None} for r in result.records()]
     runs.atomic_write_csv(path / "candidates.csv", [{"model": record["model"], **r} for r in records])
@@ -443,11 +524,6 @@ def _probe_and_finish(decoder: HFDecoder, record: dict, config: dict, data: Toke
     }
     finish_run(path, out)
     return out
-
-
-def _barrier(info: DistInfo) -> None:
-    if info.world_size > 1:
-        dist.barrier()
 
 
 # ----------------------------------------------------------------------------- summary

@@ -44,6 +44,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from common.errors import UserError
 from common.models.candidates import Candidate
+from common.projection import float64_device
 
 TANGENT_FAMILY = "linear"  # the protocol's zero-output block at every candidate, as for common/models/gpt.py
 # Residual output projections (the last Linear of attention and of the MLP), by attribute name:
@@ -174,8 +175,13 @@ def insert_zero_layer(decoder: HFDecoder, index: int) -> nn.Module:
 
 # ----------------------------------------------------------------------------- Block Influence
 def block_influence_per_token(x_in: torch.Tensor, x_out: torch.Tensor) -> torch.Tensor:
-    """``1 - cos(x_in, x_out)`` per token (float64; ``(..., d)`` in, ``(...)`` out): ShortGPT's Block Influence."""
-    return 1.0 - F.cosine_similarity(x_in.double(), x_out.double(), dim=-1)
+    """``1 - cos(x_in, x_out)`` per token (float64; ``(..., d)`` in, ``(...)`` out): ShortGPT's Block Influence.
+
+    In float64 where the states live, or on the CPU for a device without float64 (MPS, NPU:
+    :func:`common.projection.float64_device`).
+    """
+    f64 = float64_device(x_in.device)
+    return 1.0 - F.cosine_similarity(x_in.to(f64, torch.float64), x_out.to(f64, torch.float64), dim=-1)
 
 
 class BlockInfluence:
@@ -244,20 +250,27 @@ def is_local(model: str) -> bool:
     return Path(model).expanduser().exists() or model.startswith((".", "/", "~")) or model.count("/") > 1
 
 
-def resolve_snapshot(repo: str, revision: str | None) -> Path:
+def resolve_snapshot(repo: str, revision: str | None, *, local_only: bool = False) -> Path:
     """The local snapshot directory of ``repo`` at ``revision`` (downloaded when missing and online).
 
     Its name is the resolved commit hash (huggingface_hub's cache layout). Weights: the
     safetensors files when the revision has them, else the PyTorch ``.bin`` files.
+    ``local_only``: from the cache, never over the network (the ranks of a job that one rank per
+    node has fetched for).
     """
-    offline = hub_offline()
+    offline = hub_offline() or local_only
     try:
         folder = Path(huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=SNAPSHOT_FILES, local_files_only=offline))
         if not weight_files(folder):
             folder = Path(huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=["*.bin"], local_files_only=offline))
     except Exception as exc:  # LocalEntryNotFoundError offline, connection errors, unknown repo or revision
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        where = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else f"{type(exc).__name__}: {reason}"
+        if not offline:
+            where = f"{type(exc).__name__}: {reason}"
+        elif local_only and not hub_offline():
+            where = "it is not in this process's local cache, where this node's first process should have downloaded it"
+        else:
+            where = "HF_HUB_OFFLINE is set and it is not in the local cache"
         raise UserError(
             f"--model {repo}{f' --revision {revision}' if revision else ''}: cannot load it from the Hugging Face Hub ({where}); "
             "download it where the Hub is reachable (unset HF_HUB_OFFLINE there) and pass the directory with --model-path DIR"
@@ -302,14 +315,16 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 def load_causal_lm(
-    model: str, *, revision: str | None = None, tokenizer: bool = True, dtype: torch.dtype = torch.float32, hash_weights: bool = True
+    model: str, *, revision: str | None = None, tokenizer: bool = True, dtype: torch.dtype = torch.float32, hash_weights: bool = True,
+    local_only: bool = False,
 ) -> LoadedLM:
     """``AutoModelForCausalLM`` (and ``AutoTokenizer``) from a Hub id at ``revision`` or a local directory.
 
     The record: ``model`` (the id, or the resolved directory), ``revision``, ``commit_hash`` (the
     snapshot's commit for a Hub id; for a local directory the commit of a Hub cache snapshot it is
     in, else None), ``weight_files`` (``{file name: sha256}``; None values with ``hash_weights=False``,
-    e.g. on the ranks that write no record) and ``model_class``.
+    e.g. on the ranks that write no record) and ``model_class``. ``local_only``: a Hub id from the
+    local cache only (:func:`resolve_snapshot`).
     """
     if is_local(model):
         folder = Path(model).expanduser().resolve()
@@ -318,7 +333,7 @@ def load_causal_lm(
         commit = folder.name if folder.parent.name == "snapshots" else None
         name = str(folder)
     else:
-        folder = resolve_snapshot(model, revision)
+        folder = resolve_snapshot(model, revision, local_only=local_only)
         commit, name = folder.name, model
     files = check_weight_files(folder)
     try:
