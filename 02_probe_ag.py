@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__.split("\n\n")[0], prog="02_probe_ag.py")
     probe = parser.add_argument_group("activation-gradient probe (paper B.1, DESIGN.md section 2)")
     probe.add_argument("--dataset", choices=DATASETS, default=None,
-                       help="which sweep to probe; None: cifar10 with --preset paper, digits with smoke")
+                       help="which sweep to probe; None: cifar10 with --preset paper and mini, digits with smoke")
     probe.add_argument("--data-root", default=None,
                        help="as in 01_train_resnet_sweep.py (None: the data root the sweep run was trained with)")
     probe.add_argument("--seeds", type=comma_ints, default=None, help="sweep seeds to probe; None: every finished run")
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--bn-mode", choices=BN_MODES, default="eval",
                        help="BatchNorm during the probe: running statistics (eval) or batch statistics (train)")
     probe.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
-                       help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke, off with paper")
+                       help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke and mini, off with paper")
     sat = parser.add_argument_group("separated saturation test (App. G)")
     sat.add_argument("--saturation-delta", type=float, default=SATURATION_DELTA,
                      help="delta: 'saturated within delta' when max_l ||C_l|| < delta + t on the independent sample "
@@ -87,12 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
-    exact = args.exact if args.exact is not None else args.preset == "smoke"
+    exact = args.exact if args.exact is not None else args.preset in ("smoke", "mini")
     sweep_dirs = finished_sweep_runs(args.out, dataset)
     if args.seeds is not None:
         sweep_dirs = [d for d in sweep_dirs if runs.read_json(d / runs.CONFIG)["seed"] in args.seeds]
     if not sweep_dirs:
-        smoke = " --preset smoke" if args.preset == "smoke" else ""
+        smoke = f" --preset {args.preset}" if args.preset != "paper" else ""
         raise UserError(
             f"no finished sweep runs for --dataset {dataset} under {args.out / SWEEP_EXPERIMENT}; train them first: "
             f"python 01_train_resnet_sweep.py{smoke} --dataset {dataset} --out {args.out}"

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fc-tanh, fc-relu (train and analyse) or sweep (analyse script 01's runs); "
                             "None: both FC families, and the sweep when it has finished runs")
     group.add_argument("--dataset", choices=DATASETS, default=None,
-                       help="which sweep to analyse; None: cifar10 with --preset paper, digits with smoke")
+                       help="which sweep to analyse; None: cifar10 with --preset paper and mini, digits with smoke")
     group.add_argument("--depths", type=comma_ints, default=None,
                        help="FC network depths L, e.g. 4,8,16 or 4:64:4; None: the preset's geometric grid")
     group.add_argument("--seeds", type=comma_ints, default=None, help="FC seeds (data and initialisation); None: --seed")
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
         if family == "sweep":
             sweep_dirs = finished_sweep_runs(args.out, dataset)
             if not sweep_dirs:
-                smoke = " --preset smoke" if args.preset == "smoke" else ""
+                smoke = f" --preset {args.preset}" if args.preset != "paper" else ""
                 fix = f"train them first: python 01_train_resnet_sweep.py{smoke} --dataset {dataset} --out {args.out}"
                 if args.family == "sweep":
                     raise UserError(f"no finished sweep runs for --dataset {dataset} under {args.out / SWEEP_EXPERIMENT}; {fix}")

@@ -214,7 +214,7 @@ def matched_configs(
     """One run per finished sweep run (depth N, seed): its candidates, alphas and fit.
 
     Depths default to the paper's four (N = 0, 6, 12, 26) with ``--preset paper`` and to every
-    finished depth of the smoke sweep with ``--preset smoke``; a missing depth is a
+    finished depth of the sweep with ``--preset smoke`` or ``mini``; a missing depth is a
     :class:`UserError` naming the script-01 command that trains it. ``seed`` seeds ``U_l``.
     """
     dataset = dataset or DEFAULT_DATASET[preset]
@@ -232,7 +232,7 @@ def matched_configs(
     seed_list = list(seeds) if seeds is not None else sorted({s for _, s in by_depth}) or [0]
     missing = [n for n in wanted for s in seed_list if (n, s) not in by_depth]
     if missing or not wanted:
-        smoke = " --preset smoke" if preset == "smoke" else ""
+        smoke = f" --preset {preset}" if preset != "paper" else ""
         grid = ",".join(str(n) for n in (sorted(set(missing)) or PAPER_DEPTHS))
         raise UserError(
             f"no finished sweep run for --dataset {dataset} at N = {grid} (seeds {seed_list}) under "
