@@ -61,6 +61,8 @@ TABLES = "tables"
 CLAIMS = "claims.md"
 PYTHIA_EXPERIMENT = "pythia_cpt"  # 04_pythia_cpt.py's records (its job module's EXPERIMENT)
 SMOKE_NOTE = "smoke scale: not evidence about the paper"
+MINI_NOTE = "mini scale"  # every verdict of --preset mini records carries it (README, make mini)
+SCALE_NOTES = {"smoke": SMOKE_NOTE, "mini": MINI_NOTE}
 READINGS = (("ag_max", "batch-mean AG_l"), ("ag_max_per_example", "per-example RMS"))
 DATASET_ORDER = ("cifar10", "cifar100", "imagenet100")  # figure 2's dataset: the first present, else the first by name
 PROBE_KEYS = ("split", "batch_size", "n_batches", "bn_mode", "probe_seed")
@@ -70,7 +72,7 @@ GROWTH_TABLE = re.compile(r"^table-(?P<dataset>.+)-stage(?P<stage>\d+)-scratch(?
 
 def commands(preset: str, out: str | Path) -> dict[str, str]:
     """The command that makes each experiment's records (what a skipped figure or a "not run" claim names)."""
-    p = " --preset smoke" if preset == "smoke" else ""
+    p = "" if preset == "paper" else f" --preset {preset}"
     o = f" --out {out}"
     sweep = f"python 01_train_resnet_sweep.py{p}{o}"
     return {
@@ -312,8 +314,8 @@ def describe(preset: str, dataset: str, seeds: Iterable, n_runs: int, extra: str
 def claim_row(claim: str, said: str, fn: Callable, outcome: claims.Outcome | None, records: str, preset: str) -> dict:
     """One row of the report; ``outcome`` None means not run (``records`` then names the command)."""
     verdict = claims.NOT_RUN if outcome is None else outcome.verdict
-    if preset == "smoke" and outcome is not None:
-        verdict = f"{verdict} ({SMOKE_NOTE})"
+    if preset in SCALE_NOTES and outcome is not None:
+        verdict = f"{verdict} ({SCALE_NOTES[preset]})"
     return {"claim": claim, "paper": said, "reproduced": "-" if outcome is None else outcome.value, "records": records,
             "verdict": verdict, "rule": fn.rule, "scale": preset}  # fmt: skip
 
@@ -506,14 +508,37 @@ def verdict_counts(rows: Sequence[dict]) -> str:
     return ", ".join(f"{v}: {sum(1 for r in rows if r['verdict'].startswith(v))}" for v in claims.VERDICTS)
 
 
-def claims_markdown(rows: Sequence[dict], preset: str, out: Path) -> str:
-    """The claims report: a banner for smoke-scale records, the verdict counts, then one row per claim."""
+def mini_banner(rec: Records) -> str:
+    """The banner of a ``--preset mini`` report: how many real training images, which copy of them, how many seeds."""
+    sweep = rec.sweep
+    if sweep.empty:
+        return f"**Mini scale.** {MINI_NOTE}: no ResNet sweep records; evidence at reduced scale, not the paper's."
+    sizes = sweep.get("train_size", pd.Series(dtype=float)).dropna()
+    images = " / ".join(f"{int(n):,}" for n in sorted(set(sizes))) or "?"
+    seeds = sweep["seed"].nunique()
+    sources = []
+    for dataset, group in sweep.groupby("dataset"):
+        if dataset == "npz":
+            data = group.get("data", [])
+            files = ", ".join(sorted({f"`{d.get('file')}`" for d in data if isinstance(d, dict)})) or "an `.npz` file"
+            sources.append(f"a class-balanced subset of {files}, an `.npz` copy of CIFAR-10; a copy decoded from JPEG, like the "
+                           "one behind the committed `results/mini`, differs slightly from the official files, and so do its numbers")
+        else:
+            sources.append(f"a class-balanced subset of the official {dataset} files")
+    return (f"**Mini scale.** {MINI_NOTE}: {images} real CIFAR-10 training images ({'; '.join(sources)}), {seeds} seeds; "
+            "evidence at reduced scale, not the paper's.")
+
+
+def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | None = None) -> str:
+    """The claims report: a banner for smoke- or mini-scale records (``banner``), the verdict counts, then one row per claim."""
     lines = ["# Claims: the paper against this reproduction", ""]
     if preset == "smoke":
         lines += [
             f"> **Smoke scale.** Every record below comes from `--preset smoke` (tiny offline data, minutes on a CPU). "
             f"The verdicts test the code path, not the paper: {SMOKE_NOTE}.", "",
         ]  # fmt: skip
+    if banner:
+        lines += [f"> {banner}", ""]
     lines += [
         f"Records: `{out}`, preset `{preset}`. Paper values come from `common/paper.py` only; each verdict comes from "
         "the rule in its row (`common/claims.py`). A claim that does not reproduce is reported as such; nothing is "
@@ -524,6 +549,54 @@ def claims_markdown(rows: Sequence[dict], preset: str, out: Path) -> str:
         markdown(rows, ("id", "claim", "paper", "reproduced", "records", "verdict", "rule")),
     ]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the README's Results block
+README_START = "<!-- mini-results: start (make mini-readme copies this table from results/mini/figures/claims.md) -->"
+README_END = "<!-- mini-results: end -->"
+RESULTS_COLUMNS = ("id", "claim", "paper", "reproduced", "verdict")  # the claims report's columns the README shows
+
+
+def claims_cells(claims_text: str) -> list[dict[str, str]]:
+    """The rows of a claims report's table (:func:`claims_markdown`), each cell as written (``|`` still escaped)."""
+    rows, header = [], None
+    for line in claims_text.splitlines():
+        if not line.startswith("|"):
+            if header is not None:
+                break  # the report's one table has ended
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if header is None:
+            header = cells
+        elif not all(set(c) <= {"-"} for c in cells):
+            rows.append(dict(zip(header, cells, strict=True)))
+    return rows
+
+
+def results_block(claims_text: str) -> str:
+    """The README's Results table: every row of the claims report, in :data:`RESULTS_COLUMNS`."""
+    lines = ["| " + " | ".join(RESULTS_COLUMNS) + " |", "|" + "---|" * len(RESULTS_COLUMNS)]
+    lines += ["| " + " | ".join(r[c] for c in RESULTS_COLUMNS) + " |" for r in claims_cells(claims_text)]
+    return "\n".join(lines)
+
+
+def readme_block(readme_text: str) -> str | None:
+    """The text between the README's Results markers (None when they are missing)."""
+    start, end = readme_text.find(README_START), readme_text.find(README_END)
+    if start < 0 or end < start:
+        return None
+    return readme_text[start + len(README_START) : end].strip("\n")
+
+
+def update_readme(readme: str | Path, claims_path: str | Path) -> None:
+    """Rewrite the README's Results block from a claims report (``make mini-readme``)."""
+    text = Path(readme).read_text()
+    if readme_block(text) is None:
+        raise ValueError(f"{readme} has no {README_START} ... {README_END} block")
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    block = results_block(Path(claims_path).read_text())
+    runs.atomic_write_bytes(readme, f"{head}{README_START}\n{block}\n{README_END}{tail}".encode())
 
 
 # ----------------------------------------------------------------------------- building everything
@@ -627,7 +700,8 @@ def build(out: str | Path, figures_dir: str | Path, preset: str) -> Report:
     report.claims = claim_rows(rec)
     report.written += write_table(tables, "claims", report.claims)
     report.claims_path = folder / CLAIMS
-    runs.atomic_write_bytes(report.claims_path, (claims_markdown(report.claims, preset, rec.out) + "\n").encode())
+    banner = mini_banner(rec) if preset == "mini" else None
+    runs.atomic_write_bytes(report.claims_path, (claims_markdown(report.claims, preset, rec.out, banner) + "\n").encode())
     report.written.append(report.claims_path)
     return report
 
@@ -643,5 +717,9 @@ __all__ = [
     "commands",
     "load_records",
     "markdown",
+    "mini_banner",
+    "readme_block",
+    "results_block",
+    "update_readme",
     "verdict_counts",
 ]
