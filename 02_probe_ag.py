@@ -1,7 +1,7 @@
 """Probe the trained ResNet sweep: AG_l at every candidate, AGmax vs depth (paper B.1, Experiments).
 
 For every finished sweep run of ``--dataset`` under ``--out`` (from 01_train_resnet_sweep.py):
-B analysis batches (``--n-batches``, default 10) of ``--batch-size`` (default 128) examples
+B analysis batches (``--n-batches``, default 10; mini 7) of ``--batch-size`` (default 128) examples
 from ``--split`` (default train; no augmentation, BatchNorm in eval mode unless ``--bn-mode
 train``), one forward and one backward pass each, give ``AG_l``, ``AG~_l`` and the per-example
 RMS at every candidate; ``--exact`` adds the tangent-space growth value ``V_S,l`` of the
@@ -34,6 +34,7 @@ from common.experiments.probe_ag import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_N_BATCHES,
     EXPERIMENT,
+    MINI_N_BATCHES,
     SATURATION_ALPHA,
     SATURATION_DELTA,
     SPLITS,
@@ -62,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--split", choices=SPLITS, default="train", help="where the analysis batches come from")
     probe.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
                        help="analysis batch size (AG_l of the batch-mean loss scales like 1/sqrt(batch size))")
-    probe.add_argument("--n-batches", type=positive_int, default=DEFAULT_N_BATCHES, help="B: analysis batches per model")
+    probe.add_argument("--n-batches", type=positive_int, default=None,
+                       help=f"B: analysis batches per model; None: {DEFAULT_N_BATCHES} ({MINI_N_BATCHES} with --preset mini, "
+                       "whose 1,000 training images hold 7 batches of 128)")
     probe.add_argument("--bn-mode", choices=BN_MODES, default="eval",
                        help="BatchNorm during the probe: running statistics (eval) or batch statistics (train)")
     probe.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
@@ -88,6 +91,7 @@ def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
     exact = args.exact if args.exact is not None else args.preset in ("smoke", "mini")
+    n_batches = args.n_batches or (MINI_N_BATCHES if args.preset == "mini" else DEFAULT_N_BATCHES)
     sweep_dirs = finished_sweep_runs(args.out, dataset)
     if args.seeds is not None:
         sweep_dirs = [d for d in sweep_dirs if runs.read_json(d / runs.CONFIG)["seed"] in args.seeds]
@@ -97,13 +101,13 @@ def main(argv=None) -> int:
             f"no finished sweep runs for --dataset {dataset} under {args.out / SWEEP_EXPERIMENT}; train them first: "
             f"python 01_train_resnet_sweep.py{smoke} --dataset {dataset} --out {args.out}"
         )
-    configs = probe_configs(sweep_dirs, **flags_for(probe_configs, args, exact=exact))
+    configs = probe_configs(sweep_dirs, **flags_for(probe_configs, args, exact=exact, n_batches=n_batches))
     results = launch_from_args(probe_sweep_run, make_specs(configs, args.out), args, job_kind="probe", desc="ag probe")
     if results is None:
         return 0
     rows = summary_rows(results)
     print(summary_table(rows, LOW_SIGNAL_AG))
-    tag = probe_tag(args.split, args.batch_size, args.n_batches, exact, args.bn_mode)
+    tag = probe_tag(args.split, args.batch_size, n_batches, exact, args.bn_mode)
     path = args.out / EXPERIMENT / f"summary-{dataset}-{tag}.csv"
     runs.atomic_write_csv(path, rows)
     print(path)

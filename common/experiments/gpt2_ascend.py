@@ -128,7 +128,7 @@ SMOKE = GPTPreset(
 MINI = GPTPreset(
     depths=(1, 2, 3, 4, 6), n_embd=64, n_head=4, block_size=128,
     source="text", tokenizer="byte", val_tokens=1 << 15, train_tokens=None,
-    batch_tokens=16 * 128, micro_batch_size=16, steps=200, n_evals=4, lr=3e-3, warmup_steps=20,
+    batch_tokens=16 * 128, micro_batch_size=16, steps=300, n_evals=4, lr=3e-3, warmup_steps=30,
     probe_batch_size=8, probe_batches=4, exact=True, eval_batch_size=32, text=TINY_SHAKESPEARE,
 )  # fmt: skip
 PRESETS = {"paper": PAPER, "smoke": SMOKE, "mini": MINI}

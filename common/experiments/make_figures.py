@@ -63,6 +63,7 @@ PYTHIA_EXPERIMENT = "pythia_cpt"  # 04_pythia_cpt.py's records (its job module's
 SMOKE_NOTE = "smoke scale: not evidence about the paper"
 MINI_NOTE = "mini scale"  # every verdict of --preset mini records carries it (README, make mini)
 SCALE_NOTES = {"smoke": SMOKE_NOTE, "mini": MINI_NOTE}
+MINI_DATA_TITLES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "npz": "CIFAR-10", "imagenet100": "ImageNet-100"}
 READINGS = (("ag_max", "batch-mean AG_l"), ("ag_max_per_example", "per-example RMS"))
 DATASET_ORDER = ("cifar10", "cifar100", "imagenet100")  # figure 2's dataset: the first present, else the first by name
 PROBE_KEYS = ("split", "batch_size", "n_batches", "bn_mode", "probe_seed")
@@ -509,24 +510,28 @@ def verdict_counts(rows: Sequence[dict]) -> str:
 
 
 def mini_banner(rec: Records) -> str:
-    """The banner of a ``--preset mini`` report: how many real training images, which copy of them, how many seeds."""
+    """The banner of a ``--preset mini`` report: how many real training images, how many seeds, which copy of them.
+
+    ``--dataset npz`` is how ``make mini`` is given CIFAR-10 (README, Results); a copy such as the
+    committed records' JPEG-decoded one differs slightly from the official files, and the banner says so.
+    """
     sweep = rec.sweep
     if sweep.empty:
         return f"**Mini scale.** {MINI_NOTE}: no ResNet sweep records; evidence at reduced scale, not the paper's."
     sizes = sweep.get("train_size", pd.Series(dtype=float)).dropna()
     images = " / ".join(f"{int(n):,}" for n in sorted(set(sizes))) or "?"
-    seeds = sweep["seed"].nunique()
+    title = " and ".join(sorted({MINI_DATA_TITLES.get(d, d) for d in sweep["dataset"]}))
     sources = []
     for dataset, group in sweep.groupby("dataset"):
         if dataset == "npz":
-            data = group.get("data", [])
-            files = ", ".join(sorted({f"`{d.get('file')}`" for d in data if isinstance(d, dict)})) or "an `.npz` file"
-            sources.append(f"a class-balanced subset of {files}, an `.npz` copy of CIFAR-10; a copy decoded from JPEG, like the "
-                           "one behind the committed `results/mini`, differs slightly from the official files, and so do its numbers")
+            files = ", ".join(sorted({f"`{d.get('file')}`" for d in group.get("data", []) if isinstance(d, dict)})) or "an `.npz` file"
+            sources.append(f"The images are a class-balanced subset of {files} (`--dataset npz`), a copy of CIFAR-10: the "
+                           "committed `results/mini` used one decoded from a JPEG re-encoding, which differs slightly from the "
+                           "official files, so runs on the official files give slightly different numbers.")
         else:
-            sources.append(f"a class-balanced subset of the official {dataset} files")
-    return (f"**Mini scale.** {MINI_NOTE}: {images} real CIFAR-10 training images ({'; '.join(sources)}), {seeds} seeds; "
-            "evidence at reduced scale, not the paper's.")
+            sources.append(f"The images are a class-balanced subset of the official {MINI_DATA_TITLES.get(dataset, dataset)} files.")
+    return (f"**Mini scale.** {MINI_NOTE}: {images} real {title} training images, {sweep['seed'].nunique()} seeds; "
+            f"evidence at reduced scale, not the paper's. {' '.join(sources)}")
 
 
 def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | None = None) -> str:
