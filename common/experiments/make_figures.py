@@ -530,7 +530,8 @@ def mini_banner(rec: Records) -> str:
                            "official files, so runs on the official files give slightly different numbers.")
         else:
             sources.append(f"The images are a class-balanced subset of the official {MINI_DATA_TITLES.get(dataset, dataset)} files.")
-    return (f"**Mini scale.** {MINI_NOTE}: {images} real {title} training images, {sweep['seed'].nunique()} seeds; "
+    seeds = sweep["seed"].nunique()
+    return (f"**Mini scale.** {MINI_NOTE}: {images} real {title} training images, {seeds} seed{'s' if seeds != 1 else ''}; "
             f"evidence at reduced scale, not the paper's. {' '.join(sources)}")
 
 

@@ -11,7 +11,8 @@ Presets: ``paper`` has the paper's depth grids (B.1: CIFAR N = 1..100, to which 
 backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR
 epoch count and no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value
 below are this reproduction's decisions (README, "Reproduction decisions"). ``smoke`` runs the
-same code paths in minutes on a CPU.
+same code paths in minutes on a CPU. ``mini`` trains 8 depths, 2 seeds, on a class-balanced
+1,000-image subset of real CIFAR-10 until the deepest fits it (README, "Mini preset").
 
 On accelerators (``common.train``): bf16 autocast where the device has native bf16, else
 float32; ``--compile auto`` compiles on CUDA, and every run starts from a fresh compiler state so
@@ -75,7 +76,7 @@ SMOKE_IMAGENET100 = replace(SMOKE, depths=(1, 5), recipe=replace(SMOKE.recipe, e
 # mini (README, "Reproduction decisions", mini): real CIFAR-10 images at a reduced scale, trained until the
 # deepest depth fits its subset; the sizes come from the sizing study written down there.
 MINI = SweepPreset(
-    depths=(0, 2, 3, 4, 5, 9, 12, 15), recipe=SGDRecipe(epochs=100, lr=0.1, warmup_epochs=1.0), batch_size=100,
+    depths=(0, 2, 3, 4, 5, 9, 12, 15), recipe=SGDRecipe(epochs=100, lr=0.05, warmup_epochs=1.0), batch_size=100,
     train_subset=1000, test_every_epoch=False,
 )
 
