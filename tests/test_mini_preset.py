@@ -157,14 +157,6 @@ def test_a_failed_download_is_one_line_naming_the_offline_fix(fake_shakespeare, 
     assert len(err) == 1 and "--text-file" in err[0] and "the download failed" in err[0]
 
 
-def test_the_real_tiny_shakespeare_matches_the_checked_sha256():
-    shared = ROOT.parent.parent / "shared" / "data" / "tinyshakespeare.txt"
-    if not shared.is_file():
-        pytest.skip("no local copy of Tiny Shakespeare to check the constant against")
-    assert hashlib.sha256(shared.read_bytes()).hexdigest() == text.TINY_SHAKESPEARE.sha256
-    assert shared.stat().st_size == text.TINY_SHAKESPEARE.size
-
-
 # ----------------------------------------------------------------------------- 04 under mini
 def test_04_mini_offline_says_so_in_one_line_and_exits_0(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
