@@ -24,11 +24,17 @@ from common.cli import (
     positive_int,
 )
 from common.data.vision import DATASETS
-from common.experiments.train_resnet_sweep import check_sweep_data, summary_table, sweep_configs, train_resnet_run
+from common.experiments.train_resnet_sweep import (
+    check_sweep_data,
+    preset_seeds,
+    summary_table,
+    sweep_configs,
+    train_resnet_run,
+)
 from common.launch import launch_from_args
 from common.runs import make_specs
 
-PLANNER_FLAGS = ("preset", "dataset", "data_root", "depths", "epochs", "batch_size", "lr", "image_size", "device", "compile")
+PLANNER_FLAGS = ("preset", "dataset", "data_root", "depths", "epochs", "batch_size", "lr", "image_size", "train_subset", "device", "compile")
 SCRIPT_FLAGS = ("seeds", "seed")  # the seeds to plan: --seeds, else --seed
 
 
@@ -39,7 +45,7 @@ def build_parser():
         "--dataset",
         choices=DATASETS,
         default=None,
-        help="data source; None: cifar10 with --preset paper, digits (offline, bundled with scikit-learn) with smoke",
+        help="data source; None: cifar10 with --preset paper and mini, digits (offline, bundled with scikit-learn) with smoke",
     )
     sweep.add_argument(
         "--data-root",
@@ -47,11 +53,13 @@ def build_parser():
         help="CIFAR download directory (None: data/), ImageNet-100 folder holding train/ and val/, or the .npz file",
     )
     sweep.add_argument("--depths", type=comma_ints, default=None, help="extra blocks N, e.g. 0,1,2 or 1:100 or 1:49:4; None: the preset's grid")
-    sweep.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one run each; None: --seed")
+    sweep.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one run each; None: --seed (mini: --seed and --seed + 1)")
     sweep.add_argument("--epochs", type=positive_int, default=None, help="epochs per run; None: the preset's")
     sweep.add_argument("--batch-size", type=positive_int, default=None, help="training batch size; None: the preset's")
     sweep.add_argument("--lr", type=positive_float, default=None, help="peak SGD learning rate; None: the preset's")
     sweep.add_argument("--image-size", type=positive_int, default=None, help="ImageNet-100 resolution in pixels; None: the preset's (64)")
+    sweep.add_argument("--train-subset", type=positive_int, default=None, metavar="K",
+                       help="train on K / C images per class (C classes), drawn with the preset's data seed; None: the preset's (mini: 1000), else all")
     sweep.add_argument(
         "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"
     )
@@ -61,7 +69,8 @@ def build_parser():
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    configs = sweep_configs(**flags_for(sweep_configs, args, PLANNER_FLAGS, seeds=args.seeds if args.seeds is not None else [args.seed]))
+    seeds = args.seeds if args.seeds is not None else preset_seeds(args.preset, args.seed)
+    configs = sweep_configs(**flags_for(sweep_configs, args, PLANNER_FLAGS, seeds=seeds))
     specs = make_specs(configs, args.out)
     results = launch_from_args(train_resnet_run, specs, args, job_kind="train", desc="resnet sweep", check=check_sweep_data)
     if results is not None:

@@ -1,7 +1,7 @@
 """Probe the trained ResNet sweep: AG_l at every candidate, AGmax vs depth (paper B.1, Experiments).
 
 For every finished sweep run of ``--dataset`` under ``--out`` (from 01_train_resnet_sweep.py):
-B analysis batches (``--n-batches``, default 10) of ``--batch-size`` (default 128) examples
+B analysis batches (``--n-batches``, default 10; mini 7) of ``--batch-size`` (default 128) examples
 from ``--split`` (default train; no augmentation, BatchNorm in eval mode unless ``--bn-mode
 train``), one forward and one backward pass each, give ``AG_l``, ``AG~_l`` and the per-example
 RMS at every candidate; ``--exact`` adds the tangent-space growth value ``V_S,l`` of the
@@ -50,6 +50,7 @@ from common.experiments.probe_ag import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_N_BATCHES,
     EXPERIMENT,
+    MINI_N_BATCHES,
     SATURATION_ALPHA,
     SATURATION_CAL_FRACTION,
     SPLITS,
@@ -65,27 +66,29 @@ from common.paper import LOW_SIGNAL_AG
 from common.probe import BN_MODES
 from common.runs import make_specs
 
-PLANNER_FLAGS = ("split", "batch_size", "n_batches", "bn_mode", "seed", "saturation_delta", "saturation_t", "saturation_alpha",
+PLANNER_FLAGS = ("split", "batch_size", "bn_mode", "seed", "saturation_delta", "saturation_t", "saturation_alpha",
                  "saturation_n", "saturation_split", "saturation_cal_fraction", "device", "data_root")  # fmt: skip
-SCRIPT_FLAGS = ("dataset", "seeds", "exact", "preset")  # which sweep runs to probe; --exact's default follows --preset
+SCRIPT_FLAGS = ("dataset", "seeds", "exact", "n_batches", "preset")  # which sweep runs to probe; --exact's and --n-batches' defaults follow --preset
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="02_probe_ag.py")
     probe = parser.add_argument_group("activation-gradient probe (paper B.1, DESIGN.md section 2)")
     probe.add_argument("--dataset", choices=DATASETS, default=None,
-                       help="which sweep to probe; None: cifar10 with --preset paper, digits with smoke")
+                       help="which sweep to probe; None: cifar10 with --preset paper and mini, digits with smoke")
     probe.add_argument("--data-root", default=None,
                        help="as in 01_train_resnet_sweep.py (None: the data root the sweep run was trained with)")
     probe.add_argument("--seeds", type=comma_ints, default=None, help="sweep seeds to probe; None: every finished run")
     probe.add_argument("--split", choices=SPLITS, default="train", help="where the analysis batches come from")
     probe.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
                        help="analysis batch size (AG_l of the batch-mean loss scales like 1/sqrt(batch size))")
-    probe.add_argument("--n-batches", type=positive_int, default=DEFAULT_N_BATCHES, help="B: analysis batches per model")
+    probe.add_argument("--n-batches", type=positive_int, default=None,
+                       help=f"B: analysis batches per model; None: {DEFAULT_N_BATCHES} ({MINI_N_BATCHES} with --preset mini, "
+                       "whose 1,000 training images hold 7 batches of 128)")
     probe.add_argument("--bn-mode", choices=BN_MODES, default="eval",
                        help="BatchNorm during the probe: running statistics (eval) or batch statistics (train)")
     probe.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
-                       help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke, off with paper")
+                       help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke and mini, off with paper")
     sat = parser.add_argument_group("separated saturation test (App. G)")
     sat.add_argument("--saturation-delta", type=non_negative_float, default=None,
                      help="delta >= 0, in the units of ||C_l||: 'saturated within delta' when the interval's upper end is "
@@ -109,9 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
-    exact = args.exact if args.exact is not None else args.preset == "smoke"
+    exact = args.exact if args.exact is not None else args.preset in ("smoke", "mini")
+    n_batches = args.n_batches or (MINI_N_BATCHES if args.preset == "mini" else DEFAULT_N_BATCHES)
     sweep_dirs = require_sweep_runs(args.out, dataset, preset=args.preset, seeds=args.seeds)
-    configs = probe_configs(sweep_dirs, **flags_for(probe_configs, args, PLANNER_FLAGS, exact=exact))
+    configs = probe_configs(sweep_dirs, **flags_for(probe_configs, args, PLANNER_FLAGS, exact=exact, n_batches=n_batches))
     specs = make_specs(configs, args.out)
     results = launch_from_args(probe_sweep_run, specs, args, job_kind="probe", desc="ag probe", check=check_sweep_inputs)
     if results is None:

@@ -8,11 +8,15 @@ made with that tokenizer (FineWeb-Edu by default), then probe the frozen model: 
 residual stream entering each layer and leaving the last one (script 02's keys), with ShortGPT's
 Block Influence per layer from the same forward passes. ``--preset smoke`` builds two tiny GPT-NeoX
 models, saves and reloads them from disk, and runs the same code offline on CPython's help texts
-with the byte tokenizer. Several processes (``torchrun``, or one SLURM task per GPU) train each
+with the byte tokenizer. ``--preset mini`` probes the frozen pythia-70m-deduped and
+pythia-160m-deduped (no continued pretraining) on 32 sequences of 256 tokens of Tiny Shakespeare
+(downloaded into data/ unless ``--text-file``); where the Hub cannot be reached it prints one line
+and exits 0 (the claims report then says "not run"). Several processes (``torchrun``, or one SLURM task per GPU) train each
 run together through DDP. Prints model, layers, width, AGmax and the losses before and after, then
 the summary CSV path. The job function is :func:`common.experiments.pythia_cpt.pythia_cpt_run`.
 
     python 04_pythia_cpt.py --preset smoke
+    python 04_pythia_cpt.py --preset mini --text-file data/tinyshakespeare.txt
     python 04_pythia_cpt.py --prepare-only                         # tokenise FineWeb-Edu with each model's tokenizer
     torchrun --nproc-per-node 8 04_pythia_cpt.py --device cuda      # the six models, 8 GPUs per run
     python 04_pythia_cpt.py --model Qwen/Qwen2.5-0.5B --lr 2e-5 --train-tokens 20000000
@@ -45,6 +49,7 @@ from common.experiments.pythia_cpt import (
     FINEWEB_SUBSET,
     cpt_configs,
     fetch_model,
+    mini_hub_check,
     prepare_data,
     pythia_cpt_run,
     require_prepared,
@@ -115,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     models = [m for m in (args.model or "").split(",") if m]
+    if args.preset == "mini" and not models and not args.model_path:  # offline, the Pythia rows are "not run", not an error
+        reason = mini_hub_check(args.revision)
+        if reason is not None:
+            print(f"04_pythia_cpt.py: {reason}")
+            return 0
     overrides = {field: getattr(args, field) for field, _, _ in PRESET_FLAGS.values()}
     configs = cpt_configs(
         preset=args.preset, models=models or None, model_paths=args.model_path or (), revision=args.revision,

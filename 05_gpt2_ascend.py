@@ -3,7 +3,9 @@
 One run per (decoder depth L, seed): GPT-2 Small dimensions (d = 768, feed-forward 3072, 12 heads,
 context 1024) with L in {1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 20, 24}, trained with AdamW on a
 310M-token FineWeb-Edu budget (``--preset paper``), or a tiny model on CPython's bundled help
-texts with a byte tokenizer (``--preset smoke``, offline, minutes on a CPU). The data is tokenised
+texts with a byte tokenizer (``--preset smoke``, offline, minutes on a CPU), or a small decoder on
+Tiny Shakespeare (``--preset mini``: downloaded into data/tinyshakespeare.txt with its sha256
+checked, exactly as ``--text-file data/tinyshakespeare.txt``). The data is tokenised
 once into shards (resumable, ``--prepare-only`` to do just that). After training, B held-out
 batches give AG_l at the L + 1 candidates and AGmax per depth (script 02's keys). Several
 processes (``torchrun``, or one SLURM task per GPU) train each run together through DDP. Prints L
@@ -11,6 +13,7 @@ against validation loss, AGmax and tokens/s, then the summary CSV path. The job 
 :func:`common.experiments.gpt2_ascend.train_gpt_run`.
 
     python 05_gpt2_ascend.py --preset smoke
+    python 05_gpt2_ascend.py --preset mini --text-file ~/data/tinyshakespeare.txt
     python 05_gpt2_ascend.py --prepare-only                      # FineWeb-Edu sample-10BT -> data/tokens/
     torchrun --nproc-per-node 8 05_gpt2_ascend.py --device cuda   # every depth, 8 GPUs per run (after --prepare-only)
     python 05_gpt2_ascend.py --device npu --depths 12             # Ascend (pip install -r requirements-npu.txt)

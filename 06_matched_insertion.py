@@ -1,7 +1,7 @@
 """The activation-gradient-matched insertion of App. H.1 on the trained sweep, against its exact prediction.
 
-For every finished sweep run at ``--depths`` (paper: ResNet-8, -14, -20, -34 of CIFAR-10; smoke:
-the smoke sweep's depths): freeze the model, fit the terminal projection ``V`` of the protocol's
+For every finished sweep run at ``--depths`` (paper: ResNet-8, -14, -20, -34 of CIFAR-10; smoke
+and mini: every depth of that preset's sweep): freeze the model, fit the terminal projection ``V`` of the protocol's
 standard zero-output block at ``--candidate`` (``stage1-end``, the default: the end of stage 1 at
 every depth; ``next``: where the cyclic growth rule puts the next block; ``all``; or an index) so
 that its output matches ``-alpha g_i`` per training example (least squares over streamed Gram
@@ -49,10 +49,10 @@ def build_parser():
     parser = make_parser(__doc__, prog="06_matched_insertion.py")
     group = parser.add_argument_group("matched insertion (App. H.1)")
     group.add_argument("--dataset", choices=DATASETS, default=None,
-                       help="which sweep; None: cifar10 with --preset paper, digits with smoke")
+                       help="which sweep; None: cifar10 with --preset paper and mini, digits with smoke")
     group.add_argument("--data-root", default=None, help="as in 01_train_resnet_sweep.py (None: the sweep run's own)")
     group.add_argument("--depths", type=comma_ints, default=None,
-                       help="extra blocks N of the sweep runs; None: 0,6,12,26 (ResNet-8/14/20/34) with paper, every finished depth with smoke")
+                       help="extra blocks N of the sweep runs; None: 0,6,12,26 (ResNet-8/14/20/34) with paper, every finished depth with smoke and mini")
     group.add_argument("--seeds", type=comma_ints, default=None, help="sweep seeds; None: every finished seed")
     group.add_argument("--candidate", default=DEFAULT_CANDIDATE,
                        help="stage1-end (the end of stage 1 at every depth, one kind of tensor across depths), next (where the cyclic growth rule puts the next block), all, or a candidate index")

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fc-tanh, fc-relu (train and analyse) or sweep (analyse script 01's runs); "
                             "None: both FC families, and the sweep when it has finished runs")
     group.add_argument("--dataset", choices=DATASETS, default=None,
-                       help="which sweep to analyse; None: cifar10 with --preset paper, digits with smoke")
+                       help="which sweep to analyse; None: cifar10 with --preset paper and mini, digits with smoke")
     group.add_argument("--depths", type=comma_ints, default=None,
                        help="FC network depths L, e.g. 4,8,16 or 4:64:4; None: the preset's geometric grid")
     group.add_argument("--seeds", type=comma_ints, default=None, help="FC seeds (data and initialisation); None: --seed")

@@ -10,6 +10,7 @@ one line naming the command that makes them; the exit code stays 0. The record f
 choices of which records to use are documented in :mod:`common.experiments.make_figures`.
 
     python 08_make_figures.py --preset smoke --out runs/smoke
+    python 08_make_figures.py --preset mini --out results/mini --figures-dir results/mini/figures
     python 08_make_figures.py --out runs --figures-dir figures
 """
 

@@ -1,4 +1,5 @@
-# The README's two commands are `make smoke` and `make test`; both create .venv if missing.
+# The README's two commands are `make smoke` and `make test`; both create .venv if missing. `make mini` (README,
+# "Results") reproduces the committed results/mini at reduced scale on real data.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -11,7 +12,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # Every numbered script, in order (01 trains what 02 probes, ...).
 SMOKE_SCRIPTS := $(sort $(wildcard 0[1-8]_*.py))
 
-.PHONY: install smoke test lint clean-smoke slurm-up slurm-down slurm-status
+.PHONY: install smoke mini mini-readme test lint clean-smoke slurm-up slurm-down slurm-status
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +29,34 @@ smoke: $(STAMP)
 		$(PY) $$script --preset smoke --out $(OUT); \
 	done; echo "smoke: all $(words $(SMOKE_SCRIPTS)) scripts finished; results under $(OUT)/"; \
 	echo "smoke: figures and tables in $(OUT)/figures/, claims report $(OUT)/figures/claims.md (smoke scale: not evidence about the paper)"
+
+## mini: install, then the whole chain with --preset mini (real CIFAR-10 images and Tiny Shakespeare at reduced
+## scale; about an hour on a 2-core CPU), its records made portable, then 08's figures and claims report.
+##   make mini IMAGES="--dataset npz --data-root X.npz" TEXT="--text-file Y.txt"   (no downloads)
+## IMAGES goes to 01, 02, 03, 06 and 07 (07 reads weights only: without --data-root), TEXT to 04 and 05; without
+## them 01 downloads CIFAR-10 into data/ and 05 Tiny Shakespeare into data/tinyshakespeare.txt. Output: OUT.
+mini: OUT = results/mini
+mini: $(STAMP)
+	@set -e; start=$$(date +%s); \
+	images07=$$(set -- $(IMAGES); while [ $$# -gt 0 ]; do \
+		case "$$1" in --data-root) [ $$# -gt 1 ] && shift ;; --data-root=*) ;; *) printf '%s ' "$$1" ;; esac; shift; done); \
+	step() { t=$$(date +%s); echo "== $(PY) $$* --preset mini --out $(OUT)"; $(PY) "$$@" --preset mini --out $(OUT); \
+		echo "mini: $$1 took $$(( $$(date +%s) - t )) s"; }; \
+	step 01_train_resnet_sweep.py $(IMAGES); \
+	step 02_probe_ag.py $(IMAGES); \
+	step 03_growth_vs_scratch.py $(IMAGES); \
+	step 04_pythia_cpt.py $(TEXT); \
+	step 05_gpt2_ascend.py $(TEXT); \
+	step 06_matched_insertion.py $(IMAGES); \
+	step 07_weight_scaling.py $$images07; \
+	$(PY) -c 'import sys; from common.runs import make_portable; print(f"mini: {len(make_portable(sys.argv[1]))} configs made portable")' $(OUT); \
+	step 08_make_figures.py --figures-dir $(OUT)/figures; \
+	echo "mini: the whole chain took $$(( $$(date +%s) - start )) s; records under $(OUT)/"; \
+	echo "mini: claims report $(OUT)/figures/claims.md (mini scale: evidence at reduced scale, not the paper's)"
+
+## mini-readme: copy the claims table of results/mini into the README's Results block (after committing a new make mini)
+mini-readme: $(STAMP)
+	$(PY) -c 'from common.experiments.make_figures import update_readme; update_readme("README.md", "results/mini/figures/claims.md")'
 
 ## test: install, then run the whole test suite (ruff included, as a test)
 test: $(STAMP)

@@ -25,7 +25,7 @@ from common.errors import UserError
 from common.logs import setup_logging
 from common.slurm import load_profile
 
-PRESETS = ("smoke", "paper")
+PRESETS = ("smoke", "mini", "paper")
 DEVICES = ("auto", "cpu", "cuda", "npu", "mps")
 LAUNCHERS = ("inline", "local", "slurm")
 CLI_FLAGS = frozenset({"out", "verbose"})  # read by parse_args (the writable --out check, logging) in every script
@@ -71,7 +71,8 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
         choices=PRESETS,
         default="paper",
         help="'paper': the paper's settings (GPU cluster scale, real datasets); "
-        "'smoke': minutes on a laptop CPU with offline data, same code paths",
+        "'smoke': minutes on a laptop CPU with offline data, same code paths; "
+        "'mini': real CIFAR-10 images and real text at reduced scale (about an hour on a 2-core CPU; README, make mini)",
     )
     shared.add_argument(
         "--out",

@@ -351,6 +351,48 @@ def csv_bytes(rows: Iterable[dict]) -> bytes:
     return pd.DataFrame(list(rows)).to_csv(index=False).encode()
 
 
+# ----------------------------------------------------------------------------- committing records
+def portable_runtime(config: dict, root: str | os.PathLike) -> dict:
+    """``config`` with every absolute path under ``runtime`` made machine-independent.
+
+    A path inside ``root`` (the repository) becomes relative to it; any other absolute path (a data
+    file or text elsewhere on this machine) becomes None. Nested configs under ``runtime`` (a growth
+    stage's ``chain``) are treated alike. The identity, and so the run's hash, is unchanged: runtime
+    keys are not part of it. A later run that needs a stripped path is given it again by its flag
+    (``--data-root``, ``--text-file``).
+    """
+    root = Path(root).resolve()
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: fix(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fix(v) for v in value]
+        if isinstance(value, str) and os.path.isabs(value):
+            path = Path(value)
+            return path.relative_to(root).as_posix() if path.is_relative_to(root) else None
+        return value
+
+    if RUNTIME_KEY not in config:
+        return config
+    return {**config, RUNTIME_KEY: fix(config[RUNTIME_KEY])}
+
+
+def make_portable(out: str | os.PathLike, root: str | os.PathLike = ".") -> list[Path]:
+    """Rewrite every ``config.json`` under ``out`` with :func:`portable_runtime` (atomically); the files changed.
+
+    The step before committing records (README, ``make mini``): no machine's paths in ``runtime``.
+    """
+    changed = []
+    for path in sorted(Path(out).rglob(CONFIG)):
+        config = read_json(path)
+        portable = portable_runtime(config, root) if isinstance(config, dict) else config
+        if portable != config:
+            atomic_write_json(path, portable)
+            changed.append(path)
+    return changed
+
+
 # ----------------------------------------------------------------------------- helpers
 def _changed_keys(stored: dict, requested: dict) -> list[str]:
     a, b = identity(stored), identity(json.loads(json.dumps(requested, default=str)))

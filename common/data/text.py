@@ -46,6 +46,7 @@ import os
 import pydoc_data.topics
 import re
 import struct
+import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -334,6 +335,70 @@ def _fingerprint(files: list[Path], root: Path) -> str:
                 digest.update(chunk)
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class RemoteText:
+    """A public text file a preset trains on by default: where it is fetched from, and its sha256."""
+
+    name: str  # the file name it is saved under (part of a run's data identity, as with --text-file)
+    url: str
+    sha256: str  # of the file's bytes, checked before anything is saved
+    size: int  # bytes (said in messages only)
+
+
+# Karpathy's char-rnn copy: the usual public URL of Tiny Shakespeare (40,000 lines of Shakespeare's plays).
+TINY_SHAKESPEARE = RemoteText(
+    name="tinyshakespeare.txt",
+    url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+    sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+    size=1_115_394,
+)
+TEXT_DIR = "data"  # where a downloaded text is saved, beside CIFAR's download (gitignored)
+DOWNLOAD_TIMEOUT_S = 60
+
+
+def fetch_url(url: str) -> bytes:
+    """The bytes at ``url`` (the one network call of :func:`download_text`; tests replace it)."""
+    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+        return response.read()
+
+
+def download_text(remote: RemoteText, folder: str | os.PathLike = TEXT_DIR) -> Path:
+    """``folder/remote.name``: fetched from ``remote.url`` when missing, its sha256 checked, saved atomically.
+
+    The returned path is then used exactly as ``--text-file`` would be, so the two routes give the
+    same data identity and run hashes. A file already there is used as it is (its fingerprint
+    enters the identity like any ``--text-file``); a failed download or a wrong sha256 saves nothing
+    and is one line naming ``--text-file`` as the offline fix.
+    """
+    path = Path(folder) / remote.name
+    if path.is_file():
+        return path
+    fix = f"fetch {remote.url} ({remote.size:,} bytes) where the internet is reachable and pass --text-file PATH/{remote.name}"
+    log.info("%s not found; downloading it from %s", path, remote.url)
+    try:
+        payload = fetch_url(remote.url)
+    except Exception as exc:  # URLError, timeouts, HTTP errors alike
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise UserError(f"{remote.name}: the download failed ({type(exc).__name__}: {reason}); {fix}") from None
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != remote.sha256:
+        raise UserError(f"{remote.name}: the download from {remote.url} has sha256 {digest}, not {remote.sha256}; nothing was saved; {fix}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_file(path) as handle:
+            handle.write(payload)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot save the downloaded {remote.name} there ({exc.strerror}); {fix}") from None
+    return path
+
+
+def preset_text_path(text_path: str | os.PathLike | None, source: str, remote: RemoteText | None) -> str | os.PathLike | None:
+    """``text_path``, or for a ``text`` source without one the preset's ``remote`` text, downloaded (:func:`download_text`)."""
+    if text_path is not None or source != "text" or remote is None:
+        return text_path
+    return download_text(remote)
 
 
 def python_docs() -> list[str]:

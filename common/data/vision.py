@@ -30,7 +30,7 @@ import os
 import pickle
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -387,6 +387,37 @@ def make_synthetic(
     x_test, y_test = draw(num_test)
     mean, std = channel_stats(x_train)
     return VisionData(x_train, y_train, x_test, y_test, num_classes, mean, std, "synthetic")
+
+
+def class_balanced_indices(labels: torch.Tensor, k: int, seed: int) -> torch.Tensor:
+    """Indices of ``k / C`` examples of each of the ``C`` classes present in ``labels``, ascending.
+
+    Each class's examples are drawn without replacement by a generator seeded with ``seed`` alone
+    (a data seed, never a run's seed), so every run that asks for the same ``(k, seed)`` gets the
+    same examples. ``k`` must be a multiple of ``C`` that no class is too small for.
+    """
+    classes = torch.unique(labels)
+    per_class, rest = divmod(k, len(classes))
+    if k <= 0 or rest:
+        raise UserError(f"--train-subset {k}: give a positive multiple of the {len(classes)} classes (K / {len(classes)} images per class)")
+    generator = torch.Generator().manual_seed(seed)
+    chosen = []
+    for c in classes.tolist():
+        members = torch.nonzero(labels == c).flatten()
+        if len(members) < per_class:
+            raise UserError(f"--train-subset {k}: class {c} has {len(members)} training images, fewer than the {per_class} asked; lower K")
+        chosen.append(members[torch.randperm(len(members), generator=generator)[:per_class]])
+    return torch.cat(chosen).sort().values
+
+
+def with_train_subset(data: VisionData, k: int, seed: int) -> VisionData:
+    """``data`` with its training split cut to the class-balanced subset :func:`class_balanced_indices` draws.
+
+    The test split and the normalisation statistics stay those of the whole dataset (B.2's
+    "dataset-specific normalization"), so a subset changes nothing but which images are trained on.
+    """
+    keep = class_balanced_indices(data.y_train, k, seed)
+    return replace(data, x_train=data.x_train[keep], y_train=data.y_train[keep])
 
 
 def channel_stats(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:

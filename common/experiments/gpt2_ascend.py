@@ -11,7 +11,9 @@ Presets (:data:`PRESETS`): ``paper`` has the paper's dimensions (B.4: d = 768, f
 3072, 12 heads) and a FineWeb-Edu budget of 310,000,347 tokens; the depth grid, context length,
 vocabulary padding, token batch and every optimiser value are this reproduction's decisions
 (README, "Reproduction decisions"). ``smoke`` runs the same code paths on CPython's bundled help
-texts with the byte tokenizer in minutes on a CPU.
+texts with the byte tokenizer in minutes on a CPU; ``mini`` trains a small decoder at five depths
+on Tiny Shakespeare with the byte tokenizer (downloaded into ``data/`` and checked against its
+sha256 unless ``--text-file`` gives it, with the same run hashes either way).
 
 Under ``torchrun`` or a multi-task SLURM job every process calls :func:`train_gpt_run` for the
 same run: they train it together through DDP and only rank 0 writes records, checkpoints and the
@@ -34,12 +36,15 @@ from common import runs
 from common.data.text import (
     FINEWEB_SUBSET,
     META,
+    TINY_SHAKESPEARE,
+    RemoteText,
     TextDataSpec,
     TokenBatches,
     TokenData,
     TokenLoader,
     TokenWindows,
     prepare_tokens,
+    preset_text_path,
     sample_windows,
     text_data_spec,
     tokenizer_vocab_size,
@@ -105,6 +110,7 @@ class GPTPreset:
     probe_batches: int = 10  # B
     exact: bool = False
     eval_batch_size: int = 16
+    text: RemoteText | None = None  # a text source without --text-file: this file, downloaded into data/
 
 
 PAPER = GPTPreset(
@@ -118,7 +124,14 @@ SMOKE = GPTPreset(
     batch_tokens=16 * 128, micro_batch_size=8, steps=60, n_evals=3, lr=3e-3, warmup_steps=6,
     probe_batch_size=8, probe_batches=4, exact=True, eval_batch_size=32,
 )  # fmt: skip
-PRESETS = {"paper": PAPER, "smoke": SMOKE}
+# mini (README, "Reproduction decisions", mini): Tiny Shakespeare with the byte tokenizer, five depths, one seed.
+MINI = GPTPreset(
+    depths=(1, 2, 3, 4, 6), n_embd=64, n_head=4, block_size=128,
+    source="text", tokenizer="byte", val_tokens=1 << 15, train_tokens=None,
+    batch_tokens=16 * 128, micro_batch_size=16, steps=300, n_evals=4, lr=3e-3, warmup_steps=30,
+    probe_batch_size=8, probe_batches=4, exact=True, eval_batch_size=32, text=TINY_SHAKESPEARE,
+)  # fmt: skip
+PRESETS = {"paper": PAPER, "smoke": SMOKE, "mini": MINI}
 
 
 def gpt_preset(preset: str) -> GPTPreset:
@@ -149,6 +162,7 @@ def gpt_configs(
     if text_path is not None and "source" not in given:
         given["source"] = "text"
     p = replace(chosen, **given)
+    text_path = preset_text_path(text_path, p.source, p.text)  # mini: Tiny Shakespeare, as if --text-file data/tinyshakespeare.txt
     depths = list(p.depths if depths is None else depths)
     if not depths or min(depths) < 1:
         raise UserError(f"--depths {depths}: give decoder depths L >= 1, e.g. 1,2,4 or 1:24")

@@ -73,6 +73,7 @@ PAPER_DEPTHS = tuple(d - depth_label(0) for d in GROWTH_DEPTHS)  # N = 2, 3, 4, 
 SCRATCH_BUDGETS = ("per-stage", "total")
 SMOKE_DEPTHS = (2, 4)  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs are the scratch rows)
 SMOKE_STAGE_EPOCHS = 2  # smoke: short stages; scratch keeps the sweep's 6 epochs, so 01's runs are reused
+MINI_STAGE_EPOCHS = 50  # mini: stages of half the sweep's epochs (README, mini sizes); scratch reuses 01's mini runs
 INSERTION = "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
 ZERO_INIT = "zero-gamma: last BatchNorm weight and bias 0, both convolutions Kaiming-normal"
 CHECK_BATCH = 8  # training images in the run-time function-preservation check
@@ -134,6 +135,7 @@ def growth_plan(
     stage_epochs: int | None = None,
     scratch_epochs: int | None = None,
     scratch_budget: str | None = None,
+    train_subset: int | None = None,
     data_root: str | Path | None = None,
     device: str = "auto",
     compile: str = "auto",
@@ -142,7 +144,9 @@ def growth_plan(
     """Plan the growth chains and scratch runs (README, script 03: budgets and their defaults).
 
     ``depths``: N of the table's rows (default: 2, 3, 4, 5, the paper's ResNet-10 .. -13; smoke: 2, 4).
-    ``stage_epochs``: epochs of every growth stage (default: the sweep's epochs; smoke: 2).
+    ``stage_epochs``: epochs of every growth stage (default: the sweep's epochs; smoke: 2; mini:
+    :data:`MINI_STAGE_EPOCHS`). ``train_subset``: as in :func:`~common.experiments.train_resnet_sweep.sweep_configs`
+    (the parent, every stage and scratch train on the same images).
     Scratch epochs: ``scratch_epochs`` if given; else ``scratch_budget`` ``per-stage`` (one stage's
     epochs) or ``total`` (the parent ResNet-8's epochs plus every stage's epochs up to depth N);
     else the sweep's epochs, so that the sweep's finished runs are reused.
@@ -162,11 +166,12 @@ def growth_plan(
     for flag, value in (("--stage-epochs", stage_epochs), ("--scratch-epochs", scratch_epochs)):
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value}: must be a positive number of epochs")
-    common_keys = {"preset": preset, "dataset": dataset, "data_root": data_root, "device": device, "compile": compile, "synthetic": synthetic}
+    common_keys = {"preset": preset, "dataset": dataset, "data_root": data_root, "device": device, "compile": compile,
+                   "synthetic": synthetic, "train_subset": train_subset}
     parents = {s: c for s, c in zip(seeds, sweep_configs(depths=[0], seeds=seeds, **common_keys), strict=True)}
     sweep_epochs = parents[seeds[0]]["train"]["epochs"]
     if stage_epochs is None:
-        stage_epochs = SMOKE_STAGE_EPOCHS if preset == "smoke" else sweep_epochs
+        stage_epochs = {"smoke": SMOKE_STAGE_EPOCHS, "mini": MINI_STAGE_EPOCHS}.get(preset, sweep_epochs)
     chain_depths = range(1, max(depths) + 1)
     chains = {}
     for seed in seeds:

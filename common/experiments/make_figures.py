@@ -68,12 +68,14 @@ CLAIMS = "claims.md"
 PYTHIA_EXPERIMENT = "pythia_cpt"  # 04_pythia_cpt.py's records (its job module's EXPERIMENT)
 SMOKE_NOTE = "smoke scale: not evidence about the paper"
 # Presets whose verdicts are marked (the note after every verdict, the banner atop the report); the paper preset has none.
-SCALE_NOTES = {"smoke": SMOKE_NOTE}
+MINI_NOTE = "mini scale"  # every verdict of --preset mini records carries it (README, make mini)
+SCALE_NOTES = {"smoke": SMOKE_NOTE, "mini": MINI_NOTE}
 SCALE_BANNERS = {
     "smoke": "> **Smoke scale.** Every record below comes from `--preset smoke` (tiny offline data, minutes on a CPU). "
              f"The verdicts test the code path, not the paper: {SMOKE_NOTE}.",
 }  # fmt: skip
 CLAIM, IDENTITY = "claim", "identity check"  # the two kinds of report rows: only claims are counted as reproduced
+MINI_DATA_TITLES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "npz": "CIFAR-10", "imagenet100": "ImageNet-100"}
 READINGS = (("ag_max", "batch-mean AG_l"), ("ag_max_per_example", "per-example RMS"))
 DATASET_ORDER = ("cifar10", "cifar100", "imagenet100")  # figure 2's dataset: the first present, else the first by name
 PROBE_KEYS = ("split", "batch_size", "n_batches", "bn_mode", "probe_seed")
@@ -671,11 +673,39 @@ def verdict_counts(rows: Sequence[dict]) -> str:
 REPORT_COLUMNS = ("id", "claim", "paper", "reproduced", "records", "verdict", "rule")
 
 
-def claims_markdown(rows: Sequence[dict], preset: str, out: Path) -> str:
-    """The claims report: a banner for marked presets (:data:`SCALE_BANNERS`), the claims with their verdict counts,
-    then the identity checks apart (never counted among reproduced claims)."""
+def mini_banner(rec: Records) -> str:
+    """The banner of a ``--preset mini`` report: how many real training images, how many seeds, which copy of them.
+
+    ``--dataset npz`` is how ``make mini`` is given CIFAR-10 (README, Results); a copy such as the
+    committed records' JPEG-decoded one differs slightly from the official files, and the banner says so.
+    """
+    sweep = rec.sweep
+    if sweep.empty:
+        return f"**Mini scale.** {MINI_NOTE}: no ResNet sweep records; evidence at reduced scale, not the paper's."
+    sizes = sweep.get("train_size", pd.Series(dtype=float)).dropna()
+    images = " / ".join(f"{int(n):,}" for n in sorted(set(sizes))) or "?"
+    title = " and ".join(sorted({MINI_DATA_TITLES.get(d, d) for d in sweep["dataset"]}))
+    sources = []
+    for dataset, group in sweep.groupby("dataset"):
+        if dataset == "npz":
+            files = ", ".join(sorted({f"`{d.get('file')}`" for d in group.get("data", []) if isinstance(d, dict)})) or "an `.npz` file"
+            sources.append(f"The images are a class-balanced subset of {files} (`--dataset npz`), a copy of CIFAR-10: the "
+                           "committed `results/mini` used one decoded from a JPEG re-encoding, which differs slightly from the "
+                           "official files, so runs on the official files give slightly different numbers.")
+        else:
+            sources.append(f"The images are a class-balanced subset of the official {MINI_DATA_TITLES.get(dataset, dataset)} files.")
+    seeds = sweep["seed"].nunique()
+    return (f"**Mini scale.** {MINI_NOTE}: {images} real {title} training images, {seeds} seed{'s' if seeds != 1 else ''}; "
+            f"evidence at reduced scale, not the paper's. {' '.join(sources)}")
+
+
+def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | None = None) -> str:
+    """The claims report: a banner (``banner``, else the preset's in :data:`SCALE_BANNERS`), the claims with their
+    verdict counts, then the identity checks apart (never counted among reproduced claims)."""
     lines = ["# Claims: the paper against this reproduction", ""]
-    if preset in SCALE_BANNERS:
+    if banner:
+        lines += [f"> {banner}", ""]
+    elif preset in SCALE_BANNERS:
         lines += [SCALE_BANNERS[preset], ""]
     checks = [r for r in rows if r.get("kind") == IDENTITY]
     lines += [
@@ -699,6 +729,54 @@ def claims_markdown(rows: Sequence[dict], preset: str, out: Path) -> str:
         markdown(checks, REPORT_COLUMNS) if checks else "(none)",
     ]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the README's Results block
+README_START = "<!-- mini-results: start (make mini-readme copies this table from results/mini/figures/claims.md) -->"
+README_END = "<!-- mini-results: end -->"
+RESULTS_COLUMNS = ("id", "claim", "paper", "reproduced", "verdict")  # the claims report's columns the README shows
+
+
+def claims_cells(claims_text: str) -> list[dict[str, str]]:
+    """The rows of a claims report's table (:func:`claims_markdown`), each cell as written (``|`` still escaped)."""
+    rows, header = [], None
+    for line in claims_text.splitlines():
+        if not line.startswith("|"):
+            if header is not None:
+                break  # the report's one table has ended
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if header is None:
+            header = cells
+        elif not all(set(c) <= {"-"} for c in cells):
+            rows.append(dict(zip(header, cells, strict=True)))
+    return rows
+
+
+def results_block(claims_text: str) -> str:
+    """The README's Results table: every row of the claims report, in :data:`RESULTS_COLUMNS`."""
+    lines = ["| " + " | ".join(RESULTS_COLUMNS) + " |", "|" + "---|" * len(RESULTS_COLUMNS)]
+    lines += ["| " + " | ".join(r[c] for c in RESULTS_COLUMNS) + " |" for r in claims_cells(claims_text)]
+    return "\n".join(lines)
+
+
+def readme_block(readme_text: str) -> str | None:
+    """The text between the README's Results markers (None when they are missing)."""
+    start, end = readme_text.find(README_START), readme_text.find(README_END)
+    if start < 0 or end < start:
+        return None
+    return readme_text[start + len(README_START) : end].strip("\n")
+
+
+def update_readme(readme: str | Path, claims_path: str | Path) -> None:
+    """Rewrite the README's Results block from a claims report (``make mini-readme``)."""
+    text = Path(readme).read_text()
+    if readme_block(text) is None:
+        raise ValueError(f"{readme} has no {README_START} ... {README_END} block")
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    block = results_block(Path(claims_path).read_text())
+    runs.atomic_write_bytes(readme, f"{head}{README_START}\n{block}\n{README_END}{tail}".encode())
 
 
 # ----------------------------------------------------------------------------- building everything
@@ -802,7 +880,8 @@ def build(out: str | Path, figures_dir: str | Path, preset: str) -> Report:
     report.claims = claim_rows(rec)
     report.written += write_table(tables, "claims", report.claims)
     report.claims_path = folder / CLAIMS
-    runs.atomic_write_bytes(report.claims_path, (claims_markdown(report.claims, preset, rec.out) + "\n").encode())
+    banner = mini_banner(rec) if preset == "mini" else None
+    runs.atomic_write_bytes(report.claims_path, (claims_markdown(report.claims, preset, rec.out, banner) + "\n").encode())
     report.written.append(report.claims_path)
     return report
 
@@ -818,5 +897,9 @@ __all__ = [
     "commands",
     "load_records",
     "markdown",
+    "mini_banner",
+    "readme_block",
+    "results_block",
+    "update_readme",
     "verdict_counts",
 ]

@@ -254,7 +254,7 @@ def matched_configs(
     """One run per finished sweep run (depth N, seed): its candidates, alphas and fit.
 
     Depths default to the paper's four (N = 0, 6, 12, 26) with ``--preset paper`` and to every
-    finished depth of the smoke sweep with ``--preset smoke``; a missing depth is a
+    finished depth of the sweep with ``--preset smoke`` or ``mini``; a missing depth is a
     :class:`UserError` naming the script-01 command that trains it. ``seed`` seeds ``U_l``.
     """
     dataset = dataset or DEFAULT_DATASET[preset]

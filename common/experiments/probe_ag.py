@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 EXPERIMENT = "ag_probe"
 DEFAULT_BATCH_SIZE = 128  # analysis batch size (README, reproduction decisions): AG_l ~ 1/sqrt(batch)
 DEFAULT_N_BATCHES = 10  # B analysis batches per model
+MINI_N_BATCHES = 7  # --preset mini: 7 x 128 of the mini sweep's 1,000 training images (README, mini sizes)
 SPLITS = ("train", "test")
 SAMPLES = "samples.json"  # the split indices of the analysis batches and of the App. G sample, per run
 SATURATION_ALPHA = 0.05  # App. G: the interval's confidence is 1 - alpha (README)

@@ -44,14 +44,17 @@ from common import runs
 from common.data.text import (
     FINEWEB_SUBSET,
     META,
+    TINY_SHAKESPEARE,
     ByteTokenizer,
     HFTokenizer,
+    RemoteText,
     TextDataSpec,
     TokenBatches,
     TokenData,
     TokenLoader,
     TokenWindows,
     prepare_tokens,
+    preset_text_path,
     read_meta,
     sample_windows,
     text_data_spec,
@@ -63,6 +66,7 @@ from common.experiments import gpt2_ascend
 from common.models.hf_decoder import (
     BlockInfluence,
     HFDecoder,
+    HubUnavailable,
     check_weight_files,
     is_local,
     load_causal_lm,
@@ -155,6 +159,7 @@ class CPTPreset:
     eval_batch_size: int = 8
     gradient_checkpointing: bool = True
     cpu_threads: int | None = None  # intra-op threads of a CPU run (None: torch's default); runtime, not identity
+    text: RemoteText | None = None  # a text source without --text-file: this file, downloaded into data/
 
 
 PAPER = CPTPreset(
@@ -168,7 +173,14 @@ SMOKE = CPTPreset(
     batch_tokens=16 * 64, micro_batch_size=8, steps=16, n_evals=2, warmup_steps=2,
     probe_batch_size=4, probe_batches=2, exact=True, eval_batch_size=32, cpu_threads=1,
 )  # fmt: skip
-PRESETS = {"paper": PAPER, "smoke": SMOKE}
+# mini: the two smallest Pythia models probed frozen (steps = 0: no continued pretraining), 32 sequences of
+# 256 tokens of Tiny Shakespeare with each model's own tokenizer; offline, 04 says so and stops (mini_hub_check).
+MINI = CPTPreset(
+    models=PYTHIA_MODELS[:2], source="text", tokenizer="model", block_size=256, val_tokens=32 * 256 + 1,
+    train_tokens=1 << 13, batch_tokens=256, micro_batch_size=1, steps=0, n_evals=1, warmup_steps=0,
+    probe_batch_size=8, probe_batches=4, eval_batch_size=8, gradient_checkpointing=False, text=TINY_SHAKESPEARE,
+)  # fmt: skip
+PRESETS = {"paper": PAPER, "smoke": SMOKE, "mini": MINI}
 
 
 def cpt_preset(preset: str) -> CPTPreset:
@@ -204,6 +216,7 @@ def cpt_configs(
     if text_path is not None and "source" not in given:
         given["source"] = "text"
     p = replace(p, **given)
+    text_path = preset_text_path(text_path, p.source, p.text)  # mini: Tiny Shakespeare, as if --text-file data/tinyshakespeare.txt
     chosen = [user_model(m, revision) for m in models or ()] + [user_model(m, revision, flag="--model-path") for m in model_paths]
     entries = chosen or [e if revision is None else replace(e, revision=revision) for e in p.models]
     _check(p)
@@ -222,7 +235,7 @@ def cpt_configs(
         for e in entries:
             spec = text_data_spec(p.source, tokenizer_name(e, p.tokenizer), val_tokens=p.val_tokens, train_tokens=p.train_tokens,
                                   text_path=text_path, subset=fineweb_subset)  # fmt: skip
-            recipe = make_recipe(p, p.lr or e.lr)
+            train = {"steps": 0, **recipe_keys} if p.steps == 0 else {**make_recipe(p, p.lr or e.lr).to_config(), **recipe_keys}
             configs.append({
                 "experiment": EXPERIMENT,
                 "name": f"{e.name}-{e.revision or 'local'}-seed{seed}",
@@ -230,12 +243,26 @@ def cpt_configs(
                 "seed": seed,
                 "model": {"model": e.model, "revision": e.revision, "tiny": e.tiny},
                 "data": spec.identity(),
-                "train": {**recipe.to_config(), **recipe_keys},
+                "train": train,  # steps 0 (mini): the frozen model is probed as loaded
                 "probe": {"split": "val", "batch_size": p.probe_batch_size, "n_batches": p.probe_batches, "exact": p.exact,
                           "seed": seed, "loss": "token_cross_entropy_mean"},
                 "runtime": dict(runtime),
             })  # fmt: skip
     return configs
+
+
+def mini_hub_check(revision: str | None = None) -> str | None:
+    """Fetch the mini preset's Pythia models into the Hub cache; None when done, else why not (one line).
+
+    Under ``--preset mini`` a missing Hub is not a user mistake: script 04 prints the reason and exits 0,
+    and the claims report says the Pythia rows were not run. No other model ever stands in for them.
+    """
+    for e in MINI.models:
+        try:
+            resolve_snapshot(e.model, revision or e.revision)
+        except HubUnavailable as exc:
+            return f"--preset mini: the Pythia models cannot be fetched, so they are not probed ({exc})"
+    return None
 
 
 def user_model(model: str, revision: str | None, *, flag: str = "--model") -> ModelEntry:
@@ -412,16 +439,23 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
     loaded.model.config.use_cache = False
     t = config["train"]["block_size"]
     val = TokenBatches(TokenWindows([data.val], t), runtime.get("eval_batch_size", 8), device=device)
-    loader = _train_loader(config, data, device, info)
-    settings = _train_settings(config, loader)
-    place_model(decoder, device, settings)  # under --fsdp: sharded before anything reaches the device
+    loader = _train_loader(config, data, device, info) if config["train"]["steps"] else None  # steps 0: probe only (mini)
+    settings = _train_settings(config, loader) if loader is not None else None
+    if settings is not None:
+        place_model(decoder, device, settings)  # under --fsdp: sharded before anything reaches the device
+    else:
+        decoder.to(device)
     before = path / "before.json"
     if _first_time(before, info):  # the loaded model's validation loss, once (float32, eval mode, split over the processes)
         loss = _val_loss(decoder, val, device)
         if info.is_main:
             runs.atomic_write_json(before, {"val_loss_before": loss})
     seed_everything(config["seed"])
-    summary = _train(decoder, config, loader, settings, val, path, device, info)
+    if config["train"]["steps"]:
+        summary = _train(decoder, config, loader, settings, val, path, device, info)
+    else:  # no continued pretraining: the loaded model is the probed one
+        summary = {"val_loss_after": runs.read_json(before)["val_loss_before"], "steps": 0, "cpt_tokens": 0, "train_loss": None,
+                   "lr": None, "wall_s": 0.0, "world_size": info.world_size, "device_name": device_name(device)}  # fmt: skip
     result = None
     if info.is_main:
         if runtime.get("fsdp") and info.world_size > 1:  # sharded over the processes: probe an unsharded copy of the trained weights
@@ -571,6 +605,7 @@ __all__ = [
     "ModelEntry",
     "cpt_configs",
     "fetch_model",
+    "mini_hub_check",
     "prepare_data",
     "pythia_cpt_run",
     "require_prepared",

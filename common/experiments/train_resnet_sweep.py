@@ -11,7 +11,8 @@ Presets: ``paper`` has the paper's depth grids (B.1: CIFAR N = 1..100, to which 
 backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR
 epoch count and no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value
 below are this reproduction's decisions (README, "Reproduction decisions"). ``smoke`` runs the
-same code paths in minutes on a CPU.
+same code paths in minutes on a CPU. ``mini`` trains 8 depths, 2 seeds, on a class-balanced
+1,000-image subset of real CIFAR-10 until the deepest fits it (README, "Mini preset").
 
 On accelerators (``common.train``): bf16 autocast where the device has native bf16, else
 float32; ``--compile auto`` compiles on CUDA, and every run starts from a fresh compiler state so
@@ -21,6 +22,7 @@ result are evaluated in float32 on every device, so they compare across depths.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -28,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from common import runs
-from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision, warn_unused_data_root
+from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision, warn_unused_data_root, with_train_subset
 from common.device import resolve_device, seed_everything
 from common.errors import UserError
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
@@ -54,6 +56,9 @@ class SweepPreset:
     flip: bool = True
     eval_batch_size: int = 500
     image_size: int | None = None  # ImageNet-100 resolution; None: the dataset's own
+    train_subset: int | None = None  # K: train on K / C images per class (C classes) instead of every one
+    subset_seed: int = 0  # the data seed that draws the subset: fixed by the preset, never a run's seed
+    test_every_epoch: bool = True  # False: the test set is evaluated once, at the end of training
 
     def train_keys(self) -> dict:
         """The ``train`` entry of a run config: the recipe's fields, the batch size and the augmentation."""
@@ -70,17 +75,31 @@ SMOKE = SweepPreset(
     depths=(0, 1, 2, 4), recipe=SGDRecipe(epochs=6, lr=0.05, warmup_epochs=1.0), batch_size=64, eval_batch_size=256
 )
 SMOKE_IMAGENET100 = replace(SMOKE, depths=(1, 5), recipe=replace(SMOKE.recipe, epochs=2), image_size=64)
+# mini (README, "Reproduction decisions", mini): real CIFAR-10 images at a reduced scale, trained until the
+# deepest depth fits its subset; the sizes come from the sizing study written down there.
+MINI = SweepPreset(
+    depths=(0, 2, 3, 4, 5, 9, 12, 15), recipe=SGDRecipe(epochs=100, lr=0.05, warmup_epochs=1.0), batch_size=100,
+    train_subset=1000, test_every_epoch=False,
+)
 
-DEFAULT_DATASET = {"paper": "cifar10", "smoke": "digits"}
+DEFAULT_DATASET = {"paper": "cifar10", "smoke": "digits", "mini": "cifar10"}
+MINI_SEEDS = 2  # mini: seeds --seed, --seed + 1 by default, so that the seed-spread rules can decide
+
+
+def preset_seeds(preset: str, seed: int) -> list[int]:
+    """The seeds a script runs without ``--seeds``: ``--seed`` alone, or under mini :data:`MINI_SEEDS` from it."""
+    return [seed + i for i in range(MINI_SEEDS if preset == "mini" else 1)]
 
 
 def sweep_preset(preset: str, dataset: str) -> SweepPreset:
-    """The settings of ``preset`` ("paper" or "smoke") for ``dataset``."""
+    """The settings of ``preset`` ("paper", "smoke" or "mini") for ``dataset``."""
     if preset == "paper":
         return IMAGENET100_PAPER if dataset == "imagenet100" else CIFAR_PAPER
     if preset == "smoke":
         return SMOKE_IMAGENET100 if dataset == "imagenet100" else SMOKE
-    raise UserError(f"--preset {preset}: unknown preset; use smoke or paper")
+    if preset == "mini":
+        return MINI
+    raise UserError(f"--preset {preset}: unknown preset; use smoke, mini or paper")
 
 
 # ----------------------------------------------------------------------------- configs
@@ -96,6 +115,7 @@ def sweep_configs(
     batch_size: int | None = None,
     lr: float | None = None,
     image_size: int | None = None,
+    train_subset: int | None = None,
     data_root: str | Path | None = None,
     device: str = "auto",
     compile: str = "auto",
@@ -103,7 +123,9 @@ def sweep_configs(
 ) -> list[dict]:
     """One config per (depth N, seed): identity keys plus a ``runtime`` sub-dict.
 
-    Unset values come from :func:`sweep_preset`. ``compile``: "auto" (on for
+    Unset values come from :func:`sweep_preset`. ``train_subset``: K, train on K / C images per
+    class (C classes), drawn with the preset's data seed; stored as ``data.train_subset = {k, seed}``
+    only when there is one, so the identity of a run on every image is unchanged. ``compile``: "auto" (on for
     CUDA only), "on" or "off". ``synthetic``: ``num_train`` / ``num_test`` / ``num_classes`` /
     ``image_size`` of the synthetic source.
     """
@@ -114,7 +136,8 @@ def sweep_configs(
     depths = list(settings.depths if depths is None else depths)
     if not depths or min(depths) < 0:
         raise UserError(f"--depths {','.join(map(str, depths)) or '(none)'}: give extra-block counts N >= 0, e.g. 0,1,2 or 1:100")
-    for flag, value in (("--epochs", epochs), ("--batch-size", batch_size), ("--lr", lr), ("--image-size", image_size)):
+    for flag, value in (("--epochs", epochs), ("--batch-size", batch_size), ("--lr", lr), ("--image-size", image_size),
+                        ("--train-subset", train_subset)):
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value}: must be positive")
     warn_unused_data_root(dataset, data_root)
@@ -129,6 +152,11 @@ def sweep_configs(
         data["file"] = Path(data_root).name  # the file's name is part of the run identity
     elif dataset == "synthetic":
         data = {"num_train": 512, "num_test": 256, "num_classes": 10, "image_size": 32, "data_seed": 0, **(synthetic or {})}
+    subset = train_subset or settings.train_subset
+    if subset:
+        if dataset == "synthetic":
+            raise UserError("--train-subset: the synthetic source sets its own size; use it with cifar10, npz or another real dataset")
+        data["train_subset"] = {"k": subset, "seed": settings.subset_seed}
     widths = list(ResNetConfig.for_dataset(dataset, 0, 1).widths)
     recipe = replace(settings.recipe, epochs=epochs or settings.recipe.epochs, lr=lr or settings.recipe.lr)
     train_keys = replace(settings, recipe=recipe, batch_size=batch_size or settings.batch_size).train_keys()
@@ -137,6 +165,7 @@ def sweep_configs(
         "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
         "compile": compile,
         "eval_batch_size": settings.eval_batch_size,
+        "test_every_epoch": settings.test_every_epoch,
     }
     configs = []
     for seed in seeds:
@@ -159,8 +188,18 @@ def sweep_configs(
     return configs
 
 
-def load_sweep_data(config: dict):
-    """The :class:`~common.data.vision.VisionData` a sweep config trains on."""
+def load_sweep_data(config: dict) -> VisionData:
+    """The :class:`~common.data.vision.VisionData` a sweep config trains on (its training subset when it names one).
+
+    Scripts 02, 03, 06 and 07 load a sweep run's data through here, so they see exactly its images.
+    """
+    data = load_source(config)
+    subset = config.get("data", {}).get("train_subset")
+    return with_train_subset(data, subset["k"], subset["seed"]) if subset else data
+
+
+def load_source(config: dict) -> VisionData:
+    """The whole dataset a sweep config names."""
     data = dict(config.get("data", {}))
     root = config.get("runtime", {}).get("data_root")
     if config["dataset"] == "synthetic":
@@ -173,7 +212,23 @@ def load_sweep_data(config: dict):
             num_test=data.get("num_test"),
             num_classes=data.get("num_classes"),
         )
-    return load_vision(config["dataset"], root, image_size=data.get("image_size"))
+    return _read_source(config["dataset"], root, data.get("image_size"), _file_stamp(root))
+
+
+@functools.lru_cache(maxsize=2)
+def _read_source(dataset: str, root: str | None, image_size: int | None, stamp: tuple | None) -> VisionData:
+    """One read per process of a dataset that several runs load in turn (a growth chain's stages, 02's and
+    06's models under ``--launcher inline``); ``stamp`` (size, mtime of a data file) keeps an edited file from
+    being served stale. Callers never modify the returned tensors in place (loaders and subsets copy)."""
+    return load_vision(dataset, root, image_size=image_size)
+
+
+def _file_stamp(root: str | None) -> tuple | None:
+    path = Path(root) if root else None
+    if path is None or not path.is_file():
+        return None
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
 
 
 def build_resnet(config: dict, num_classes: int) -> ResNet:
@@ -218,11 +273,12 @@ def fit_resnet(spec: RunSpec, make_model: ModelFn) -> dict:
     test_loader = TensorLoader(data.x_test, data.y_test, eval_bs, train=False, **loader_keys)
     clean_train_loader = TensorLoader(x_train, y_train, eval_bs, train=False, **loader_keys)
     settings = TrainSettings(recipe=SGDRecipe.from_config(hp), compile=use_compile, channels_last=channels_last)
+    every_epoch = runtime.get("test_every_epoch", True)  # False (mini): the test set once, at the end
     summary = train(
         model,
         train_loader,
-        {"test": test_loader},
-        final_eval_loaders={"train": clean_train_loader},
+        {"test": test_loader} if every_epoch else {},
+        final_eval_loaders={"train": clean_train_loader, **({} if every_epoch else {"test": test_loader})},
         run_dir=path,
         settings=settings,
         device=device,
@@ -309,7 +365,7 @@ def check_sweep_inputs(configs: Sequence[dict], *, data: bool = True) -> None:
 
 def train_command(preset: str, dataset: str, out: str | Path, *, depths: Sequence[int] | None = None, seeds: Sequence[int] | None = None) -> str:
     """The script-01 command that trains the sweep runs a message asks for (following it must help)."""
-    parts = ["python 01_train_resnet_sweep.py", *(["--preset smoke"] if preset == "smoke" else []), f"--dataset {dataset}"]
+    parts = ["python 01_train_resnet_sweep.py", *([f"--preset {preset}"] if preset != "paper" else []), f"--dataset {dataset}"]
     parts += [f"--depths {','.join(map(str, depths))}"] if depths else []
     parts += [f"--seeds {','.join(map(str, seeds))}"] if seeds else []
     return " ".join([*parts, f"--out {out}"])
@@ -382,6 +438,7 @@ __all__ = [
     "load_sweep_run",
     "load_trained_resnet",
     "require_sweep_runs",
+    "preset_seeds",
     "summary_table",
     "sweep_configs",
     "sweep_data_config",

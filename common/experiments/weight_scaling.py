@@ -144,6 +144,9 @@ FC_PRESETS = {
     "smoke": FCPreset(
         depths=geometric_depths(4, 64, 5), recipe=AdamRecipe(epochs=20, lr=1e-2), batch_size=32, num_train=256, num_test=128
     ),
+    # mini: Cohen et al.'s data and protocol (constant Adam lr 1e-3, batch 50, early stopping) at 7 depths from 4 to 256
+    # (ratio 2), at most 100 epochs (README, mini sizes).
+    "mini": FCPreset(depths=geometric_depths(4, 256, 7), recipe=AdamRecipe(epochs=100, lr=1e-3, decay="constant"), batch_size=50),
 }
 
 
@@ -166,7 +169,7 @@ def fc_configs(
     if family not in FC_FAMILIES:
         raise UserError(f"--family {family}: not a fully connected family; use one of {', '.join(FC_FAMILIES)}")
     if preset not in FC_PRESETS:
-        raise UserError(f"--preset {preset}: unknown preset; use smoke or paper")
+        raise UserError(f"--preset {preset}: unknown preset; use {' or '.join(FC_PRESETS)}")
     settings = FC_PRESETS[preset]
     depths = list(settings.depths if depths is None else depths)
     if not depths or min(depths) < 1:

@@ -240,6 +240,10 @@ class LoadedLM:
     record: dict = field(default_factory=dict)  # model, revision, commit_hash, weight_files {name: sha256}
 
 
+class HubUnavailable(UserError):
+    """A Hub model could not be fetched (offline, unreachable, or not in the cache): one line, like any :class:`UserError`."""
+
+
 def hub_offline() -> bool:
     """``HF_HUB_OFFLINE`` as huggingface_hub reads it (now, or when it was imported)."""
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE") or bool(huggingface_hub.constants.HF_HUB_OFFLINE)
@@ -271,7 +275,7 @@ def resolve_snapshot(repo: str, revision: str | None, *, local_only: bool = Fals
             where = "it is not in this process's local cache, where this node's first process should have downloaded it"
         else:
             where = "HF_HUB_OFFLINE is set and it is not in the local cache"
-        raise UserError(
+        raise HubUnavailable(
             f"--model {repo}{f' --revision {revision}' if revision else ''}: cannot load it from the Hugging Face Hub ({where}); "
             "download it where the Hub is reachable (unset HF_HUB_OFFLINE there) and pass the directory with --model-path DIR"
         ) from None
