@@ -70,7 +70,7 @@ from common import device as devices
 from common import runs
 from common.distributed import broadcast_from_main
 from common.errors import UserError
-from common.probe import full_precision, math_mode
+from common.precision import float32_reduced_on, float64_device, full_precision, supports_float64
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ def evaluate(
     was_training = model.training
     model.eval()
     # float64 sum of per-batch float32 sums; on the CPU when the device has no float64 (MPS, NPU)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=devices.float64_device(device))
+    loss_sum = torch.zeros((), dtype=torch.float64, device=float64_device(device))
     correct = torch.zeros((), dtype=torch.int64, device=device)
     count = 0
     world, rank = (_world_size(), _rank()) if split else (1, 0)
@@ -606,12 +606,12 @@ def final_evaluation(model: nn.Module, eval_loaders: dict, final_loaders: dict, 
     """The reported losses: ``final_loaders``, and ``eval_loaders`` again unless their per-epoch values already are float32.
 
     Float32 without autocast (bf16 evaluation moved a ResNet-8's loss by 0.16%), under
-    :func:`common.probe.full_precision`: TF32 (CUDA's default for convolutions on Ampere and later)
+    :func:`common.precision.full_precision`: TF32 (CUDA's default for convolutions on Ampere and later)
     and HF32 (an Ascend NPU's) off, so the numbers compare across depths and devices. Eager, so that
     no extra graph is compiled. Records ``final_eval_dtype`` and the math mode it ran in,
     ``final_eval_math_mode``; under FSDP with bf16 parameters the dtype is ``bfloat16``.
     """
-    reduced = devices.precision_name(device, settings.amp) != "float32" or _reduced_float32(device)
+    reduced = devices.precision_name(device, settings.amp) != "float32" or float32_reduced_on(device)
     final = {**(eval_loaders if reduced else {}), **final_loaders}
     out = {}
     with full_precision() as mode:
@@ -620,12 +620,6 @@ def final_evaluation(model: nn.Module, eval_loaders: dict, final_loaders: dict, 
             out.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
     dtype = "bfloat16" if settings.fsdp and _world_size() > 1 and fsdp_bf16(settings, device) else "float32"
     return {**out, "final_eval_dtype": dtype, "final_eval_math_mode": mode}
-
-
-def _reduced_float32(device: torch.device) -> bool:
-    """Whether float32 on ``device`` computes in reduced precision by default now (CUDA's TF32, an NPU's HF32)."""
-    mode = math_mode()
-    return (device.type == "cuda" and mode["tf32"]) or (device.type == "npu" and mode.get("hf32", False))
 
 
 def place_model(model: nn.Module, device: torch.device, settings: TrainSettings) -> bool:
@@ -813,7 +807,7 @@ def _rank() -> int:
 
 def _all_reduce_sums(device: torch.device, *values: float) -> list[float]:
     """Each value summed over the processes (one all-reduce)."""
-    dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
+    dtype = torch.float64 if supports_float64(device) else torch.float32  # on the device, where the collective runs
     totals = torch.tensor(values, dtype=dtype, device=device)
     dist.all_reduce(totals)
     return totals.tolist()
@@ -846,7 +840,7 @@ def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int,
 
 def _first_everywhere(index: int, device: torch.device) -> int:
     """The smallest ``index`` over the processes (one all-reduce)."""
-    dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32  # exact for any step count here
+    dtype = torch.float64 if supports_float64(device) else torch.float32  # exact for any step count here
     value = torch.tensor([float(index)], dtype=dtype, device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MIN)
     return int(value.item())

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCIENCE = {"common.probe", "common.projection", "common.tangent", "common.growth", "common.scaling"}
+# common.precision (TF32/HF32 off, where float64 runs) is a leaf that the infrastructure uses too.
+SCIENCE = {"common.probe", "common.projection", "common.tangent", "common.growth", "common.scaling", "common.precision"}
 LAUNCHING = {"common.launch", "common.slurm", "common.cli"}  # cli loads SLURM profiles
 # The one import allowed inside a function: torch_npu exists only on Ascend machines.
 FUNCTION_IMPORTS_ALLOWED = {("common.device", "torch_npu")}
@@ -76,10 +77,14 @@ def is_experiment(name: str) -> bool:
 
 def test_science_modules_import_only_other_science_modules():
     present = SCIENCE & set(MODULES)
-    assert {"common.probe", "common.projection", "common.tangent", "common.growth"} <= present
+    assert {"common.probe", "common.projection", "common.tangent", "common.growth", "common.precision"} <= present
     for name in sorted(present):
         outside = {m for m in repo_imports(name) if m not in SCIENCE}
         assert not outside, f"{name} imports {sorted(outside)}: science modules must stand alone"
+
+
+def test_the_precision_module_is_a_leaf():
+    assert not repo_imports("common.precision"), "common.precision must import nothing of ours: everything imports it"
 
 
 def test_nothing_below_the_experiments_imports_an_experiment():

@@ -57,10 +57,10 @@ from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_swee
 from common.growth import insert_zero_block
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
 from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
+from common.precision import full_precision
 from common.probe import (
     TangentRegression,
     activation_gradients,
-    full_precision,
     mean_loss,
     per_example_tangent_regression,
     probe_mode,
@@ -138,7 +138,7 @@ def matched_insertion(
 
     ``train_batches()`` / ``test_batches()`` return a fresh pass over the split each call (the
     statistics, the loss before and the loss after are three passes; nothing is cached). The fit
-    and every evaluation run under the probe's precision guard (:func:`common.probe.full_precision`:
+    and every evaluation run under the probe's precision guard (:func:`common.precision.full_precision`:
     no TF32 on GPUs), recorded as ``math_mode`` in each row.
     """
     if fit not in FITS:

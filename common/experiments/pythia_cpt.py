@@ -72,7 +72,8 @@ from common.models.hf_decoder import (
     load_causal_lm,
     resolve_snapshot,
 )
-from common.probe import full_precision, probe_activation_gradients
+from common.precision import full_precision
+from common.probe import probe_activation_gradients
 from common.runs import RunSpec
 from common.train import (
     AdamWRecipe,
