@@ -1,14 +1,18 @@
-"""One training loop for classifiers and token models (paper B.1-B.3 for the ResNet sweep).
+"""One training loop for classifiers, regressions and token models (paper B.1-B.3 for the ResNet sweep).
 
-The optimiser and schedule are one declaration, :class:`SGDRecipe` (SGD with momentum and weight
-decay, a per-step cosine schedule with optional linear warm-up), stored in a run's config and
-rebuilt from it. :func:`train_epoch` is one pass of steps (per-step learning rate, bf16 autocast
-on accelerators, a periodic non-finite-loss check); :func:`train` runs the epochs, with optional
-``torch.compile`` and channels_last memory. After every epoch: evaluation, one line in ``metrics.jsonl`` and an atomic checkpoint (model, optimizer,
-schedule, RNG states, epoch), so a killed run resumes and ends with bit-identical weights on
-the CPU. A non-finite loss stops the run with :class:`NonFiniteLossError` naming the step;
-nothing is marked finished. ``TrainSettings.stopping`` (an :class:`EarlyStopping`) may end a run
-after any epoch; its state is in every checkpoint, so a resumed run stops at the same epoch.
+The optimiser and schedule of a run are one declaration, its recipe, stored in the run's config
+and rebuilt from it: :class:`SGDRecipe` (SGD with momentum and weight decay, a per-step cosine
+schedule with optional linear warm-up: the ResNet sweep), :class:`AdamRecipe` (Adam by epochs,
+cosine or constant rate: the fully connected ResNets) or :class:`AdamWRecipe` (AdamW by optimizer
+steps with gradient clipping: the decoders). :func:`train_epoch` is one pass of steps (per-step
+learning rate, bf16 autocast on accelerators, gradient accumulation, a periodic non-finite-loss
+check); :func:`train` runs the epochs (under :class:`AdamWRecipe`, rounds of ``eval_interval``
+steps), with optional ``torch.compile`` and channels_last memory. After every epoch: evaluation,
+one line in ``metrics.jsonl`` and an atomic checkpoint (model, optimizer, schedule, RNG states,
+epoch), so a killed run resumes and ends with bit-identical weights on the CPU. A non-finite loss
+stops the run with :class:`NonFiniteLossError` naming the step; nothing is marked finished.
+``TrainSettings.stopping`` (an :class:`EarlyStopping`) may end a run after any epoch; its state is
+in every checkpoint, so a resumed run stops at the same epoch.
 
 Batches are ``(inputs, targets)``; the model maps inputs to logits ``(..., classes)`` and the
 loss is the mean cross-entropy over all target positions (images: one per image; tokens: one
@@ -215,7 +219,9 @@ class AdamWRecipe(_Recipe):
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """How one run trains: its :class:`SGDRecipe` plus execution options that leave the maths unchanged.
+    """How one run trains: its recipe (:class:`SGDRecipe`, :class:`AdamRecipe` or :class:`AdamWRecipe`),
+    the loss it minimises, gradient accumulation, an optional early stop, and how it executes
+    (autocast, compilation, memory format, non-finite checks, DDP or FSDP2).
 
     ``fsdp``: with several processes, :func:`train` shards the model with FSDP2 (``fully_shard`` on each
     of ``model.blocks``, then the model; :func:`shard_model`) instead of wrapping it in DDP; checkpoints
