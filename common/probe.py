@@ -229,7 +229,7 @@ class ProbeResult:
         return max(self.scores, key=lambda s: s.ag_norm)
 
     @property
-    def v_max(self) -> float | None:
+    def growth_value_max(self) -> float | None:
         """``V_S,max = max_l V_S,l`` (per-batch normalisation, comparable with ``AGmax``)."""
         return max(s.growth_value for s in self.scores) if self.exact else None
 
@@ -249,9 +249,9 @@ class ProbeResult:
         }
         if self.sub_batch is not None:
             out["sub_batch"] = self.sub_batch
-        if self.exact:
+        if self.exact:  # record keys v_max*: V_S,max, as ag_max is AGmax
             vbest = max(self.scores, key=lambda s: s.growth_value)
-            out.update(v_max=self.v_max, v_max_candidate=vbest.name,
+            out.update(v_max=self.growth_value_max, v_max_candidate=vbest.name,
                        v_max_pooled=max(s.growth_value_pooled for s in self.scores))
         return out
 
@@ -265,21 +265,21 @@ class _Running:
     """Per-candidate running sums over batches."""
 
     def __init__(self) -> None:
-        self.ag = 0.0
+        self.ag_sum = 0.0  # sum over batches of AG_l
         self.example_sq = 0.0
-        self.v = 0.0
-        self.c = 0.0
+        self.growth_value_sum = 0.0  # sum over batches of V_S,l
+        self.cross_gradient_sum = 0.0  # sum over batches of ||C_l||_F
         self.pooled: GramAccumulator | None = None
         self.moments: ContributionMoments | None = None
 
     def add_batch(self, grad_sq: float, b: int, gram: GramAccumulator | None) -> None:
         """One analysis batch of ``b`` examples: ``||dL_b/dz_l||_F^2`` and, exact, its Gram statistics."""
-        self.ag += math.sqrt(grad_sq)  # ||dL_b/dz_l||_F
+        self.ag_sum += math.sqrt(grad_sq)  # ||dL_b/dz_l||_F
         self.example_sq += grad_sq * b * b  # sum_i ||d loss_i/dz_l,i||^2
         if gram is None:
             return
-        self.v += gram.growth_value()
-        self.c += gram.cross_gradient_norm()
+        self.growth_value_sum += gram.growth_value()
+        self.cross_gradient_sum += gram.cross_gradient_norm()
         # Rows of dL_S/dz are (b / n) dL_b/dz: scale by b now, by 1/n at the end.
         if self.pooled is None:
             self.pooled = gram.scaled(b)  # keeps the eigendecomposition: free with one batch
@@ -382,7 +382,7 @@ def probe_activation_gradients(
     n, nb = sum(sizes), len(sizes)
     scores = []
     for c, run, (fam_name, width, rows_per_example) in zip(candidates, running, shapes, strict=True):
-        ag = run.ag / nb
+        ag = run.ag_sum / nb
         rms = math.sqrt(run.example_sq / n)
         score = CandidateScore(
             index=c.index, name=c.name, family=fam_name, width=width, rows_per_example=rows_per_example,
@@ -392,8 +392,8 @@ def probe_activation_gradients(
         if exact:
             pooled = run.pooled.scaled(1.0 / n)
             vp, gp = pooled.growth_value(), pooled.grad_norm()
-            score.growth_value = run.v / nb
-            score.cross_gradient_norm = run.c / nb
+            score.growth_value = run.growth_value_sum / nb
+            score.cross_gradient_norm = run.cross_gradient_sum / nb
             score.growth_value_pooled = vp
             score.cross_gradient_norm_pooled = pooled.cross_gradient_norm()
             score.growth_fraction_pooled = vp / gp if gp > 0 else 0.0

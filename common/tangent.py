@@ -58,18 +58,19 @@ def protocol_seed(seed: int, index: int) -> int:
 class ZeroOutputBlock(nn.Module):
     """``z -> z + V(psi(z))`` with ``V = 0`` at insertion: the standard zero-output block (DESIGN.md 1).
 
-    ``family`` names the :class:`TangentFamily` that built it; :meth:`tangent_features` returns
-    ``Psi``, the rows of ``psi(z)`` that ``V`` acts on.
+    ``terminal`` is the bias-free layer whose weight is the block's terminal weights ``V_l`` (zero
+    at insertion); ``psi`` holds the fixed ``U_l``. ``family`` names the :class:`TangentFamily` that
+    built it; :meth:`tangent_features` returns ``Psi``, the rows of ``psi(z)`` that ``V`` acts on.
     """
 
-    def __init__(self, psi: nn.Module, v: nn.Module, family: str) -> None:
+    def __init__(self, psi: nn.Module, terminal: nn.Module, family: str) -> None:
         super().__init__()
         self.psi = psi
-        self.v = v
+        self.terminal = terminal
         self.family = family
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return z + self.v(self.psi(z))
+        return z + self.terminal(self.psi(z))
 
     def tangent_features(self, z: torch.Tensor) -> torch.Tensor:
         """``Psi``: (rows, k) tangent features of this block at state ``z`` (row-aligned with ``G``)."""
@@ -82,7 +83,7 @@ class ZeroOutputBlock(nn.Module):
         Both families store ``V.weight`` as ``(d, k)`` up to a reshape (``(d, C, 3, 3)`` for conv3x3,
         whose ``Psi`` columns follow ``V.weight.reshape(d, -1)``), so ``V.weight = W^T`` reshaped.
         """
-        weight = self.v.weight
+        weight = self.terminal.weight
         if tuple(w.shape) != (weight[0].numel(), weight.shape[0]):
             raise ValueError(f"W must be (k, d) = ({weight[0].numel()}, {weight.shape[0]}), got {tuple(w.shape)}")
         weight.copy_(w.T.reshape(weight.shape).to(weight.dtype))
@@ -140,9 +141,9 @@ def _conv3x3_block(channels: int, generator: torch.Generator) -> ZeroOutputBlock
         std = (2.0 / (channels * 9)) ** 0.5
         conv_u.weight.copy_(torch.randn(conv_u.weight.shape, generator=generator) * std)
     psi = nn.Sequential(conv_u, nn.BatchNorm2d(channels), nn.ReLU())
-    v = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-    nn.init.zeros_(v.weight)
-    return ZeroOutputBlock(psi, v, "conv3x3")
+    terminal = nn.Conv2d(channels, channels, 3, padding=1, bias=False)  # V_l
+    nn.init.zeros_(terminal.weight)
+    return ZeroOutputBlock(psi, terminal, "conv3x3")
 
 
 def _conv_state_rows(t: torch.Tensor) -> torch.Tensor:
@@ -276,9 +277,9 @@ def _linear_block(width: int, generator: torch.Generator) -> ZeroOutputBlock:
         u.weight.copy_(torch.rand(u.weight.shape, generator=generator) * 2 * bound - bound)
         u.bias.copy_(torch.rand(u.bias.shape, generator=generator) * 2 * bound - bound)
     psi = nn.Sequential(nn.LayerNorm(width), u, nn.GELU())
-    v = nn.Linear(hidden, width, bias=False)
-    nn.init.zeros_(v.weight)
-    return ZeroOutputBlock(psi, v, "linear")
+    terminal = nn.Linear(hidden, width, bias=False)  # V_l
+    nn.init.zeros_(terminal.weight)
+    return ZeroOutputBlock(psi, terminal, "linear")
 
 
 def _linear_rows(t: torch.Tensor) -> torch.Tensor:

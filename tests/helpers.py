@@ -102,9 +102,9 @@ def rows_to_state(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return rows.reshape(like.shape)
 
 
-def v_weight_from_rows(block, matrix_kd: torch.Tensor) -> torch.Tensor:
-    """A (k x d) matrix in Psi-row coordinates as ``block.v.weight`` (d x k, or d x C x 3 x 3)."""
-    return matrix_kd.T.reshape(block.v.weight.shape)
+def terminal_weight_from_rows(block, matrix_kd: torch.Tensor) -> torch.Tensor:
+    """A (k x d) matrix in Psi-row coordinates as the block's terminal weights ``V_l`` (d x k, or d x C x 3 x 3)."""
+    return matrix_kd.T.reshape(block.terminal.weight.shape)
 
 
 def loss_of(model, x, y) -> float:

@@ -184,9 +184,9 @@ def independent_app_g(run: Path, part: str) -> tuple[list[float], list[float]]:
     norms, traces = [], []
     for index in range(len(model.candidates())):
         grown = copy.deepcopy(model)
-        v = insert_zero_block(grown, index, seed=config["probe_seed"]).v.weight
+        v = insert_zero_block(grown, index, seed=config["probe_seed"]).terminal.weight  # V_l
         pooled = torch.autograd.grad(F.cross_entropy(grown(x), y), v)[0].detach()
-        name = f"blocks.{index}.v.weight"
+        name = f"blocks.{index}.terminal.weight"
 
         def example_loss(w, xi, yi, grown=grown, name=name):
             return F.cross_entropy(functional_call(grown, {name: w}, (xi[None],)), yi[None])

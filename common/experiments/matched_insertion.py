@@ -111,11 +111,11 @@ def fit_by_gradient_descent(
     block = make_zero_block(regression.family, regression.gram.d, seed, regression.index, like=cached[0][0]).eval()
     with torch.no_grad():  # psi is fixed: its features are computed once, only V is under autograd
         features = [(block.psi(z), g) for z, g in cached]
-    weight = block.v.weight
+    weight = block.terminal.weight
     step = regression.examples / float(torch.linalg.eigvalsh(regression.gram.P).max())
     for _ in range(steps):
         weight.grad = None
-        objective = sum(0.5 * (block.v(f) - g).square().sum() for f, g in features) / regression.examples
+        objective = sum(0.5 * (block.terminal(f) - g).square().sum() for f, g in features) / regression.examples
         objective.backward()
         with torch.no_grad():
             weight -= step * weight.grad
