@@ -4,7 +4,7 @@
   of tensors and modules that import nothing else from this package, to lift into other code;
 - ``models/`` and ``data/``: the networks whose residual streams are probed, and their data;
 - infrastructure: ``runs`` (run records, ``RunSpec``), ``train``, ``device``, ``distributed``,
-  ``logs``, ``errors``, ``paper``; the launcher ``launch`` with ``slurm`` and the command line ``cli``;
+  ``logs``, ``errors``, ``paper``, ``tables`` (markdown tables); the launcher ``launch`` with ``slurm`` and the command line ``cli``;
 - ``experiments/``: one job module per numbered script, everything submitit pickles.
 
 Imports point down only: scripts -> experiments and launch; experiments -> training, runs,
