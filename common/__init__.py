@@ -7,10 +7,10 @@
   fully connected ResNets, GPT-style and Hugging Face decoders) and their data;
 - infrastructure: ``runs`` (run records, ``RunSpec``), ``train``, ``device``, ``distributed``,
   ``logs``, ``errors``, ``paper`` (the papers' numbers), ``claims`` (rules from numbers to
-  verdicts) and ``plots`` (one figure per function); the launcher ``launch`` with ``slurm``, and
-  the command line ``cli``;
+  verdicts), ``tables`` (markdown tables) and ``plots`` (one figure per function); the launcher
+  ``launch`` with ``slurm``, and the command line ``cli``;
 - ``experiments/``: one job module per numbered script (what submitit pickles), and the modules
-  they share.
+  they share (``claim_rows`` turns records into the claims report's rows).
 
 Imports point down only: scripts -> experiments and launch; experiments -> training, runs, data,
 models, science; science -> science. ``tests/test_layout.py`` checks it.

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from common import runs
+from common import runs, tables
 from common.data.vision import TensorLoader, VisionData
 from common.errors import UserError
 from common.experiments.train_resnet_sweep import (
@@ -421,22 +421,15 @@ def paper_columns(model: str) -> dict:
 
 def markdown_table(rows: Sequence[dict]) -> str:
     """The table as markdown: growth | scratch per metric (mean ± std over seeds), winners, paper values."""
-    header = (
-        "| model | epochs in all: growth / scratch | growth train loss | scratch train loss | lower train loss | growth test loss "
-        "| scratch test loss | test-loss reduction | lower test loss | growth test acc | scratch test acc |"
-    )
-    lines = [header, "|" + "---|" * (header.count(" | ") + 1)]
-    lines += [_markdown_row(r) for r in rows]
     seeds = rows[0]["seeds"] if rows else 0
-    lines += [
-        "",
+    note = (
         f"Mean ± sample std over {seeds} seed(s); reduction = scratch - growth test loss (%: of the scratch mean). "
         "Epochs in all: growth counts the parent ResNet-8's and every stage's (each stage restarts the schedule), "
         "scratch its own run's. "
         "In parentheses: the paper's CIFAR-10 values (common/paper.py; per architecture it reports only which "
-        "method has the lower loss, and the smallest and largest test-loss reductions).",
-    ]
-    return "\n".join(lines)
+        "method has the lower loss, and the smallest and largest test-loss reductions)."
+    )
+    return f"{tables.markdown_table(rows, TABLE_COLUMNS)}\n\n{note}"
 
 
 def _cell(r: dict, key: str) -> str:
@@ -458,22 +451,30 @@ def epochs_cell(r: dict) -> str:
     return " / ".join(str(int(v)) for v in values)
 
 
-def _markdown_row(r: dict) -> str:
+def _reduction_cell(r: dict) -> str:
     reduction = f"{_cell(r, 'test_loss_reduction')} = {100 * r['test_loss_reduction_rel']:.1f}%"
     if r["paper_test_loss_reduction"] is not None:
         rel = r["paper_test_loss_reduction_rel"]
         reduction += f" ({r['paper_test_loss_reduction']:.4f}" + (f" = {100 * rel:.1f}%)" if rel is not None else ")")
-    cells = [
-        r["model"],
-        epochs_cell(r),
-        *(_with_paper(_cell(r, f"{m}_train_loss"), r[f"paper_{m}_train_loss"]) for m in METHODS),
-        _with_paper(r["train_winner"], r["paper_train_winner"]),
-        *(_with_paper(_cell(r, f"{m}_test_loss"), r[f"paper_{m}_test_loss"]) for m in METHODS),
-        reduction,
-        _with_paper(r["test_winner"], r["paper_test_winner"]),
-        *(_cell(r, f"{m}_test_acc") for m in METHODS),
-    ]
-    return "| " + " | ".join(cells) + " |"
+    return reduction
+
+
+def _loss_column(method: str, metric: str) -> tables.Column:
+    """``<method> <metric>``: mean ± std, the paper's value beside it."""
+    key = f"{method}_{metric}"
+    return tables.Column(key.replace("_", " "), lambda r: _with_paper(_cell(r, key), r[f"paper_{key}"]))
+
+
+TABLE_COLUMNS = (  # the markdown table of growth_table's rows
+    tables.Column("model", fmt=""),
+    tables.Column("epochs in all: growth / scratch", epochs_cell),
+    *(_loss_column(m, "train_loss") for m in METHODS),
+    tables.Column("lower train loss", lambda r: _with_paper(r["train_winner"], r["paper_train_winner"])),
+    *(_loss_column(m, "test_loss") for m in METHODS),
+    tables.Column("test-loss reduction", _reduction_cell),
+    tables.Column("lower test loss", lambda r: _with_paper(r["test_winner"], r["paper_test_winner"])),
+    *(tables.Column(f"{m} test acc", lambda r, m=m: _cell(r, f"{m}_test_acc")) for m in METHODS),
+)
 
 
 def table_stem(dataset: str, plan: GrowthPlan) -> str:

@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import runs
+from common import runs, tables
 from common.data.vision import TensorLoader, warn_unused_data_root
 from common.device import resolve_device
 from common.errors import UserError
@@ -363,29 +363,33 @@ def summary_rows(results: Iterable[dict]) -> list[dict]:
     return [{k: r.get(k) for k in ROW_COLUMNS} for r in rows]
 
 
+SUMMARY_COLUMNS = (  # the markdown table of summary_rows; an always-present number that is NaN shows "nan"
+    tables.Column("model", lambda r: f"ResNet-{r['depth_label']}"),
+    tables.Column("seed", fmt=""),
+    tables.Column("candidate", "candidate_name", fmt=""),
+    tables.Column("alpha", fmt="g", missing="nan"),
+    tables.Column("train loss", "train_loss_before", ".5f", missing="nan"),
+    tables.Column("after", "train_loss_after", ".5f", missing="nan"),
+    tables.Column("measured", "measured_change", "+.3e", missing="nan"),
+    tables.Column("predicted", "predicted_change", "+.3e", missing="nan"),
+    tables.Column("ratio", fmt=".4f", missing="nan"),  # NaN where the prediction is 0
+    tables.Column("residual", "relative_residual", ".3f", missing="nan"),
+    tables.Column("pooled-target pred.", "predicted_change_pooled_targets", "+.2e"),
+    tables.Column("exact-target pred.", "predicted_change_exact_targets", "+.2e"),
+    tables.Column("unit-target pred.", "predicted_change_unit_targets", "+.2e"),
+    tables.Column("test change", "test_change", "+.2e"),
+    tables.Column("paper", "paper_change", ".1e"),
+)
+
+
 def summary_markdown(rows: Sequence[dict]) -> str:
     """The table as markdown: measured against predicted change, the other readings' predictions, the paper's value."""
-    header = ("| model | seed | candidate | alpha | train loss | after | measured | predicted | ratio | "
-              "residual | pooled-target pred. | exact-target pred. | unit-target pred. | test change | paper |")  # fmt: skip
-    lines = [header, "|" + "---|" * 15]
-
-    def num(value, spec: str) -> str:
-        return "" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-    for r in rows:
-        lines.append(
-            f"| ResNet-{r['depth_label']} | {r['seed']} | {r['candidate_name']} | {r['alpha']:g} | {r['train_loss_before']:.5f} | "
-            f"{r['train_loss_after']:.5f} | {r['measured_change']:+.3e} | {r['predicted_change']:+.3e} | {r['ratio']:.4f} | "
-            f"{r['relative_residual']:.3f} | {num(r['predicted_change_pooled_targets'], '+.2e')} | "
-            f"{num(r.get('predicted_change_exact_targets'), '+.2e')} | {num(r.get('predicted_change_unit_targets'), '+.2e')} | "
-            f"{num(r['test_change'], '+.2e')} | {num(r['paper_change'], '.1e')} |"
-        )
-    lines.append(
-        "\nmeasured: training-loss change right after inserting the fitted block (eval mode, whole split, no training); "
+    note = (
+        "measured: training-loss change right after inserting the fitted block (eval mode, whole split, no training); "
         "predicted: the first-order change -alpha ||Pi g||^2 / n with per-example targets g_i = d loss_i / d z_i (our reading); "
         "first-order predictions of other readings: pooled-target (the pooled-gradient rows as targets, -alpha V_S,l^2), "
         "exact-target (the block's output equal to -alpha g_i, no projection: -alpha ||g||^2 / n), unit-target (targets "
         "-alpha g_i / rms(g), alpha a step length); residual: ||Pi g - g|| / ||g||; paper: H.1 (common/paper.py, at "
         "alpha = 1e-3 only)."
     )
-    return "\n".join(lines)
+    return f"{tables.markdown_table(rows, SUMMARY_COLUMNS)}\n\n{note}"
