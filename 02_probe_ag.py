@@ -73,7 +73,7 @@ SCRIPT_FLAGS = ("dataset", "seeds", "exact", "n_batches", "preset")  # which swe
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="02_probe_ag.py")
-    probe = parser.add_argument_group("activation-gradient probe (paper B.1, DESIGN.md section 2)")
+    probe = parser.add_argument_group("activation-gradient probe (paper B.1; docs/design.md)")
     probe.add_argument("--dataset", choices=DATASETS, default=None,
                        help="which sweep to probe; None: cifar10 with --preset paper and mini, digits with smoke")
     probe.add_argument("--data-root", default=None,

@@ -1,10 +1,10 @@
-"""Device selection, autocast dtype, seeding, determinism and CPU count (DESIGN.md section 5).
+"""Device selection, autocast dtype, seeding, determinism and CPU count (infrastructure, docs/design.md).
 
 Supports CUDA, Ascend NPUs (only when ``torch_npu`` imports; it registers the ``npu``
 device type with PyTorch), Apple MPS and the CPU. ``torch_npu`` is imported in exactly one
 place, :func:`import_torch_npu`, which names the install command when it is missing.
 
-Device capabilities decided here, each in one function (README, "Reproduction decisions"):
+Device capabilities decided here, each in one function (docs/decisions.md):
 
 - mixed precision (:func:`autocast_dtype`): bf16 only where the device computes it natively
   (:func:`bf16_supported`: CUDA compute capability >= 8.0 without emulation, Ascend chips that

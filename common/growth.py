@@ -1,4 +1,4 @@
-"""Function-preserving growth: insert standard zero-output blocks at candidates (DESIGN.md 1, App. E).
+"""Function-preserving growth: insert standard zero-output blocks at candidates (App. E; docs/design.md).
 
 Candidate ``l`` is the input of ``model.blocks[l]`` (the last candidate is the input of the
 head), so a block inserted at candidate ``l`` becomes ``model.blocks[l]`` (appended for the

@@ -1,7 +1,7 @@
 """Numerical precision, decided in one place: float32 without TF32/HF32, and where float64 runs.
 
 A leaf module (it imports nothing else from this package), so the science modules and the
-infrastructure both use it. Two decisions live here (README, "Reproduction decisions"):
+infrastructure both use it. Two decisions live here (docs/decisions.md):
 
 - float32 math mode: TF32, which cuDNN convolutions use by default on Ampere and later GPUs, and
   HF32, which torch_npu allows for convolutions by default on Ascend NPUs, compute to only ~1e-3

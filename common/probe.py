@@ -1,4 +1,4 @@
-"""Activation-gradient scores at every insertion candidate: one forward, one backward (DESIGN.md 2, B.1).
+"""Activation-gradient scores at every insertion candidate: one forward, one backward (B.1; docs/design.md).
 
 For analysis batch ``b`` with batch-mean loss ``L_b``, :func:`activation_gradients` captures
 ``z_l`` and ``G_l = dL_b/dz_l`` at every candidate ``l`` (the input of ``candidate.module``,
@@ -22,8 +22,8 @@ is made a leaf that requires grad), never a parameter gradient.
 - ``block_input``: False for the tensor entering the head (the last candidate, whose module is
   not one of ``model.blocks``), True for the input of a residual block;
 
-:func:`ag_maxima` reads AGmax from these in the three readings the paper's words allow (README,
-reproduction decisions): ``ag_max`` (batch-mean ``AG_l``), ``ag_max_per_example`` (per-example
+:func:`ag_maxima` reads AGmax from these in the three readings the paper's words allow
+(docs/decisions.md): ``ag_max`` (batch-mean ``AG_l``), ``ag_max_per_example`` (per-example
 RMS; ``ag_max ~ ag_max_per_example / sqrt(batch size)``) and ``ag_max_blocks`` (``AG_l`` over
 block inputs only, the head's input left out), each with the candidate attaining it.
 
@@ -183,7 +183,7 @@ class CandidateScore:
 
 
 def ag_maxima(rows: Iterable[Mapping]) -> dict:
-    """AGmax in its three readings, each with the candidate attaining it (README, reproduction decisions).
+    """AGmax in its three readings, each with the candidate attaining it (docs/decisions.md).
 
     ``rows``: one mapping per candidate with ``name``, ``ag_norm``, ``per_example_rms`` and
     ``block_input`` (:class:`CandidateScore` fields, or the rows of a ``candidates.csv``).

@@ -1,7 +1,7 @@
 """Cross-gradient, streamed Gram statistics, the exact growth value V_S,l, the App. G test.
 
-For one sample set ``S`` (DESIGN.md section 2), with ``G`` the rows of ``dL_S/dz_l`` (n x d)
-and ``Psi`` the tangent features (n x k) of candidate ``l``:
+For one sample set ``S`` (docs/design.md, section "Exact growth value V_S,l"), with ``G`` the rows of
+``dL_S/dz_l`` (n x d) and ``Psi`` the tangent features (n x k) of candidate ``l``:
 
 - cross-gradient ``C_l = Psi^T G`` (k x d): the gradient of ``L_S`` with respect to ``V_l`` at
   ``V_l = 0`` (App. F; :func:`common.growth.insert_zero_block` checks it against autograd);
@@ -46,7 +46,8 @@ DEFAULT_RTOL_FACTOR = 1.0  # rtol = DEFAULT_RTOL_FACTOR * k * eps(float64), see 
 
 
 class GramAccumulator:
-    """Streamed ``P = Psi^T Psi`` (k x k) and ``X = Psi^T G`` (k x d) in float64 (DESIGN.md section 2).
+    """Streamed ``P = Psi^T Psi`` (k x k) and ``X = Psi^T G`` (k x d) in float64 (docs/design.md, section
+    "Exact growth value V_S,l").
 
     ``update(psi_rows, grad_rows)`` adds any number of rows; nothing but ``P``, ``X``, the row
     count and ``||G||_F^2`` is kept. Then ``growth_value()`` is ``V_S,l``,
@@ -147,7 +148,8 @@ class GramAccumulator:
         return int(self._kept()[0].numel())
 
     def growth_value(self) -> float:
-        """``V_S,l = sqrt(tr(X^T P^+ X))`` (DESIGN.md section 2; App. D.1 closed form)."""
+        """``V_S,l = sqrt(tr(X^T P^+ X))`` (App. D.1 closed form; docs/design.md, section "Exact growth value
+        V_S,l")."""
         evals, evecs = self._kept()
         if evals.numel() == 0:
             return 0.0

@@ -1,4 +1,4 @@
-"""Standard zero-output blocks and their tangent features, one rule per block family (DESIGN.md 1-2).
+"""Standard zero-output blocks and their tangent features, one rule per block family (docs/design.md).
 
 A standard zero-output block at candidate ``l`` is ``z -> z + h_l(z)`` with
 ``h_l(z) = V_l psi_l(z; U_l)``: ``U_l`` random but fixed by the protocol (seeded from the run
@@ -56,7 +56,8 @@ def protocol_seed(seed: int, index: int) -> int:
 
 
 class ZeroOutputBlock(nn.Module):
-    """``z -> z + V(psi(z))`` with ``V = 0`` at insertion: the standard zero-output block (DESIGN.md 1).
+    """``z -> z + V(psi(z))`` with ``V = 0`` at insertion: the standard zero-output block (docs/design.md, section
+    "Zero-output block and tangent space").
 
     ``terminal`` is the bias-free layer whose weight is the block's terminal weights ``V_l`` (zero
     at insertion); ``psi`` holds the fixed ``U_l``. ``family`` names the :class:`TangentFamily` that

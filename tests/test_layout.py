@@ -1,4 +1,4 @@
-"""The layout of DESIGN.md section 5, checked on the source: imports point down only.
+"""The layering of docs/design.md, section "Import layering", checked on the source: imports point down only.
 
 Read with ``ast`` (nothing is imported), so a violation anywhere in ``common/`` fails here
 with the module and the offending import named.

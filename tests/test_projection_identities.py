@@ -1,4 +1,5 @@
-"""The identities of DESIGN.md section 2, each its own test, in float64 on random models and inputs.
+"""The identities of docs/design.md, section "Exact growth value V_S,l", each its own test, in float64 on
+random models and inputs.
 
 Models: a tiny ResNet-8+N (conv3x3 family, rows = image-position pairs) and a smooth residual
 MLP (linear family, rows = examples). ``Psi`` and ``G`` always come from the real pipeline:

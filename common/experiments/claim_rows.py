@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # the records' type only: make_figures loads them and imports
 
 SMOKE_NOTE = "smoke scale: not evidence about the paper"
 # Presets whose verdicts are marked (the note after every verdict, the banner atop the report); the paper preset has none.
-MINI_NOTE = "mini scale"  # every verdict of --preset mini records carries it (README, make mini)
+MINI_NOTE = "mini scale"  # every verdict of --preset mini records carries it (docs/decisions.md)
 SCALE_NOTES = {"smoke": SMOKE_NOTE, "mini": MINI_NOTE}
 CLAIM, IDENTITY = "claim", "identity check"  # the two kinds of report rows: only claims are counted as reproduced
 READINGS = (("ag_max", "batch-mean AG_l"), ("ag_max_per_example", "per-example RMS"))
@@ -273,7 +273,7 @@ def matched_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         outcomes = [claims.lowers_loss_everywhere(means), claims.drop_not_increasing(per_seed),
                     claims.matches_paper_precision(per_seed, paper.MATCHED_INSERTION_REDUCTION)]  # fmt: skip
         exact = group.get("predicted_change_exact_targets")
-        if exact is not None and exact.notna().any():  # another reading of H.1's scale, beside ours (README; not judged)
+        if exact is not None and exact.notna().any():  # another reading of H.1's scale (docs/decisions.md; not judged)
             drops = group.assign(x=-exact).groupby("depth_label")["x"].mean()
             beside = ", ".join(f"ResNet-{int(d)}: {v:.1e}" for d, v in drops.items())
             outcomes[2] = claims.Outcome(outcomes[2].verdict, f"{outcomes[2].value}; beside it, the exact-target reading: {beside}")

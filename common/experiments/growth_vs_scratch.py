@@ -2,7 +2,7 @@
 
 Paper, "Function-preserving growth": CIFAR-10 ResNet-10, -11, -12 and -13 grown one globally
 zero-output block at a time, against the same final architectures trained from random
-initialisation (README, "Reproduction decisions" of script 03, for every choice below).
+initialisation (docs/decisions.md, section "Function-preserving growth", for every choice below).
 
 Protocol (one growth chain per seed):
 
@@ -73,7 +73,7 @@ PAPER_DEPTHS = tuple(d - depth_label(0) for d in GROWTH_DEPTHS)  # N = 2, 3, 4, 
 SCRATCH_BUDGETS = ("per-stage", "total")
 SMOKE_DEPTHS = (2, 4)  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs are the scratch rows)
 SMOKE_STAGE_EPOCHS = 2  # smoke: short stages; scratch keeps the sweep's 6 epochs, so 01's runs are reused
-MINI_STAGE_EPOCHS = 50  # mini: stages of half the sweep's epochs (README, mini sizes); scratch reuses 01's mini runs
+MINI_STAGE_EPOCHS = 50  # mini: stages of half the sweep's epochs; scratch reuses 01's mini runs (docs/decisions.md)
 INSERTION = "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
 ZERO_INIT = "zero-gamma: last BatchNorm weight and bias 0, both convolutions Kaiming-normal"
 CHECK_BATCH = 8  # training images in the run-time function-preservation check
@@ -141,7 +141,8 @@ def growth_plan(
     compile: str = "auto",
     synthetic: dict | None = None,
 ) -> GrowthPlan:
-    """Plan the growth chains and scratch runs (README, script 03: budgets and their defaults).
+    """Plan the growth chains and scratch runs (budgets and their defaults: docs/decisions.md, section
+    "Function-preserving growth").
 
     ``depths``: N of the table's rows (default: 2, 3, 4, 5, the paper's ResNet-10 .. -13; smoke: 2, 4).
     ``stage_epochs``: epochs of every growth stage (default: the sweep's epochs; smoke: 2; mini:

@@ -13,7 +13,7 @@ figures folder (its rows: :mod:`common.experiments.claim_rows`, their rules: :mo
   value, the records it came from (preset, dataset, seeds, number of runs), the verdict and the
   rule that gave it.
 
-Which records (README, Reproduction decisions, "Figures and the claims report"):
+Which records (docs/decisions.md, section "Figures and the claims report"):
 
 - **One preset.** ``--preset`` (default ``paper``) selects the runs whose config says that preset;
   a probe, matched-insertion or weight-scaling run of the sweep takes the preset of the sweep run
@@ -363,7 +363,7 @@ REPORT_COLUMNS = ("id", "claim", "paper", "reproduced", "records", "verdict", "r
 def mini_banner(rec: Records) -> str:
     """The banner of a ``--preset mini`` report: how many real training images, how many seeds, which copy of them.
 
-    ``--dataset npz`` is how ``make mini`` is given CIFAR-10 (README, Results); a copy such as the
+    ``--dataset npz`` is how ``make mini`` is given CIFAR-10 (README, section "Results"); a copy such as the
     committed records' JPEG-decoded one differs slightly from the official files, and the banner says so.
     """
     sweep = rec.sweep

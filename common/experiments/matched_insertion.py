@@ -1,7 +1,7 @@
 """Job module of ``06_matched_insertion.py``: the activation-gradient-matched insertion of App. H.1.
 
-Construction (our reading of H.1, README "Reproduction decisions"): freeze a trained sweep model;
-at one candidate ``l``, fixed before any gradient is seen, take the protocol's standard
+Construction (our reading of H.1, docs/decisions.md, section "Matched insertion"): freeze a trained
+sweep model; at one candidate ``l``, fixed before any gradient is seen, take the protocol's standard
 zero-output block ``h(z) = V psi(z)`` (``common.tangent``, ``U_l`` seeded as in the probe) and fit
 its terminal projection ``V`` alone, ``psi`` fixed, by least squares so that the block's output
 matches ``-alpha g_i`` for every training example ``i``, where ``g_i = d loss_i / d z_i`` is the
@@ -17,14 +17,14 @@ examples, ``G`` the per-example gradient rows); in the pooled mean-loss normalis
 probe (rows ``G / n``, ``V_S,l = ||Pi G|| / n``) that is ``-alpha n V_S,l^2``. Had the targets been
 the rows of the pooled gradient ``G / n`` instead, the change would be ``-alpha V_S,l^2``, ``n``
 times smaller: every row also reports that reading (``predicted_change_pooled_targets``).
-Two more readings of H.1's target and scale are computed beside ours (README, "Reproduction
-decisions"), as first-order predictions from the same statistics: ``predicted_change_exact_targets``
+Two more readings of H.1's target and scale are computed beside ours (docs/decisions.md, section
+"Matched insertion"), as first-order predictions from the same statistics: ``predicted_change_exact_targets``
 ``= -alpha ||G||^2 / n``, the change had the block's output equalled ``-alpha g_i`` exactly (no
 projection: what "matched" would give under realizability, the largest any block can give), and
 ``predicted_change_unit_targets`` ``= -alpha ||Pi G||^2 / (n rms)`` with ``rms = ||G|| / sqrt(n)``,
 the change had ``alpha`` been a step length in activation space (targets ``-alpha g_i / rms``).
 The paper's drops (about 7e-4 at ``alpha = 1e-3``) are of the exact-target reading's order, not
-ours (README, "Reproduction decisions": 9e-4 against 2e-7 on a CIFAR-10 subset).
+ours (docs/decisions.md, section "Matched insertion": 9e-4 against 2e-7 on a CIFAR-10 subset).
 
 Candidate (``--candidate``, default ``stage1-end``): the end of stage 1, the input of stage 2's first
 block, at every depth, so that the drops compared across depths are drops at one kind of tensor

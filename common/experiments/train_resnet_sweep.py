@@ -10,9 +10,9 @@ in its run directory. Scripts 02, 03, 06 and 07 read the finished runs back thro
 Presets: ``paper`` has the paper's depth grids (B.1: CIFAR N = 1..100, to which we add the
 backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR
 epoch count and no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value
-below are this reproduction's decisions (README, "Reproduction decisions"). ``smoke`` runs the
+below are this reproduction's decisions (docs/decisions.md). ``smoke`` runs the
 same code paths in minutes on a CPU. ``mini`` trains 8 depths, 2 seeds, on a class-balanced
-1,000-image subset of real CIFAR-10 until the deepest fits it (README, "Mini preset").
+1,000-image subset of real CIFAR-10 until the deepest fits it (docs/decisions.md, section "Mini preset").
 
 On accelerators (``common.train``): bf16 autocast where the device has native bf16, else
 float32; ``--compile auto`` compiles on CUDA, and every run starts from a fresh compiler state so
@@ -75,7 +75,7 @@ SMOKE = SweepPreset(
     depths=(0, 1, 2, 4), recipe=SGDRecipe(epochs=6, lr=0.05, warmup_epochs=1.0), batch_size=64, eval_batch_size=256
 )
 SMOKE_IMAGENET100 = replace(SMOKE, depths=(1, 5), recipe=replace(SMOKE.recipe, epochs=2), image_size=64)
-# mini (README, "Reproduction decisions", mini): real CIFAR-10 images at a reduced scale, trained until the
+# mini (docs/decisions.md, section "Mini preset"): real CIFAR-10 images at a reduced scale, trained until the
 # deepest depth fits its subset; the sizes come from the sizing study written down there.
 MINI = SweepPreset(
     depths=(0, 2, 3, 4, 5, 9, 12, 15), recipe=SGDRecipe(epochs=100, lr=0.05, warmup_epochs=1.0), batch_size=100,
@@ -345,7 +345,8 @@ def sweep_data_config(sweep_dir: str | Path, data_root: str | None = None) -> di
 
 def check_sweep_data(configs: Sequence[dict]) -> None:
     """Load each distinct data source of ``configs`` once: a missing file, folder or download is one line now,
-    before any run directory exists (README, "Runs and records": validate before creating)."""
+    before any run directory exists (validate before creating: docs/design.md, section "Runs, records and
+    launching")."""
     seen = set()
     for config in configs:
         key = json.dumps([config["dataset"], config.get("data"), config.get("runtime", {}).get("data_root")], sort_keys=True, default=str)

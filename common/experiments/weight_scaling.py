@@ -137,7 +137,7 @@ COHEN_STOPPING = EarlyStopping(below=1e-3, patience=5, min_improvement=0.01)  # 
 FC_PRESETS = {
     # Cohen et al.'s protocol: scaling_run.DEFAULT_PARAMS with scaling_experiments.train_final_net (d = 10,
     # 1,024 / 256 examples, Adam at a constant lr 1e-3, batch 50, at most 200 epochs, early stopping:
-    # README, reproduction decisions), 17 depths from 4 to 1,024 (ratio sqrt 2).
+    # docs/decisions.md), 17 depths from 4 to 1,024 (ratio sqrt 2).
     "paper": FCPreset(depths=geometric_depths(4, 1024, 17), recipe=AdamRecipe(epochs=200, lr=1e-3, decay="constant"),
                       batch_size=50),  # fmt: skip
     # Minutes on a CPU: 5 depths from 4 to 64, 256 examples, 20 epochs of 8 steps at lr 1e-2.
@@ -145,7 +145,7 @@ FC_PRESETS = {
         depths=geometric_depths(4, 64, 5), recipe=AdamRecipe(epochs=20, lr=1e-2), batch_size=32, num_train=256, num_test=128
     ),
     # mini: Cohen et al.'s data and protocol (constant Adam lr 1e-3, batch 50, early stopping) at 7 depths from 4 to 256
-    # (ratio 2), at most 100 epochs (README, mini sizes).
+    # (ratio 2), at most 100 epochs (docs/decisions.md, section "Mini preset").
     "mini": FCPreset(depths=geometric_depths(4, 256, 7), recipe=AdamRecipe(epochs=100, lr=1e-3, decay="constant"), batch_size=50),
 }
 

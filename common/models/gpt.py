@@ -8,11 +8,12 @@ final LayerNorm and an LM head tied to the token embedding. GPT-2 initialisation
 nanoGPT does): the padded rows are never an input or a target, their logits take part in the
 softmax and are pushed down by training.
 
-Candidates (DESIGN.md 1): the residual stream entering every block plus the stream leaving the
-last block, i.e. the input of the final LayerNorm: ``L + 1`` states of width ``d``, one row per
-token. The LM head is an endpoint, never a candidate. Each candidate declares the ``linear``
-tangent family (``common/tangent.py``: ``psi = gelu(U(layer_norm(z)))``, ``V`` zero), the
-protocol's standard block for the probe's exact projection.
+Candidates (docs/design.md, section "Insertion candidates"): the residual stream entering every
+block plus the stream leaving the last block, i.e. the input of the final LayerNorm: ``L + 1``
+states of width ``d``, one row per token. The LM head is an endpoint, never a candidate. Each
+candidate declares the ``linear`` tangent family (``common/tangent.py``:
+``psi = gelu(U(layer_norm(z)))``, ``V`` zero), the protocol's standard block for the probe's exact
+projection.
 
 A *full* decoder block inserted with both output projections at zero (:func:`zero_decoder_block`,
 :func:`insert_decoder_block`) also preserves the logits exactly; at that origin its first-order

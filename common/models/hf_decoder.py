@@ -10,10 +10,11 @@ holds ``Norm``. That is ``gpt_neox.layers`` / ``final_layer_norm`` (GPT-NeoX, Py
 
 :class:`HFDecoder` wraps the model in the interface the probe and the training loop already use
 (``forward(ids) -> logits``, ``blocks``, ``candidates()``, ``candidate_width``). Candidates
-(DESIGN.md 1): the residual stream entering each layer (the input of ``layers[i]``) plus the stream
-leaving the last layer before the final norm (the input of the norm): ``n_layer + 1`` states of
-width ``d_model``, one row per token, each with the ``linear`` tangent family, exactly as
-``common/models/gpt.py`` declares them. The probe reads them with its own forward pre-hooks.
+(docs/design.md, section "Insertion candidates"): the residual stream entering each layer (the input
+of ``layers[i]``) plus the stream leaving the last layer before the final norm (the input of the
+norm): ``n_layer + 1`` states of width ``d_model``, one row per token, each with the ``linear``
+tangent family, exactly as ``common/models/gpt.py`` declares them. The probe reads them with its own
+forward pre-hooks.
 
 :class:`BlockInfluence` records ShortGPT's Block Influence (Men et al. 2024) in the same forward
 pass: ``BI_i = 1 - mean over tokens of cos(x_i, x_{i+1})``, ``x_i`` the residual stream entering

@@ -34,7 +34,10 @@ TANGENT_FAMILY = "conv3x3"  # the protocol's zero-output block at every candidat
 
 
 def depth_label(extra_blocks: int) -> int:
-    """The "d" of "ResNet-d" for a backbone with ``N`` extra blocks: ``d = 8 + N`` (DESIGN.md 3)."""
+    """The "d" of "ResNet-d" for a backbone with ``N`` extra blocks: ``d = 8 + N``.
+
+    docs/design.md, section "Depth labels".
+    """
     return BACKBONE_DEPTH + extra_blocks
 
 
@@ -138,7 +141,7 @@ class ResNet(nn.Module):
         return self.head(z)  # (B, classes)
 
     def candidates(self) -> list[Candidate]:
-        """The ``4 + N`` insertion candidates in fixed order (DESIGN.md section 1).
+        """The ``4 + N`` insertion candidates in fixed order (docs/design.md, section "Insertion candidates").
 
         Candidate ``l < len(blocks)`` is the input of block ``l`` (candidate 0 is the stem's
         output); the last candidate is the tensor entering the pooling head. Each is a feature
@@ -150,7 +153,7 @@ class ResNet(nn.Module):
 
 
 def init_weights(module: nn.Module, generator: torch.Generator | None = None) -> None:
-    """The sweep's initialisation of every submodule (README, reproduction decisions): Kaiming-normal
+    """The sweep's initialisation of every submodule (docs/decisions.md): Kaiming-normal
     convolutions (fan-out) and linear layers (fan-in), ReLU gain, zero biases, BatchNorm weight 1 and
     bias 0. ``generator``: draw from it instead of the global RNG."""
     for m in module.modules():
@@ -184,7 +187,7 @@ def zero_output_basic_block(width: int, generator: torch.Generator | None = None
     ``z -> relu(z) = z`` on the non-negative (post-ReLU) states of the network. The BatchNorm it
     multiplies sees the random convolution's output, with variance of order 1, so its
     normalisation is well conditioned and the first gradients (on gamma and beta) carry no
-    ``1 / sqrt(eps)`` factor (README, reproduction decisions of script 03).
+    ``1 / sqrt(eps)`` factor (docs/decisions.md, section "Function-preserving growth").
     """
     block = BasicBlock(width, width, stride=1)
     init_weights(block, generator)
