@@ -238,7 +238,7 @@ def test_portable_runtime_relativises_paths_in_the_repository_and_strips_the_oth
 def test_make_mini_hands_images_and_text_to_the_right_scripts():
     dry = subprocess.run(["make", "-n", "mini", "IMAGES=--dataset npz --data-root X.npz", "TEXT=--text-file Y.txt"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
-    for script in ("01_resnet_sweep.py", "02_probe_ag.py", "03_growth_vs_scratch.py", "06_matched_insertion.py"):
+    for script in ("01_train_resnet_sweep.py", "02_probe_ag.py", "03_growth_vs_scratch.py", "06_matched_insertion.py"):
         assert f"step {script} --dataset npz --data-root X.npz;" in dry, script
     for script in ("04_pythia_cpt.py", "05_gpt2_ascend.py"):
         assert f"step {script} --text-file Y.txt;" in dry, script
