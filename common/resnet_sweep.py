@@ -12,8 +12,8 @@ Each run trains ResNet-(8+N) (``common/models/resnet.py``) on one dataset with o
 leaves ``config.json``, ``metrics.jsonl``, ``model.pt`` (final weights) and ``result.json``
 in its run directory.
 
-Presets: ``paper`` has the paper's depth grids (B.1: CIFAR N = 1..100, to which we add the
-backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR
+Presets: ``paper`` has the paper's depth grids (``common/paper.py``; B.1: CIFAR N = 1..100, to which we add
+the backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR
 epoch count and no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value
 below are this reproduction's decisions (README, "Reproduction decisions"). ``smoke`` runs the
 same code paths in minutes on a CPU. ``mini`` trains 8 depths, 2 seeds, on a class-balanced
@@ -39,6 +39,7 @@ from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision, 
 from common.device import resolve_device, seed_everything
 from common.errors import UserError
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
+from common.paper import CIFAR_EXTRA_BLOCKS, IMAGENET100_EPOCHS, IMAGENET100_EXTRA_BLOCKS
 from common.runs import RunSpec
 from common.train import WEIGHTS, SGDRecipe, TrainSettings, finish_run, load_weights, train
 
@@ -69,11 +70,12 @@ class SweepPreset:
         return {**self.recipe.to_config(), "batch_size": self.batch_size, "crop_pad": self.crop_pad, "flip": self.flip}
 
 
-CIFAR_PAPER = SweepPreset(
-    depths=tuple(range(0, 101)), recipe=SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0), batch_size=128
+CIFAR_PAPER = SweepPreset(  # the paper's N = 1..100 and the backbone, N = 0
+    depths=(0, *CIFAR_EXTRA_BLOCKS), recipe=SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0), batch_size=128
 )
 IMAGENET100_PAPER = SweepPreset(
-    depths=tuple(range(1, 50, 4)), recipe=SGDRecipe(epochs=300, lr=0.2, warmup_epochs=5.0), batch_size=256, image_size=64
+    depths=IMAGENET100_EXTRA_BLOCKS, recipe=SGDRecipe(epochs=IMAGENET100_EPOCHS, lr=0.2, warmup_epochs=5.0), batch_size=256,
+    image_size=64,
 )
 SMOKE = SweepPreset(
     depths=(0, 1, 2, 4), recipe=SGDRecipe(epochs=6, lr=0.05, warmup_epochs=1.0), batch_size=64, eval_batch_size=256
