@@ -60,10 +60,10 @@ from common.experiments.probe_ag import (
     summary_stem,
     summary_table,
 )
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, check_sweep_inputs, require_sweep_runs
 from common.launch import launch_from_args
 from common.paper import LOW_SIGNAL_AG
 from common.probe import BN_MODES
+from common.resnet_sweep import DEFAULT_DATASET, check_sweep_inputs, require_sweep_runs
 from common.runs import make_specs
 
 PLANNER_FLAGS = ("split", "batch_size", "bn_mode", "seed", "saturation_delta", "saturation_t", "saturation_alpha",

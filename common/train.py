@@ -109,7 +109,7 @@ class _Recipe:
 
 @dataclass(frozen=True)
 class SGDRecipe(_Recipe):
-    """Optimiser and schedule of a run, declared once (the sweep's values: ``common/experiments/train_resnet_sweep.py``).
+    """Optimiser and schedule of a run, declared once (the sweep's values: ``common/resnet_sweep.py``).
 
     SGD with momentum and weight decay on every parameter, a linear warm-up over ``warmup_epochs``
     and a per-step cosine decay to 0 at ``epochs``; cross-entropy with ``label_smoothing``. A run's

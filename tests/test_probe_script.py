@@ -1,4 +1,4 @@
-"""02_probe_ag.py end to end on a tiny synthetic sweep trained through common.experiments.train_resnet_sweep."""
+"""02_probe_ag.py end to end on a tiny synthetic sweep trained through common.resnet_sweep."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from common import runs
-from common.experiments.train_resnet_sweep import load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
 from common.growth import insert_zero_block
 from common.launch import launch
+from common.resnet_sweep import load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
 from common.runs import make_specs
 from tests.helpers import explicit_states_grads
 

@@ -8,7 +8,7 @@ Protocol (one growth chain per seed):
 
 - The chain starts from the sweep's trained ResNet-8 (N = 0): the finished run of
   ``01_train_resnet_sweep.py`` with the sweep's own config, or, when it is missing, trained
-  here with the sweep's own job :func:`~common.experiments.train_resnet_sweep.train_resnet_run`.
+  here with the sweep's own job :func:`~common.resnet_sweep.train_resnet_run`.
 - Stage ``N`` (N = 1, 2, ...) loads the trained model of stage ``N - 1``, inserts extra block
   ``N - 1`` where the sweep's ResNet-(8+N) has it (stage ``(N - 1) mod 3``, at its end;
   :func:`common.models.resnet.grow`) at a zero output (zero-gamma on its last BatchNorm), checks
@@ -21,7 +21,7 @@ Protocol (one growth chain per seed):
   stages. The chain is one job (:func:`growth_vs_scratch_run` on the chain's last stage): it
   runs every unfinished stage in order, each resuming from its own checkpoint, so a requeued or
   rerun job continues from the last finished stage and never redoes one.
-- Scratch is the sweep's own job and configs (:func:`~common.experiments.train_resnet_sweep.sweep_configs`)
+- Scratch is the sweep's own job and configs (:func:`~common.resnet_sweep.sweep_configs`)
   for ResNet-(8+N) with the scratch budget. At the sweep's epochs the config *is* the sweep's
   run, so a finished sweep run is reused; any other budget is a run of this experiment
   (``<dataset>-scratch-resnet<d>-n<N>-seed<s>-e<epochs>``), so that script 02 never probes it.
@@ -46,13 +46,6 @@ import torch
 from common import runs, tables
 from common.data.vision import TensorLoader, VisionData
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import (
-    build_resnet,
-    fit_resnet,
-    load_trained_resnet,
-    sweep_configs,
-    train_resnet_run,
-)
 from common.growth import check_function_preserved
 from common.models.resnet import ResNet, depth_label, extra_block_position, grow
 from common.paper import (
@@ -63,6 +56,13 @@ from common.paper import (
     GROWTH_MEAN_TRAIN_LOSS,
     GROWTH_TEST_ABS_REDUCTION_RANGE,
     GROWTH_TEST_RELATIVE_REDUCTION,
+)
+from common.resnet_sweep import (
+    build_resnet,
+    fit_resnet,
+    load_trained_resnet,
+    sweep_configs,
+    train_resnet_run,
 )
 from common.runs import RunSpec
 
@@ -146,7 +146,7 @@ def growth_plan(
 
     ``depths``: N of the table's rows (default: 2, 3, 4, 5, the paper's ResNet-10 .. -13; smoke: 2, 4).
     ``stage_epochs``: epochs of every growth stage (default: the sweep's epochs; smoke: 2; mini:
-    :data:`MINI_STAGE_EPOCHS`). ``train_subset``: as in :func:`~common.experiments.train_resnet_sweep.sweep_configs`
+    :data:`MINI_STAGE_EPOCHS`). ``train_subset``: as in :func:`~common.resnet_sweep.sweep_configs`
     (the parent, every stage and scratch train on the same images).
     Scratch epochs: ``scratch_epochs`` if given; else ``scratch_budget`` ``per-stage`` (one stage's
     epochs) or ``total`` (the parent ResNet-8's epochs plus every stage's epochs up to depth N);

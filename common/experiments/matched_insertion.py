@@ -52,8 +52,6 @@ from common import runs, tables
 from common.data.vision import TensorLoader, warn_unused_data_root
 from common.device import resolve_device
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs, load_sweep_run, train_command
 from common.growth import insert_zero_block
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
 from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
@@ -65,6 +63,8 @@ from common.probe import (
     per_example_tangent_regression,
     probe_mode,
 )
+from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.resnet_sweep import DEFAULT_DATASET, finished_sweep_runs, load_sweep_run, train_command
 from common.tangent import make_zero_block
 
 log = logging.getLogger(__name__)

@@ -32,10 +32,10 @@ from common import runs
 from common.data.vision import TensorLoader, warn_unused_data_root
 from common.device import resolve_device
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.experiments.train_resnet_sweep import load_sweep_run
 from common.probe import BN_MODES, probe_activation_gradients
 from common.projection import NO_VERDICT, SATURATION_STATISTIC, gamma_interval, saturation_interval, saturation_verdict
+from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.resnet_sweep import load_sweep_run
 
 log = logging.getLogger(__name__)
 

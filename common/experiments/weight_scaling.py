@@ -67,10 +67,10 @@ from common import runs, scaling, tables
 from common.data.neural_ode import BatchLoader, make_neural_ode_data
 from common.device import cpu_threads, resolve_device, seed_everything
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.experiments.train_resnet_sweep import load_trained_resnet
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
+from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.resnet_sweep import load_trained_resnet
 from common.train import AdamRecipe, EarlyStopping, TrainSettings, evaluate, finish_run, train
 
 log = logging.getLogger(__name__)

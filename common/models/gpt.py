@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.models.candidates import Candidate
+from common.paper import GPT2_BASELINE_LAYERS, GPT2_HEADS, GPT2_WIDTH
 
 TANGENT_FAMILY = "linear"  # the protocol's zero-output block at every candidate (common/tangent.py)
 VOCAB_MULTIPLE = 64  # the embedding and LM head have a multiple of 64 rows (GPU-friendly matmuls)
@@ -46,9 +47,9 @@ def padded_vocab_size(vocab_size: int, multiple: int = VOCAB_MULTIPLE) -> int:
 class GPTConfig:
     """Every architectural hyper-parameter, with GPT-2 Small's values (B.4: 768 / 3072 / 12 heads)."""
 
-    n_layer: int = 12  # L: the sweep's depth variable
-    n_embd: int = 768  # d
-    n_head: int = 12
+    n_layer: int = GPT2_BASELINE_LAYERS  # L: the sweep's depth variable
+    n_embd: int = GPT2_WIDTH  # d
+    n_head: int = GPT2_HEADS
     n_inner: int | None = None  # feed-forward width; None: 4 d = 3072
     block_size: int = 1024  # context length T
     vocab_size: int = 50257  # GPT-2's BPE (tiktoken "gpt2"); padded in the model

@@ -28,9 +28,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.models.candidates import Candidate
+from common.paper import CIFAR_STAGE_WIDTHS, IMAGENET100_BASE_CHANNELS
 
 BACKBONE_DEPTH = 8  # ResNet-8: stem conv + 3 blocks x 2 convs + head
 TANGENT_FAMILY = "conv3x3"  # the protocol's zero-output block at every candidate (common/tangent.py)
+# B.3 gives only ImageNet-100's base width; doubling it per stage, as CIFAR's 16/32/64 do, is our reading.
+IMAGENET100_STAGE_WIDTHS = (IMAGENET100_BASE_CHANNELS, 2 * IMAGENET100_BASE_CHANNELS, 4 * IMAGENET100_BASE_CHANNELS)
 
 
 def depth_label(extra_blocks: int) -> int:
@@ -53,13 +56,13 @@ class ResNetConfig:
     """Every architectural hyper-parameter of the sweep's ResNets, with CIFAR defaults."""
 
     extra_blocks: int = 0  # N: the sweep's depth variable
-    widths: tuple[int, int, int] = (16, 32, 64)  # ImageNet-100: (32, 64, 128)
+    widths: tuple[int, int, int] = CIFAR_STAGE_WIDTHS  # ImageNet-100: IMAGENET100_STAGE_WIDTHS
     num_classes: int = 10
     in_channels: int = 3
 
     @classmethod
     def for_dataset(cls, dataset: str, extra_blocks: int, num_classes: int) -> ResNetConfig:
-        widths = (32, 64, 128) if dataset == "imagenet100" else (16, 32, 64)
+        widths = IMAGENET100_STAGE_WIDTHS if dataset == "imagenet100" else CIFAR_STAGE_WIDTHS
         return cls(extra_blocks=extra_blocks, widths=widths, num_classes=num_classes)
 
 
