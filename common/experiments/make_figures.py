@@ -54,14 +54,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from common import claims, paper, plots, runs, tables
+from common import claims, paper, plots, resnet_sweep, runs, tables
 from common.experiments import (
     gpt2_ascend,
     growth_vs_scratch,
     matched_insertion,
     probe_ag,
     pythia_cpt,
-    train_resnet_sweep,
     weight_scaling,
 )
 from common.experiments.claim_rows import CLAIM, IDENTITY, MINI_NOTE, SMOKE_NOTE, claim_rows, commands
@@ -73,7 +72,7 @@ log = logging.getLogger(__name__)
 FIGURES = "figures"  # default folder, under --out
 TABLES = "tables"
 CLAIMS = "claims.md"
-SWEEP, PROBE, PYTHIA = train_resnet_sweep.EXPERIMENT, probe_ag.EXPERIMENT, pythia_cpt.EXPERIMENT  # scripts 01, 02, 04
+SWEEP, PROBE, PYTHIA = resnet_sweep.EXPERIMENT, probe_ag.EXPERIMENT, pythia_cpt.EXPERIMENT  # scripts 01, 02, 04
 SCALE_BANNERS = {  # the banner atop a report of a marked preset (claim_rows.SCALE_NOTES); mini's is mini_banner
     "smoke": "> **Smoke scale.** Every record below comes from `--preset smoke` (tiny offline data, minutes on a CPU). "
              f"The verdicts test the code path, not the paper: {SMOKE_NOTE}.",
