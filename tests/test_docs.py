@@ -151,9 +151,9 @@ def assignment(text: str) -> tuple[str, str] | None:
     return None
 
 
-def commands_in(path: Path) -> list[Command]:
-    """Every numbered-script command of one markdown file, in order (code blocks and inline spans)."""
-    code, prose = split_markdown(path.read_text())
+def commands_in(text: str, name: str) -> list[Command]:
+    """Every numbered-script command of the markdown file ``name``, in order (code blocks and inline spans)."""
+    code, prose = split_markdown(text)
     candidates = join_continuations(code)
     candidates += [(n, m.group(2)) for n, line in prose for m in INLINE_CODE.finditer(line)]
     found, variables = [], {}
@@ -166,12 +166,12 @@ def commands_in(path: Path) -> list[Command]:
             continue
         expanded = substitute(text, variables)
         script, argv = parse_command(expanded)
-        found.append(Command(path.relative_to(ROOT).as_posix(), number, expanded.strip(), script, tuple(argv)))
+        found.append(Command(name, number, expanded.strip(), script, tuple(argv)))
     return found
 
 
 def all_commands() -> list[Command]:
-    return [command for path in DOCS for command in commands_in(path)]
+    return [command for path in DOCS for command in commands_in(path.read_text(), path.relative_to(ROOT).as_posix())]
 
 
 def prose_text(path: Path) -> str:
@@ -309,21 +309,21 @@ def test_the_checks_refuse_a_wrong_flag_an_unset_variable_and_a_missing_file():
     assert path_problem(command, "slurm/example.toml", "", "") is None
 
 
-def test_the_extractor_joins_continuations_drops_prompts_and_reads_indented_and_inline_commands(tmp_path):
-    doc = tmp_path / "page.md"
-    doc.write_text(
+def test_the_extractor_joins_continuations_drops_prompts_and_reads_indented_and_inline_commands():
+    text = (
         "Run `python 08_make_figures.py --preset smoke` first.\n\n"
         "    S='--launcher slurm'\n"
         "    $ HF_HUB_OFFLINE=1 python 01_train_resnet_sweep.py --preset smoke \\\n"
         "        --depths 0,1 $S   # a comment\n"
         "    torchrun --nproc-per-node 8 05_gpt2_ascend.py --device cuda\n"
         "    python -m pytest\n"
+        "    export PYTHONPATH=<repo>\n"
     )
-    code, _ = split_markdown(doc.read_text())
-    joined = [text for _, text in join_continuations(code)]
-    assert any("--depths 0,1 $S" in text for text in joined)
-    found = [(parse_command(substitute(t, {"S": "--launcher slurm"})) or (None, None)) for t in joined]
-    assert ("01_train_resnet_sweep.py", ["--preset", "smoke", "--depths", "0,1", "--launcher", "slurm"]) in found
-    assert ("05_gpt2_ascend.py", ["--device", "cuda"]) in found
-    assert parse_command("python -m pytest") is None
-    assert parse_command("python 08_make_figures.py --preset smoke") == ("08_make_figures.py", ["--preset", "smoke"])
+    found = [(c.line, c.script, list(c.argv)) for c in commands_in(text, "page.md")]
+    assert found == [
+        (1, "08_make_figures.py", ["--preset", "smoke"]),
+        (4, "01_train_resnet_sweep.py", ["--preset", "smoke", "--depths", "0,1", "--launcher", "slurm"]),
+        (6, "05_gpt2_ascend.py", ["--device", "cuda"]),
+    ]
+    with pytest.raises(ValueError, match=r"\$S"):
+        commands_in(text.replace("    S='--launcher slurm'\n", ""), "page.md")
