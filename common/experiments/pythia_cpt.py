@@ -72,7 +72,9 @@ from common.models.hf_decoder import (
     load_causal_lm,
     resolve_snapshot,
 )
-from common.probe import full_precision, probe_activation_gradients
+from common.paper import PYTHIA_REVISION
+from common.precision import full_precision
+from common.probe import probe_activation_gradients
 from common.runs import RunSpec
 from common.train import (
     AdamWRecipe,
@@ -89,7 +91,6 @@ log = logging.getLogger(__name__)
 
 EXPERIMENT = "pythia_cpt"
 DEFAULT_DATA_ROOT = "data/tokens"
-PYTHIA_REVISION = "step143000"  # the last checkpoint of every Pythia run (B.5)
 DEFAULT_LR = 1e-4  # a model outside the Pythia table, without --lr
 BASE_DIR = "base_model"  # smoke: where a run saves its tiny model with save_pretrained
 
@@ -600,7 +601,6 @@ __all__ = [
     "PAPER",
     "PRESETS",
     "PYTHIA_MODELS",
-    "PYTHIA_REVISION",
     "CPTPreset",
     "ModelEntry",
     "cpt_configs",
