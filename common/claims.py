@@ -65,7 +65,11 @@ VERDICTS = (HOLDS, FAILS, UNDECIDABLE, NOT_RUN)
 SIGNIFICANCE = 0.05  # two-sided level of every test: each one-sided bound at 2.5% (a 95% interval), the convention
 TAIL = SIGNIFICANCE / 2  # one side of it
 EXPONENT_TOLERANCE = 0.1  # "exponent within ±0.1 of the paper" (issue 16)
-PROJECTION_SLACK = 1e-9  # relative float64 slack of V_S,l <= AG_l
+# Relative slack of V_S,l <= AG_l. The probe takes AG_l from per-example gradient norms computed in the gradient's dtype
+# (float32 for a float32 model: cascade sums, relative error up to ~log2(elements) * 2^-24, about 1e-6), V_S,l from the
+# same gradients in float64; where the candidate is realizable (V_S,l = AG_l exactly, e.g. the head's input) rounding
+# alone puts V_S,l a few 1e-8 above AG_l. A projection that adds norm (a bug) shows at the percent level.
+PROJECTION_SLACK = 1e-5
 EXACT_MAX_N = 8  # up to 8 points (8! = 40,320 pairings) Spearman's p-value is exact, by permutation
 LINE_FACTOR = 1.5  # the paper's "approximately 5e-3": a depth is above the line only past 1.5x it (issue 21's example)
 PLATEAU_MARGIN = 0.02  # "little or no improvement": a gain under 2% of the test loss, a sixth of the 11.8% the paper calls a gain
@@ -646,7 +650,7 @@ def app_g_text(r: Mapping) -> str:
 
 # ----------------------------------------------------------------------------- identity checks (not claims)
 @rule(f"identity (a theorem): every candidate of every exact run has V_S,l <= AG_l (relative slack {PROJECTION_SLACK:g} "
-      "for float64 rounding)")
+      "for the float32 rounding of AG_l)")
 def projection_never_exceeds(growth_value: Sequence[float], ag_norm: Sequence[float]) -> Outcome:
     v, ag = np.asarray(growth_value, float), np.asarray(ag_norm, float)
     if len(v) == 0:

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from scipy import stats
 
 from common import claims
@@ -216,6 +217,17 @@ def test_every_rule_carries_its_text_and_identity_checks_are_not_rules():
     assert not set(claims.RULES) & set(claims.IDENTITY_CHECKS)
     assert set(claims.LOW_POWER_AT_PAPER_DESIGN) <= {fn.__name__ for fn in claims.RULES}
     assert "Cannot reach" in claims.power_note(claims.growth_wins_everywhere) and claims.power_note(claims.falls_with_depth) == ""
+
+
+def test_projection_check_holds_where_v_equals_ag_up_to_the_float32_rounding_of_ag():
+    # A realizable candidate: V_S,l = ||G||_F exactly, computed in float64 from the float32 gradient; AG_l as the probe
+    # takes it, from per-example norms in float32 (common.probe). Rounding alone puts V_S,l above AG_l on some batches.
+    batches = torch.randn(100, 32, 1024, generator=torch.Generator().manual_seed(0))
+    ag = [float(torch.linalg.vector_norm(g, dim=1).double().square().sum().sqrt()) for g in batches]
+    v = [float(torch.linalg.vector_norm(g.double())) for g in batches]
+    assert max(a / b for a, b in zip(v, ag, strict=True)) - 1 > 1e-9  # a float64-only slack would report the theorem broken
+    assert claims.projection_never_exceeds(v, ag).verdict == HOLDS
+    assert claims.projection_never_exceeds([1.001 * a for a in ag], ag).verdict == FAILS  # a projection adding norm is caught
 
 
 # ----------------------------------------------------------------------------- the report builder feeds the rules
