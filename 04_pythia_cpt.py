@@ -40,7 +40,7 @@ from common.cli import (
     positive_int,
     unit_interval,
 )
-from common.data.text import SOURCES
+from common.data.text_sources import SOURCES
 from common.device import resolve_device
 from common.distributed import env_info
 from common.experiments.pythia_cpt import (

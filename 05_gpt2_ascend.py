@@ -36,7 +36,8 @@ from common.cli import (
     positive_int,
     unit_interval,
 )
-from common.data.text import SOURCES, TOKENIZERS
+from common.data.text_sources import SOURCES
+from common.data.tokenizers import TOKENIZERS
 from common.device import resolve_device
 from common.distributed import env_info
 from common.experiments.gpt2_ascend import (

@@ -1,7 +1,7 @@
 """Job module of ``05_gpt2_ascend.py``: the GPT-2 decoder depth sweep of paper B.4, then AG across depth.
 
 One run per (depth ``L``, seed): train a GPT-2 (``common/models/gpt.py``) with ``L`` decoder
-blocks on token shards (``common/data/text.py``) through :func:`common.train.train` (AdamW,
+blocks on token shards (``common/data/token_shards.py``) through :func:`common.train.train` (AdamW,
 warm-up + cosine by steps, gradient clipping, gradient accumulation to a token batch, bf16
 autocast and ``torch.compile`` on accelerators, DDP when several processes run it), then probe
 the trained model with :func:`common.probe.probe_activation_gradients` on ``B`` held-out batches
@@ -33,22 +33,17 @@ from pathlib import Path
 import torch
 
 from common import runs
-from common.data.text import (
+from common.data.text_sources import (
     FINEWEB_SUBSET,
-    META,
     TINY_SHAKESPEARE,
     RemoteText,
     TextDataSpec,
-    TokenBatches,
-    TokenData,
-    TokenLoader,
-    TokenWindows,
     prepare_tokens,
     preset_text_path,
-    sample_windows,
     text_data_spec,
-    tokenizer_vocab_size,
 )
+from common.data.token_shards import META, TokenBatches, TokenData, TokenLoader, TokenWindows, sample_windows
+from common.data.tokenizers import tokenizer_vocab_size
 from common.device import device_name, empty_cache, resolve_device, seed_everything
 from common.distributed import DistInfo, init_distributed, process_device, wait_for_all
 from common.errors import UserError, one_of

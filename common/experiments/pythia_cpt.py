@@ -3,7 +3,7 @@
 One run per (model, seed): load a causal LM with its own tokenizer (:func:`common.models.hf_decoder.load_causal_lm`:
 a Hub id at a revision, or a local directory; the run records the id, revision, resolved commit
 and the sha256 of every weight file), measure its validation loss, continue pretraining it on
-token shards made with that tokenizer (:mod:`common.data.text`, the shard format of script 05)
+token shards made with that tokenizer (:mod:`common.data.token_shards`, the shard format of script 05)
 through :func:`common.train.train` (AdamW, warm-up + cosine by steps, gradient clipping,
 accumulation, bf16 autocast on accelerators, gradient checkpointing, DDP when several processes
 run it), then freeze it and probe it with :func:`common.probe.probe_activation_gradients` through
@@ -41,24 +41,17 @@ import torch
 from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
 
 from common import runs
-from common.data.text import (
+from common.data.text_sources import (
     FINEWEB_SUBSET,
-    META,
     TINY_SHAKESPEARE,
-    ByteTokenizer,
-    HFTokenizer,
     RemoteText,
     TextDataSpec,
-    TokenBatches,
-    TokenData,
-    TokenLoader,
-    TokenWindows,
     prepare_tokens,
     preset_text_path,
-    read_meta,
-    sample_windows,
     text_data_spec,
 )
+from common.data.token_shards import META, TokenBatches, TokenData, TokenLoader, TokenWindows, read_meta, sample_windows
+from common.data.tokenizers import ByteTokenizer, HFTokenizer
 from common.device import cpu_threads, device_name, empty_cache, resolve_device, seed_everything
 from common.distributed import DistInfo, broadcast_from_main, env_info, init_distributed, process_device, wait_for_all
 from common.errors import UserError, one_of
