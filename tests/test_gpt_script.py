@@ -112,6 +112,22 @@ def test_paper_preset_plans_the_sweep_without_touching_data(tmp_path, capsys):
     assert not (tmp_path / "never").exists() and not (tmp_path / "no-data").exists()
 
 
+# Run directories the presets planned before scripts 04 and 05 shared common/experiments/decoder_runs.py: a refactor
+# must not move them (finished runs would train again).
+PINNED_RUN_DIRS = {
+    "smoke": ["python-docs-byte-L1-d64-seed0-87d733a9", "python-docs-byte-L2-d64-seed0-a3db6a63", "python-docs-byte-L4-d64-seed0-d7adeedc"],
+    "paper": ["fineweb-edu-gpt2-L1-d768-seed0-4f42a630", "fineweb-edu-gpt2-L2-d768-seed0-648b1b15", "fineweb-edu-gpt2-L3-d768-seed0-f8c714cc",
+              "fineweb-edu-gpt2-L4-d768-seed0-e4ff7ce1", "fineweb-edu-gpt2-L6-d768-seed0-2c6e6774", "fineweb-edu-gpt2-L8-d768-seed0-a720cc86",
+              "fineweb-edu-gpt2-L10-d768-seed0-f9724664", "fineweb-edu-gpt2-L12-d768-seed0-e5c4a80f", "fineweb-edu-gpt2-L14-d768-seed0-4f6dca0a",
+              "fineweb-edu-gpt2-L16-d768-seed0-5d48ac32", "fineweb-edu-gpt2-L20-d768-seed0-2a73f498", "fineweb-edu-gpt2-L24-d768-seed0-49ae50bc"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", sorted(PINNED_RUN_DIRS))
+def test_the_run_identities_of_the_presets_are_pinned(preset):
+    assert [runs.run_dir("runs", c).name for c in gpt_configs(preset=preset)] == PINNED_RUN_DIRS[preset]
+
+
 def test_npu_without_torch_npu_is_one_line_and_exit_2(corpus, tmp_path, capsys):
     try:
         devices.import_torch_npu()

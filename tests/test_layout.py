@@ -13,7 +13,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCIENCE = {"common.probe", "common.projection", "common.tangent", "common.growth", "common.scaling"}
-LAUNCHING = {"common.launch", "common.slurm", "common.cli"}  # cli loads SLURM profiles
+LAUNCHING = {"common.launch", "common.slurm", "common.cli", "common.decoder_flags"}  # cli loads SLURM profiles
+DECODER_JOBS = {"common.experiments.gpt2_ascend", "common.experiments.pythia_cpt"}  # scripts 05 and 04
+DECODER_SHARED = "common.experiments.decoder_runs"  # what both decoder experiments share
 # The one import allowed inside a function: torch_npu exists only on Ascend machines.
 FUNCTION_IMPORTS_ALLOWED = {("common.device", "torch_npu")}
 
@@ -98,6 +100,16 @@ def test_job_modules_never_reach_the_launcher_or_submitit():
         assert not reached & LAUNCHING, f"{name} reaches {sorted(reached & LAUNCHING)}"
         third_party = {m.split(".")[0] for r in reached for m, _ in imports_of(MODULES[r])}
         assert "submitit" not in third_party, f"{name} pulls in submitit through {sorted(reached)}"
+
+
+def test_the_decoder_experiments_share_one_module_below_both_and_import_neither_other():
+    assert DECODER_SHARED in MODULES and set(MODULES) >= DECODER_JOBS
+    for name in sorted(DECODER_JOBS):
+        imported = repo_imports(name)
+        assert DECODER_SHARED in imported, f"{name} does not use {DECODER_SHARED}"
+        assert not imported & DECODER_JOBS, f"{name} imports the other decoder experiment {sorted(imported & DECODER_JOBS)}"
+    above = {m for m in repo_imports(DECODER_SHARED) if is_experiment(m)}
+    assert not above, f"{DECODER_SHARED} imports the job modules {sorted(above)}"
 
 
 def test_no_import_hides_inside_a_function():
