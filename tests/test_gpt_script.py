@@ -19,6 +19,7 @@ import torch.multiprocessing as mp
 
 from common import device as devices
 from common import runs
+from common.experiments import decoder_runs
 from common.experiments.gpt2_ascend import PAPER_DEPTHS, gpt_configs, peak_flops, prepare_data, train_gpt_run
 from common.launch import launch
 from common.models.gpt import GPT, GPTConfig
@@ -79,6 +80,9 @@ def test_sweep_trains_probes_reports_and_skips_finished_runs(corpus, tmp_path, c
         assert (candidates["growth_value"] <= candidates["ag_norm"] * (1 + 1e-9)).all()  # --exact with the smoke preset
         metrics = runs.read_metrics(run)
         assert len(metrics) == 2 and metrics[-1]["step"] == 12
+        # Two evaluation rounds of 6 steps (not epochs), each round's rate in tokens per second (not images).
+        assert result["eval_rounds"] == 2 and "epochs" not in result and all("images_per_s" not in m for m in metrics)
+        assert result["tokens_per_s_rounds"] == [m["tokens_per_s"] for m in metrics]
         # A few steps lower the loss: from ln(vocab) at initialisation, well below it on held-out text.
         assert metrics[-1]["val_loss"] < metrics[0]["val_loss"] < math.log(257) and metrics[-1]["train_loss"] < metrics[0]["train_loss"]
         assert result["mfu"] is None and result["tokens_per_s"] > 0 and result["train_tokens_seen"] == 12 * 256
@@ -88,12 +92,23 @@ def test_sweep_trains_probes_reports_and_skips_finished_runs(corpus, tmp_path, c
     assert script.main(args) == 0  # finished: skipped
     assert [(r / "result.json").stat().st_mtime_ns for r in found] == stamps
 
-    # Other probe settings are other runs, but the training is reused, not repeated.
+    # Other probe settings are other runs, but the training is reused, not repeated; also from a record written
+    # before evaluation rounds had their name.
+    older = {("epochs" if k == "eval_rounds" else k): v for k, v in runs.read_result(found[1]).items()}
+    runs.atomic_write_json(found[1] / "result.json", older)
     assert script.main([*args, "--depths", "2", "--probe-batches", "1"]) == 0
     reprobed = [r for r in (tmp_path / "runs" / "gpt2_ascend").glob("*-L2-*") if r != found[1]]
     assert len(reprobed) == 1 and not runs.read_metrics(reprobed[0])
     result = runs.read_result(reprobed[0])
     assert result["trained_in"] == found[1].name and result["n_batches"] == 1 and result["val_loss"] == runs.read_result(found[1])["val_loss"]
+    assert result["eval_rounds"] == 2 and "epochs" not in result
+
+
+def test_token_rates_read_metrics_written_before_tokens_per_s(tmp_path):
+    # Older metrics lines of a token model hold sequences per second as images_per_s; newer ones tokens_per_s.
+    for line in ({"epoch": 1, "images_per_s": 10.0}, {"epoch": 2, "images_per_s": 30.0}, {"epoch": 3, "tokens_per_s": 500.0}):
+        runs.append_metrics(tmp_path, line)
+    assert decoder_runs.token_rates(tmp_path, block_size=16) == (490.0, [160.0, 480.0, 500.0])  # median of the rounds after the first
 
 
 def test_paper_preset_plans_the_sweep_without_touching_data(tmp_path, capsys):

@@ -40,6 +40,7 @@ from common.train import AdamWRecipe, TrainSettings, classification_loss, train
 
 DEFAULT_DATA_ROOT = "data/tokens"
 PROBE_LOSS = "token_cross_entropy_mean"  # the probe's loss: mean over sequences of each sequence's mean token loss
+RENAMED_KEYS = {"epochs": "eval_rounds"}  # result keys of decoder runs recorded before the rename -> their names now
 
 
 # ----------------------------------------------------------------------------- presets
@@ -195,14 +196,14 @@ def val_batches(data: TokenData, block_size: int, batch_size: int, device: torch
 
 def train_decoder(model: nn.Module, config: dict, loader: TokenLoader, val: TokenBatches, settings: TrainSettings, path: Path,
                   device: torch.device) -> dict:  # fmt: skip
-    """:func:`common.train.train` on tokens: one "epoch" of the loop per evaluation interval."""
-    return train(model, loader, {"val": val}, run_dir=path, settings=settings, device=device, desc=config["name"])
+    """:func:`common.train.train` on tokens: one round per evaluation interval, each round's rate in ``tokens_per_s``."""
+    return train(model, loader, {"val": val}, run_dir=path, settings=settings, device=device, desc=config["name"], counts="tokens")
 
 
 def token_rates(path: Path, block_size: int) -> tuple[float | None, list[float]]:
     """The median tokens per second of a run's training rounds after the first (which holds compilation and warm-up), and
-    every round's (a metrics line's ``images_per_s`` counts sequences of ``block_size`` tokens)."""
-    rounds = [r["images_per_s"] * block_size for r in runs.read_metrics(path)]
+    every round's; metrics lines written before ``tokens_per_s`` hold sequences per second as ``images_per_s``."""
+    rounds = [r["tokens_per_s"] if "tokens_per_s" in r else r["images_per_s"] * block_size for r in runs.read_metrics(path)]
     steady = rounds[1:] or rounds
     return (statistics.median(steady) if steady else None), rounds
 
@@ -210,6 +211,11 @@ def token_rates(path: Path, block_size: int) -> tuple[float | None, list[float]]
 def trained_on(info: DistInfo, device: torch.device) -> dict:
     """Where a run trained: the number of processes and the device's name."""
     return {"world_size": info.world_size, "device_name": device_name(device)}
+
+
+def renamed(record: dict) -> dict:
+    """A decoder run's record with the keys of :data:`RENAMED_KEYS` under their current names (older records)."""
+    return {RENAMED_KEYS.get(k, k): v for k, v in record.items()}
 
 
 def probe_windows(config: dict, data: TokenData, block_size: int, device: torch.device) -> tuple[np.ndarray, TokenBatches]:

@@ -192,14 +192,14 @@ def train_gpt_run(spec: RunSpec) -> dict:
     twin = trained_twin(spec)
     if twin is not None:  # same training, other probe settings: reuse its weights
         model.load_state_dict(load_weights(twin))
-        summary = {k: v for k, v in runs.read_result(twin).items() if k in TRAINING_KEYS}
+        summary = {k: v for k, v in decoder_runs.renamed(runs.read_result(twin)).items() if k in TRAINING_KEYS}
         summary["trained_in"] = twin.name
     else:
         summary = _train(model, config, data, path, device, info)
     return decoder_runs.finish_on_main(info, device, path, lambda: _probe_and_finish(model.to(device), config, data, path, device, summary, info))
 
 
-TRAINING_KEYS = ("val_loss", "val_acc", "train_loss", "train_acc", "steps", "epochs", "wall_s", "tokens_per_s",
+TRAINING_KEYS = ("val_loss", "val_acc", "train_loss", "train_acc", "steps", "eval_rounds", "wall_s", "tokens_per_s",
                  "tokens_per_s_rounds", "train_tokens_seen", "world_size", "device_name", "settings")  # fmt: skip
 
 
@@ -213,7 +213,7 @@ def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.
     summary = decoder_runs.train_decoder(model, config, loader, val, settings, path, device)
     tokens_per_s, rounds = decoder_runs.token_rates(path, t)
     return {
-        **{k: summary[k] for k in ("val_loss", "val_acc", "train_loss", "train_acc", "steps", "epochs", "wall_s")},
+        **{k: summary[k] for k in ("val_loss", "val_acc", "train_loss", "train_acc", "steps", "eval_rounds", "wall_s")},
         "tokens_per_s": tokens_per_s,
         "tokens_per_s_rounds": rounds,
         "train_tokens_seen": summary["steps"] * hp["batch_tokens"],
