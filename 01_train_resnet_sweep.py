@@ -5,7 +5,7 @@ One run per (depth N, seed) on CIFAR-10/100 (N = 0..100, 200 epochs), ImageNet-1
 default) or synthetic data. Finished runs are skipped, unfinished ones resume; a summary
 table of every planned run is printed at the end. Each run is one process: start the script once
 (not under ``torchrun``) and use ``--launcher local`` or ``slurm`` to train depths in parallel. The job function is
-:func:`common.experiments.train_resnet_sweep.train_resnet_run`.
+:func:`common.resnet_sweep.train_resnet_run`.
 
     python 01_train_resnet_sweep.py --preset smoke
     python 01_train_resnet_sweep.py --dataset cifar10 --data-root data --depths 0:100 --launcher slurm
@@ -24,14 +24,9 @@ from common.cli import (
     positive_int,
 )
 from common.data.vision import DATASETS
-from common.experiments.train_resnet_sweep import (
-    check_sweep_data,
-    preset_seeds,
-    summary_table,
-    sweep_configs,
-    train_resnet_run,
-)
+from common.experiments.train_resnet_sweep import summary_table
 from common.launch import launch_from_args
+from common.resnet_sweep import check_sweep_data, preset_seeds, sweep_configs, train_resnet_run
 from common.runs import make_specs
 
 PLANNER_FLAGS = ("preset", "dataset", "data_root", "depths", "epochs", "batch_size", "lr", "image_size", "train_subset", "device", "compile")

@@ -60,10 +60,10 @@ from common.experiments.probe_ag import (
     summary_stem,
     summary_table,
 )
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, check_sweep_inputs, require_sweep_runs
 from common.launch import launch_from_args
 from common.paper import LOW_SIGNAL_AG
 from common.probe import BN_MODES
+from common.resnet_sweep import DEFAULT_DATASET, check_sweep_inputs, require_sweep_runs
 from common.runs import make_specs
 
 PLANNER_FLAGS = ("split", "batch_size", "bn_mode", "seed", "saturation_delta", "saturation_t", "saturation_alpha",
@@ -73,7 +73,7 @@ SCRIPT_FLAGS = ("dataset", "seeds", "exact", "n_batches", "preset")  # which swe
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="02_probe_ag.py")
-    probe = parser.add_argument_group("activation-gradient probe (paper B.1, DESIGN.md section 2)")
+    probe = parser.add_argument_group("activation-gradient probe (paper B.1; docs/design.md)")
     probe.add_argument("--dataset", choices=DATASETS, default=None,
                        help="which sweep to probe; None: cifar10 with --preset paper and mini, digits with smoke")
     probe.add_argument("--data-root", default=None,

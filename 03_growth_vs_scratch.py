@@ -35,8 +35,8 @@ from common.experiments.growth_vs_scratch import (
     table_stem,
     write_table,
 )
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, check_sweep_data, preset_seeds
 from common.launch import launch_from_args
+from common.resnet_sweep import DEFAULT_DATASET, check_sweep_data, preset_seeds
 from common.runs import make_specs
 
 PLANNER_FLAGS = ("preset", "data_root", "depths", "stage_epochs", "scratch_epochs", "scratch_budget", "train_subset", "device", "compile")

@@ -37,8 +37,8 @@ from common.experiments.matched_insertion import (
     summary_rows,
     summary_stem,
 )
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, check_sweep_inputs
 from common.launch import launch_from_args
+from common.resnet_sweep import DEFAULT_DATASET, check_sweep_inputs
 from common.runs import make_specs
 
 PLANNER_FLAGS = ("preset", "data_root", "depths", "seeds", "candidate", "alphas", "fit", "gd_steps", "seed", "device")

@@ -38,14 +38,6 @@ from common.cli import (
     positive_int,
 )
 from common.data.vision import DATASETS
-from common.experiments.train_resnet_sweep import (
-    DEFAULT_DATASET,
-    check_sweep_inputs,
-    finished_sweep_runs,
-    require_sweep_runs,
-    train_command,
-)
-from common.experiments.train_resnet_sweep import EXPERIMENT as SWEEP_EXPERIMENT
 from common.experiments.weight_scaling import (
     EXPERIMENT,
     FAMILIES,
@@ -63,6 +55,14 @@ from common.experiments.weight_scaling import (
     train_fc_run,
 )
 from common.launch import launch_from_args
+from common.resnet_sweep import (
+    DEFAULT_DATASET,
+    check_sweep_inputs,
+    finished_sweep_runs,
+    require_sweep_runs,
+    train_command,
+)
+from common.resnet_sweep import EXPERIMENT as SWEEP_EXPERIMENT
 from common.runs import make_specs
 from common.scaling import DEFAULT_LEVEL
 

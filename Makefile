@@ -1,5 +1,5 @@
-# The README's two commands are `make smoke` and `make test`; both create .venv if missing. `make mini` (README,
-# "Results") reproduces the committed results/mini at reduced scale on real data.
+# The README's two commands are `make smoke` and `make test`; both create .venv if missing. `make mini`
+# (README, section "Results") reproduces the committed results/mini at reduced scale on real data.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python

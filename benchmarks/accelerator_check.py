@@ -9,7 +9,8 @@ holds them all with the date, the device and the versions. Record the numbers in
     .venv/bin/python benchmarks/accelerator_check.py --device npu --depths 0,12
     .venv/bin/python benchmarks/accelerator_check.py --cpu-dry-run    # toy sizes on the CPU, seconds
 
-Items (the code users run: ``common.train.train``, ``common.probe``, ``common.projection``):
+Items (the code users run: ``common.train.train``, ``common.probe``, ``common.projection`` and
+``common.precision``):
 
 1. Precision and device: bf16 autocast only where native, the probe's math mode, where float64 runs.
 2. Compiled bf16 training of ResNet-8, -14 and -20 (``--depths``), all in one process as an inline
@@ -75,8 +76,9 @@ from common.distributed import destroy_distributed, init_distributed, process_de
 from common.errors import UserError
 from common.models.gpt import GPT, GPTConfig
 from common.models.resnet import ResNet, ResNetConfig, depth_label
-from common.probe import math_mode, probe_activation_gradients
-from common.projection import GramAccumulator, float64_device, supports_float64
+from common.precision import float32_reduced, float64_device, math_mode, supports_float64
+from common.probe import probe_activation_gradients
+from common.projection import GramAccumulator
 from common.train import (
     AdamWRecipe,
     NonFiniteLossError,
@@ -229,7 +231,6 @@ def precision_item(check: Check, report: dict) -> dict:
         "float64_supported": supports_float64(dev),
         "float64_device": str(float64_device(dev)),
         "math_mode_default": math_mode(),
-        "accelerator_synchronize": hasattr(getattr(torch, "accelerator", None), "synchronize"),
     }
     if dev.type == "cuda":
         out["bf16_with_emulation"] = bool(torch.cuda.is_bf16_supported(including_emulation=True))
@@ -357,7 +358,7 @@ def probe_float64_item(check: Check, report: dict) -> dict:
 @item(5, "probe on the device vs the CPU, float32 with TF32 off: AG_l, V_S,l to 1e-4")
 def probe_float32_item(check: Check, report: dict) -> dict:
     out = _probe_pair(check, torch.float32)
-    reduced = out["device_math_mode"]["tf32"] or out["device_math_mode"].get("hf32", False)
+    reduced = float32_reduced(out["device_math_mode"])
     ok = max(out["max_relative_difference"].values()) <= TOL_FLOAT32 and not reduced
     return {"status": "pass" if ok else "fail", "tolerance": TOL_FLOAT32, **out}
 
@@ -463,7 +464,7 @@ def after_training_item(check: Check, report: dict) -> dict:
                     settings=TrainSettings(SGDRecipe(epochs=1, lr=0.05)), device=dev, desc="after-training")  # fmt: skip
     mode = summary["final_eval_math_mode"]
     no_grads = all(p.grad is None for p in model.parameters())
-    reduced = mode["tf32"] or mode.get("hf32", False)
+    reduced = float32_reduced(mode)
     allocated = allocated_mib(dev)
     ok = no_grads and not reduced and summary["final_eval_dtype"] == "float32"
     return {"status": "pass" if ok else f"fail: gradients left {not no_grads}, final evaluation math mode {mode}",

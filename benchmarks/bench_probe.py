@@ -1,4 +1,5 @@
-"""Cost of the AG probe and of the exact projection vs a plain training step (DESIGN.md 2, issue 4).
+"""Cost of the AG probe and of the exact projection vs a plain training step (issue 4; docs/design.md,
+section "Exact growth value V_S,l").
 
 On ResNet-8 and ResNet-20 (CIFAR widths) at batch 256, one run: ``--reps`` rounds after a
 warm-up, the three measurements taken in turns within each round (other processes' load hits

@@ -3,7 +3,8 @@
 A numbered script builds its parser with :func:`make_parser` (its docstring's first paragraph is
 the description, its usage examples end ``--help``), adds its own flags, declares who consumes each
 one (:func:`check_flag_use`), and wraps its ``main`` with :func:`entry_point`, which turns a
-:class:`~common.errors.UserError` into one line on stderr and exit code 2 (README, "Runs and records").
+:class:`~common.errors.UserError` into one line on stderr and exit code 2 (docs/design.md, section "Runs, records
+and launching").
 
 Every flag has exactly one consumer: the planner (the flags a script lists for it, handed over by
 :func:`flags_for` or by name), the shared command line and the launcher (:data:`CLI_FLAGS`,

@@ -1,21 +1,21 @@
-"""Device selection, autocast dtype, seeding, determinism and CPU count (DESIGN.md section 5).
+"""Device selection, autocast dtype, seeding, determinism and CPU count (infrastructure, docs/design.md).
 
 Supports CUDA, Ascend NPUs (only when ``torch_npu`` imports; it registers the ``npu``
 device type with PyTorch), Apple MPS and the CPU. ``torch_npu`` is imported in exactly one
 place, :func:`import_torch_npu`, which names the install command when it is missing.
 
-Device capabilities decided here, each in one function (README, "Reproduction decisions"):
+Device capabilities decided here, each in one function (docs/decisions.md):
 
 - mixed precision (:func:`autocast_dtype`): bf16 only where the device computes it natively
   (:func:`bf16_supported`: CUDA compute capability >= 8.0 without emulation, Ascend chips that
   report bf16); float32 everywhere else (no float16: it would need a ``GradScaler``);
-- float64 (:func:`supports_float64`, :func:`float64_device`, defined in
-  :mod:`common.projection`): MPS and NPUs keep float64 sums on the CPU;
-- synchronisation for timing (:func:`synchronize`): ``torch.accelerator.synchronize`` where
-  it exists (CUDA, NPU, MPS), so epoch times measure finished work, not the kernel queue;
+- synchronisation for timing (:func:`synchronize`): ``torch.accelerator.synchronize`` (CUDA,
+  NPU, MPS), so epoch times measure finished work, not the kernel queue;
 - RNG state (:func:`rng_state`): the CPU generators plus the generator of the *current* device
   of the type the run computes on only, so a checkpoint resumes under any number of visible
   devices, and a CPU run on a GPU node never touches (or initialises) CUDA.
+
+Float64 support and the float32 math mode (TF32, HF32) are decided in :mod:`common.precision`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ import numpy as np
 import torch
 
 from common.errors import UserError
-from common.projection import float64_device as float64_device  # re-exported: one decision, made there
-from common.projection import supports_float64 as supports_float64
 
 log = logging.getLogger(__name__)
 
@@ -130,16 +128,10 @@ def precision_name(device: torch.device, amp: bool = True) -> str:
 def synchronize(device: torch.device) -> None:
     """Wait for the work queued on ``device`` (timing); a no-op on the CPU.
 
-    ``torch.accelerator.synchronize`` (torch >= 2.6) covers CUDA, NPU (torch_npu) and MPS alike;
-    older torch: the device type's own ``synchronize``.
+    ``torch.accelerator.synchronize`` covers CUDA, NPU (torch_npu) and MPS alike.
     """
-    if device.type == "cpu":
-        return
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "synchronize"):
-        accelerator.synchronize(device)
-    else:
-        getattr(torch, device.type).synchronize()
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
 
 
 def autocast(device: torch.device, enabled: bool = True) -> contextlib.AbstractContextManager:
@@ -238,13 +230,8 @@ def empty_cache(device: torch.device) -> None:
     Before a phase with a different memory shape (the probe after training): what training cached
     in blocks of its own sizes is returned before the probe allocates in others.
     """
-    if device.type == "cpu":
-        return
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "empty_cache"):
-        accelerator.empty_cache()  # the current device's, CUDA, NPU and MPS alike (torch >= 2.8)
-    else:
-        getattr(torch, device.type).empty_cache()
+    if device.type != "cpu":
+        torch.accelerator.empty_cache()  # the current device's, CUDA, NPU and MPS alike
 
 
 def _as_python_state(state):

@@ -1,4 +1,4 @@
-"""The project's one exception type for user mistakes (STYLE.md, "Our conventions")."""
+"""The project's one exception type for user mistakes (docs/design.md, section "Runs, records and launching")."""
 
 
 class UserError(Exception):

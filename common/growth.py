@@ -1,12 +1,15 @@
-"""Function-preserving growth: insert standard zero-output blocks at candidates (DESIGN.md 1, App. E).
+"""Function-preserving growth: insert standard zero-output blocks at candidates (App. E; docs/design.md).
 
 Candidate ``l`` is the input of ``model.blocks[l]`` (the last candidate is the input of the
 head), so a block inserted at candidate ``l`` becomes ``model.blocks[l]`` (appended for the
 last candidate): it reads ``z_l`` and, being zero-output, hands the same ``z_l`` on. The model
 computes the same function pointwise (:func:`function_preserved` checks it bit for bit).
 
-Works for any model with a ``blocks`` ``nn.ModuleList`` and a ``candidates()`` method that
-follows :mod:`common.models.candidates` (the ResNets now, decoders later).
+Works for any model with a ``blocks`` ``nn.ModuleList`` whose blocks map the state alone
+(``z = block(z)``) and a ``candidates()`` method that follows :mod:`common.models.candidates`: the
+ResNets (``conv3x3`` family) and the GPT decoders of :mod:`common.models.gpt` (``linear``). A Hugging
+Face decoder's layers take more than the state; it grows by a copied layer with its output
+projections zeroed instead (``common.models.hf_decoder.insert_zero_layer``).
 
 :func:`check_function_preserved` is the run-time guard of any growth step (script 03 grows a
 ResNet with its own basic block, ``common.models.resnet.grow``): the grown model must give the

@@ -1,4 +1,5 @@
-"""Run job functions inline or through submitit, locally or on SLURM (DESIGN.md section 4).
+"""Run job functions inline or through submitit, locally or on SLURM (docs/design.md, section "Runs, records
+and launching").
 
 A *job function* lives in ``common/experiments/`` (so submitit can pickle it), takes one
 :class:`common.runs.RunSpec` and returns the run's result dict. It prepares its run directory with
@@ -261,14 +262,15 @@ def prepare_run_dirs(todo: Sequence[RunSpec]) -> None:
 
 
 def require_runs(specs: Sequence[RunSpec], desc: str) -> None:
-    """An empty run set is an error (README, "Runs and records"), never an empty summary."""
+    """An empty run set is an error (docs/design.md, section "Runs, records and launching"), never an empty summary."""
     if not specs:
         raise UserError(f"{desc}: the flags select no runs; check --depths, --seeds and the other selections")
 
 
 def check_before_creating(specs: Sequence[RunSpec], launcher: str, check: Callable[[list[dict]], None] | None = None) -> None:
     """With ``inline`` or ``local`` (this machine runs the jobs), refuse an absent device, then run the experiment's
-    ``check`` on the unfinished runs' configs, before any run directory is created (README, "Runs and records").
+    ``check`` on the unfinished runs' configs, before any run directory is created (docs/design.md, section
+    "Runs, records and launching").
 
     With ``slurm`` nothing is checked here: the login node usually has no GPU, so the device is checked where the
     job runs, and there a run directory holding only ``config.json`` is an unfinished run, not an error.

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, MaxNLocator, NullFormatter
 
 LINE_STYLE = {"color": "0.3", "linestyle": "--", "linewidth": 1.0}
-READINGS = (  # AGmax's two normalisations (README, reproduction decisions)
+READINGS = (  # AGmax's two normalisations (docs/decisions.md)
     ("ag_max", "AGmax, batch-mean AG_l at the probe batch size"),
     ("ag_max_per_example", "AGmax, per-example RMS"),
 )

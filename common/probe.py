@@ -1,4 +1,4 @@
-"""Activation-gradient scores at every insertion candidate: one forward, one backward (DESIGN.md 2, B.1).
+"""Activation-gradient scores at every insertion candidate: one forward, one backward (B.1; docs/design.md).
 
 For analysis batch ``b`` with batch-mean loss ``L_b``, :func:`activation_gradients` captures
 ``z_l`` and ``G_l = dL_b/dz_l`` at every candidate ``l`` (the input of ``candidate.module``,
@@ -22,8 +22,8 @@ is made a leaf that requires grad), never a parameter gradient.
 - ``block_input``: False for the tensor entering the head (the last candidate, whose module is
   not one of ``model.blocks``), True for the input of a residual block;
 
-:func:`ag_maxima` reads AGmax from these in the three readings the paper's words allow (README,
-reproduction decisions): ``ag_max`` (batch-mean ``AG_l``), ``ag_max_per_example`` (per-example
+:func:`ag_maxima` reads AGmax from these in the three readings the paper's words allow
+(docs/decisions.md): ``ag_max`` (batch-mean ``AG_l``), ``ag_max_per_example`` (per-example
 RMS; ``ag_max ~ ag_max_per_example / sqrt(batch size)``) and ``ag_max_blocks`` (``AG_l`` over
 block inputs only, the head's input left out), each with the candidate attaining it.
 
@@ -49,19 +49,18 @@ protocol's standard zero-output block (:mod:`common.tangent`, ``U_l`` seeded by 
 BatchNorm runs in eval mode (running statistics) unless ``bn_mode="train"``; train mode uses
 batch statistics and the running buffers are restored afterwards.
 
-Precision: the probe runs under :func:`full_precision` (TF32, and an Ascend NPU's HF32, off for
-float32 matrix products and convolutions, restored afterwards), because TF32, which cuDNN
-convolutions use by default on Ampere and later GPUs, and HF32, which torch_npu allows for
+Precision: the probe runs under :func:`common.precision.full_precision` (TF32, and an Ascend NPU's
+HF32, off for float32 matrix products and convolutions, restored afterwards), because TF32, which
+cuDNN convolutions use by default on Ampere and later GPUs, and HF32, which torch_npu allows for
 convolutions by default, compute ``z``, ``G`` and ``Psi`` to only ~1e-3 relative precision.
-The math mode it ran in (:func:`math_mode`) and the device of its float64 statistics
-(:func:`common.projection.float64_device`: the CPU for MPS and NPU) are part of the result.
+The math mode it ran in (:func:`common.precision.math_mode`) and the device of its float64
+statistics (:func:`common.precision.float64_device`: the CPU for MPS and NPU) are part of the result.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -69,153 +68,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.projection import ContributionMoments, GramAccumulator, float64_device
+from common.precision import float64_device, full_precision
+from common.projection import ContributionMoments, GramAccumulator
 from common.tangent import ZeroOutputBlock, candidate_family, make_zero_block
 
 BN_MODES = ("eval", "train")
 CHUNK_ELEMENTS = 1 << 20  # float64 elements per chunk of tangent features or padded maps (8 MiB)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-# ----------------------------------------------------------------------------- float32 math mode
-# torch >= 2.9 sets TF32 per backend and operator through ``fp32_precision`` ("ieee", "tf32", or
-# "none": inherit the parent's); older versions through ``allow_tf32``. The two APIs must not be
-# mixed (reading a legacy flag after a new-API write can raise), so the guard uses the new one
-# wherever it exists. Parents of each leaf, for resolving "none".
-_PRECISION_LEAVES = {
-    "cuda.matmul": (),
-    "cudnn.conv": ("cudnn",),
-    "cudnn.rnn": ("cudnn",),
-    "mkldnn.matmul": ("mkldnn",),
-    "mkldnn.conv": ("mkldnn",),
-    "mkldnn.rnn": ("mkldnn",),
-}
-
-
-def _precision_flags() -> dict[str, object]:
-    """The ``torch.backends`` objects with an ``fp32_precision`` flag, by dotted path (torch >= 2.9)."""
-    found = {}
-    for path in (*_PRECISION_LEAVES, "cudnn", "mkldnn"):
-        with contextlib.suppress(AttributeError):
-            obj = operator.attrgetter(path)(torch.backends)
-            if hasattr(obj, "fp32_precision"):
-                found[path] = obj
-    return found
-
-
-def _new_precision_api() -> bool:
-    return "cuda.matmul" in _precision_flags()
-
-
-def _npu_hf32_flags() -> dict[str, object]:
-    """``torch.npu.conv`` and ``torch.npu.matmul`` by op name, where torch_npu registered them (their ``allow_hf32``).
-
-    HF32 is the Ascend counterpart of TF32 (~1e-3 relative); torch_npu allows it for convolutions
-    by default. Never imports torch_npu: without it there is nothing to find.
-    """
-    npu = getattr(torch, "npu", None)
-    found = {}
-    for op in ("conv", "matmul"):
-        obj = getattr(npu, op, None)
-        if obj is not None and hasattr(obj, "allow_hf32"):
-            found[op] = obj
-    return found
-
-
-def math_mode() -> dict:
-    """How float32 matrix products and convolutions compute now, for run records.
-
-    ``{"tf32": bool, "api": ..., "<backend>_<op>": "ieee" | "tf32", ...}``: ``tf32`` is True when
-    CUDA matmuls or cuDNN convolutions/RNNs may use TF32 (~1e-3 relative precision on Ampere and
-    later GPUs; ignored on other devices). Where torch_npu is loaded, also ``npu_conv_hf32``,
-    ``npu_matmul_hf32`` and ``hf32`` (either allowed).
-    """
-    if not _new_precision_api():
-        mode = {
-            "api": "allow_tf32",
-            "cuda_matmul": "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee",
-            "cudnn_conv": "tf32" if torch.backends.cudnn.allow_tf32 else "ieee",
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        }
-    else:
-        flags = _precision_flags()
-        mode = {"api": "fp32_precision"}
-        for leaf, parents in _PRECISION_LEAVES.items():
-            if leaf in flags:
-                chain = [flags[p].fp32_precision for p in (leaf, *parents) if p in flags]
-                mode[leaf.replace(".", "_")] = next((v for v in chain if v != "none"), "ieee")
-    mode["tf32"] = any(mode.get(k) == "tf32" for k in ("cuda_matmul", "cudnn_conv", "cudnn_rnn"))
-    hf32 = _npu_hf32_flags()
-    if hf32:
-        mode.update({f"npu_{op}_hf32": bool(obj.allow_hf32) for op, obj in hf32.items()})
-        mode["hf32"] = any(bool(obj.allow_hf32) for obj in hf32.values())
-    return mode
-
-
-@contextlib.contextmanager
-def full_precision() -> Iterator[dict]:
-    """Switch TF32 (and an NPU's HF32) off for float32 matmuls and convolutions; restore every previous setting on exit.
-
-    Use it around any float32 computation whose numbers are compared across devices or against
-    float64 identities: the probe (:func:`probe_activation_gradients`), the matched insertion, the
-    final evaluation of :func:`common.train.train`. Yields :func:`math_mode` as it is inside (record
-    it with the results). torch >= 2.9: every ``torch.backends.*.fp32_precision`` leaf is set to
-    ``"ieee"``; older torch: ``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``
-    off and ``torch.set_float32_matmul_precision("highest")``. With torch_npu loaded also
-    ``torch.npu.conv.allow_hf32`` and ``torch.npu.matmul.allow_hf32`` off. Not thread-safe (the flags
-    are global).
-    """
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(_ieee_float32() if _new_precision_api() else _legacy_float32())
-        stack.enter_context(_no_hf32())
-        yield math_mode()
-
-
-@contextlib.contextmanager
-def _ieee_float32() -> Iterator[None]:
-    """Every ``fp32_precision`` leaf at ``"ieee"`` (torch >= 2.9), restored on exit."""
-    flags = _precision_flags()
-    leaves = {p: flags[p] for p in _PRECISION_LEAVES if p in flags}
-    saved = {p: obj.fp32_precision for p, obj in leaves.items()}
-    try:
-        for obj in leaves.values():
-            obj.fp32_precision = "ieee"
-        yield
-    finally:
-        for p, obj in leaves.items():
-            obj.fp32_precision = saved[p]
-
-
-@contextlib.contextmanager
-def _legacy_float32() -> Iterator[None]:
-    """TF32 off through the ``allow_tf32`` flags and the float32 matmul precision (torch < 2.9), restored on exit."""
-    saved = (
-        torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-    )  # fmt: skip
-    try:
-        torch.set_float32_matmul_precision("highest")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        yield
-    finally:
-        torch.set_float32_matmul_precision(saved[0])
-        torch.backends.cuda.matmul.allow_tf32 = saved[1]
-        torch.backends.cudnn.allow_tf32 = saved[2]
-
-
-@contextlib.contextmanager
-def _no_hf32() -> Iterator[None]:
-    """``torch.npu.{conv,matmul}.allow_hf32`` False where torch_npu is loaded, restored on exit."""
-    flags = _npu_hf32_flags()
-    saved = {op: obj.allow_hf32 for op, obj in flags.items()}
-    try:
-        for obj in flags.values():
-            obj.allow_hf32 = False
-        yield
-    finally:
-        for op, obj in flags.items():
-            obj.allow_hf32 = saved[op]
 
 
 # ----------------------------------------------------------------------------- one pass
@@ -323,7 +183,7 @@ class CandidateScore:
 
 
 def ag_maxima(rows: Iterable[Mapping]) -> dict:
-    """AGmax in its three readings, each with the candidate attaining it (README, reproduction decisions).
+    """AGmax in its three readings, each with the candidate attaining it (docs/decisions.md).
 
     ``rows``: one mapping per candidate with ``name``, ``ag_norm``, ``per_example_rms`` and
     ``block_input`` (:class:`CandidateScore` fields, or the rows of a ``candidates.csv``).
@@ -355,8 +215,8 @@ class ProbeResult:
     mean_loss: float
     seed: int
     contributions: bool = False
-    math_mode: dict = field(default_factory=dict)  # float32 math inside the probe (:func:`full_precision`)
-    float64_device: str = "cpu"  # where the float64 statistics ran (:func:`common.projection.float64_device`)
+    math_mode: dict = field(default_factory=dict)  # float32 math inside the probe (:func:`common.precision.math_mode`)
+    float64_device: str = "cpu"  # where the float64 statistics ran (:func:`common.precision.float64_device`)
     sub_batch: int | None = None  # examples per forward/backward pass (None: the whole batch); the scores do not depend on it
 
     @property
@@ -369,7 +229,7 @@ class ProbeResult:
         return max(self.scores, key=lambda s: s.ag_norm)
 
     @property
-    def v_max(self) -> float | None:
+    def growth_value_max(self) -> float | None:
         """``V_S,max = max_l V_S,l`` (per-batch normalisation, comparable with ``AGmax``)."""
         return max(s.growth_value for s in self.scores) if self.exact else None
 
@@ -389,9 +249,9 @@ class ProbeResult:
         }
         if self.sub_batch is not None:
             out["sub_batch"] = self.sub_batch
-        if self.exact:
+        if self.exact:  # record keys v_max*: V_S,max, as ag_max is AGmax
             vbest = max(self.scores, key=lambda s: s.growth_value)
-            out.update(v_max=self.v_max, v_max_candidate=vbest.name,
+            out.update(v_max=self.growth_value_max, v_max_candidate=vbest.name,
                        v_max_pooled=max(s.growth_value_pooled for s in self.scores))
         return out
 
@@ -405,21 +265,21 @@ class _Running:
     """Per-candidate running sums over batches."""
 
     def __init__(self) -> None:
-        self.ag = 0.0
+        self.ag_sum = 0.0  # sum over batches of AG_l
         self.example_sq = 0.0
-        self.v = 0.0
-        self.c = 0.0
+        self.growth_value_sum = 0.0  # sum over batches of V_S,l
+        self.cross_gradient_sum = 0.0  # sum over batches of ||C_l||_F
         self.pooled: GramAccumulator | None = None
         self.moments: ContributionMoments | None = None
 
     def add_batch(self, grad_sq: float, b: int, gram: GramAccumulator | None) -> None:
         """One analysis batch of ``b`` examples: ``||dL_b/dz_l||_F^2`` and, exact, its Gram statistics."""
-        self.ag += math.sqrt(grad_sq)  # ||dL_b/dz_l||_F
+        self.ag_sum += math.sqrt(grad_sq)  # ||dL_b/dz_l||_F
         self.example_sq += grad_sq * b * b  # sum_i ||d loss_i/dz_l,i||^2
         if gram is None:
             return
-        self.v += gram.growth_value()
-        self.c += gram.cross_gradient_norm()
+        self.growth_value_sum += gram.growth_value()
+        self.cross_gradient_sum += gram.cross_gradient_norm()
         # Rows of dL_S/dz are (b / n) dL_b/dz: scale by b now, by 1/n at the end.
         if self.pooled is None:
             self.pooled = gram.scaled(b)  # keeps the eigendecomposition: free with one batch
@@ -462,7 +322,7 @@ def probe_activation_gradients(
     pass. ``family`` (default: each candidate's own, :func:`common.tangent.candidate_family`) and
     ``seed`` define the standard zero-output block whose tangent space the exact values use;
     they are the ones :func:`common.growth.insert_zero_block` inserts. Runs under
-    :func:`full_precision`; float64 sums run on :func:`common.projection.float64_device`.
+    :func:`common.precision.full_precision`; float64 sums run on :func:`common.precision.float64_device`.
 
     ``sub_batch``: run each analysis batch of ``b`` examples as forward and backward passes over
     sub-batches of ``sub_batch`` examples (memory: activations of ``sub_batch`` examples, not ``b``),
@@ -522,7 +382,7 @@ def probe_activation_gradients(
     n, nb = sum(sizes), len(sizes)
     scores = []
     for c, run, (fam_name, width, rows_per_example) in zip(candidates, running, shapes, strict=True):
-        ag = run.ag / nb
+        ag = run.ag_sum / nb
         rms = math.sqrt(run.example_sq / n)
         score = CandidateScore(
             index=c.index, name=c.name, family=fam_name, width=width, rows_per_example=rows_per_example,
@@ -532,8 +392,8 @@ def probe_activation_gradients(
         if exact:
             pooled = run.pooled.scaled(1.0 / n)
             vp, gp = pooled.growth_value(), pooled.grad_norm()
-            score.growth_value = run.v / nb
-            score.cross_gradient_norm = run.c / nb
+            score.growth_value = run.growth_value_sum / nb
+            score.cross_gradient_norm = run.cross_gradient_sum / nb
             score.growth_value_pooled = vp
             score.cross_gradient_norm_pooled = pooled.cross_gradient_norm()
             score.growth_fraction_pooled = vp / gp if gp > 0 else 0.0

@@ -1,7 +1,7 @@
 """Cross-gradient, streamed Gram statistics, the exact growth value V_S,l, the App. G test.
 
-For one sample set ``S`` (DESIGN.md section 2), with ``G`` the rows of ``dL_S/dz_l`` (n x d)
-and ``Psi`` the tangent features (n x k) of candidate ``l``:
+For one sample set ``S`` (docs/design.md, section "Exact growth value V_S,l"), with ``G`` the rows of
+``dL_S/dz_l`` (n x d) and ``Psi`` the tangent features (n x k) of candidate ``l``:
 
 - cross-gradient ``C_l = Psi^T G`` (k x d): the gradient of ``L_S`` with respect to ``V_l`` at
   ``V_l = 0`` (App. F; :func:`common.growth.insert_zero_block` checks it against autograd);
@@ -23,11 +23,11 @@ eigenvalues ``<= rtol * max_eig`` count as zero, ``rtol = k * eps(float64)`` by 
 adds at most ``~ eps * ||G||_F^2`` to ``V^2`` (its ``X`` component is rounding noise too), so the
 value is insensitive to the exact factor; the reported rank is what the tolerance defines.
 
-Where the float64 arithmetic runs (one place: :func:`float64_device`): on the features' own
-device when it computes float64 (CPU, CUDA), else on the CPU. Apple MPS has no float64 and
-Ascend NPUs lack float64 matrix products and ``eigh`` (or cast to float32 silently), which the
-float64 rank tolerance above cannot survive; there the rows are moved to the CPU *before* the
-cast to float64. :attr:`GramAccumulator.device` records where it ran.
+Where the float64 arithmetic runs (one place: :func:`common.precision.float64_device`): on the
+features' own device when it computes float64 (CPU, CUDA), else on the CPU. Apple MPS has no
+float64 and Ascend NPUs lack float64 matrix products and ``eigh`` (or cast to float32 silently),
+which the float64 rank tolerance above cannot survive; there the rows are moved to the CPU
+*before* the cast to float64. :attr:`GramAccumulator.device` records where it ran.
 """
 
 from __future__ import annotations
@@ -40,34 +40,19 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from common.precision import float64_device
+
 DEFAULT_RTOL_FACTOR = 1.0  # rtol = DEFAULT_RTOL_FACTOR * k * eps(float64), see the module docstring
-NO_FLOAT64_DEVICE_TYPES = frozenset({"mps", "npu"})  # no (or silently float32) float64 GEMM / eigh
-
-
-def supports_float64(device: torch.device | str) -> bool:
-    """Whether ``device`` computes float64 matrix products and ``eigh`` natively.
-
-    The capability answer behind :func:`float64_device`; tests override it (``monkeypatch``) to
-    simulate a device without float64 on a CPU-only machine.
-    """
-    kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
-    return kind not in NO_FLOAT64_DEVICE_TYPES
-
-
-def float64_device(device: torch.device | str | None) -> torch.device:
-    """Where float64 statistics of tensors living on ``device`` are computed: there, or on the CPU."""
-    if device is None or not supports_float64(device):
-        return torch.device("cpu")
-    return torch.device(device)
 
 
 class GramAccumulator:
-    """Streamed ``P = Psi^T Psi`` (k x k) and ``X = Psi^T G`` (k x d) in float64 (DESIGN.md section 2).
+    """Streamed ``P = Psi^T Psi`` (k x k) and ``X = Psi^T G`` (k x d) in float64 (docs/design.md, section
+    "Exact growth value V_S,l").
 
     ``update(psi_rows, grad_rows)`` adds any number of rows; nothing but ``P``, ``X``, the row
     count and ``||G||_F^2`` is kept. Then ``growth_value()`` is ``V_S,l``,
     ``cross_gradient_norm()`` is ``||C_l||_F`` and ``grad_norm()`` is ``||G||_F`` over the rows seen.
-    ``device`` is where the rows come from; the statistics live on :func:`float64_device` of it
+    ``device`` is where the rows come from; the statistics live on :func:`~common.precision.float64_device` of it
     (the CPU for MPS and NPU), recorded as :attr:`device`.
 
     >>> acc = GramAccumulator(k=3, d=2)
@@ -163,7 +148,8 @@ class GramAccumulator:
         return int(self._kept()[0].numel())
 
     def growth_value(self) -> float:
-        """``V_S,l = sqrt(tr(X^T P^+ X))`` (DESIGN.md section 2; App. D.1 closed form)."""
+        """``V_S,l = sqrt(tr(X^T P^+ X))`` (App. D.1 closed form; docs/design.md, section "Exact growth value
+        V_S,l")."""
         evals, evecs = self._kept()
         if evals.numel() == 0:
             return 0.0

@@ -1,4 +1,4 @@
-"""Run directories and their records (DESIGN.md section 4).
+"""Run directories and their records (docs/design.md, section "Runs, records and launching").
 
 A run is a pure function of its config. Its directory ``<out>/<experiment>/<name>-<hash8>``
 is derived from the config; it holds
@@ -323,8 +323,8 @@ def finished_like(out: str | os.PathLike, configs: Sequence[dict], key: Callable
     equals that of one of ``configs``, in directory order: what a summary of ``configs`` lists.
 
     A summary is never only the runs of the call that writes it: a narrower request (one seed of two)
-    must not shrink it (README, "Runs and records"). ``key`` gives the settings a summary file stands
-    for, usually its name.
+    must not shrink it (docs/design.md, section "Runs, records and launching"). ``key`` gives the settings
+    a summary file stands for, usually its name.
     """
     wanted = {json.dumps(key(c), sort_keys=True, default=str) for c in configs}
     results = []
@@ -381,7 +381,8 @@ def portable_runtime(config: dict, root: str | os.PathLike) -> dict:
 def make_portable(out: str | os.PathLike, root: str | os.PathLike = ".") -> list[Path]:
     """Rewrite every ``config.json`` under ``out`` with :func:`portable_runtime` (atomically); the files changed.
 
-    The step before committing records (README, ``make mini``): no machine's paths in ``runtime``.
+    The step before committing records (``make mini``; docs/decisions.md, section "Mini preset"): no machine's
+    paths in ``runtime``.
     """
     changed = []
     for path in sorted(Path(out).rglob(CONFIG)):

@@ -1,4 +1,4 @@
-"""SLURM profiles, resolved sbatch parameters, and queued-job bookkeeping (DESIGN.md section 4).
+"""SLURM profiles, resolved sbatch parameters, and queued-job bookkeeping (launching: docs/design.md).
 
 A *profile* is a small TOML file under ``slurm/`` (see ``slurm/example.toml``). Its top-level
 keys apply to every job; a table named after a job kind (``[train]``, ``[probe]``, ``[gpt2]``,

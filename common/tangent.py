@@ -1,4 +1,4 @@
-"""Standard zero-output blocks and their tangent features, one rule per block family (DESIGN.md 1-2).
+"""Standard zero-output blocks and their tangent features, one rule per block family (docs/design.md).
 
 A standard zero-output block at candidate ``l`` is ``z -> z + h_l(z)`` with
 ``h_l(z) = V_l psi_l(z; U_l)``: ``U_l`` random but fixed by the protocol (seeded from the run
@@ -56,20 +56,22 @@ def protocol_seed(seed: int, index: int) -> int:
 
 
 class ZeroOutputBlock(nn.Module):
-    """``z -> z + V(psi(z))`` with ``V = 0`` at insertion: the standard zero-output block (DESIGN.md 1).
+    """``z -> z + V(psi(z))`` with ``V = 0`` at insertion: the standard zero-output block (docs/design.md, section
+    "Zero-output block and tangent space").
 
-    ``family`` names the :class:`TangentFamily` that built it; :meth:`tangent_features` returns
-    ``Psi``, the rows of ``psi(z)`` that ``V`` acts on.
+    ``terminal`` is the bias-free layer whose weight is the block's terminal weights ``V_l`` (zero
+    at insertion); ``psi`` holds the fixed ``U_l``. ``family`` names the :class:`TangentFamily` that
+    built it; :meth:`tangent_features` returns ``Psi``, the rows of ``psi(z)`` that ``V`` acts on.
     """
 
-    def __init__(self, psi: nn.Module, v: nn.Module, family: str) -> None:
+    def __init__(self, psi: nn.Module, terminal: nn.Module, family: str) -> None:
         super().__init__()
         self.psi = psi
-        self.v = v
+        self.terminal = terminal
         self.family = family
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return z + self.v(self.psi(z))
+        return z + self.terminal(self.psi(z))
 
     def tangent_features(self, z: torch.Tensor) -> torch.Tensor:
         """``Psi``: (rows, k) tangent features of this block at state ``z`` (row-aligned with ``G``)."""
@@ -82,7 +84,7 @@ class ZeroOutputBlock(nn.Module):
         Both families store ``V.weight`` as ``(d, k)`` up to a reshape (``(d, C, 3, 3)`` for conv3x3,
         whose ``Psi`` columns follow ``V.weight.reshape(d, -1)``), so ``V.weight = W^T`` reshaped.
         """
-        weight = self.v.weight
+        weight = self.terminal.weight
         if tuple(w.shape) != (weight[0].numel(), weight.shape[0]):
             raise ValueError(f"W must be (k, d) = ({weight[0].numel()}, {weight.shape[0]}), got {tuple(w.shape)}")
         weight.copy_(w.T.reshape(weight.shape).to(weight.dtype))
@@ -140,9 +142,9 @@ def _conv3x3_block(channels: int, generator: torch.Generator) -> ZeroOutputBlock
         std = (2.0 / (channels * 9)) ** 0.5
         conv_u.weight.copy_(torch.randn(conv_u.weight.shape, generator=generator) * std)
     psi = nn.Sequential(conv_u, nn.BatchNorm2d(channels), nn.ReLU())
-    v = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-    nn.init.zeros_(v.weight)
-    return ZeroOutputBlock(psi, v, "conv3x3")
+    terminal = nn.Conv2d(channels, channels, 3, padding=1, bias=False)  # V_l
+    nn.init.zeros_(terminal.weight)
+    return ZeroOutputBlock(psi, terminal, "conv3x3")
 
 
 def _conv_state_rows(t: torch.Tensor) -> torch.Tensor:
@@ -276,9 +278,9 @@ def _linear_block(width: int, generator: torch.Generator) -> ZeroOutputBlock:
         u.weight.copy_(torch.rand(u.weight.shape, generator=generator) * 2 * bound - bound)
         u.bias.copy_(torch.rand(u.bias.shape, generator=generator) * 2 * bound - bound)
     psi = nn.Sequential(nn.LayerNorm(width), u, nn.GELU())
-    v = nn.Linear(hidden, width, bias=False)
-    nn.init.zeros_(v.weight)
-    return ZeroOutputBlock(psi, v, "linear")
+    terminal = nn.Linear(hidden, width, bias=False)  # V_l
+    nn.init.zeros_(terminal.weight)
+    return ZeroOutputBlock(psi, terminal, "linear")
 
 
 def _linear_rows(t: torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,18 @@
-"""One training loop for classifiers and token models (paper B.1-B.3 for the ResNet sweep).
+"""One training loop for classifiers, regressions and token models (paper B.1-B.3 for the ResNet sweep).
 
-The optimiser and schedule are one declaration, :class:`SGDRecipe` (SGD with momentum and weight
-decay, a per-step cosine schedule with optional linear warm-up), stored in a run's config and
-rebuilt from it. :func:`train_epoch` is one pass of steps (per-step learning rate, bf16 autocast
-on accelerators, a periodic non-finite-loss check); :func:`train` runs the epochs, with optional
-``torch.compile`` and channels_last memory. After every epoch: evaluation, one line in ``metrics.jsonl`` and an atomic checkpoint (model, optimizer,
-schedule, RNG states, epoch), so a killed run resumes and ends with bit-identical weights on
-the CPU. A non-finite loss stops the run with :class:`NonFiniteLossError` naming the step;
-nothing is marked finished. ``TrainSettings.stopping`` (an :class:`EarlyStopping`) may end a run
-after any epoch; its state is in every checkpoint, so a resumed run stops at the same epoch.
+The optimiser and schedule of a run are one declaration, its recipe, stored in the run's config
+and rebuilt from it: :class:`SGDRecipe` (SGD with momentum and weight decay, a per-step cosine
+schedule with optional linear warm-up: the ResNet sweep), :class:`AdamRecipe` (Adam by epochs,
+cosine or constant rate: the fully connected ResNets) or :class:`AdamWRecipe` (AdamW by optimizer
+steps with gradient clipping: the decoders). :func:`train_epoch` is one pass of steps (per-step
+learning rate, bf16 autocast on accelerators, gradient accumulation, a periodic non-finite-loss
+check); :func:`train` runs the epochs (under :class:`AdamWRecipe`, rounds of ``eval_interval``
+steps), with optional ``torch.compile`` and channels_last memory. After every epoch: evaluation,
+one line in ``metrics.jsonl`` and an atomic checkpoint (model, optimizer, schedule, RNG states,
+epoch), so a killed run resumes and ends with bit-identical weights on the CPU. A non-finite loss
+stops the run with :class:`NonFiniteLossError` naming the step; nothing is marked finished.
+``TrainSettings.stopping`` (an :class:`EarlyStopping`) may end a run after any epoch; its state is
+in every checkpoint, so a resumed run stops at the same epoch.
 
 Batches are ``(inputs, targets)``; the model maps inputs to logits ``(..., classes)`` and the
 loss is the mean cross-entropy over all target positions (images: one per image; tokens: one
@@ -70,7 +74,7 @@ from common import device as devices
 from common import runs
 from common.distributed import broadcast_from_main
 from common.errors import UserError
-from common.probe import full_precision, math_mode
+from common.precision import float32_reduced_on, float64_device, full_precision, supports_float64
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +115,7 @@ class _Recipe:
 
 @dataclass(frozen=True)
 class SGDRecipe(_Recipe):
-    """Optimiser and schedule of a run, declared once (the sweep's values: ``common/experiments/train_resnet_sweep.py``).
+    """Optimiser and schedule of a run, declared once (the sweep's values: ``common/resnet_sweep.py``).
 
     SGD with momentum and weight decay on every parameter, a linear warm-up over ``warmup_epochs``
     and a per-step cosine decay to 0 at ``epochs``; cross-entropy with ``label_smoothing``. A run's
@@ -225,7 +229,9 @@ class AdamWRecipe(_Recipe):
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """How one run trains: its :class:`SGDRecipe` plus execution options that leave the maths unchanged.
+    """How one run trains: its recipe (:class:`SGDRecipe`, :class:`AdamRecipe` or :class:`AdamWRecipe`),
+    the loss it minimises, gradient accumulation, an optional early stop, and how it executes
+    (autocast, compilation, memory format, non-finite checks, DDP or FSDP2).
 
     ``fsdp``: with several processes, :func:`train` shards the model with FSDP2 (``fully_shard`` on each
     of ``model.blocks``, then the model; :func:`shard_model`) instead of wrapping it in DDP; checkpoints
@@ -340,7 +346,7 @@ def evaluate(
     was_training = model.training
     model.eval()
     # float64 sum of per-batch float32 sums; on the CPU when the device has no float64 (MPS, NPU)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=devices.float64_device(device))
+    loss_sum = torch.zeros((), dtype=torch.float64, device=float64_device(device))
     correct = torch.zeros((), dtype=torch.int64, device=device)
     count = 0
     world, rank = (_world_size(), _rank()) if split else (1, 0)
@@ -630,12 +636,12 @@ def final_evaluation(model: nn.Module, eval_loaders: dict, final_loaders: dict, 
     """The reported losses: ``final_loaders``, and ``eval_loaders`` again unless their per-epoch values already are float32.
 
     Float32 without autocast (bf16 evaluation moved a ResNet-8's loss by 0.16%), under
-    :func:`common.probe.full_precision`: TF32 (CUDA's default for convolutions on Ampere and later)
+    :func:`common.precision.full_precision`: TF32 (CUDA's default for convolutions on Ampere and later)
     and HF32 (an Ascend NPU's) off, so the numbers compare across depths and devices. Eager, so that
     no extra graph is compiled. Records ``final_eval_dtype`` and the math mode it ran in,
     ``final_eval_math_mode``; under FSDP with bf16 parameters the dtype is ``bfloat16``.
     """
-    reduced = devices.precision_name(device, settings.amp) != "float32" or _reduced_float32(device)
+    reduced = devices.precision_name(device, settings.amp) != "float32" or float32_reduced_on(device)
     final = {**(eval_loaders if reduced else {}), **final_loaders}
     out = {}
     with full_precision() as mode:
@@ -644,12 +650,6 @@ def final_evaluation(model: nn.Module, eval_loaders: dict, final_loaders: dict, 
             out.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
     dtype = "bfloat16" if settings.fsdp and _world_size() > 1 and fsdp_bf16(settings, device) else "float32"
     return {**out, "final_eval_dtype": dtype, "final_eval_math_mode": mode}
-
-
-def _reduced_float32(device: torch.device) -> bool:
-    """Whether float32 on ``device`` computes in reduced precision by default now (CUDA's TF32, an NPU's HF32)."""
-    mode = math_mode()
-    return (device.type == "cuda" and mode["tf32"]) or (device.type == "npu" and mode.get("hf32", False))
 
 
 def place_model(model: nn.Module, device: torch.device, settings: TrainSettings) -> bool:
@@ -837,7 +837,7 @@ def _rank() -> int:
 
 def _all_reduce_sums(device: torch.device, *values: float) -> list[float]:
     """Each value summed over the processes (one all-reduce)."""
-    dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
+    dtype = torch.float64 if supports_float64(device) else torch.float32  # on the device, where the collective runs
     totals = torch.tensor(values, dtype=dtype, device=device)
     dist.all_reduce(totals)
     return totals.tolist()
@@ -870,7 +870,7 @@ def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int,
 
 def _first_everywhere(index: int, device: torch.device) -> int:
     """The smallest ``index`` over the processes (one all-reduce)."""
-    dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32  # exact for any step count here
+    dtype = torch.float64 if supports_float64(device) else torch.float32  # exact for any step count here
     value = torch.tensor([float(index)], dtype=dtype, device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MIN)
     return int(value.item())

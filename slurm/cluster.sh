@@ -13,7 +13,7 @@
 # DS_SLURM_DIR (default /tmp/ds-slurm-<uid>), except the munge key /etc/munge/munge.key
 # (created only when missing) and a symlink /etc/slurm/slurm.conf -> the scratch config
 # (created only when no /etc/slurm/slurm.conf exists, removed by `down`), so that `sbatch`
-# works in any shell. Facts behind the settings: ../shared/SLURM-LOCAL.md.
+# works in any shell. The cluster's settings are in write_config below.
 set -euo pipefail
 
 DIR="${DS_SLURM_DIR:-/tmp/ds-slurm-$(id -u)}"
@@ -102,7 +102,7 @@ write_config() {
     [[ "$node" == NodeName=* ]] || die "slurmd -C did not describe this node: $node"
     node="${node/NodeName=$(hostname)/NodeName=$HOST}"
     cat >"$CONF" <<EOF
-# Written by slurm/cluster.sh for a single-node test cluster; see ../shared/SLURM-LOCAL.md.
+# Written by slurm/cluster.sh for a single-node test cluster.
 ClusterName=ds-local
 SlurmctldHost=$HOST
 SlurmUser=root

@@ -8,7 +8,6 @@ tests skip with the reason; with ``CI=true`` they fail instead, so CI always run
 
 from __future__ import annotations
 
-import operator
 import os
 import platform
 import shutil
@@ -19,6 +18,7 @@ import pytest
 import torch
 
 from common import device
+from common.precision import precision_flag
 from tests.helpers import precision_flags
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,4 +118,4 @@ def tf32_everywhere():
     torch.backends.cudnn.conv.fp32_precision = "tf32"
     yield precision_flags()
     for path, value in before.items():
-        operator.attrgetter(path)(torch.backends).fp32_precision = value
+        precision_flag(path).fp32_precision = value

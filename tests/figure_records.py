@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from common import resnet_sweep as sweep
 from common import runs
-from common.experiments import growth_vs_scratch, matched_insertion, weight_scaling
+from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, probe_ag, pythia_cpt, weight_scaling
 from common.projection import saturation_interval
 
 ALL = ("sweep", "probe", "gpt2", "pythia", "growth", "matched", "scaling")
@@ -44,7 +45,7 @@ def sweep_and_probe(out: Path, *, preset: str = "smoke", dataset: str = "digits"
     for seed in seeds:
         for n in depths:
             sweep_name = f"{dataset}-resnet{8 + n}-n{n}-seed{seed}-abcd1234"
-            write_run(out, "resnet_sweep", sweep_name, {"preset": preset, "dataset": dataset, "depth_n": n, "seed": seed},
+            write_run(out, sweep.EXPERIMENT, sweep_name, {"preset": preset, "dataset": dataset, "depth_n": n, "seed": seed},
                       {"train_loss": train_loss(n, seed), "test_loss": test_loss(n, seed), "test_acc": 0.9 - 0.1 * test_loss(n, seed)})  # fmt: skip
             top = ag(n, seed)
             cands = [{"index": i, "name": f"c{i}", "ag_norm": top * (0.5 + 0.5 * i / (3 + n)), "per_example_rms": 8 * top * (0.5 + 0.5 * i / (3 + n)),
@@ -53,14 +54,14 @@ def sweep_and_probe(out: Path, *, preset: str = "smoke", dataset: str = "digits"
                       "batch_size": 128, "n_batches": 10, "bn_mode": "eval", "probe_seed": 0, "exact": exact}  # fmt: skip
             result = {"ag_max": top, "ag_max_per_example": 8 * top, "ag_max_blocks": top * 0.9, "exact": exact, "candidates": cands,
                       "saturation": app_g(n, seed)}  # fmt: skip
-            write_run(out, "ag_probe", f"{sweep_name}-probe", config, result)
+            write_run(out, probe_ag.EXPERIMENT, f"{sweep_name}-probe", config, result)
 
 
 def gpt2(out: Path, *, preset: str = "smoke", depths=(1, 2, 4), ag=lambda L: 0.02 / L) -> None:
     for L in depths:
         cands = [{"index": i, "name": f"h{i}", "ag_norm": ag(L) * (i + 1) / (L + 1), "per_example_rms": 4 * ag(L),
                   "growth_value": 0.8 * ag(L) * (i + 1) / (L + 1)} for i in range(L + 1)]  # fmt: skip
-        write_run(out, "gpt2_ascend", f"text-L{L}-seed0", {"preset": preset, "n_layer": L, "seed": 0, "model": {"n_embd": 32},
+        write_run(out, gpt2_ascend.EXPERIMENT, f"text-L{L}-seed0", {"preset": preset, "n_layer": L, "seed": 0, "model": {"n_embd": 32},
                   "data": {"source": "text"}, "probe": {"split": "val", "batch_size": 4, "n_batches": 2, "exact": True}},
                   {"n_layer": L, "seed": 0, "val_loss": 5.0 - 0.2 * L, "ag_max": ag(L), "ag_max_per_example": 4 * ag(L),
                    "ag_max_blocks": ag(L), "exact": True, "v_max": 0.8 * ag(L), "candidates": cands})  # fmt: skip
@@ -73,7 +74,7 @@ def pythia(out: Path, *, preset: str = "smoke", models=(("pythia-70m-deduped", 6
         cands = [{"index": i, "name": f"layers.{i}" if i < n_layer else "final", "ag_norm": ag * (i + 1) / (n_layer + 1),
                   "per_example_rms": 10 * ag, "block_input": i < n_layer, "block_influence": 0.1 + 0.01 * i if i < n_layer else None}
                  for i in range(n_layer + 1)]  # fmt: skip
-        write_run(out, "pythia_cpt", f"{name}-0123abcd", {"preset": preset, "model": f"EleutherAI/{name}", "revision": "step143000"},
+        write_run(out, pythia_cpt.EXPERIMENT, f"{name}-0123abcd", {"preset": preset, "model": f"EleutherAI/{name}", "revision": "step143000"},
                   {"model": f"EleutherAI/{name}", "revision": "step143000", "commit_hash": "f" * 40, "weight_files": ["model.safetensors"],
                    "n_layer": n_layer, "d_model": d_model, "val_loss_before": 3.5, "val_loss_after": 3.4, "cpt_tokens": 1000,
                    "ag_max": ag, "ag_max_per_example": 10 * ag, "ag_max_blocks": ag * n_layer / (n_layer + 1), "exact": False,
@@ -92,7 +93,7 @@ def growth(out: Path, *, preset: str = "smoke", dataset: str = "digits", seeds=(
     for seed in seeds:
         chain = [{"train": {"epochs": parent_epochs}}]
         for n in range(1, 6):
-            write_run(out, "growth_vs_scratch", f"{dataset}-grow-n{n}-seed{seed}", {"preset": preset, "dataset": dataset, "depth_n": n,
+            write_run(out, growth_vs_scratch.EXPERIMENT, f"{dataset}-grow-n{n}-seed{seed}", {"preset": preset, "dataset": dataset, "depth_n": n,
                       "growth": {"parent": "x"}, "train": {"epochs": stage_epochs}, "runtime": {"chain": list(chain)}},
                       {"epochs": stage_epochs})  # fmt: skip
             chain.append({"train": {"epochs": stage_epochs}})
@@ -112,7 +113,7 @@ def growth(out: Path, *, preset: str = "smoke", dataset: str = "digits", seeds=(
     budgets = sorted({r["total_epochs"] for r in records if r["method"] == "scratch"})
     tag = str(budgets[0]) if len(budgets) == 1 else f"{budgets[0]}-{budgets[-1]}"
     stem = f"table-{dataset}-stage{stage_epochs}-scratch{tag}-seeds{'-'.join(map(str, seeds))}"
-    folder = Path(out) / "growth_vs_scratch"
+    folder = Path(out) / growth_vs_scratch.EXPERIMENT
     runs.atomic_write_csv(folder / f"{stem}.csv", rows)
     return folder / f"{stem}.csv"
 
@@ -126,7 +127,7 @@ def matched(out: Path, *, preset: str = "smoke", dataset: str = "digits", drops=
     for i, seed in enumerate(seeds):
         for d, drop in drops.items():
             sweep_name = f"{dataset}-resnet{d}-n{d - 8}-seed{seed}-ffff0000"
-            write_run(out, "resnet_sweep", sweep_name, {"preset": preset, "dataset": dataset, "depth_n": d - 8, "seed": seed},
+            write_run(out, sweep.EXPERIMENT, sweep_name, {"preset": preset, "dataset": dataset, "depth_n": d - 8, "seed": seed},
                       {"train_loss": 0.1, "test_loss": 0.5, "test_acc": 0.8})  # fmt: skip
             (candidate,) = matched_insertion.resolve_candidates(rule, d - 8)
             drop = drop + spread * (-1) ** i
@@ -136,7 +137,7 @@ def matched(out: Path, *, preset: str = "smoke", dataset: str = "digits", drops=
                      "relative_residual": 0.5, "predicted_change_pooled_targets": -drop, "test_change": None, "paper_change": None,
                      "predicted_change_exact_targets": -1.1 * drop * alpha / 1e-3}
                     for alpha in (1e-4, 1e-3)]  # fmt: skip
-            write_run(out, "matched_insertion", f"{sweep_name}-matched-{rule}", {"sweep_run": sweep_name, "dataset": dataset,
+            write_run(out, matched_insertion.EXPERIMENT, f"{sweep_name}-matched-{rule}", {"sweep_run": sweep_name, "dataset": dataset,
                       "candidate_rule": rule, "fit": "closed-form"}, {"rows": rows})  # fmt: skip
 
 
@@ -154,7 +155,7 @@ def scaling(out: Path, *, preset: str = "smoke", beta: float = 0.3, alpha: float
                 {**base, "tensor": "delta", "max_norm": L**-alpha, "cumsum_norm": L ** (1 - alpha)},
                 {**base, "tensor": "delta_A", "max_norm": L ** -(alpha + beta), "cumsum_norm": L ** (1 - alpha - beta - diffusive)},
             ]  # fmt: skip
-            write_run(out, "weight_scaling", f"{family}-L{L}", {"preset": preset, "family": family, "dataset": "synthetic"},
+            write_run(out, weight_scaling.EXPERIMENT, f"{family}-L{L}", {"preset": preset, "family": family, "dataset": "synthetic"},
                       {"records": [{k: r.get(k) for k in weight_scaling.RECORD_COLUMNS} for r in records]})  # fmt: skip
 
 

@@ -9,7 +9,6 @@ MLP (linear family, rows = examples). ``Psi`` and ``G`` always come from the rea
 from __future__ import annotations
 
 import copy
-import operator
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +16,8 @@ from torch import nn
 
 from common.models.candidates import Candidate
 from common.models.resnet import ResNet, ResNetConfig
-from common.probe import _PRECISION_LEAVES, activation_gradients, probe_mode
+from common.precision import PRECISION_LEAVES, precision_flag
+from common.probe import activation_gradients, probe_mode
 from common.tangent import candidate_family, make_zero_block
 
 
@@ -102,9 +102,9 @@ def rows_to_state(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return rows.reshape(like.shape)
 
 
-def v_weight_from_rows(block, matrix_kd: torch.Tensor) -> torch.Tensor:
-    """A (k x d) matrix in Psi-row coordinates as ``block.v.weight`` (d x k, or d x C x 3 x 3)."""
-    return matrix_kd.T.reshape(block.v.weight.shape)
+def terminal_weight_from_rows(block, matrix_kd: torch.Tensor) -> torch.Tensor:
+    """A (k x d) matrix in Psi-row coordinates as the block's terminal weights ``V_l`` (d x k, or d x C x 3 x 3)."""
+    return matrix_kd.T.reshape(block.terminal.weight.shape)
 
 
 def loss_of(model, x, y) -> float:
@@ -127,5 +127,5 @@ def explicit_states_grads(model, x, y):
 
 
 def precision_flags() -> dict:
-    """Every ``torch.backends.*.fp32_precision`` leaf the probe's precision guard manages, by path."""
-    return {p: operator.attrgetter(p)(torch.backends).fp32_precision for p in _PRECISION_LEAVES}
+    """Every ``torch.backends.*.fp32_precision`` leaf the precision guard manages, by path."""
+    return {p: precision_flag(p).fp32_precision for p in PRECISION_LEAVES}

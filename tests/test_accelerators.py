@@ -21,7 +21,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 from common import device as devices
-from common import distributed, probe, projection, runs
+from common import distributed, precision, probe, projection, runs
 from common import train as train_module
 from common.data.vision import TensorLoader, make_synthetic
 from common.errors import UserError
@@ -163,15 +163,17 @@ def test_a_cpu_run_on_a_gpu_node_never_touches_the_gpu_rng(tmp_path, monkeypatch
 
 # ----------------------------------------------------------------------------- 3. float64 on the CPU
 def test_float64_runs_on_the_cpu_for_mps_and_npu_only():
-    assert [projection.supports_float64(d) for d in ("cpu", "cuda:1", torch.device("cpu"), "mps", "npu:0")] == [
+    assert [precision.supports_float64(d) for d in ("cpu", "cuda:1", torch.device("cpu"), "mps", "npu:0")] == [
         True, True, True, False, False,
     ]  # fmt: skip
-    assert [str(projection.float64_device(d)) for d in ("cuda:1", "mps", "npu", None)] == ["cuda:1", "cpu", "cpu", "cpu"]
-    assert devices.float64_device is projection.float64_device  # one decision
+    assert [str(precision.float64_device(d)) for d in ("cuda:1", "mps", "npu", None)] == ["cuda:1", "cpu", "cpu", "cpu"]
+    users = (projection, probe, hf_decoder, train_module)
+    assert all(m.float64_device is precision.float64_device for m in users)  # one decision, made in common.precision
+    assert not hasattr(devices, "float64_device")
 
 
 def test_gram_statistics_of_a_device_without_float64_live_on_the_cpu(monkeypatch):
-    monkeypatch.setattr(projection, "supports_float64", lambda device: False)
+    monkeypatch.setattr(precision, "supports_float64", lambda device: False)
     acc = projection.GramAccumulator(3, 2, device=torch.device("meta"))  # meta stands in for the accelerator
     assert acc.device == torch.device("cpu") and acc.P.device == acc.X.device == torch.device("cpu")
     acc.update(torch.eye(3), torch.ones(3, 2))
@@ -185,7 +187,7 @@ def test_exact_probe_records_where_float64_ran_and_gives_the_same_values(monkeyp
     batches = [(torch.randn(4, 3, 8, 8, dtype=torch.float64), torch.randint(0, 3, (4,)))]
     native = probe.probe_activation_gradients(model, batches, exact=True)
     asked = []
-    monkeypatch.setattr(projection, "supports_float64", lambda device: asked.append(str(device)) or False)
+    monkeypatch.setattr(precision, "supports_float64", lambda device: asked.append(str(device)) or False)
     fallback = probe.probe_activation_gradients(model, batches, exact=True)
     assert asked and fallback.summary()["float64_device"] == "cpu"
     for a, b in zip(native.scores, fallback.scores, strict=True):
@@ -221,7 +223,7 @@ class _Spy(nn.Module):
         self.inner, self.head, self.seen, self.fail = nn.Linear(3, 3), nn.Linear(3, 2), [], fail
 
     def forward(self, x):
-        self.seen.append(probe.math_mode())
+        self.seen.append(precision.math_mode())
         if self.fail:
             raise RuntimeError("deliberate")
         return self.head(self.inner(x))
@@ -230,9 +232,8 @@ class _Spy(nn.Module):
         return [SimpleNamespace(index=0, name="head.in", module=self.head, family="linear")]
 
 
-@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch < 2.9: allow_tf32 API")
 def test_probe_switches_tf32_off_for_its_duration_and_restores_it(tf32_everywhere):
-    assert probe.math_mode()["tf32"]
+    assert precision.math_mode()["tf32"]
     model = _Spy()
     result = probe.probe_activation_gradients(model, [(torch.randn(4, 3), torch.randint(0, 2, (4,)))])
     assert model.seen and not any(mode["tf32"] for mode in model.seen)
@@ -248,16 +249,16 @@ def test_the_precision_guard_switches_an_npus_hf32_off_and_restores_it(monkeypat
     """torch_npu allows HF32 (~1e-3 relative) for convolutions by default; the guard saves, clears and restores both flags."""
     npu = SimpleNamespace(conv=SimpleNamespace(allow_hf32=True), matmul=SimpleNamespace(allow_hf32=False))
     monkeypatch.setattr(torch, "npu", npu, raising=False)
-    assert probe.math_mode()["hf32"] and probe.math_mode()["npu_conv_hf32"]
-    with probe.full_precision() as mode:
+    assert precision.math_mode()["hf32"] and precision.math_mode()["npu_conv_hf32"]
+    with precision.full_precision() as mode:
         assert (npu.conv.allow_hf32, npu.matmul.allow_hf32) == (False, False)
         assert (mode["hf32"], mode["npu_conv_hf32"], mode["npu_matmul_hf32"]) == (False, False, False)
     assert (npu.conv.allow_hf32, npu.matmul.allow_hf32) == (True, False)
-    with pytest.raises(RuntimeError, match="deliberate"), probe.full_precision():
+    with pytest.raises(RuntimeError, match="deliberate"), precision.full_precision():
         raise RuntimeError("deliberate")
     assert (npu.conv.allow_hf32, npu.matmul.allow_hf32) == (True, False)
     monkeypatch.delattr(torch, "npu")
-    assert not any("hf32" in key for key in probe.math_mode())  # records without torch_npu are as before
+    assert not any("hf32" in key for key in precision.math_mode())  # records without torch_npu are as before
 
 
 class _EvalSpy(nn.Module):
@@ -269,11 +270,10 @@ class _EvalSpy(nn.Module):
 
     def forward(self, x):
         if not self.training:
-            self.modes.append(probe.math_mode())
+            self.modes.append(precision.math_mode())
         return self.net(x)
 
 
-@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch < 2.9: allow_tf32 API")
 def test_the_final_evaluation_runs_under_the_full_precision_guard_and_records_its_math_mode(tmp_path, tf32_everywhere):
     torch.manual_seed(0)
     batches = [(torch.randint(0, 7, (4, 5)), torch.randint(0, 7, (4, 5)))]
@@ -284,8 +284,8 @@ def test_the_final_evaluation_runs_under_the_full_precision_guard_and_records_it
     assert per_epoch["tf32"] and not final["tf32"]  # training's math mode, then the guard's
     assert summary["final_eval_math_mode"] == final and summary["final_eval_dtype"] == "float32"
     assert precision_flags() == tf32_everywhere  # restored
-    assert train_module._reduced_float32(CUDA)  # so a CUDA run evaluates its per-epoch loaders again, in full precision
-    assert not train_module._reduced_float32(torch.device("cpu"))
+    assert precision.float32_reduced_on(CUDA)  # so a CUDA run evaluates its per-epoch loaders again, in full precision
+    assert not precision.float32_reduced_on(torch.device("cpu"))
 
 
 def test_training_ends_with_no_gradients_left(tmp_path):

@@ -34,8 +34,8 @@ from common.device import npu_available
 from common.errors import UserError
 from common.experiments import gpt2_ascend
 from common.experiments.growth_vs_scratch import growth_plan
-from common.experiments.train_resnet_sweep import sweep_configs
 from common.launch import check_before_creating, launch_from_args
+from common.resnet_sweep import sweep_configs
 from common.runs import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,9 +1,10 @@
 """Each claim rule of the report gives "holds", "does not hold" and "not decidable" on hand-made inputs.
 
 The rules are pure functions of numbers (common/claims.py); their error rates are measured by
-simulation in tests/test_claim_rates.py. The last tests check that the report builder feeds them
-the records of scripts 01-07 (hand-made, tests/figure_records.py), shows both sides' growth
-budgets, and keeps the identity checks apart from the claims.
+simulation in tests/test_claim_rates.py. The last tests check that the claim rows
+(common/experiments/claim_rows.py) feed them the records of scripts 01-07 (hand-made,
+tests/figure_records.py), show both sides' growth budgets, and keep the identity checks apart
+from the claims.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from scipy import stats
 
 from common import claims
 from common.claims import FAILS, HOLDS, UNDECIDABLE, Estimate
-from common.experiments import make_figures
+from common.experiments import claim_rows, make_figures
 from common.projection import saturation_interval
 from tests import figure_records
 
@@ -219,7 +220,7 @@ def test_every_rule_carries_its_text_and_identity_checks_are_not_rules():
 
 # ----------------------------------------------------------------------------- the report builder feeds the rules
 def rows_of(out, preset="smoke") -> dict[str, dict]:
-    return {r["claim"]: r for r in make_figures.claim_rows(make_figures.load_records(out, preset))}
+    return {r["claim"]: r for r in claim_rows.claim_rows(make_figures.load_records(out, preset))}
 
 
 def verdicts(out, preset="smoke") -> dict[str, str]:
@@ -244,7 +245,7 @@ def test_report_rows_follow_the_records(tmp_path):
     for claim in claims_checked:
         assert g[claim].startswith(HOLDS), (claim, g[claim])
         assert b[claim].startswith(FAILS), (claim, b[claim])
-        assert g[claim].endswith(f"({make_figures.SMOKE_NOTE})")
+        assert g[claim].endswith(f"({claim_rows.SMOKE_NOTE})")
 
 
 def test_growth_rows_show_both_budgets_and_the_equal_budget_table_gets_its_own_rows(tmp_path):
@@ -284,15 +285,15 @@ def test_matched_claims_compare_one_candidate_type_across_depths(tmp_path):
 
 def test_identity_checks_are_reported_apart_and_not_counted(tmp_path):
     out = figure_records.everything(tmp_path, seeds=(0, 1))
-    rows = make_figures.claim_rows(make_figures.load_records(out, "smoke"))
+    rows = claim_rows.claim_rows(make_figures.load_records(out, "smoke"))
     kinds = {r["claim"]: r["kind"] for r in rows}
-    assert kinds["the exact growth value never exceeds AG_l at any candidate"] == make_figures.IDENTITY
-    assert kinds["matched insertion lowers the training loss at every depth (digits)"] == make_figures.IDENTITY
-    assert {r["kind"] for r in rows} == {make_figures.CLAIM, make_figures.IDENTITY}
+    assert kinds["the exact growth value never exceeds AG_l at any candidate"] == claim_rows.IDENTITY
+    assert kinds["matched insertion lowers the training loss at every depth (digits)"] == claim_rows.IDENTITY
+    assert {r["kind"] for r in rows} == {claim_rows.CLAIM, claim_rows.IDENTITY}
     text = make_figures.claims_markdown(rows, "smoke", out)
     claims_part, checks_part = text.split("## Identity checks")
     assert "never exceeds AG_l" in checks_part and "never exceeds AG_l" not in claims_part
-    counted = sum(1 for r in rows if r["kind"] == make_figures.CLAIM)
+    counted = sum(1 for r in rows if r["kind"] == claim_rows.CLAIM)
     counts = make_figures.verdict_counts(rows)
     assert sum(int(part.rsplit(": ", 1)[1]) for part in counts.split(", ")) == counted
 
@@ -301,7 +302,7 @@ def test_app_g_row_shows_interval_t_candidates_and_verdict_of_new_and_older_reco
     claim = "the deepest models probed are first-order saturated within delta (App. G) (digits)"
 
     def row(out):
-        return next(r for r in make_figures.claim_rows(make_figures.load_records(out, "smoke")) if r["claim"] == claim)
+        return next(r for r in claim_rows.claim_rows(make_figures.load_records(out, "smoke")) if r["claim"] == claim)
 
     figure_records.sweep_and_probe(tmp_path / "good", seeds=(0, 1))  # deepest N = 8: Gamma_hat = 4e-5, t = 0.005 <= 0.02
     good = row(tmp_path / "good")
@@ -328,7 +329,7 @@ def test_app_g_row_shows_interval_t_candidates_and_verdict_of_new_and_older_reco
 def test_weight_scaling_verdicts_use_the_max_norm_beta_and_show_step_2_beside_it(tmp_path):
     # i.i.d.-like weights: the max norm reads alpha + beta = 1 (Cohen et al.'s ReLU value), Step 2 reads 1.5.
     figure_records.scaling(tmp_path, beta=0.3, alpha=0.7, diffusive=0.5)
-    rows = {r["claim"]: r for r in make_figures.claim_rows(make_figures.load_records(tmp_path, "smoke"))}
+    rows = {r["claim"]: r for r in claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"))}
     relu = rows["fc-relu: alpha + beta from |delta_k| A_k, max norm (how their figures were read; used for the verdict) (synthetic)"]
     assert relu["verdict"].startswith(HOLDS)
     assert relu["reproduced"].startswith("1.000 [") and "Step 2 (cumulative sum, their text), not used for the verdict: 1.500 [" in relu["reproduced"]
@@ -339,6 +340,6 @@ def test_weight_scaling_verdicts_use_the_max_norm_beta_and_show_step_2_beside_it
 
 def test_records_of_the_other_preset_are_not_run(tmp_path):
     figure_records.sweep_and_probe(tmp_path, preset="smoke")
-    rows = make_figures.claim_rows(make_figures.load_records(tmp_path, "paper"))
+    rows = claim_rows.claim_rows(make_figures.load_records(tmp_path, "paper"))
     assert rows and all(r["verdict"] == claims.NOT_RUN for r in rows)
     assert "python 02_probe_ag.py" in rows[0]["records"]

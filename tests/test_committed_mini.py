@@ -4,7 +4,7 @@ Each test skips while results/mini/ is not committed. They catch a change of cod
 run's identity (its config, so its hash), the report's rules or wording, or a README that no
 longer shows the committed claims. A change that alters only the *numbers* a run would produce
 (a fix inside a training loop, a probe's arithmetic) is not detected here: rerun ``make mini``
-whenever the code a result depends on changes (README, "Results").
+whenever the code a result depends on changes (README, section "Results").
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from common.probe import activation_gradients, probe_activation_gradients, probe
 from common.projection import GramAccumulator
 from common.tangent import make_zero_block
 from common.train import classification_loss
-from tests.helpers import v_weight_from_rows
+from tests.helpers import terminal_weight_from_rows
 
 TINY = GPTConfig(n_layer=3, n_embd=16, n_head=2, block_size=8, vocab_size=61)
 
@@ -95,9 +95,9 @@ def test_inserted_linear_block_v_gradient_equals_the_cross_gradient():
         acc.update(psi, g.reshape(-1, 16))
         grown = copy.deepcopy(model)
         block = insert_zero_block(grown, c.index, seed=0)
-        (grad,) = torch.autograd.grad(classification_loss(grown(x), y), [block.v.weight])
+        (grad,) = torch.autograd.grad(classification_loss(grown(x), y), [block.terminal.weight])
         # The same sums of products by two routes (autograd's Linear backward vs Psi^T G): rtol 1e-10.
-        torch.testing.assert_close(grad, v_weight_from_rows(block, acc.cross_gradient()), rtol=1e-10, atol=1e-18)
+        torch.testing.assert_close(grad, terminal_weight_from_rows(block, acc.cross_gradient()), rtol=1e-10, atol=1e-18)
         assert grad.norm() > 0
 
 

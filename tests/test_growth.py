@@ -14,7 +14,7 @@ from common.models.resnet import ResNet, ResNetConfig
 from common.probe import probe_activation_gradients
 from common.projection import GramAccumulator
 from common.tangent import ZeroOutputBlock, candidate_family, protocol_seed
-from tests.helpers import CASES, tangent_rows, v_weight_from_rows
+from tests.helpers import CASES, tangent_rows, terminal_weight_from_rows
 
 SEEDS = [0, 1, 2]
 
@@ -40,9 +40,9 @@ def test_inserted_block_v_gradient_equals_cross_gradient(kind, seed):
         acc.update(psi, g_rows)
         grown = copy.deepcopy(model)
         block = insert_zero_block(grown, c.index, seed=seed)
-        (grad,) = torch.autograd.grad(F.cross_entropy(grown(x), y), [block.v.weight])
+        (grad,) = torch.autograd.grad(F.cross_entropy(grown(x), y), [block.terminal.weight])
         # Same O(n) sums of products by two routes (autograd's conv/linear backward vs Psi^T G): rtol 1e-10.
-        torch.testing.assert_close(grad, v_weight_from_rows(block, acc.cross_gradient()), rtol=1e-10, atol=1e-18)
+        torch.testing.assert_close(grad, terminal_weight_from_rows(block, acc.cross_gradient()), rtol=1e-10, atol=1e-18)
         assert float(grad.norm()) == pytest.approx(acc.cross_gradient_norm(), rel=1e-10)
 
 
@@ -55,8 +55,8 @@ def test_insertion_bookkeeping_resnet():
     assert isinstance(model.blocks[-1], ZeroOutputBlock) and model.blocks[-1] is block
     assert len(model.candidates()) == n_candidates + 1
     assert model.stage_of_block == [*stages, stages[-1]]
-    assert block.v.weight.shape == (width, width, 3, 3) and block.v.weight.dtype == torch.float64
-    assert not block.v.weight.any()
+    assert block.terminal.weight.shape == (width, width, 3, 3) and block.terminal.weight.dtype == torch.float64
+    assert not block.terminal.weight.any()
     # The block of stage-2's first candidate reads stage 1's width (the previous block's output).
     first_of_stage2 = model.stage_of_block.index(1)
     assert candidate_width(model, first_of_stage2) == model.config.widths[0]

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common import resnet_sweep as sweep
 from common import runs
 from common.experiments import growth_vs_scratch as gvs
-from common.experiments import train_resnet_sweep as sweep
 from common.growth import GrowthBrokeFunction, check_function_preserved, function_difference
 from common.models.resnet import (
     BasicBlock,

@@ -1,4 +1,4 @@
-"""The layout of DESIGN.md section 5, checked on the source: imports point down only.
+"""The layering of docs/design.md, section "Import layering", checked on the source: imports point down only.
 
 Read with ``ast`` (nothing is imported), so a violation anywhere in ``common/`` fails here
 with the module and the offending import named.
@@ -12,8 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCIENCE = {"common.probe", "common.projection", "common.tangent", "common.growth", "common.scaling"}
+# common.precision (TF32/HF32 off, where float64 runs) is a leaf that the infrastructure uses too.
+SCIENCE = {"common.probe", "common.projection", "common.tangent", "common.growth", "common.scaling", "common.precision"}
 LAUNCHING = {"common.launch", "common.slurm", "common.cli", "common.decoder_flags"}  # cli loads SLURM profiles
+# Below the job modules, imported by several of them: the ResNet sweep's presets, its job function (pickled by
+# submitit, as the job modules' are) and the records API that scripts 02, 03, 06 and 07 read sweep runs through.
+SHARED_JOBS = {"common.resnet_sweep"}
+# Script 08's job module reads every experiment's records, so it may import the other scripts' job modules.
+READS_EVERY_EXPERIMENT = {"common.experiments.make_figures"}
 DECODER_JOBS = {"common.experiments.gpt2_ascend", "common.experiments.pythia_cpt"}  # scripts 05 and 04
 DECODER_SHARED = "common.experiments.decoder_runs"  # what both decoder experiments share
 # The one import allowed inside a function: torch_npu exists only on Ascend machines.
@@ -76,12 +82,21 @@ def is_experiment(name: str) -> bool:
     return name.startswith("common.experiments.")
 
 
+def script_job_modules() -> dict[str, str]:
+    """``NN_<name>.py`` -> its job module ``common.experiments.<name>``, for every numbered script."""
+    return {p.name: f"common.experiments.{p.stem[3:]}" for p in sorted(ROOT.glob("[0-9][0-9]_*.py"))}
+
+
 def test_science_modules_import_only_other_science_modules():
     present = SCIENCE & set(MODULES)
-    assert {"common.probe", "common.projection", "common.tangent", "common.growth"} <= present
+    assert {"common.probe", "common.projection", "common.tangent", "common.growth", "common.precision"} <= present
     for name in sorted(present):
         outside = {m for m in repo_imports(name) if m not in SCIENCE}
         assert not outside, f"{name} imports {sorted(outside)}: science modules must stand alone"
+
+
+def test_the_precision_module_is_a_leaf():
+    assert not repo_imports("common.precision"), "common.precision must import nothing of ours: everything imports it"
 
 
 def test_nothing_below_the_experiments_imports_an_experiment():
@@ -95,7 +110,8 @@ def test_nothing_below_the_experiments_imports_an_experiment():
 def test_job_modules_never_reach_the_launcher_or_submitit():
     experiments = [m for m in MODULES if is_experiment(m)]
     assert experiments, "no job modules found under common/experiments/"
-    for name in experiments:
+    assert not SHARED_JOBS - set(MODULES), f"missing shared job modules: {sorted(SHARED_JOBS - set(MODULES))}"
+    for name in [*experiments, *sorted(SHARED_JOBS)]:
         reached = closure(name) | {name}
         assert not reached & LAUNCHING, f"{name} reaches {sorted(reached & LAUNCHING)}"
         third_party = {m.split(".")[0] for r in reached for m, _ in imports_of(MODULES[r])}
@@ -121,12 +137,21 @@ def test_no_import_hides_inside_a_function():
     assert not hidden, f"imports inside functions: {hidden}"
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in ROOT.glob("[0-9][0-9]_*.py")))
+@pytest.mark.parametrize("script", sorted(script_job_modules()))
 def test_each_numbered_script_has_exactly_its_own_job_module(script):
-    job = f"common.experiments.{Path(script).stem[3:]}"
+    job = script_job_modules()[script]
     assert job in MODULES, f"{script} has no job module {job}"
     imported = {m for m, _ in imports_of(ROOT / script)}
     assert job in imported, f"{script} does not use its job module {job}"
+    others = {m for m in imported if is_experiment(m)} - {job}
+    assert not others, f"{script} imports other scripts' job modules {sorted(others)}: shared code belongs below them"
+
+
+def test_a_scripts_job_module_imports_no_other_scripts_job_module():
+    jobs = set(script_job_modules().values())
+    for name in sorted(jobs - READS_EVERY_EXPERIMENT):
+        peers = repo_imports(name) & jobs - {name}
+        assert not peers, f"{name} imports the job modules {sorted(peers)}: move what they share below them (e.g. common/resnet_sweep.py)"
 
 
 def test_no_name_shadows_the_common_package():

@@ -21,7 +21,8 @@ from torch import nn
 from common.experiments.matched_insertion import PAPER_DEPTHS, matched_insertion, resolve_candidates
 from common.models.candidates import Candidate
 from common.models.resnet import ResNet, ResNetConfig, extra_block_position
-from common.probe import activation_gradients, math_mode, per_example_tangent_regression, probe_mode
+from common.precision import math_mode
+from common.probe import activation_gradients, per_example_tangent_regression, probe_mode
 from common.tangent import make_zero_block
 from tests.helpers import CASES, MLPBlock, precision_flags
 
@@ -199,7 +200,6 @@ def test_nothing_of_size_n_by_d_is_kept():
     assert eight < one + kept / 2, (one, eight, kept)
 
 
-@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch < 2.9: allow_tf32 API")
 def test_the_fit_and_every_evaluation_run_without_tf32(tf32_everywhere):
     assert math_mode()["tf32"]
     seen = []

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from common import runs
-from common.experiments.train_resnet_sweep import sweep_configs, train_resnet_run
 from common.launch import launch
+from common.resnet_sweep import sweep_configs, train_resnet_run
 from common.runs import make_specs
 
 script = importlib.import_module("06_matched_insertion")

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from common import runs
+from common import resnet_sweep, runs
 from common.cli import PRESETS
 from common.data import text_sources
 from common.data.vision import class_balanced_indices, load_vision, with_train_subset
@@ -24,11 +24,10 @@ from common.experiments import (
     growth_vs_scratch,
     make_figures,
     pythia_cpt,
-    train_resnet_sweep,
     weight_scaling,
 )
 from common.experiments.probe_ag import probe_configs
-from common.experiments.train_resnet_sweep import load_sweep_data, load_sweep_run, sweep_configs
+from common.resnet_sweep import load_sweep_data, load_sweep_run, sweep_configs
 from tests import figure_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +42,7 @@ def test_every_numbered_script_accepts_preset_mini(script):
 
 
 def test_each_job_module_has_a_mini_table():
-    assert train_resnet_sweep.sweep_preset("mini", "cifar10").train_subset
+    assert resnet_sweep.sweep_preset("mini", "cifar10").train_subset
     assert "mini" in gpt2_ascend.PRESETS and "mini" in pythia_cpt.PRESETS and "mini" in weight_scaling.FC_PRESETS
     assert growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="x.npz").stage_epochs == growth_vs_scratch.MINI_STAGE_EPOCHS
 
@@ -73,10 +72,10 @@ def test_train_subset_enters_the_identity_only_when_given():
     [plain] = sweep_configs(preset="paper", dataset="cifar10", depths=[3])
     [cut] = sweep_configs(preset="paper", dataset="cifar10", depths=[3], train_subset=1000)
     assert "train_subset" not in plain["data"]
-    assert cut["data"]["train_subset"] == {"k": 1000, "seed": train_resnet_sweep.MINI.subset_seed}
+    assert cut["data"]["train_subset"] == {"k": 1000, "seed": resnet_sweep.MINI.subset_seed}
     assert runs.config_hash(plain) != runs.config_hash(cut)
     [mini] = sweep_configs(preset="mini", dataset="npz", depths=[3], data_root="/somewhere/c10.npz", seeds=[5])
-    assert mini["data"] == {"file": "c10.npz", "train_subset": {"k": train_resnet_sweep.MINI.train_subset, "seed": 0}}
+    assert mini["data"] == {"file": "c10.npz", "train_subset": {"k": resnet_sweep.MINI.train_subset, "seed": 0}}
 
 
 def test_probe_growth_and_scratch_see_exactly_the_sweeps_training_images(tmp_path):
@@ -86,7 +85,7 @@ def test_probe_growth_and_scratch_see_exactly_the_sweeps_training_images(tmp_pat
     run = runs.run_dir(tmp_path, config)
     run.mkdir(parents=True)
     runs.atomic_write_json(run / runs.CONFIG, config)
-    torch.save({"model": train_resnet_sweep.build_resnet(config, 10).state_dict()}, run / "model.pt")
+    torch.save({"model": resnet_sweep.build_resnet(config, 10).state_dict()}, run / "model.pt")
     runs.write_result(run, {})
     _, probed = load_sweep_run(run)  # what 02 and 06 load
     assert torch.equal(probed.x_train, data.x_train) and torch.equal(probed.y_train, data.y_train)
@@ -103,7 +102,7 @@ def test_mini_trains_on_the_subset_and_evaluates_the_test_set_once_at_the_end(tm
     args = ["--preset", "mini", "--dataset", "digits", "--train-subset", "100", "--depths", "0", "--seeds", "0",
             "--epochs", "2", "--batch-size", "50", "--device", "cpu", "--out", str(tmp_path)]  # fmt: skip
     assert script.main(args) == 0
-    [run] = train_resnet_sweep.finished_sweep_runs(tmp_path, "digits")
+    [run] = resnet_sweep.finished_sweep_runs(tmp_path, "digits")
     metrics = runs.read_metrics(run)
     assert len(metrics) == 2 and not any("test_loss" in m for m in metrics)
     result = runs.read_result(run)
@@ -112,7 +111,7 @@ def test_mini_trains_on_the_subset_and_evaluates_the_test_set_once_at_the_end(tm
 
 
 def test_mini_runs_two_seeds_by_default():
-    assert train_resnet_sweep.preset_seeds("mini", 3) == [3, 4] and train_resnet_sweep.preset_seeds("paper", 3) == [3]
+    assert resnet_sweep.preset_seeds("mini", 3) == [3, 4] and resnet_sweep.preset_seeds("paper", 3) == [3]
 
 
 # ----------------------------------------------------------------------------- Tiny Shakespeare

@@ -92,7 +92,7 @@ def test_pooled_cross_gradient_and_contribution_covariance_match_autograd_on_an_
     assert result.summary()["ag_max_blocks"] == max(s.ag_norm for s in result.scores[:-1])
     for score in result.scores:
         grown = copy.deepcopy(model)
-        v = insert_zero_block(grown, score.index, seed=5).v.weight
+        v = insert_zero_block(grown, score.index, seed=5).terminal.weight  # V_l
         pooled = torch.autograd.grad(F.cross_entropy(grown(x), y), v)[0]
         each = torch.stack([torch.autograd.grad(F.cross_entropy(grown(x[i : i + 1]), y[i : i + 1]), v)[0] for i in range(6)])
         assert score.cross_gradient_norm_pooled == pytest.approx(float(pooled.norm()), rel=RTOL)
@@ -133,7 +133,7 @@ def test_exact_values_match_a_direct_projection_per_batch_and_pooled(seed):
         assert score.cross_gradient_norm_pooled == pytest.approx(float((psi.T @ g_rows).norm()), rel=RTOL)
         assert score.growth_fraction_pooled == pytest.approx(float(fitted.norm() / g_rows.norm()), rel=1e-8)
         assert score.rows_pooled == psi.shape[0] and score.tangent_dim == psi.shape[1]
-    assert result.v_max == max(s.growth_value for s in result.scores)
+    assert result.growth_value_max == max(s.growth_value for s in result.scores)
 
 
 @pytest.mark.parametrize("bn_mode", ["eval", "train"])

@@ -1,4 +1,4 @@
-"""02_probe_ag.py end to end on a tiny synthetic sweep trained through common.experiments.train_resnet_sweep."""
+"""02_probe_ag.py end to end on a tiny synthetic sweep trained through common.resnet_sweep."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from common import runs
-from common.experiments.train_resnet_sweep import load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
 from common.growth import insert_zero_block
 from common.launch import launch
+from common.resnet_sweep import load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
 from common.runs import make_specs
 from tests.helpers import explicit_states_grads
 
@@ -184,9 +184,9 @@ def independent_app_g(run: Path, part: str) -> tuple[list[float], list[float]]:
     norms, traces = [], []
     for index in range(len(model.candidates())):
         grown = copy.deepcopy(model)
-        v = insert_zero_block(grown, index, seed=config["probe_seed"]).v.weight
+        v = insert_zero_block(grown, index, seed=config["probe_seed"]).terminal.weight  # V_l
         pooled = torch.autograd.grad(F.cross_entropy(grown(x), y), v)[0].detach()
-        name = f"blocks.{index}.v.weight"
+        name = f"blocks.{index}.terminal.weight"
 
         def example_loss(w, xi, yi, grown=grown, name=name):
             return F.cross_entropy(functional_call(grown, {name: w}, (xi[None],)), yi[None])

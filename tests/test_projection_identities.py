@@ -1,4 +1,5 @@
-"""The identities of DESIGN.md section 2, each its own test, in float64 on random models and inputs.
+"""The identities of docs/design.md, section "Exact growth value V_S,l", each its own test, in float64 on
+random models and inputs.
 
 Models: a tiny ResNet-8+N (conv3x3 family, rows = image-position pairs) and a smooth residual
 MLP (linear family, rows = examples). ``Psi`` and ``G`` always come from the real pipeline:
@@ -22,7 +23,7 @@ from torch import nn
 from common.growth import insert_zero_block, insert_zero_blocks
 from common.projection import GramAccumulator, growth_value
 from common.tangent import get_family
-from tests.helpers import CASES, loss_of, mlp_case, resnet_case, rows_to_state, tangent_rows, v_weight_from_rows
+from tests.helpers import CASES, loss_of, mlp_case, resnet_case, rows_to_state, tangent_rows, terminal_weight_from_rows
 
 SEEDS = [0, 1, 2]
 RTOL = 1e-10  # float64 identities by two routes of O(k)..O(n) reductions (see module docstring)
@@ -96,8 +97,8 @@ def test_growth_value_is_invariant_under_v_equals_w_t_while_parameter_gradient_c
     # Really reparameterise the inserted block: V = W T, W the new parameter, at W = 0.
     grown = copy.deepcopy(model)
     block = insert_zero_block(grown, index, "linear", seed=0)
-    w = nn.Parameter(torch.zeros_like(block.v.weight))
-    block.v = _ReparamLinear(w, t)
+    w = nn.Parameter(torch.zeros_like(block.terminal.weight))
+    block.terminal = _ReparamLinear(w, t)
     grad_w = torch.autograd.grad(F.cross_entropy(grown(x), y), w)[0]
     # The tangent features of coordinates W are T psi; their growth value is V_S,l.
     assert growth_value(psi @ t.T, g_rows) == pytest.approx(growth_value(psi, g_rows), rel=1e-9)  # cond(T)^2 eps
@@ -131,7 +132,7 @@ def test_gradient_step_on_v_lowers_loss_by_eta_times_cross_gradient_norm_squared
     for scale in (1e-4, 1e-5):
         eta = scale / c_sq  # predicted decrease eta ||C||^2 = scale, far above rounding (1e-16 * L)
         with torch.no_grad():
-            block.v.weight.copy_(v_weight_from_rows(block, -eta * acc.cross_gradient()))
+            block.terminal.weight.copy_(terminal_weight_from_rows(block, -eta * acc.cross_gradient()))
         decrease = base - loss_of(grown, x, y)
         errors.append(abs(decrease / (eta * c_sq) - 1))
     assert errors[0] < 1e-2
@@ -149,7 +150,7 @@ def adamw_first_step(model, x, y, index: int, lr: float, subtract: torch.Tensor 
     grown = copy.deepcopy(model)
     block = insert_zero_block(grown, index, seed=0)
     for p in grown.parameters():
-        p.requires_grad_(p is block.v.weight)
+        p.requires_grad_(p is block.terminal.weight)
     out = {}
     block.register_forward_hook(lambda m, a, o: out.__setitem__("z", o))
 
@@ -157,10 +158,10 @@ def adamw_first_step(model, x, y, index: int, lr: float, subtract: torch.Tensor 
         loss = F.cross_entropy(grown(x), y)
         return loss if subtract is None else loss - (out["z"] * subtract).sum()
 
-    opt = torch.optim.AdamW([block.v.weight], lr=lr, weight_decay=0.01)
+    opt = torch.optim.AdamW([block.terminal.weight], lr=lr, weight_decay=0.01)
     before = loss_fn()
     before.backward()
-    grad = block.v.weight.grad.clone()
+    grad = block.terminal.weight.grad.clone()
     opt.step()
     with torch.no_grad():
         return grad, float(loss_fn() - before)
@@ -196,26 +197,26 @@ def test_joint_insertion_gradient_is_the_concatenation_of_single_insertions(seed
     indices = [0, 2, len(model.candidates()) - 1]
     joint = copy.deepcopy(model)
     blocks = insert_zero_blocks_frozen(joint, indices)
-    joint_grads = torch.autograd.grad(F.cross_entropy(joint(x), y), [b.v.weight for b in blocks])
+    joint_grads = torch.autograd.grad(F.cross_entropy(joint(x), y), [b.terminal.weight for b in blocks])
     for index, grad in zip(indices, joint_grads, strict=True):
         single = copy.deepcopy(model)
         (block,) = insert_zero_blocks_frozen(single, [index])
-        (single_grad,) = torch.autograd.grad(F.cross_entropy(single(x), y), [block.v.weight])
+        (single_grad,) = torch.autograd.grad(F.cross_entropy(single(x), y), [block.terminal.weight])
         torch.testing.assert_close(grad, single_grad, rtol=RTOL, atol=0)
         psi, g_rows, _ = tangent_rows(model, x, y, index)
-        torch.testing.assert_close(grad, v_weight_from_rows(block, psi.T @ g_rows), rtol=RTOL, atol=1e-18)
+        torch.testing.assert_close(grad, terminal_weight_from_rows(block, psi.T @ g_rows), rtol=RTOL, atol=1e-18)
     # A joint step along minus the concatenated gradient descends (one candidate non-degenerate suffices).
     base = loss_of(joint, x, y)
     with torch.no_grad():
         for b, grad in zip(blocks, joint_grads, strict=True):
-            b.v.weight.sub_(1e-3 * grad)
+            b.terminal.weight.sub_(1e-3 * grad)
     assert loss_of(joint, x, y) < base
 
 
 def insert_zero_blocks_frozen(model, indices):
     blocks = insert_zero_blocks(model, indices, seed=0)
     for p in model.parameters():
-        p.requires_grad_(any(p is b.v.weight for b in blocks))
+        p.requires_grad_(any(p is b.terminal.weight for b in blocks))
     return blocks
 
 

@@ -14,8 +14,8 @@ import torch
 
 from common import runs
 from common.data.vision import TensorLoader
-from common.experiments.train_resnet_sweep import (
-    RESULT_KEYS,
+from common.experiments.train_resnet_sweep import RESULT_KEYS
+from common.resnet_sweep import (
     finished_sweep_runs,
     load_sweep_data,
     load_trained_resnet,

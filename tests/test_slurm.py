@@ -20,8 +20,8 @@ import torch
 from common import launch as launch_module
 from common import runs, slurm
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import sweep_configs, train_resnet_run
 from common.launch import default_log_folder, launch
+from common.resnet_sweep import sweep_configs, train_resnet_run
 from common.runs import make_specs
 from common.train import load_weights
 from tests.jobs import (

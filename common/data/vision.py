@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 DATASETS = ("cifar10", "cifar100", "imagenet100", "npz", "digits", "synthetic")
 IMAGENET100_CLASSES_FILE = Path(__file__).with_name("imagenet100_classes.txt")
-IMAGENET100_IMAGE_SIZE = 64  # reproduction decision (README): CIFAR-style stem at 64x64 pixels
+IMAGENET100_IMAGE_SIZE = 64  # reproduction decision (docs/decisions.md): CIFAR-style stem at 64x64 pixels
 DIGITS_SPLIT_SEED = 0  # the digits train/test split never depends on a run's seed
 DOWNLOAD_TIMEOUT_S = 30
 

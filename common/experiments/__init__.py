@@ -1,4 +1,4 @@
-"""One job module per numbered script (DESIGN.md section 5): ``NN_<name>.py`` -> ``common/experiments/<name>.py``.
+"""One job module per numbered script: ``NN_<name>.py`` -> ``common/experiments/<name>.py`` (docs/design.md).
 
 A job module holds its experiment's presets and run configs, the job function the launcher runs
 (inline or pickled by submitit) and the summary tables its script prints. It may use the

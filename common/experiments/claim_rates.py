@@ -40,9 +40,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from common import claims, paper
+from common import claims, paper, resnet_sweep
 from common.errors import UserError
-from common.experiments import growth_vs_scratch, matched_insertion, train_resnet_sweep, weight_scaling
+from common.experiments import growth_vs_scratch, matched_insertion, weight_scaling
 from common.scaling import DEFAULT_LEVEL
 
 NOISE = (0.5, 1.0)  # noise sd in units of the effect (issue 21)
@@ -74,7 +74,7 @@ class Design:
 
 def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = "cifar10") -> Design:
     """The design of ``preset``'s default depths (scripts 01, 03, 06, 07) with ``seeds`` seeds everywhere."""
-    sweep = train_resnet_sweep.sweep_preset(preset, dataset).depths
+    sweep = resnet_sweep.sweep_preset(preset, dataset).depths
     if preset == "paper":
         matched = tuple(n + 8 for n in matched_insertion.PAPER_DEPTHS)
     else:  # 06 probes every finished depth of the sweep outside the paper preset

@@ -41,6 +41,7 @@ from common.errors import UserError
 from common.experiments import decoder_runs
 from common.experiments.decoder_runs import DEFAULT_DATA_ROOT, DecoderPreset, prepare_data
 from common.models.gpt import GPT, GPTConfig
+from common.paper import FINEWEB_EDU_TOKENS, GPT2_HEADS, GPT2_WIDTH
 from common.runs import RunSpec
 from common.train import WEIGHTS, AdamWRecipe, TrainSettings, finish_run, load_weights
 
@@ -82,8 +83,8 @@ class GPTPreset(DecoderPreset):
 
 
 PAPER = GPTPreset(
-    depths=PAPER_DEPTHS, n_embd=768, n_head=12, block_size=1024,
-    source="fineweb-edu", tokenizer="gpt2", val_tokens=1 << 21, train_tokens=310_000_347,
+    depths=PAPER_DEPTHS, n_embd=GPT2_WIDTH, n_head=GPT2_HEADS, block_size=1024,
+    source="fineweb-edu", tokenizer="gpt2", val_tokens=1 << 21, train_tokens=FINEWEB_EDU_TOKENS,
     batch_tokens=1 << 17, micro_batch_size=16, steps=None, n_evals=10, lr=6e-4, warmup_steps=100,
 )  # fmt: skip
 SMOKE = GPTPreset(

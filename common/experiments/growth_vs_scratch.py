@@ -2,13 +2,13 @@
 
 Paper, "Function-preserving growth": CIFAR-10 ResNet-10, -11, -12 and -13 grown one globally
 zero-output block at a time, against the same final architectures trained from random
-initialisation (README, "Reproduction decisions" of script 03, for every choice below).
+initialisation (docs/decisions.md, section "Function-preserving growth", for every choice below).
 
 Protocol (one growth chain per seed):
 
 - The chain starts from the sweep's trained ResNet-8 (N = 0): the finished run of
   ``01_train_resnet_sweep.py`` with the sweep's own config, or, when it is missing, trained
-  here with the sweep's own job :func:`~common.experiments.train_resnet_sweep.train_resnet_run`.
+  here with the sweep's own job :func:`~common.resnet_sweep.train_resnet_run`.
 - Stage ``N`` (N = 1, 2, ...) loads the trained model of stage ``N - 1``, inserts extra block
   ``N - 1`` where the sweep's ResNet-(8+N) has it (stage ``(N - 1) mod 3``, at its end;
   :func:`common.models.resnet.grow`) at a zero output (zero-gamma on its last BatchNorm), checks
@@ -21,7 +21,7 @@ Protocol (one growth chain per seed):
   stages. The chain is one job (:func:`growth_vs_scratch_run` on the chain's last stage): it
   runs every unfinished stage in order, each resuming from its own checkpoint, so a requeued or
   rerun job continues from the last finished stage and never redoes one.
-- Scratch is the sweep's own job and configs (:func:`~common.experiments.train_resnet_sweep.sweep_configs`)
+- Scratch is the sweep's own job and configs (:func:`~common.resnet_sweep.sweep_configs`)
   for ResNet-(8+N) with the scratch budget. At the sweep's epochs the config *is* the sweep's
   run, so a finished sweep run is reused; any other budget is a run of this experiment
   (``<dataset>-scratch-resnet<d>-n<N>-seed<s>-e<epochs>``), so that script 02 never probes it.
@@ -43,16 +43,9 @@ from pathlib import Path
 
 import torch
 
-from common import runs
+from common import runs, tables
 from common.data.vision import TensorLoader, VisionData
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import (
-    build_resnet,
-    fit_resnet,
-    load_trained_resnet,
-    sweep_configs,
-    train_resnet_run,
-)
 from common.growth import check_function_preserved
 from common.models.resnet import ResNet, depth_label, extra_block_position, grow
 from common.paper import (
@@ -64,6 +57,13 @@ from common.paper import (
     GROWTH_TEST_ABS_REDUCTION_RANGE,
     GROWTH_TEST_RELATIVE_REDUCTION,
 )
+from common.resnet_sweep import (
+    build_resnet,
+    fit_resnet,
+    load_trained_resnet,
+    sweep_configs,
+    train_resnet_run,
+)
 from common.runs import RunSpec
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ PAPER_DEPTHS = tuple(d - depth_label(0) for d in GROWTH_DEPTHS)  # N = 2, 3, 4, 
 SCRATCH_BUDGETS = ("per-stage", "total")
 SMOKE_DEPTHS = (2, 4)  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs are the scratch rows)
 SMOKE_STAGE_EPOCHS = 2  # smoke: short stages; scratch keeps the sweep's 6 epochs, so 01's runs are reused
-MINI_STAGE_EPOCHS = 50  # mini: stages of half the sweep's epochs (README, mini sizes); scratch reuses 01's mini runs
+MINI_STAGE_EPOCHS = 50  # mini: stages of half the sweep's epochs; scratch reuses 01's mini runs (docs/decisions.md)
 INSERTION = "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
 ZERO_INIT = "zero-gamma: last BatchNorm weight and bias 0, both convolutions Kaiming-normal"
 CHECK_BATCH = 8  # training images in the run-time function-preservation check
@@ -141,11 +141,12 @@ def growth_plan(
     compile: str = "auto",
     synthetic: dict | None = None,
 ) -> GrowthPlan:
-    """Plan the growth chains and scratch runs (README, script 03: budgets and their defaults).
+    """Plan the growth chains and scratch runs (budgets and their defaults: docs/decisions.md, section
+    "Function-preserving growth").
 
     ``depths``: N of the table's rows (default: 2, 3, 4, 5, the paper's ResNet-10 .. -13; smoke: 2, 4).
     ``stage_epochs``: epochs of every growth stage (default: the sweep's epochs; smoke: 2; mini:
-    :data:`MINI_STAGE_EPOCHS`). ``train_subset``: as in :func:`~common.experiments.train_resnet_sweep.sweep_configs`
+    :data:`MINI_STAGE_EPOCHS`). ``train_subset``: as in :func:`~common.resnet_sweep.sweep_configs`
     (the parent, every stage and scratch train on the same images).
     Scratch epochs: ``scratch_epochs`` if given; else ``scratch_budget`` ``per-stage`` (one stage's
     epochs) or ``total`` (the parent ResNet-8's epochs plus every stage's epochs up to depth N);
@@ -421,22 +422,15 @@ def paper_columns(model: str) -> dict:
 
 def markdown_table(rows: Sequence[dict]) -> str:
     """The table as markdown: growth | scratch per metric (mean ± std over seeds), winners, paper values."""
-    header = (
-        "| model | epochs in all: growth / scratch | growth train loss | scratch train loss | lower train loss | growth test loss "
-        "| scratch test loss | test-loss reduction | lower test loss | growth test acc | scratch test acc |"
-    )
-    lines = [header, "|" + "---|" * (header.count(" | ") + 1)]
-    lines += [_markdown_row(r) for r in rows]
     seeds = rows[0]["seeds"] if rows else 0
-    lines += [
-        "",
+    note = (
         f"Mean ± sample std over {seeds} seed(s); reduction = scratch - growth test loss (%: of the scratch mean). "
         "Epochs in all: growth counts the parent ResNet-8's and every stage's (each stage restarts the schedule), "
         "scratch its own run's. "
         "In parentheses: the paper's CIFAR-10 values (common/paper.py; per architecture it reports only which "
-        "method has the lower loss, and the smallest and largest test-loss reductions).",
-    ]
-    return "\n".join(lines)
+        "method has the lower loss, and the smallest and largest test-loss reductions)."
+    )
+    return f"{tables.markdown_table(rows, TABLE_COLUMNS)}\n\n{note}"
 
 
 def _cell(r: dict, key: str) -> str:
@@ -458,22 +452,30 @@ def epochs_cell(r: dict) -> str:
     return " / ".join(str(int(v)) for v in values)
 
 
-def _markdown_row(r: dict) -> str:
+def _reduction_cell(r: dict) -> str:
     reduction = f"{_cell(r, 'test_loss_reduction')} = {100 * r['test_loss_reduction_rel']:.1f}%"
     if r["paper_test_loss_reduction"] is not None:
         rel = r["paper_test_loss_reduction_rel"]
         reduction += f" ({r['paper_test_loss_reduction']:.4f}" + (f" = {100 * rel:.1f}%)" if rel is not None else ")")
-    cells = [
-        r["model"],
-        epochs_cell(r),
-        *(_with_paper(_cell(r, f"{m}_train_loss"), r[f"paper_{m}_train_loss"]) for m in METHODS),
-        _with_paper(r["train_winner"], r["paper_train_winner"]),
-        *(_with_paper(_cell(r, f"{m}_test_loss"), r[f"paper_{m}_test_loss"]) for m in METHODS),
-        reduction,
-        _with_paper(r["test_winner"], r["paper_test_winner"]),
-        *(_cell(r, f"{m}_test_acc") for m in METHODS),
-    ]
-    return "| " + " | ".join(cells) + " |"
+    return reduction
+
+
+def _loss_column(method: str, metric: str) -> tables.Column:
+    """``<method> <metric>``: mean ± std, the paper's value beside it."""
+    key = f"{method}_{metric}"
+    return tables.Column(key.replace("_", " "), lambda r: _with_paper(_cell(r, key), r[f"paper_{key}"]))
+
+
+TABLE_COLUMNS = (  # the markdown table of growth_table's rows
+    tables.Column("model", fmt=""),
+    tables.Column("epochs in all: growth / scratch", epochs_cell),
+    *(_loss_column(m, "train_loss") for m in METHODS),
+    tables.Column("lower train loss", lambda r: _with_paper(r["train_winner"], r["paper_train_winner"])),
+    *(_loss_column(m, "test_loss") for m in METHODS),
+    tables.Column("test-loss reduction", _reduction_cell),
+    tables.Column("lower test loss", lambda r: _with_paper(r["test_winner"], r["paper_test_winner"])),
+    *(tables.Column(f"{m} test acc", lambda r, m=m: _cell(r, f"{m}_test_acc")) for m in METHODS),
+)
 
 
 def table_stem(dataset: str, plan: GrowthPlan) -> str:

@@ -1,7 +1,7 @@
 """Job module of ``06_matched_insertion.py``: the activation-gradient-matched insertion of App. H.1.
 
-Construction (our reading of H.1, README "Reproduction decisions"): freeze a trained sweep model;
-at one candidate ``l``, fixed before any gradient is seen, take the protocol's standard
+Construction (our reading of H.1, docs/decisions.md, section "Matched insertion"): freeze a trained
+sweep model; at one candidate ``l``, fixed before any gradient is seen, take the protocol's standard
 zero-output block ``h(z) = V psi(z)`` (``common.tangent``, ``U_l`` seeded as in the probe) and fit
 its terminal projection ``V`` alone, ``psi`` fixed, by least squares so that the block's output
 matches ``-alpha g_i`` for every training example ``i``, where ``g_i = d loss_i / d z_i`` is the
@@ -17,14 +17,14 @@ examples, ``G`` the per-example gradient rows); in the pooled mean-loss normalis
 probe (rows ``G / n``, ``V_S,l = ||Pi G|| / n``) that is ``-alpha n V_S,l^2``. Had the targets been
 the rows of the pooled gradient ``G / n`` instead, the change would be ``-alpha V_S,l^2``, ``n``
 times smaller: every row also reports that reading (``predicted_change_pooled_targets``).
-Two more readings of H.1's target and scale are computed beside ours (README, "Reproduction
-decisions"), as first-order predictions from the same statistics: ``predicted_change_exact_targets``
+Two more readings of H.1's target and scale are computed beside ours (docs/decisions.md, section
+"Matched insertion"), as first-order predictions from the same statistics: ``predicted_change_exact_targets``
 ``= -alpha ||G||^2 / n``, the change had the block's output equalled ``-alpha g_i`` exactly (no
 projection: what "matched" would give under realizability, the largest any block can give), and
 ``predicted_change_unit_targets`` ``= -alpha ||Pi G||^2 / (n rms)`` with ``rms = ||G|| / sqrt(n)``,
 the change had ``alpha`` been a step length in activation space (targets ``-alpha g_i / rms``).
 The paper's drops (about 7e-4 at ``alpha = 1e-3``) are of the exact-target reading's order, not
-ours (README, "Reproduction decisions": 9e-4 against 2e-7 on a CIFAR-10 subset).
+ours (docs/decisions.md, section "Matched insertion": 9e-4 against 2e-7 on a CIFAR-10 subset).
 
 Candidate (``--candidate``, default ``stage1-end``): the end of stage 1, the input of stage 2's first
 block, at every depth, so that the drops compared across depths are drops at one kind of tensor
@@ -48,23 +48,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import runs
+from common import runs, tables
 from common.data.vision import TensorLoader, warn_unused_data_root
 from common.device import resolve_device
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.experiments.train_resnet_sweep import DEFAULT_DATASET, finished_sweep_runs, load_sweep_run, train_command
 from common.growth import insert_zero_block
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
 from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
+from common.precision import full_precision
 from common.probe import (
     TangentRegression,
     activation_gradients,
-    full_precision,
     mean_loss,
     per_example_tangent_regression,
     probe_mode,
 )
+from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.resnet_sweep import DEFAULT_DATASET, finished_sweep_runs, load_sweep_run, train_command
 from common.tangent import make_zero_block
 
 log = logging.getLogger(__name__)
@@ -111,11 +111,11 @@ def fit_by_gradient_descent(
     block = make_zero_block(regression.family, regression.gram.d, seed, regression.index, like=cached[0][0]).eval()
     with torch.no_grad():  # psi is fixed: its features are computed once, only V is under autograd
         features = [(block.psi(z), g) for z, g in cached]
-    weight = block.v.weight
+    weight = block.terminal.weight
     step = regression.examples / float(torch.linalg.eigvalsh(regression.gram.P).max())
     for _ in range(steps):
         weight.grad = None
-        objective = sum(0.5 * (block.v(f) - g).square().sum() for f, g in features) / regression.examples
+        objective = sum(0.5 * (block.terminal(f) - g).square().sum() for f, g in features) / regression.examples
         objective.backward()
         with torch.no_grad():
             weight -= step * weight.grad
@@ -138,7 +138,7 @@ def matched_insertion(
 
     ``train_batches()`` / ``test_batches()`` return a fresh pass over the split each call (the
     statistics, the loss before and the loss after are three passes; nothing is cached). The fit
-    and every evaluation run under the probe's precision guard (:func:`common.probe.full_precision`:
+    and every evaluation run under the probe's precision guard (:func:`common.precision.full_precision`:
     no TF32 on GPUs), recorded as ``math_mode`` in each row.
     """
     if fit not in FITS:
@@ -363,29 +363,33 @@ def summary_rows(results: Iterable[dict]) -> list[dict]:
     return [{k: r.get(k) for k in ROW_COLUMNS} for r in rows]
 
 
+SUMMARY_COLUMNS = (  # the markdown table of summary_rows; an always-present number that is NaN shows "nan"
+    tables.Column("model", lambda r: f"ResNet-{r['depth_label']}"),
+    tables.Column("seed", fmt=""),
+    tables.Column("candidate", "candidate_name", fmt=""),
+    tables.Column("alpha", fmt="g", missing="nan"),
+    tables.Column("train loss", "train_loss_before", ".5f", missing="nan"),
+    tables.Column("after", "train_loss_after", ".5f", missing="nan"),
+    tables.Column("measured", "measured_change", "+.3e", missing="nan"),
+    tables.Column("predicted", "predicted_change", "+.3e", missing="nan"),
+    tables.Column("ratio", fmt=".4f", missing="nan"),  # NaN where the prediction is 0
+    tables.Column("residual", "relative_residual", ".3f", missing="nan"),
+    tables.Column("pooled-target pred.", "predicted_change_pooled_targets", "+.2e"),
+    tables.Column("exact-target pred.", "predicted_change_exact_targets", "+.2e"),
+    tables.Column("unit-target pred.", "predicted_change_unit_targets", "+.2e"),
+    tables.Column("test change", "test_change", "+.2e"),
+    tables.Column("paper", "paper_change", ".1e"),
+)
+
+
 def summary_markdown(rows: Sequence[dict]) -> str:
     """The table as markdown: measured against predicted change, the other readings' predictions, the paper's value."""
-    header = ("| model | seed | candidate | alpha | train loss | after | measured | predicted | ratio | "
-              "residual | pooled-target pred. | exact-target pred. | unit-target pred. | test change | paper |")  # fmt: skip
-    lines = [header, "|" + "---|" * 15]
-
-    def num(value, spec: str) -> str:
-        return "" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-    for r in rows:
-        lines.append(
-            f"| ResNet-{r['depth_label']} | {r['seed']} | {r['candidate_name']} | {r['alpha']:g} | {r['train_loss_before']:.5f} | "
-            f"{r['train_loss_after']:.5f} | {r['measured_change']:+.3e} | {r['predicted_change']:+.3e} | {r['ratio']:.4f} | "
-            f"{r['relative_residual']:.3f} | {num(r['predicted_change_pooled_targets'], '+.2e')} | "
-            f"{num(r.get('predicted_change_exact_targets'), '+.2e')} | {num(r.get('predicted_change_unit_targets'), '+.2e')} | "
-            f"{num(r['test_change'], '+.2e')} | {num(r['paper_change'], '.1e')} |"
-        )
-    lines.append(
-        "\nmeasured: training-loss change right after inserting the fitted block (eval mode, whole split, no training); "
+    note = (
+        "measured: training-loss change right after inserting the fitted block (eval mode, whole split, no training); "
         "predicted: the first-order change -alpha ||Pi g||^2 / n with per-example targets g_i = d loss_i / d z_i (our reading); "
         "first-order predictions of other readings: pooled-target (the pooled-gradient rows as targets, -alpha V_S,l^2), "
         "exact-target (the block's output equal to -alpha g_i, no projection: -alpha ||g||^2 / n), unit-target (targets "
         "-alpha g_i / rms(g), alpha a step length); residual: ||Pi g - g|| / ||g||; paper: H.1 (common/paper.py, at "
         "alpha = 1e-3 only)."
     )
-    return "\n".join(lines)
+    return f"{tables.markdown_table(rows, SUMMARY_COLUMNS)}\n\n{note}"

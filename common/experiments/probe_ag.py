@@ -6,7 +6,7 @@ analysis batches through :func:`common.probe.probe_activation_gradients`, then t
 saturation test of App. G on an independent sample) and the summary rows and table the script
 prints and writes.
 
-App. G (README, reproduction decisions): the independent sample (every example of
+App. G (docs/decisions.md): the independent sample (every example of
 ``--saturation-split`` not in the analysis batches unless ``--saturation-n``) is split with a
 recorded seed into a calibration part (:data:`SATURATION_CAL_FRACTION` of it by default), whose
 per-example contributions estimate the traces ``tr Sigma_l``, and a test part of ``n_test``
@@ -32,21 +32,21 @@ from common import runs
 from common.data.vision import TensorLoader, warn_unused_data_root
 from common.device import resolve_device
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.experiments.train_resnet_sweep import load_sweep_run
 from common.probe import BN_MODES, probe_activation_gradients
 from common.projection import NO_VERDICT, SATURATION_STATISTIC, gamma_interval, saturation_interval, saturation_verdict
+from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.resnet_sweep import load_sweep_run
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "ag_probe"
-DEFAULT_BATCH_SIZE = 128  # analysis batch size (README, reproduction decisions): AG_l ~ 1/sqrt(batch)
+DEFAULT_BATCH_SIZE = 128  # analysis batch size (docs/decisions.md): AG_l ~ 1/sqrt(batch)
 DEFAULT_N_BATCHES = 10  # B analysis batches per model
-MINI_N_BATCHES = 7  # --preset mini: 7 x 128 of the mini sweep's 1,000 training images (README, mini sizes)
+MINI_N_BATCHES = 7  # --preset mini: 7 x 128 of the mini sweep's 1,000 training images (docs/decisions.md)
 SPLITS = ("train", "test")
 SAMPLES = "samples.json"  # the split indices of the analysis batches and of the App. G sample, per run
-SATURATION_ALPHA = 0.05  # App. G: the interval's confidence is 1 - alpha (README)
-SATURATION_CAL_FRACTION = 0.25  # App. G: the calibration part's share of the independent sample (README)
+SATURATION_ALPHA = 0.05  # App. G: the interval's confidence is 1 - alpha (docs/decisions.md)
+SATURATION_CAL_FRACTION = 0.25  # App. G: the calibration part's share of the independent sample (docs/decisions.md)
 
 
 def probe_tag(split: str, batch_size: int, n_batches: int, exact: bool, bn_mode: str) -> str:
@@ -142,7 +142,7 @@ def probe_configs(
 
 
 def check_sample_sizes(sweep_dir: Path, split: str, batch_size: int, n_batches: int, saturation_split: str) -> None:
-    """Refuse analysis batches the split cannot fill, and an App. G sample of fewer than 2 examples (README, script 02).
+    """Refuse analysis batches the split cannot fill, and an App. G sample of fewer than 2 examples (docs/decisions.md).
 
     The split sizes come from the sweep run's ``result.json`` (``train_size``, ``test_size``); a run without
     them is checked by the job itself. Probing fewer or smaller batches than asked would change ``AG_l``'s
@@ -383,7 +383,7 @@ def _selection_seed(seed: int, split: str) -> int:
 
 def _fit_batches(available: int, batch_size: int, n_batches: int, split: str) -> tuple[int, int]:
     """``(batch size, number of batches)`` when ``available`` examples hold them; else a :class:`UserError`
-    (never fewer or smaller batches than the run's name says: README, script 02)."""
+    (never fewer or smaller batches than the run's name says: docs/decisions.md)."""
     if available < batch_size * n_batches:
         raise UserError(
             f"--n-batches {n_batches} --batch-size {batch_size}: the {split} split holds {available} examples, fewer than "

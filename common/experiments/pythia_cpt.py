@@ -57,7 +57,8 @@ from common.models.hf_decoder import (
     load_causal_lm,
     resolve_snapshot,
 )
-from common.probe import full_precision
+from common.paper import PYTHIA_REVISION
+from common.precision import full_precision
 from common.runs import RunSpec
 from common.train import AdamWRecipe, TrainSettings, evaluate, finish_run, load_weights, place_model
 
@@ -65,7 +66,6 @@ log = logging.getLogger(__name__)
 
 EXPERIMENT = "pythia_cpt"
 SCRIPT = "04_pythia_cpt.py"
-PYTHIA_REVISION = "step143000"  # the last checkpoint of every Pythia run (B.5)
 DEFAULT_LR = 1e-4  # a model outside the Pythia table, without --lr
 BASE_DIR = "base_model"  # smoke: where a run saves its tiny model with save_pretrained
 
@@ -502,7 +502,6 @@ __all__ = [
     "PAPER",
     "PRESETS",
     "PYTHIA_MODELS",
-    "PYTHIA_REVISION",
     "SCRIPT",
     "CPTPreset",
     "ModelEntry",

@@ -63,14 +63,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from common import runs, scaling
+from common import runs, scaling, tables
 from common.data.neural_ode import BatchLoader, make_neural_ode_data
 from common.device import cpu_threads, resolve_device, seed_everything
 from common.errors import UserError
-from common.experiments.train_resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.experiments.train_resnet_sweep import load_trained_resnet
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
+from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.resnet_sweep import load_trained_resnet
 from common.train import AdamRecipe, EarlyStopping, TrainSettings, evaluate, finish_run, train
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ COHEN_STOPPING = EarlyStopping(below=1e-3, patience=5, min_improvement=0.01)  # 
 FC_PRESETS = {
     # Cohen et al.'s protocol: scaling_run.DEFAULT_PARAMS with scaling_experiments.train_final_net (d = 10,
     # 1,024 / 256 examples, Adam at a constant lr 1e-3, batch 50, at most 200 epochs, early stopping:
-    # README, reproduction decisions), 17 depths from 4 to 1,024 (ratio sqrt 2).
+    # docs/decisions.md), 17 depths from 4 to 1,024 (ratio sqrt 2).
     "paper": FCPreset(depths=geometric_depths(4, 1024, 17), recipe=AdamRecipe(epochs=200, lr=1e-3, decay="constant"),
                       batch_size=50),  # fmt: skip
     # Minutes on a CPU: 5 depths from 4 to 64, 256 examples, 20 epochs of 8 steps at lr 1e-2.
@@ -145,7 +145,7 @@ FC_PRESETS = {
         depths=geometric_depths(4, 64, 5), recipe=AdamRecipe(epochs=20, lr=1e-2), batch_size=32, num_train=256, num_test=128
     ),
     # mini: Cohen et al.'s data and protocol (constant Adam lr 1e-3, batch 50, early stopping) at 7 depths from 4 to 256
-    # (ratio 2), at most 100 epochs (README, mini sizes).
+    # (ratio 2), at most 100 epochs (docs/decisions.md, section "Mini preset").
     "mini": FCPreset(depths=geometric_depths(4, 256, 7), recipe=AdamRecipe(epochs=100, lr=1e-3, decay="constant"), batch_size=50),
 }
 
@@ -431,14 +431,33 @@ def exponent_rows(records: Iterable[dict], level: float = scaling.DEFAULT_LEVEL)
     return rows
 
 
+def _estimate_cell(r: dict) -> str:
+    return f"{r['estimate']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r["status"] == "ok" else "-"
+
+
+def _depths_cell(r: dict) -> str:
+    return f"{r['depth_min']}-{r['depth_max']} ({r['n']})" if r["status"] == "ok" else f"({r.get('n', 0)})"
+
+
+EXPONENT_COLUMNS = (  # the markdown table of exponent_rows
+    tables.Column("family"),
+    tables.Column("dataset"),
+    tables.Column("stage", lambda r: "all" if r["stage"] == 0 else r["stage"], fmt=""),
+    tables.Column("tensor"),
+    tables.Column("norm"),
+    tables.Column("exponent"),
+    tables.Column("beta from", lambda r: r.get("estimator", ""), fmt=""),
+    tables.Column("estimate [CI]", _estimate_cell),
+    tables.Column("depths (n)", _depths_cell),
+    tables.Column("status"),
+    tables.Column("Cohen et al.", "paper", fmt=""),
+)
+
+
 def exponent_markdown(rows: Sequence[dict]) -> str:
     """The exponent table as markdown: estimate with its interval, depths used, status, Cohen et al.'s value.
 
     A stage whose every row is "insufficient depths" is one line (tensor, norm and exponent "*")."""
-    lines = [
-        "| family | dataset | stage | tensor | norm | exponent | beta from | estimate [CI] | depths (n) | status | Cohen et al. |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
     by_stage = defaultdict(list)
     for r in rows:
         by_stage[(r["family"], r["dataset"], r["stage"])].append(r)
@@ -451,27 +470,15 @@ def exponent_markdown(rows: Sequence[dict]) -> str:
                               "n": max(x.get("n", 0) for x in stage_rows)})  # fmt: skip
             continue
         shown.append(r)
-    for r in shown:
-        if r["status"] == "ok":
-            value = f"{r['estimate']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-            depths = f"{r['depth_min']}-{r['depth_max']} ({r['n']})"
-        else:
-            value, depths = "-", f"({r.get('n', 0)})"
-        stage = "all" if r["stage"] == 0 else r["stage"]
-        lines.append(
-            f"| {r['family']} | {r['dataset']} | {stage} | {r['tensor']} | {r['norm']} | {r['exponent']} | {r.get('estimator', '')} | {value} "
-            f"| {depths} | {r['status']} | {r['paper']} |"
-        )
     level = rows[0]["level"] if rows else scaling.DEFAULT_LEVEL
-    lines.append("")
-    lines.append(
+    note = (
         f"Intervals: {level:.0%} Student-t intervals of the log-log slope. Depths with fewer than {MIN_BLOCKS} layers "
         f"(blocks) are left out; with fewer than {scaling.MIN_DEPTHS} depths left a row says 'insufficient depths'. "
         "Rules: common.scaling.STEPS; Cohen et al.'s values: common.paper (side by side only). 'beta from': the two "
         f"estimators of beta, '{scaling.STEP2_ESTIMATOR}' (beta = 1 - slope of the cumulative-sum norm) and "
         f"'{scaling.MAX_NORM_ESTIMATOR}' (beta = -slope of the max norm); they agree only for smooth weights."
     )
-    return "\n".join(lines)
+    return f"{tables.markdown_table(shown, EXPONENT_COLUMNS)}\n\n{note}"
 
 
 def record_rows(results: Iterable[dict]) -> list[dict]:

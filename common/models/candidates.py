@@ -1,4 +1,4 @@
-"""Insertion candidates (DESIGN.md section 1).
+"""Insertion candidates (docs/design.md, section "Insertion candidates").
 
 Every candidate ``l`` is a residual-stream state ``z_l`` where a shape-preserving block
 ``z -> z + h_l(z)`` fits. In every model family of this repository ``z_l`` is exactly the

@@ -8,11 +8,12 @@ final LayerNorm and an LM head tied to the token embedding. GPT-2 initialisation
 nanoGPT does): the padded rows are never an input or a target, their logits take part in the
 softmax and are pushed down by training.
 
-Candidates (DESIGN.md 1): the residual stream entering every block plus the stream leaving the
-last block, i.e. the input of the final LayerNorm: ``L + 1`` states of width ``d``, one row per
-token. The LM head is an endpoint, never a candidate. Each candidate declares the ``linear``
-tangent family (``common/tangent.py``: ``psi = gelu(U(layer_norm(z)))``, ``V`` zero), the
-protocol's standard block for the probe's exact projection.
+Candidates (docs/design.md, section "Insertion candidates"): the residual stream entering every
+block plus the stream leaving the last block, i.e. the input of the final LayerNorm: ``L + 1``
+states of width ``d``, one row per token. The LM head is an endpoint, never a candidate. Each
+candidate declares the ``linear`` tangent family (``common/tangent.py``:
+``psi = gelu(U(layer_norm(z)))``, ``V`` zero), the protocol's standard block for the probe's exact
+projection.
 
 A *full* decoder block inserted with both output projections at zero (:func:`zero_decoder_block`,
 :func:`insert_decoder_block`) also preserves the logits exactly; at that origin its first-order
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.models.candidates import Candidate
+from common.paper import GPT2_BASELINE_LAYERS, GPT2_HEADS, GPT2_WIDTH
 
 TANGENT_FAMILY = "linear"  # the protocol's zero-output block at every candidate (common/tangent.py)
 VOCAB_MULTIPLE = 64  # the embedding and LM head have a multiple of 64 rows (GPU-friendly matmuls)
@@ -45,9 +47,9 @@ def padded_vocab_size(vocab_size: int, multiple: int = VOCAB_MULTIPLE) -> int:
 class GPTConfig:
     """Every architectural hyper-parameter, with GPT-2 Small's values (B.4: 768 / 3072 / 12 heads)."""
 
-    n_layer: int = 12  # L: the sweep's depth variable
-    n_embd: int = 768  # d
-    n_head: int = 12
+    n_layer: int = GPT2_BASELINE_LAYERS  # L: the sweep's depth variable
+    n_embd: int = GPT2_WIDTH  # d
+    n_head: int = GPT2_HEADS
     n_inner: int | None = None  # feed-forward width; None: 4 d = 3072
     block_size: int = 1024  # context length T
     vocab_size: int = 50257  # GPT-2's BPE (tiktoken "gpt2"); padded in the model

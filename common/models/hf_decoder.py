@@ -10,10 +10,11 @@ holds ``Norm``. That is ``gpt_neox.layers`` / ``final_layer_norm`` (GPT-NeoX, Py
 
 :class:`HFDecoder` wraps the model in the interface the probe and the training loop already use
 (``forward(ids) -> logits``, ``blocks``, ``candidates()``, ``candidate_width``). Candidates
-(DESIGN.md 1): the residual stream entering each layer (the input of ``layers[i]``) plus the stream
-leaving the last layer before the final norm (the input of the norm): ``n_layer + 1`` states of
-width ``d_model``, one row per token, each with the ``linear`` tangent family, exactly as
-``common/models/gpt.py`` declares them. The probe reads them with its own forward pre-hooks.
+(docs/design.md, section "Insertion candidates"): the residual stream entering each layer (the input
+of ``layers[i]``) plus the stream leaving the last layer before the final norm (the input of the
+norm): ``n_layer + 1`` states of width ``d_model``, one row per token, each with the ``linear``
+tangent family, exactly as ``common/models/gpt.py`` declares them. The probe reads them with its own
+forward pre-hooks.
 
 :class:`BlockInfluence` records ShortGPT's Block Influence (Men et al. 2024) in the same forward
 pass: ``BI_i = 1 - mean over tokens of cos(x_i, x_{i+1})``, ``x_i`` the residual stream entering
@@ -44,7 +45,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from common.errors import UserError
 from common.models.candidates import Candidate
-from common.projection import float64_device
+from common.precision import float64_device
 
 TANGENT_FAMILY = "linear"  # the protocol's zero-output block at every candidate, as for common/models/gpt.py
 # Residual output projections (the last Linear of attention and of the MLP), by attribute name:
@@ -178,7 +179,7 @@ def block_influence_per_token(x_in: torch.Tensor, x_out: torch.Tensor) -> torch.
     """``1 - cos(x_in, x_out)`` per token (float64; ``(..., d)`` in, ``(...)`` out): ShortGPT's Block Influence.
 
     In float64 where the states live, or on the CPU for a device without float64 (MPS, NPU:
-    :func:`common.projection.float64_device`).
+    :func:`common.precision.float64_device`).
     """
     f64 = float64_device(x_in.device)
     return 1.0 - F.cosine_similarity(x_in.to(f64, torch.float64), x_out.to(f64, torch.float64), dim=-1)

@@ -28,13 +28,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.models.candidates import Candidate
+from common.paper import CIFAR_STAGE_WIDTHS, IMAGENET100_BASE_CHANNELS
 
 BACKBONE_DEPTH = 8  # ResNet-8: stem conv + 3 blocks x 2 convs + head
 TANGENT_FAMILY = "conv3x3"  # the protocol's zero-output block at every candidate (common/tangent.py)
+# B.3 gives only ImageNet-100's base width; doubling it per stage, as CIFAR's 16/32/64 do, is our reading.
+IMAGENET100_STAGE_WIDTHS = (IMAGENET100_BASE_CHANNELS, 2 * IMAGENET100_BASE_CHANNELS, 4 * IMAGENET100_BASE_CHANNELS)
 
 
 def depth_label(extra_blocks: int) -> int:
-    """The "d" of "ResNet-d" for a backbone with ``N`` extra blocks: ``d = 8 + N`` (DESIGN.md 3)."""
+    """The "d" of "ResNet-d" for a backbone with ``N`` extra blocks: ``d = 8 + N``.
+
+    docs/design.md, section "Depth labels".
+    """
     return BACKBONE_DEPTH + extra_blocks
 
 
@@ -50,13 +56,13 @@ class ResNetConfig:
     """Every architectural hyper-parameter of the sweep's ResNets, with CIFAR defaults."""
 
     extra_blocks: int = 0  # N: the sweep's depth variable
-    widths: tuple[int, int, int] = (16, 32, 64)  # ImageNet-100: (32, 64, 128)
+    widths: tuple[int, int, int] = CIFAR_STAGE_WIDTHS  # ImageNet-100: IMAGENET100_STAGE_WIDTHS
     num_classes: int = 10
     in_channels: int = 3
 
     @classmethod
     def for_dataset(cls, dataset: str, extra_blocks: int, num_classes: int) -> ResNetConfig:
-        widths = (32, 64, 128) if dataset == "imagenet100" else (16, 32, 64)
+        widths = IMAGENET100_STAGE_WIDTHS if dataset == "imagenet100" else CIFAR_STAGE_WIDTHS
         return cls(extra_blocks=extra_blocks, widths=widths, num_classes=num_classes)
 
 
@@ -138,7 +144,7 @@ class ResNet(nn.Module):
         return self.head(z)  # (B, classes)
 
     def candidates(self) -> list[Candidate]:
-        """The ``4 + N`` insertion candidates in fixed order (DESIGN.md section 1).
+        """The ``4 + N`` insertion candidates in fixed order (docs/design.md, section "Insertion candidates").
 
         Candidate ``l < len(blocks)`` is the input of block ``l`` (candidate 0 is the stem's
         output); the last candidate is the tensor entering the pooling head. Each is a feature
@@ -150,7 +156,7 @@ class ResNet(nn.Module):
 
 
 def init_weights(module: nn.Module, generator: torch.Generator | None = None) -> None:
-    """The sweep's initialisation of every submodule (README, reproduction decisions): Kaiming-normal
+    """The sweep's initialisation of every submodule (docs/decisions.md): Kaiming-normal
     convolutions (fan-out) and linear layers (fan-in), ReLU gain, zero biases, BatchNorm weight 1 and
     bias 0. ``generator``: draw from it instead of the global RNG."""
     for m in module.modules():
@@ -184,7 +190,7 @@ def zero_output_basic_block(width: int, generator: torch.Generator | None = None
     ``z -> relu(z) = z`` on the non-negative (post-ReLU) states of the network. The BatchNorm it
     multiplies sees the random convolution's output, with variance of order 1, so its
     normalisation is well conditioned and the first gradients (on gamma and beta) carry no
-    ``1 / sqrt(eps)`` factor (README, reproduction decisions of script 03).
+    ``1 / sqrt(eps)`` factor (docs/decisions.md, section "Function-preserving growth").
     """
     block = BasicBlock(width, width, stride=1)
     init_weights(block, generator)

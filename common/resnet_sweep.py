@@ -1,0 +1,434 @@
+"""The ResNet depth sweep of paper B.1-B.3: its settings, its runs and the records they leave.
+
+Shared by scripts 01, 02, 03, 06 and 07, below their job modules (``common/experiments/``):
+the sweep's settings per preset and dataset (:func:`sweep_preset`), its run configs
+(:func:`sweep_configs`), the job function that trains one run (:func:`train_resnet_run`, script
+01's; its body :func:`fit_resnet` also trains script 03's growth stages), and the records API that
+reads finished runs back (:func:`finished_sweep_runs`, :func:`require_sweep_runs`,
+:func:`load_trained_resnet`, :func:`load_sweep_run`, :func:`load_sweep_data`). Script 01's own job
+module, ``common/experiments/train_resnet_sweep.py``, keeps only its summary table.
+
+Each run trains ResNet-(8+N) (``common/models/resnet.py``) on one dataset with one seed and
+leaves ``config.json``, ``metrics.jsonl``, ``model.pt`` (final weights) and ``result.json``
+in its run directory.
+
+Presets: ``paper`` has the paper's depth grids (``common/paper.py``; B.1: CIFAR N = 1..100, to which we add
+the backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR
+epoch count and no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value
+below are this reproduction's decisions (docs/decisions.md). ``smoke`` runs the
+same code paths in minutes on a CPU. ``mini`` trains 8 depths, 2 seeds, on a class-balanced
+1,000-image subset of real CIFAR-10 until the deepest fits it (docs/decisions.md, section "Mini preset").
+
+On accelerators (``common.train``): bf16 autocast where the device has native bf16, else
+float32; ``--compile auto`` compiles on CUDA, and every run starts from a fresh compiler state so
+that all depths of an inline sweep are compiled alike; ``train_loss`` / ``test_loss`` of the
+result are evaluated in float32 on every device, so they compare across depths.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from common import runs
+from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision, warn_unused_data_root, with_train_subset
+from common.device import resolve_device, seed_everything
+from common.errors import UserError
+from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
+from common.paper import CIFAR_EXTRA_BLOCKS, IMAGENET100_EPOCHS, IMAGENET100_EXTRA_BLOCKS
+from common.runs import RunSpec
+from common.train import WEIGHTS, SGDRecipe, TrainSettings, finish_run, load_weights, train
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "resnet_sweep"
+CONFIG_KEYS = ("dataset", "depth_n", "depth_label", "seed")  # what scripts 02, 03, 06, 07 read from a sweep run's config
+
+
+# ----------------------------------------------------------------------------- presets
+@dataclass(frozen=True)
+class SweepPreset:
+    """What one preset fixes for one dataset: the depth grid, the recipe, the batch and the augmentation."""
+
+    depths: tuple[int, ...]  # N: extra blocks over the ResNet-8 backbone
+    recipe: SGDRecipe
+    batch_size: int
+    crop_pad: int = 4  # random crop after 4-pixel zero padding (B.2)
+    flip: bool = True
+    eval_batch_size: int = 500
+    image_size: int | None = None  # ImageNet-100 resolution; None: the dataset's own
+    train_subset: int | None = None  # K: train on K / C images per class (C classes) instead of every one
+    subset_seed: int = 0  # the data seed that draws the subset: fixed by the preset, never a run's seed
+    test_every_epoch: bool = True  # False: the test set is evaluated once, at the end of training
+
+    def train_keys(self) -> dict:
+        """The ``train`` entry of a run config: the recipe's fields, the batch size and the augmentation."""
+        return {**self.recipe.to_config(), "batch_size": self.batch_size, "crop_pad": self.crop_pad, "flip": self.flip}
+
+
+CIFAR_PAPER = SweepPreset(  # the paper's N = 1..100 and the backbone, N = 0
+    depths=(0, *CIFAR_EXTRA_BLOCKS), recipe=SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0), batch_size=128
+)
+IMAGENET100_PAPER = SweepPreset(
+    depths=IMAGENET100_EXTRA_BLOCKS, recipe=SGDRecipe(epochs=IMAGENET100_EPOCHS, lr=0.2, warmup_epochs=5.0), batch_size=256,
+    image_size=64,
+)
+SMOKE = SweepPreset(
+    depths=(0, 1, 2, 4), recipe=SGDRecipe(epochs=6, lr=0.05, warmup_epochs=1.0), batch_size=64, eval_batch_size=256
+)
+SMOKE_IMAGENET100 = replace(SMOKE, depths=(1, 5), recipe=replace(SMOKE.recipe, epochs=2), image_size=64)
+# mini (docs/decisions.md, section "Mini preset"): real CIFAR-10 images at a reduced scale, trained until the
+# deepest depth fits its subset; the sizes come from the sizing study written down there.
+MINI = SweepPreset(
+    depths=(0, 2, 3, 4, 5, 9, 12, 15), recipe=SGDRecipe(epochs=100, lr=0.05, warmup_epochs=1.0), batch_size=100,
+    train_subset=1000, test_every_epoch=False,
+)
+
+DEFAULT_DATASET = {"paper": "cifar10", "smoke": "digits", "mini": "cifar10"}
+MINI_SEEDS = 2  # mini: seeds --seed, --seed + 1 by default, so that the seed-spread rules can decide
+
+
+def preset_seeds(preset: str, seed: int) -> list[int]:
+    """The seeds a script runs without ``--seeds``: ``--seed`` alone, or under mini :data:`MINI_SEEDS` from it."""
+    return [seed + i for i in range(MINI_SEEDS if preset == "mini" else 1)]
+
+
+def sweep_preset(preset: str, dataset: str) -> SweepPreset:
+    """The settings of ``preset`` ("paper", "smoke" or "mini") for ``dataset``."""
+    if preset == "paper":
+        return IMAGENET100_PAPER if dataset == "imagenet100" else CIFAR_PAPER
+    if preset == "smoke":
+        return SMOKE_IMAGENET100 if dataset == "imagenet100" else SMOKE
+    if preset == "mini":
+        return MINI
+    raise UserError(f"--preset {preset}: unknown preset; use smoke, mini or paper")
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+def sweep_configs(
+    *,
+    preset: str = "smoke",
+    dataset: str | None = None,
+    depths: Sequence[int] | None = None,
+    seeds: Sequence[int] = (0,),
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    image_size: int | None = None,
+    train_subset: int | None = None,
+    data_root: str | Path | None = None,
+    device: str = "auto",
+    compile: str = "auto",
+    synthetic: dict | None = None,
+) -> list[dict]:
+    """One config per (depth N, seed): identity keys plus a ``runtime`` sub-dict.
+
+    Unset values come from :func:`sweep_preset`. ``train_subset``: K, train on K / C images per
+    class (C classes), drawn with the preset's data seed; stored as ``data.train_subset = {k, seed}``
+    only when there is one, so the identity of a run on every image is unchanged. ``compile``: "auto" (on for
+    CUDA only), "on" or "off". ``synthetic``: ``num_train`` / ``num_test`` / ``num_classes`` /
+    ``image_size`` of the synthetic source.
+    """
+    dataset = dataset or DEFAULT_DATASET[preset]
+    if dataset not in DATASETS:
+        raise UserError(f"--dataset {dataset}: unknown dataset; use one of {', '.join(DATASETS)}")
+    settings = sweep_preset(preset, dataset)
+    depths = list(settings.depths if depths is None else depths)
+    if not depths or min(depths) < 0:
+        raise UserError(f"--depths {','.join(map(str, depths)) or '(none)'}: give extra-block counts N >= 0, e.g. 0,1,2 or 1:100")
+    for flag, value in (("--epochs", epochs), ("--batch-size", batch_size), ("--lr", lr), ("--image-size", image_size),
+                        ("--train-subset", train_subset)):
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} {value}: must be positive")
+    warn_unused_data_root(dataset, data_root)
+    if dataset == "npz" and not data_root:
+        raise UserError("--dataset npz needs --data-root path/to/file.npz (x_train, y_train, x_test, y_test)")
+    if dataset in ("cifar10", "cifar100") and not data_root:
+        data_root = "data"  # torchvision downloads into data/cifar-10-batches-py (gitignored)
+    data: dict = {}
+    if dataset == "imagenet100":
+        data["image_size"] = image_size or settings.image_size
+    elif dataset == "npz":
+        data["file"] = Path(data_root).name  # the file's name is part of the run identity
+    elif dataset == "synthetic":
+        data = {"num_train": 512, "num_test": 256, "num_classes": 10, "image_size": 32, "data_seed": 0, **(synthetic or {})}
+    subset = train_subset or settings.train_subset
+    if subset:
+        if dataset == "synthetic":
+            raise UserError("--train-subset: the synthetic source sets its own size; use it with cifar10, npz or another real dataset")
+        data["train_subset"] = {"k": subset, "seed": settings.subset_seed}
+    widths = list(ResNetConfig.for_dataset(dataset, 0, 1).widths)
+    recipe = replace(settings.recipe, epochs=epochs or settings.recipe.epochs, lr=lr or settings.recipe.lr)
+    train_keys = replace(settings, recipe=recipe, batch_size=batch_size or settings.batch_size).train_keys()
+    runtime = {
+        "device": device,
+        "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
+        "compile": compile,
+        "eval_batch_size": settings.eval_batch_size,
+        "test_every_epoch": settings.test_every_epoch,
+    }
+    configs = []
+    for seed in seeds:
+        for n in depths:
+            configs.append(
+                {
+                    "experiment": EXPERIMENT,
+                    "name": f"{dataset}-resnet{depth_label(n)}-n{n}-seed{seed}",
+                    "preset": preset,
+                    "dataset": dataset,
+                    "depth_n": n,
+                    "depth_label": depth_label(n),
+                    "seed": seed,
+                    "data": data,
+                    "model": {"widths": widths},
+                    "train": train_keys,
+                    "runtime": dict(runtime),
+                }
+            )
+    return configs
+
+
+def load_sweep_data(config: dict) -> VisionData:
+    """The :class:`~common.data.vision.VisionData` a sweep config trains on (its training subset when it names one).
+
+    Scripts 02, 03, 06 and 07 load a sweep run's data through here, so they see exactly its images.
+    """
+    data = load_source(config)
+    subset = config.get("data", {}).get("train_subset")
+    return with_train_subset(data, subset["k"], subset["seed"]) if subset else data
+
+
+def load_source(config: dict) -> VisionData:
+    """The whole dataset a sweep config names."""
+    data = dict(config.get("data", {}))
+    root = config.get("runtime", {}).get("data_root")
+    if config["dataset"] == "synthetic":
+        return load_vision(
+            "synthetic",
+            None,
+            seed=data.get("data_seed", 0),
+            image_size=data.get("image_size"),
+            num_train=data.get("num_train"),
+            num_test=data.get("num_test"),
+            num_classes=data.get("num_classes"),
+        )
+    return _read_source(config["dataset"], root, data.get("image_size"), _file_stamp(root))
+
+
+@functools.lru_cache(maxsize=2)
+def _read_source(dataset: str, root: str | None, image_size: int | None, stamp: tuple | None) -> VisionData:
+    """One read per process of a dataset that several runs load in turn (a growth chain's stages, 02's and
+    06's models under ``--launcher inline``); ``stamp`` (size, mtime of a data file) keeps an edited file from
+    being served stale. Callers never modify the returned tensors in place (loaders and subsets copy)."""
+    return load_vision(dataset, root, image_size=image_size)
+
+
+def _file_stamp(root: str | None) -> tuple | None:
+    path = Path(root) if root else None
+    if path is None or not path.is_file():
+        return None
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def build_resnet(config: dict, num_classes: int) -> ResNet:
+    """The untrained ResNet-(8+N) of a sweep config (initialised from the current torch RNG)."""
+    widths = tuple(config.get("model", {}).get("widths", ResNetConfig.for_dataset(config["dataset"], 0, 1).widths))
+    return ResNet(ResNetConfig(extra_blocks=config["depth_n"], widths=widths, num_classes=num_classes))
+
+
+def train_resnet_run(spec: RunSpec) -> dict:
+    """Job function of script 01: train one (dataset, N, seed) run; resumes; returns its result."""
+    return fit_resnet(spec, lambda config, data: (build_resnet(config, data.num_classes), {}))
+
+
+ModelFn = Callable[[dict, VisionData], tuple[ResNet, dict]]
+
+
+def fit_resnet(spec: RunSpec, make_model: ModelFn) -> dict:
+    """Train the ResNet ``make_model(config, data)`` returns with the run's recipe, data and seed; resumes.
+
+    The body of :func:`train_resnet_run` (whose model is a fresh ResNet-(8+N)), shared with the
+    growth stages of script 03 (whose model is a grown parent). ``make_model`` runs after the
+    data is loaded and the torch RNG is seeded with the run's seed, and returns the model and
+    extra keys for ``result.json``.
+    """
+    config = spec.config
+    path = runs.prepare_run(spec.out, config)
+    runtime = config.get("runtime", {})
+    device = resolve_device(runtime.get("device") or "auto")
+    hp = config["train"]
+    seed_everything(config["seed"])
+    data = load_sweep_data(config)
+    model, extra = make_model(config, data)
+    use_compile = {"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda")
+    channels_last = True
+    loader_keys = {"mean": data.mean, "std": data.std, "device": device, "channels_last": channels_last}
+    eval_bs = runtime.get("eval_batch_size", 500)
+    x_train, y_train = data.x_train.to(device), data.y_train.to(device)  # once: both train loaders share it
+    train_loader = TensorLoader(
+        x_train, y_train, hp["batch_size"], train=True, seed=config["seed"],
+        crop_pad=hp["crop_pad"], flip=hp["flip"], **loader_keys,
+    )  # fmt: skip
+    test_loader = TensorLoader(data.x_test, data.y_test, eval_bs, train=False, **loader_keys)
+    clean_train_loader = TensorLoader(x_train, y_train, eval_bs, train=False, **loader_keys)
+    settings = TrainSettings(recipe=SGDRecipe.from_config(hp), compile=use_compile, channels_last=channels_last)
+    every_epoch = runtime.get("test_every_epoch", True)  # False (mini): the test set once, at the end
+    summary = train(
+        model,
+        train_loader,
+        {"test": test_loader} if every_epoch else {},
+        final_eval_loaders={"train": clean_train_loader, **({} if every_epoch else {"test": test_loader})},
+        run_dir=path,
+        settings=settings,
+        device=device,
+        desc=config["name"],
+    )
+    result = {
+        "dataset": config["dataset"],
+        "depth_n": config["depth_n"],
+        "depth_label": config["depth_label"],
+        "seed": config["seed"],
+        "params": count_parameters(model),
+        "num_classes": data.num_classes,
+        "num_blocks": len(model.blocks),
+        "train_size": len(data.y_train),
+        "test_size": len(data.y_test),
+        "device": device.type,
+        "settings": asdict(settings),
+        **{k: summary[k] for k in ("train_loss", "train_acc", "test_loss", "test_acc", "epochs", "steps", "wall_s")},
+        "train_loss_running": summary["train_loss_running"],
+        "train_acc_running": summary["train_acc_running"],
+        "images_per_s": summary["images_per_s"],
+        "autocast_dtype": summary["autocast_dtype"],  # training precision (common.device.autocast_dtype)
+        "final_eval_dtype": summary["final_eval_dtype"],  # train_/test_loss above: float32 on every device
+        **extra,
+    }
+    finish_run(path, result)
+    return result
+
+
+def load_trained_resnet(run_dir: str | Path, map_location="cpu") -> ResNet:
+    """The trained model of a finished sweep run, in eval mode (from config.json + model.pt)."""
+    run_dir = Path(run_dir)
+    if not runs.is_done(run_dir):
+        raise UserError(f"{run_dir} is not a finished sweep run (no result.json); run 01_train_resnet_sweep.py first")
+    config = runs.read_config(run_dir, CONFIG_KEYS)
+    state = load_weights(run_dir, map_location)
+    if "head.fc.weight" not in state:
+        raise UserError(f"{run_dir / WEIGHTS} holds no ResNet head; delete the run directory {run_dir} and rerun script 01")
+    model = build_resnet(config, num_classes=state["head.fc.weight"].shape[0])
+    try:
+        model.load_state_dict(state)
+    except RuntimeError:  # missing or misshapen tensors: not the weights of this config
+        raise UserError(
+            f"{run_dir / WEIGHTS} does not fit the model of {run_dir / runs.CONFIG}; delete the run directory {run_dir} and rerun script 01"
+        ) from None
+    return model.to(map_location).eval()
+
+
+def load_sweep_run(sweep_dir: str | Path, *, data_root: str | None = None, device="cpu") -> tuple[ResNet, VisionData]:
+    """The trained model of a finished sweep run (eval mode, on ``device``) and the data it trained on.
+
+    ``data_root`` replaces the data location stored in the run (the same data, found elsewhere).
+    """
+    return load_trained_resnet(sweep_dir, map_location=device), load_sweep_data(sweep_data_config(sweep_dir, data_root))
+
+
+def sweep_data_config(sweep_dir: str | Path, data_root: str | None = None) -> dict:
+    """A finished sweep run's config, its data found under ``data_root`` when given (what :func:`load_sweep_data` reads)."""
+    config = runs.read_config(sweep_dir, CONFIG_KEYS)
+    if data_root:
+        config = {**config, "runtime": {**config.get("runtime", {}), "data_root": str(data_root)}}
+    return config
+
+
+def check_sweep_data(configs: Sequence[dict]) -> None:
+    """Load each distinct data source of ``configs`` once: a missing file, folder or download is one line now,
+    before any run directory exists (validate before creating: docs/design.md, section "Runs, records and
+    launching")."""
+    seen = set()
+    for config in configs:
+        key = json.dumps([config["dataset"], config.get("data"), config.get("runtime", {}).get("data_root")], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            load_sweep_data(config)
+
+
+def check_sweep_inputs(configs: Sequence[dict], *, data: bool = True) -> None:
+    """For configs of runs that read a finished sweep run (``runtime.sweep_dir``; scripts 02, 06, 07): every
+    trained model loads and, with ``data``, every data source it was trained on loads (once each)."""
+    for config in configs:
+        load_trained_resnet(config["runtime"]["sweep_dir"])
+    if data:
+        check_sweep_data([sweep_data_config(c["runtime"]["sweep_dir"], c["runtime"].get("data_root")) for c in configs])
+
+
+def train_command(preset: str, dataset: str, out: str | Path, *, depths: Sequence[int] | None = None, seeds: Sequence[int] | None = None) -> str:
+    """The script-01 command that trains the sweep runs a message asks for (following it must help)."""
+    parts = ["python 01_train_resnet_sweep.py", *([f"--preset {preset}"] if preset != "paper" else []), f"--dataset {dataset}"]
+    parts += [f"--depths {','.join(map(str, depths))}"] if depths else []
+    parts += [f"--seeds {','.join(map(str, seeds))}"] if seeds else []
+    return " ".join([*parts, f"--out {out}"])
+
+
+def require_sweep_runs(out: str | Path, dataset: str, *, preset: str, seeds: Sequence[int] | None = None) -> list[Path]:
+    """The finished sweep runs on ``dataset`` under ``out`` (of ``seeds`` when given, every seed there); none, or a
+    requested seed without any, is a :class:`UserError` naming the script-01 command that trains them."""
+    found = finished_sweep_runs(out, dataset)
+    seed_of = {d: runs.read_config(d, CONFIG_KEYS)["seed"] for d in found}
+    missing = [s for s in seeds if s not in seed_of.values()] if seeds is not None else []
+    if seeds is not None:
+        found = [d for d in found if seed_of[d] in seeds]
+    if not found or missing:
+        which = f" and seeds {','.join(map(str, missing or seeds))}" if seeds is not None else ""
+        raise UserError(
+            f"no finished sweep runs for --dataset {dataset}{which} under {Path(out) / EXPERIMENT}; train them first: "
+            f"{train_command(preset, dataset, out, seeds=missing or seeds)}"
+        )
+    return found
+
+
+def finished_sweep_runs(out: str | Path, dataset: str, *, preset: str | None = None, seed: int | None = None) -> list[Path]:
+    """Directories of the finished sweep runs on ``dataset`` under ``out``, sorted by (N, seed)."""
+    found = []
+    for directory in sorted((Path(out) / EXPERIMENT).glob("*")):
+        if not runs.is_done(directory) or not (directory / runs.CONFIG).is_file():
+            continue
+        config = runs.read_config(directory, CONFIG_KEYS)
+        runs.read_result(directory)  # a finished run's record must be readable too
+        if config.get("dataset") != dataset:
+            continue
+        if (preset is not None and config.get("preset") != preset) or (seed is not None and config.get("seed") != seed):
+            continue
+        found.append((config["depth_n"], config["seed"], directory))
+    return [d for _, _, d in sorted(found)]
+
+
+__all__ = [
+    "DEFAULT_DATASET",
+    "CONFIG_KEYS",
+    "EXPERIMENT",
+    "SweepPreset",
+    "build_resnet",
+    "check_sweep_data",
+    "check_sweep_inputs",
+    "finished_sweep_runs",
+    "fit_resnet",
+    "load_sweep_data",
+    "load_sweep_run",
+    "load_trained_resnet",
+    "require_sweep_runs",
+    "preset_seeds",
+    "sweep_configs",
+    "sweep_data_config",
+    "sweep_preset",
+    "train_command",
+    "train_resnet_run",
+]
