@@ -28,21 +28,10 @@ from __future__ import annotations
 import argparse
 
 from common import runs
-from common.cli import (
-    check_flag_use,
-    comma_ints,
-    entry_point,
-    make_parser,
-    non_negative_float,
-    non_negative_int,
-    parse_args,
-    positive_float,
-    positive_int,
-    unit_interval,
-)
-from common.data.text import SOURCES
+from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
+from common.data.text_sources import SOURCES
+from common.decoder_flags import add_preset_flags, prepare_once, prepare_only, preset_fields, preset_flags
 from common.device import resolve_device
-from common.distributed import env_info
 from common.experiments.pythia_cpt import (
     DEFAULT_DATA_ROOT,
     EXPERIMENT,
@@ -62,30 +51,23 @@ from common.launch import launch_from_args
 from common.paper import LOW_SIGNAL_AG
 from common.runs import make_specs
 
-PRESET_FLAGS = {  # flag -> (CPTPreset field, type, help); None: the preset's value (README, reproduction decisions)
-    "--source": ("source", str, f"documents: {', '.join(SOURCES)} (text: --text-file)"),
-    "--tokenizer": ("tokenizer", str, "model (each model's own, from the same repository and revision) or byte"),
-    "--train-tokens": ("train_tokens", positive_int, "continued-pretraining token budget"),
-    "--val-tokens": ("val_tokens", positive_int, "held-out validation tokens (the first whole documents)"),
-    "--block-size": ("block_size", positive_int, "context length T of the training and probe windows"),
-    "--batch-tokens": ("batch_tokens", positive_int, "tokens per optimizer step (gradient accumulation reaches it)"),
-    "--micro-batch-size": ("micro_batch_size", positive_int, "sequences per forward/backward on one device"),
-    "--steps": ("steps", positive_int, "optimizer steps (None with a budget: train-tokens // batch-tokens)"),
-    "--n-evals": ("n_evals", positive_int, "validation evaluations and checkpoints over the run"),
-    "--lr": ("lr", positive_float, "peak AdamW learning rate for every model (None: per model size, README)"),
-    "--warmup-steps": ("warmup_steps", non_negative_int, "linear warm-up steps, then cosine decay"),
-    "--min-lr-ratio": ("min_lr_ratio", unit_interval, "the cosine ends at this fraction of the peak"),
-    "--weight-decay": ("weight_decay", non_negative_float, "AdamW weight decay on matrices and embeddings"),
-    "--grad-clip": ("grad_clip", positive_float, "clip the gradient's global norm to this"),
-    "--probe-batch-size": ("probe_batch_size", positive_int, "sequences per analysis batch of the AG probe"),
-    "--probe-batches": ("probe_batches", positive_int, "B: held-out analysis batches"),
-    "--probe-sub-batch": ("probe_sub_batch", positive_int, "sequences per probe forward/backward (memory only: the scores are the batch's)"),
-    "--exact": ("exact", argparse.BooleanOptionalAction, "also the exact growth value V_S,l of the linear family"),
-    "--gradient-checkpointing": ("gradient_checkpointing", argparse.BooleanOptionalAction,
-                                 "recompute each layer in the backward pass (less memory, ~1/3 more compute)"),
-}
-PLANNER_FLAGS = ("preset", "model", "model_path", "revision", *(field for field, _, _ in PRESET_FLAGS.values()), "text_file",
-                 "fineweb_subset", "data_root", "device", "amp", "fsdp", "fsdp_bf16")  # fmt: skip
+# flag -> (CPTPreset field, type, help); None: the preset's value (docs/decisions.md)
+PRESET_FLAGS = preset_flags(
+    {},
+    helps={
+        "--tokenizer": "model (each model's own, from the same repository and revision) or byte",
+        "--train-tokens": "continued-pretraining token budget",
+        "--block-size": "context length T of the training and probe windows",
+        "--lr": "peak AdamW learning rate for every model (None: per model size, docs/04_pythia_cpt.md)",
+    },
+    last={
+        "--probe-sub-batch": ("probe_sub_batch", positive_int, "sequences per probe forward/backward (memory only: the scores are the batch's)"),
+        "--gradient-checkpointing": ("gradient_checkpointing", argparse.BooleanOptionalAction,
+                                     "recompute each layer in the backward pass (less memory, ~1/3 more compute)"),
+    },
+)
+PLANNER_FLAGS = ("preset", "model", "model_path", "revision", *preset_fields(PRESET_FLAGS), "text_file", "fineweb_subset", "data_root",
+                 "device", "amp", "fsdp", "fsdp_bf16")  # fmt: skip
 SCRIPT_FLAGS = ("seeds", "seed", "prepare_only")  # the seeds: --seeds, else --seed
 
 
@@ -95,11 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--model", default=None, help="Hugging Face causal LM ids (or local folders), comma-separated; replaces the preset's models")
     group.add_argument("--model-path", action="append", default=None, help="a local save_pretrained folder (repeatable); works offline")
     group.add_argument("--revision", default=None, help="Hub revision (branch, tag or commit) of every model; paper preset: step143000")
-    for flag, (field, kind, text) in PRESET_FLAGS.items():
-        if kind is argparse.BooleanOptionalAction:
-            group.add_argument(flag, dest=field, action=kind, default=None, help=text)
-        else:
-            group.add_argument(flag, dest=field, type=kind, default=None, help=text, **({"choices": SOURCES} if field == "source" else {}))
+    add_preset_flags(group, PRESET_FLAGS, choices={"source": SOURCES})
     group.add_argument("--text-file", default=None, help="a text file or a folder of .txt/.md/.rst files (implies --source text)")
     group.add_argument("--fineweb-subset", default=FINEWEB_SUBSET, help="FineWeb-Edu's named sample config to stream")
     group.add_argument("--data-root", default=DEFAULT_DATA_ROOT, help="where the token shards are prepared")
@@ -125,7 +103,7 @@ def main(argv=None) -> int:
         if reason is not None:
             print(f"04_pythia_cpt.py: {reason}")
             return 0
-    overrides = {field: getattr(args, field) for field, _, _ in PRESET_FLAGS.values()}
+    overrides = {field: getattr(args, field) for field in preset_fields(PRESET_FLAGS)}
     configs = cpt_configs(
         preset=args.preset, models=models or None, model_paths=args.model_path or (), revision=args.revision,
         seeds=args.seeds if args.seeds is not None else [args.seed],
@@ -133,16 +111,13 @@ def main(argv=None) -> int:
         device=args.device, amp=args.amp, fsdp=args.fsdp, fsdp_bf16=args.fsdp_bf16,
     )  # fmt: skip
     if args.prepare_only:
-        if env_info().is_main:
-            for path in dict.fromkeys(str(prepare_data(c)) for c in configs):
-                print(path)
-        return 0
+        return prepare_only(configs, prepare_data)
     if args.launcher == "inline" and not args.dry_run:
         resolve_device(args.device)
-    if not args.dry_run:
-        for c in configs:  # fetched and tokenised once before any job starts (under torchrun: beforehand)
+    if not args.dry_run:  # each model fetched and its data tokenised once, before any job starts (under torchrun: beforehand)
+        for c in configs:
             fetch_model(c)
-            require_prepared(c) if env_info().world_size > 1 else prepare_data(c)
+        prepare_once(configs, prepare_data, require_prepared)
     specs = make_specs(configs, args.out)
     results = launch_from_args(pythia_cpt_run, specs, args, job_kind="pythia", desc="pythia cpt", distributed=True)
     if results is None:

@@ -24,21 +24,11 @@ from __future__ import annotations
 import argparse
 
 from common import runs
-from common.cli import (
-    check_flag_use,
-    comma_ints,
-    entry_point,
-    make_parser,
-    non_negative_float,
-    non_negative_int,
-    parse_args,
-    positive_float,
-    positive_int,
-    unit_interval,
-)
-from common.data.text import SOURCES, TOKENIZERS
+from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_float, positive_int
+from common.data.text_sources import SOURCES
+from common.data.tokenizers import TOKENIZERS
+from common.decoder_flags import add_preset_flags, prepare_once, prepare_only, preset_fields, preset_flags
 from common.device import resolve_device
-from common.distributed import env_info
 from common.experiments.gpt2_ascend import (
     DEFAULT_DATA_ROOT,
     EXPERIMENT,
@@ -56,42 +46,24 @@ from common.launch import launch_from_args
 from common.paper import LOW_SIGNAL_AG
 from common.runs import make_specs
 
-PRESET_FLAGS = {  # flag -> (GPTPreset field, type, help); None: the preset's value (README, reproduction decisions)
-    "--depths": ("depths", comma_ints, "decoder depths L, e.g. 1,2,4 or 1:24"),
-    "--source": ("source", str, f"documents: {', '.join(SOURCES)} (text: --text-file)"),
-    "--tokenizer": ("tokenizer", str, f"{' or '.join(TOKENIZERS)} (byte needs no download; gpt2 is tiktoken's, fetched once)"),
-    "--train-tokens": ("train_tokens", positive_int, "training token budget (the last document is cut there)"),
-    "--val-tokens": ("val_tokens", positive_int, "held-out validation tokens (the first whole documents)"),
-    "--n-embd": ("n_embd", positive_int, "width d"),
-    "--n-head": ("n_head", positive_int, "attention heads"),
-    "--block-size": ("block_size", positive_int, "context length T"),
-    "--batch-tokens": ("batch_tokens", positive_int, "tokens per optimizer step (gradient accumulation reaches it)"),
-    "--micro-batch-size": ("micro_batch_size", positive_int, "sequences per forward/backward on one device"),
-    "--steps": ("steps", positive_int, "optimizer steps (None with a budget: train-tokens // batch-tokens)"),
-    "--n-evals": ("n_evals", positive_int, "validation evaluations and checkpoints over the run"),
-    "--lr": ("lr", positive_float, "peak AdamW learning rate"),
-    "--warmup-steps": ("warmup_steps", non_negative_int, "linear warm-up steps, then cosine decay"),
-    "--min-lr-ratio": ("min_lr_ratio", unit_interval, "the cosine ends at this fraction of --lr"),
-    "--weight-decay": ("weight_decay", non_negative_float, "AdamW weight decay on matrices and embeddings"),
-    "--grad-clip": ("grad_clip", positive_float, "clip the gradient's global norm to this"),
-    "--probe-batch-size": ("probe_batch_size", positive_int, "sequences per analysis batch of the AG probe"),
-    "--probe-batches": ("probe_batches", positive_int, "B: held-out analysis batches"),
-    "--exact": ("exact", argparse.BooleanOptionalAction, "also the exact growth value V_S,l of the linear family"),
-}
-PLANNER_FLAGS = ("preset", *(field for field, _, _ in PRESET_FLAGS.values()), "text_file", "fineweb_subset", "data_root",
-                 "device", "compile", "amp", "peak_tflops")  # fmt: skip
+# flag -> (GPTPreset field, type, help); None: the preset's value (docs/decisions.md)
+PRESET_FLAGS = preset_flags(
+    {
+        "--depths": ("depths", comma_ints, "decoder depths L, e.g. 1,2,4 or 1:24"),
+        "--n-embd": ("n_embd", positive_int, "width d"),
+        "--n-head": ("n_head", positive_int, "attention heads"),
+    },
+    helps={"--tokenizer": f"{' or '.join(TOKENIZERS)} (byte needs no download; gpt2 is tiktoken's, fetched once)"},
+)
+PLANNER_FLAGS = ("preset", *preset_fields(PRESET_FLAGS), "text_file", "fineweb_subset", "data_root", "device", "compile", "amp",
+                 "peak_tflops")  # fmt: skip
 SCRIPT_FLAGS = ("seeds", "seed", "prepare_only")  # the seeds: --seeds, else --seed
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="05_gpt2_ascend.py")
     sweep = parser.add_argument_group("GPT-2 depth sweep (paper B.4); None: the preset's value")
-    for flag, (field, kind, text) in PRESET_FLAGS.items():
-        if kind is argparse.BooleanOptionalAction:
-            sweep.add_argument(flag, dest=field, action=kind, default=None, help=text)
-        else:
-            sweep.add_argument(flag, dest=field, type=kind, default=None, help=text,
-                               **({"choices": SOURCES} if field == "source" else {"choices": TOKENIZERS} if field == "tokenizer" else {}))
+    add_preset_flags(sweep, PRESET_FLAGS, choices={"source": SOURCES, "tokenizer": TOKENIZERS})
     sweep.add_argument("--text-file", default=None, help="a text file or a folder of .txt/.md/.rst files (implies --source text)")
     sweep.add_argument("--fineweb-subset", default=FINEWEB_SUBSET, help="FineWeb-Edu's named sample config to stream")
     sweep.add_argument("--data-root", default=DEFAULT_DATA_ROOT, help="where the token shards are prepared")
@@ -109,22 +81,18 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    overrides = {field: getattr(args, field) for field, _, _ in PRESET_FLAGS.values() if field != "depths"}
+    overrides = {field: getattr(args, field) for field in preset_fields(PRESET_FLAGS) if field != "depths"}
     configs = gpt_configs(
         preset=args.preset, depths=args.depths, seeds=args.seeds if args.seeds is not None else [args.seed],
         overrides=overrides, text_path=args.text_file, data_root=args.data_root, fineweb_subset=args.fineweb_subset,
         device=args.device, compile=args.compile, amp=args.amp, peak_tflops=args.peak_tflops,
     )  # fmt: skip
     if args.prepare_only:  # tokenise into shards, nothing else (one process)
-        if env_info().is_main:
-            print(prepare_data(configs[0]))
-        return 0
+        return prepare_only(configs, prepare_data)
     if args.launcher == "inline" and not args.dry_run:
         resolve_device(args.device)  # e.g. --device npu without torch_npu: one line before any work
-    if not args.dry_run and env_info().world_size > 1:
-        require_prepared(configs[0])  # under torchrun: prepared beforehand (--prepare-only), all ranks wait otherwise
-    elif not args.dry_run:
-        prepare_data(configs[0])  # tokenised once, before any job starts
+    if not args.dry_run:
+        prepare_once(configs, prepare_data, require_prepared)  # tokenised once, before any job starts (under torchrun: beforehand)
     specs = make_specs(configs, args.out)
     results = launch_from_args(train_gpt_run, specs, args, job_kind="gpt2", desc="gpt2 sweep", distributed=True)
     if results is None:

@@ -94,6 +94,12 @@ class _Recipe:
     """
 
     LATER_FIELDS: ClassVar[tuple[str, ...]] = ()
+    ROUNDS: ClassVar[str] = "epochs"  # what the rounds of train() are: the recipe's attribute and the summary's key
+
+    @property
+    def rounds(self) -> int:
+        """How many rounds :func:`train` runs (each: a pass of steps, evaluation, a metrics line, a checkpoint)."""
+        return getattr(self, self.ROUNDS)
 
     def to_config(self) -> dict:
         """The recipe as plain config keys."""
@@ -177,13 +183,16 @@ class AdamWRecipe(_Recipe):
     Linear warm-up over ``warmup_steps``, cosine decay to ``min_lr_ratio * lr`` at ``steps``,
     decoupled weight decay on matrices and embeddings only (biases and LayerNorm parameters: none),
     gradients clipped to a global norm of ``grad_clip`` (None: no clipping). :func:`train` runs
-    ``steps / eval_interval`` "epochs" of ``eval_interval`` steps, each followed by evaluation, a
-    metrics line and a checkpoint. Its own dataclass, so that the sweep's SGD keys never change.
+    ``steps / eval_interval`` evaluation rounds (:attr:`eval_rounds`) of ``eval_interval`` steps, each
+    followed by evaluation, a metrics line and a checkpoint. Its own dataclass, so that the sweep's SGD
+    keys never change.
     """
+
+    ROUNDS: ClassVar[str] = "eval_rounds"
 
     steps: int
     lr: float
-    eval_interval: int  # optimizer steps per epoch of train(): evaluation + checkpoint
+    eval_interval: int  # optimizer steps per round of train(): evaluation + checkpoint
     warmup_steps: int = 0
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
@@ -198,7 +207,8 @@ class AdamWRecipe(_Recipe):
             raise ValueError(f"steps {self.steps} must be a positive multiple of eval_interval {self.eval_interval}")
 
     @property
-    def epochs(self) -> int:
+    def eval_rounds(self) -> int:
+        """The rounds of :func:`train`: ``steps / eval_interval``."""
         return self.steps // self.eval_interval
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW:
@@ -244,6 +254,7 @@ class TrainSettings:
 
 
 LOSSES = ("cross_entropy", "mse")
+COUNTS = ("images", "tokens")  # what the rate of a round counts (train()'s ``counts``)
 
 
 def cosine_lr(step: int, total_steps: int, base_lr: float, warmup_steps: int = 0, min_lr: float = 0.0) -> float:
@@ -394,10 +405,15 @@ class EpochStats:
     acc: float | None  # None for a regression (TrainSettings.loss == "mse")
     examples: int
     seconds: float
+    targets: int = 0  # target positions: one per example of a classifier, T per sequence of a token model
 
     @property
     def examples_per_s(self) -> float:
         return self.examples / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def targets_per_s(self) -> float:
+        return self.targets / self.seconds if self.seconds > 0 else float("nan")
 
 
 def train_epoch(
@@ -472,7 +488,7 @@ def train_epoch(
     devices.synchronize(device)  # the epoch's work has finished, not just been queued
     return EpochStats(
         step=step, lr=lr, loss=loss_sum / max(batches, 1), acc=None if settings.loss == "mse" else correct_n / max(targets, 1),
-        examples=int(seen), seconds=time.perf_counter() - start,
+        examples=int(seen), seconds=time.perf_counter() - start, targets=int(targets),
     )  # fmt: skip
 
 
@@ -487,8 +503,10 @@ def train(
     final_eval_loaders: dict[str, Iterable] | None = None,
     on_epoch_end: Callable[[int, dict], None] | None = None,
     desc: str = "train",
+    counts: str = "images",
 ) -> dict:
-    """Train ``model`` for ``settings.recipe.epochs`` epochs in ``run_dir``, resuming from its checkpoint.
+    """Train ``model`` for ``settings.recipe.rounds`` rounds (epochs; a recipe by steps: evaluation rounds) in
+    ``run_dir``, resuming from its checkpoint.
 
     ``eval_loaders`` (e.g. ``{"test": ...}``) are evaluated after every epoch and logged as
     ``<name>_loss`` / ``<name>_acc``; ``final_eval_loaders`` (e.g. ``{"train": <clean train
@@ -499,10 +517,16 @@ def train(
     ``train_loss`` / ``train_acc`` are running means over the epoch's augmented batches.
     ``on_epoch_end(epoch, record)`` runs after each checkpoint (epoch counts from 1).
 
+    ``counts``: what each round's rate counts, ``images`` (``images_per_s``: examples per second) or
+    ``tokens`` (``tokens_per_s``: a token model's target positions, ``B * T`` per batch, per second).
+
     Returns the summary: the last epoch's record, ``train_loss_running`` / ``train_acc_running``,
-    the final evaluations, ``wall_s`` (training time summed over resumptions) and ``steps``.
+    the final evaluations, ``wall_s`` (training time summed over resumptions), ``steps`` and the
+    rounds trained under the recipe's :attr:`~_Recipe.ROUNDS` (``epochs``; ``eval_rounds`` for :class:`AdamWRecipe`).
     Writes the final weights to ``run_dir/model.pt``; the caller writes ``result.json``.
     """
+    if counts not in COUNTS:
+        raise ValueError(f"counts {counts!r}: use one of {COUNTS}")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     recipe = settings.recipe
@@ -537,7 +561,7 @@ def train(
         ddp = DistributedDataParallel(model, device_ids=[device] if device.type != "cpu" else None, gradient_as_bucket_view=True)
     forward = torch.compile(ddp or model) if settings.compile else (ddp or model)
     no_sync = ddp.no_sync if ddp is not None else functools.partial(_no_gradient_sync, model) if shard else None
-    for epoch in range(start_epoch, recipe.epochs):
+    for epoch in range(start_epoch, recipe.rounds):
         if stop is not None and stop["stopped"]:
             break  # resumed after the stopping epoch's checkpoint
         if hasattr(train_loader, "set_epoch"):
@@ -555,7 +579,7 @@ def train(
             "lr": stats.lr,
             "train_loss": stats.loss,
             "train_acc": stats.acc,
-            "images_per_s": stats.examples_per_s,
+            f"{counts}_per_s": stats.examples_per_s if counts == "images" else stats.targets_per_s,
             "epoch_time_s": stats.seconds,
         }
         for name, loader in eval_loaders.items():
@@ -582,8 +606,8 @@ def train(
                 },
             )
         log.info(
-            "%s: epoch %d/%d lr %.4g %s%.0f img/s", desc, epoch + 1, recipe.epochs, stats.lr,
-            "".join(_loss_acc(record, n) for n in ("train", *eval_loaders)), record["images_per_s"],
+            "%s: %s %d/%d lr %.4g %s%.0f %s/s", desc, recipe.ROUNDS.removesuffix("s"), epoch + 1, recipe.rounds, stats.lr,
+            "".join(_loss_acc(record, n) for n in ("train", *eval_loaders)), record[f"{counts}_per_s"], counts,
         )  # fmt: skip
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
@@ -597,11 +621,11 @@ def train(
     summary["train_acc_running"] = summary.get("train_acc")
     amp_dtype = devices.precision_name(device, settings.amp)
     summary.update(final_evaluation(model, eval_loaders, final_eval_loaders or {}, device, settings))
-    summary.update(epochs=recipe.epochs, steps=step, wall_s=wall, autocast_dtype=amp_dtype)
+    summary.update({recipe.ROUNDS: recipe.rounds}, steps=step, wall_s=wall, autocast_dtype=amp_dtype)
     if shard:
         summary["fsdp_param_dtype"] = "bfloat16" if fsdp_bf16(settings, device) else "float32"
     if stop is not None:  # the epochs trained, and why they ended
-        summary.update(epochs=summary.get("epoch", 0), stopping={**stop, "stopped": stop["stopped"] or "epoch limit"})
+        summary.update({recipe.ROUNDS: summary.get("epoch", 0)}, stopping={**stop, "stopped": stop["stopped"] or "epoch limit"})
     weights = full_state(model, None, shard)[0]
     if main:
         runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in weights.items()}})

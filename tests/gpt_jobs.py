@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from common.data.text import TokenData, TokenLoader, TokenWindows, prepare_tokens, text_data_spec
+from common.data.text_sources import prepare_tokens, text_data_spec
+from common.data.token_shards import TokenData, TokenLoader, TokenWindows
 from common.models.gpt import GPT, GPTConfig
 from common.train import AdamWRecipe, TrainSettings, train
 

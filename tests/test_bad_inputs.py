@@ -29,7 +29,7 @@ import torch
 from transformers import GPTNeoXConfig
 
 from common import cli, runs
-from common.data.text import TextDataSpec
+from common.data.text_sources import TextDataSpec
 from common.device import npu_available
 from common.errors import UserError
 from common.experiments import gpt2_ascend

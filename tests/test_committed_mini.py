@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from common import runs
-from common.data import text
+from common.data import text_sources
 from common.experiments import make_figures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def data_flags(configs: dict[str, dict], monkeypatch) -> tuple[list[str], list[s
     """IMAGES and TEXT as make mini was given them, from the data identity the committed configs store.
 
     Nothing is read: the npz file is named, not opened, and a text file's fingerprint is the one stored
-    (``common.data.text`` is told the file's name and sha256 instead of reading it).
+    (``common.data.text_sources`` is told the file's name and sha256 instead of reading it).
     """
     sweep = [c for c in configs.values() if c.get("experiment") == "resnet_sweep"]
     datasets = {c["dataset"] for c in sweep}
@@ -61,8 +61,8 @@ def data_flags(configs: dict[str, dict], monkeypatch) -> tuple[list[str], list[s
         return images, []
     assert len(texts) == 1, f"results/mini holds runs on several texts: {sorted(texts)}"
     [(name, sha)] = texts
-    monkeypatch.setattr(text, "text_files", lambda path: [Path(path)])
-    monkeypatch.setattr(text, "_fingerprint", lambda files, root: sha)
+    monkeypatch.setattr(text_sources, "text_files", lambda path: [Path(path)])
+    monkeypatch.setattr(text_sources, "_fingerprint", lambda files, root: sha)
     return images, ["--text-file", name]
 
 

@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 from common import device as devices
 from common import runs
 from common.claims import PROJECTION_SLACK
+from common.experiments import decoder_runs
 from common.experiments.gpt2_ascend import PAPER_DEPTHS, gpt_configs, peak_flops, prepare_data, train_gpt_run
 from common.launch import launch
 from common.models.gpt import GPT, GPTConfig
@@ -80,6 +81,9 @@ def test_sweep_trains_probes_reports_and_skips_finished_runs(corpus, tmp_path, c
         assert (candidates["growth_value"] <= candidates["ag_norm"] * (1 + PROJECTION_SLACK)).all()  # --exact, smoke (AG_l float32: the report's slack)
         metrics = runs.read_metrics(run)
         assert len(metrics) == 2 and metrics[-1]["step"] == 12
+        # Two evaluation rounds of 6 steps (not epochs), each round's rate in tokens per second (not images).
+        assert result["eval_rounds"] == 2 and "epochs" not in result and all("images_per_s" not in m for m in metrics)
+        assert result["tokens_per_s_rounds"] == [m["tokens_per_s"] for m in metrics]
         # A few steps lower the loss: from ln(vocab) at initialisation, well below it on held-out text.
         assert metrics[-1]["val_loss"] < metrics[0]["val_loss"] < math.log(257) and metrics[-1]["train_loss"] < metrics[0]["train_loss"]
         assert result["mfu"] is None and result["tokens_per_s"] > 0 and result["train_tokens_seen"] == 12 * 256
@@ -89,12 +93,23 @@ def test_sweep_trains_probes_reports_and_skips_finished_runs(corpus, tmp_path, c
     assert script.main(args) == 0  # finished: skipped
     assert [(r / "result.json").stat().st_mtime_ns for r in found] == stamps
 
-    # Other probe settings are other runs, but the training is reused, not repeated.
+    # Other probe settings are other runs, but the training is reused, not repeated; also from a record written
+    # before evaluation rounds had their name.
+    older = {("epochs" if k == "eval_rounds" else k): v for k, v in runs.read_result(found[1]).items()}
+    runs.atomic_write_json(found[1] / "result.json", older)
     assert script.main([*args, "--depths", "2", "--probe-batches", "1"]) == 0
     reprobed = [r for r in (tmp_path / "runs" / "gpt2_ascend").glob("*-L2-*") if r != found[1]]
     assert len(reprobed) == 1 and not runs.read_metrics(reprobed[0])
     result = runs.read_result(reprobed[0])
     assert result["trained_in"] == found[1].name and result["n_batches"] == 1 and result["val_loss"] == runs.read_result(found[1])["val_loss"]
+    assert result["eval_rounds"] == 2 and "epochs" not in result
+
+
+def test_token_rates_read_metrics_written_before_tokens_per_s(tmp_path):
+    # Older metrics lines of a token model hold sequences per second as images_per_s; newer ones tokens_per_s.
+    for line in ({"epoch": 1, "images_per_s": 10.0}, {"epoch": 2, "images_per_s": 30.0}, {"epoch": 3, "tokens_per_s": 500.0}):
+        runs.append_metrics(tmp_path, line)
+    assert decoder_runs.token_rates(tmp_path, block_size=16) == (490.0, [160.0, 480.0, 500.0])  # median of the rounds after the first
 
 
 def test_paper_preset_plans_the_sweep_without_touching_data(tmp_path, capsys):
@@ -111,6 +126,22 @@ def test_paper_preset_plans_the_sweep_without_touching_data(tmp_path, capsys):
     assert script.main(["--dry-run", "--out", str(tmp_path / "never"), "--data-root", str(tmp_path / "no-data")]) == 0
     assert "12 planned runs" in capsys.readouterr().out
     assert not (tmp_path / "never").exists() and not (tmp_path / "no-data").exists()
+
+
+# Run directories the presets planned before scripts 04 and 05 shared common/experiments/decoder_runs.py: a refactor
+# must not move them (finished runs would train again).
+PINNED_RUN_DIRS = {
+    "smoke": ["python-docs-byte-L1-d64-seed0-87d733a9", "python-docs-byte-L2-d64-seed0-a3db6a63", "python-docs-byte-L4-d64-seed0-d7adeedc"],
+    "paper": ["fineweb-edu-gpt2-L1-d768-seed0-4f42a630", "fineweb-edu-gpt2-L2-d768-seed0-648b1b15", "fineweb-edu-gpt2-L3-d768-seed0-f8c714cc",
+              "fineweb-edu-gpt2-L4-d768-seed0-e4ff7ce1", "fineweb-edu-gpt2-L6-d768-seed0-2c6e6774", "fineweb-edu-gpt2-L8-d768-seed0-a720cc86",
+              "fineweb-edu-gpt2-L10-d768-seed0-f9724664", "fineweb-edu-gpt2-L12-d768-seed0-e5c4a80f", "fineweb-edu-gpt2-L14-d768-seed0-4f6dca0a",
+              "fineweb-edu-gpt2-L16-d768-seed0-5d48ac32", "fineweb-edu-gpt2-L20-d768-seed0-2a73f498", "fineweb-edu-gpt2-L24-d768-seed0-49ae50bc"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", sorted(PINNED_RUN_DIRS))
+def test_the_run_identities_of_the_presets_are_pinned(preset):
+    assert [runs.run_dir("runs", c).name for c in gpt_configs(preset=preset)] == PINNED_RUN_DIRS[preset]
 
 
 def test_npu_without_torch_npu_is_one_line_and_exit_2(corpus, tmp_path, capsys):

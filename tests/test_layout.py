@@ -14,14 +14,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # common.precision (TF32/HF32 off, where float64 runs) is a leaf that the infrastructure uses too.
 SCIENCE = {"common.probe", "common.projection", "common.tangent", "common.growth", "common.scaling", "common.precision"}
-LAUNCHING = {"common.launch", "common.slurm", "common.cli"}  # cli loads SLURM profiles
+LAUNCHING = {"common.launch", "common.slurm", "common.cli", "common.decoder_flags"}  # cli loads SLURM profiles
 # Below the job modules, imported by several of them: the ResNet sweep's presets, its job function (pickled by
 # submitit, as the job modules' are) and the records API that scripts 02, 03, 06 and 07 read sweep runs through.
 SHARED_JOBS = {"common.resnet_sweep"}
 # Script 08's job module reads every experiment's records, so it may import the other scripts' job modules.
 READS_EVERY_EXPERIMENT = {"common.experiments.make_figures"}
-# Until the two decoder experiments share a module below both (issue 24), 04's job module imports 05's.
-JOB_IMPORTS_ALLOWED = {("common.experiments.pythia_cpt", "common.experiments.gpt2_ascend")}
+DECODER_JOBS = {"common.experiments.gpt2_ascend", "common.experiments.pythia_cpt"}  # scripts 05 and 04
+DECODER_SHARED = "common.experiments.decoder_runs"  # what both decoder experiments share
 # The one import allowed inside a function: torch_npu exists only on Ascend machines.
 FUNCTION_IMPORTS_ALLOWED = {("common.device", "torch_npu")}
 
@@ -118,6 +118,16 @@ def test_job_modules_never_reach_the_launcher_or_submitit():
         assert "submitit" not in third_party, f"{name} pulls in submitit through {sorted(reached)}"
 
 
+def test_the_decoder_experiments_share_one_module_below_both_and_import_neither_other():
+    assert DECODER_SHARED in MODULES and set(MODULES) >= DECODER_JOBS
+    for name in sorted(DECODER_JOBS):
+        imported = repo_imports(name)
+        assert DECODER_SHARED in imported, f"{name} does not use {DECODER_SHARED}"
+        assert not imported & DECODER_JOBS, f"{name} imports the other decoder experiment {sorted(imported & DECODER_JOBS)}"
+    above = {m for m in repo_imports(DECODER_SHARED) if is_experiment(m)}
+    assert not above, f"{DECODER_SHARED} imports the job modules {sorted(above)}"
+
+
 def test_no_import_hides_inside_a_function():
     files = [*MODULES.values(), *ROOT.glob("[0-9][0-9]_*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("tests/*.py")]
     hidden = []
@@ -140,7 +150,7 @@ def test_each_numbered_script_has_exactly_its_own_job_module(script):
 def test_a_scripts_job_module_imports_no_other_scripts_job_module():
     jobs = set(script_job_modules().values())
     for name in sorted(jobs - READS_EVERY_EXPERIMENT):
-        peers = {m for m in repo_imports(name) & jobs if (name, m) not in JOB_IMPORTS_ALLOWED} - {name}
+        peers = repo_imports(name) & jobs - {name}
         assert not peers, f"{name} imports the job modules {sorted(peers)}: move what they share below them (e.g. common/resnet_sweep.py)"
 
 

@@ -16,7 +16,7 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
 from common import resnet_sweep, runs
 from common.cli import PRESETS
-from common.data import text
+from common.data import text_sources
 from common.data.vision import class_balanced_indices, load_vision, with_train_subset
 from common.errors import UserError
 from common.experiments import (
@@ -119,9 +119,9 @@ def test_mini_runs_two_seeds_by_default():
 def fake_shakespeare(tmp_path, monkeypatch):
     """The download route with a monkeypatched fetch (no network): its bytes and the sha256 expected of them."""
     payload = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n" * 800).encode()
-    remote = text.RemoteText("tinyshakespeare.txt", "https://example.invalid/input.txt", hashlib.sha256(payload).hexdigest(), len(payload))
+    remote = text_sources.RemoteText("tinyshakespeare.txt", "https://example.invalid/input.txt", hashlib.sha256(payload).hexdigest(), len(payload))
     fetched = []
-    monkeypatch.setattr(text, "fetch_url", lambda url: fetched.append(url) or payload)
+    monkeypatch.setattr(text_sources, "fetch_url", lambda url: fetched.append(url) or payload)
     monkeypatch.setitem(gpt2_ascend.PRESETS, "mini", dataclasses.replace(gpt2_ascend.MINI, text=remote))
     monkeypatch.chdir(tmp_path)
     return payload, remote, fetched
@@ -140,7 +140,7 @@ def test_the_download_route_and_text_file_give_the_same_run_hashes(fake_shakespe
 
 
 def test_a_download_with_the_wrong_sha256_saves_nothing(fake_shakespeare, tmp_path, monkeypatch):
-    monkeypatch.setattr(text, "fetch_url", lambda url: b"not shakespeare")
+    monkeypatch.setattr(text_sources, "fetch_url", lambda url: b"not shakespeare")
     with pytest.raises(UserError, match="sha256.*--text-file"):
         gpt2_ascend.gpt_configs(preset="mini")
     assert not (tmp_path / "data" / "tinyshakespeare.txt").exists()
@@ -150,7 +150,7 @@ def test_a_failed_download_is_one_line_naming_the_offline_fix(fake_shakespeare, 
     def unreachable(url):
         raise OSError("Name or service not known")
 
-    monkeypatch.setattr(text, "fetch_url", unreachable)
+    monkeypatch.setattr(text_sources, "fetch_url", unreachable)
     assert importlib.import_module("05_gpt2_ascend").main(["--preset", "mini", "--dry-run"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(err) == 1 and "--text-file" in err[0] and "the download failed" in err[0]

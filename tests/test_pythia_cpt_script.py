@@ -159,3 +159,18 @@ def test_the_paper_preset_plans_six_pythia_models_at_step143000_without_touching
     assert script.main(["--dry-run", "--out", str(tmp_path / "never"), "--data-root", str(tmp_path / "no-data")]) == 0
     assert "6 planned runs" in capsys.readouterr().out
     assert not (tmp_path / "never").exists() and not (tmp_path / "no-data").exists()
+
+
+# Run directories the presets planned before scripts 04 and 05 shared common/experiments/decoder_runs.py: a refactor
+# must not move them (finished runs would train again).
+PINNED_RUN_DIRS = {
+    "smoke": ["tiny-neox-L2-d32-local-seed0-91696590", "tiny-neox-L4-d64-local-seed0-2a4f5676"],
+    "paper": ["pythia-70m-deduped-step143000-seed0-6d8138a5", "pythia-160m-deduped-step143000-seed0-1525b5ee",
+              "pythia-410m-deduped-step143000-seed0-afac6f12", "pythia-1b-deduped-step143000-seed0-622f5cfe",
+              "pythia-1.4b-deduped-step143000-seed0-acfd19e3", "pythia-2.8b-deduped-step143000-seed0-e837e941"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", sorted(PINNED_RUN_DIRS))
+def test_the_run_identities_of_the_presets_are_pinned(preset):
+    assert [runs.run_dir("runs", c).name for c in cpt_configs(preset=preset)] == PINNED_RUN_DIRS[preset]

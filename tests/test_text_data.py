@@ -1,4 +1,5 @@
-"""common/data/text.py: shards, sources, tokenizers, resumable preparation, token batches; requirements-npu.txt."""
+"""common/data/ tokenizers, token_shards and text_sources: shards, sources, tokenizers, resumable preparation, token batches;
+requirements-npu.txt."""
 
 from __future__ import annotations
 
@@ -20,24 +21,19 @@ from tokenizers import Tokenizer as RawTokenizer
 from tokenizers import models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from common.data import text
-from common.data.text import (
-    ByteTokenizer,
-    HFTokenizer,
+from common.data import text_sources, token_shards
+from common.data.text_sources import prepare_tokens, python_docs, text_data_spec
+from common.data.token_shards import (
     ShardHeader,
-    TiktokenTokenizer,
     TokenBatches,
     TokenData,
     TokenLoader,
     TokenWindows,
-    get_tokenizer,
-    prepare_tokens,
-    python_docs,
     read_shard,
-    text_data_spec,
     token_dtype,
     write_shard,
 )
+from common.data.tokenizers import ByteTokenizer, HFTokenizer, TiktokenTokenizer, get_tokenizer
 from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,8 +53,8 @@ def test_shard_round_trip_through_memmap_with_a_checked_header(tmp_path, vocab):
     write_shard(tmp_path / "s.bin", tokens, header(tokens, vocab))
     got_header, got = read_shard(tmp_path / "s.bin")
     assert isinstance(got, np.memmap) and got.dtype == dtype and np.array_equal(got, tokens)
-    assert got_header == header(tokens, vocab) and got_header.version == text.VERSION
-    assert (tmp_path / "s.bin").stat().st_size == text.HEADER_BYTES + tokens.nbytes
+    assert got_header == header(tokens, vocab) and got_header.version == token_shards.VERSION
+    assert (tmp_path / "s.bin").stat().st_size == token_shards.HEADER_BYTES + tokens.nbytes
     assert (tmp_path / "s.bin").read_bytes()[:8] == b"DSTOKENS"
 
 
@@ -104,7 +100,7 @@ def test_validation_documents_come_first_then_the_training_budget_cut_exactly(tm
     (folder / "001.txt").write_text("changed")
     assert text_data_spec("text", "byte", val_tokens=20, train_tokens=70, text_path=folder) != spec
     with pytest.raises(UserError, match="changed since"):
-        list(text.documents(spec, text_path=folder))
+        list(text_sources.documents(spec, text_path=folder))
 
 
 def local_fineweb(n: int, seed: int = 0) -> datasets.Dataset:
@@ -155,7 +151,7 @@ def test_fineweb_streams_from_a_named_sample_until_the_budget(tmp_path, monkeypa
 
 
 def test_an_interrupted_preparation_resumes_to_the_same_shards(tmp_path, monkeypatch):
-    monkeypatch.setattr(text, "ENCODE_DOCS", 16)  # documents per tokenizer call: several calls before the failure
+    monkeypatch.setattr(text_sources, "ENCODE_DOCS", 16)  # documents per tokenizer call: several calls before the failure
     rows = local_fineweb(300, seed=1)
     spec = text_data_spec("fineweb-edu", "byte", val_tokens=500, train_tokens=None)
     keys = {"shard_tokens": 1500, "progress": False}

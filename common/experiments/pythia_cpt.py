@@ -3,7 +3,7 @@
 One run per (model, seed): load a causal LM with its own tokenizer (:func:`common.models.hf_decoder.load_causal_lm`:
 a Hub id at a revision, or a local directory; the run records the id, revision, resolved commit
 and the sha256 of every weight file), measure its validation loss, continue pretraining it on
-token shards made with that tokenizer (:mod:`common.data.text`, the shard format of script 05)
+token shards made with that tokenizer (:mod:`common.data.token_shards`, the shard format of script 05)
 through :func:`common.train.train` (AdamW, warm-up + cosine by steps, gradient clipping,
 accumulation, bf16 autocast on accelerators, gradient checkpointing, DDP when several processes
 run it), then freeze it and probe it with :func:`common.probe.probe_activation_gradients` through
@@ -13,8 +13,8 @@ same forward passes.
 
 Presets (:data:`PRESETS`): ``paper`` is the six smallest deduplicated Pythia models at revision
 ``step143000`` (our reading of B.5, which does not name them) on FineWeb-Edu; token budget,
-learning rates, warm-up and schedule are this reproduction's decisions (README, "Reproduction
-decisions"). ``smoke`` builds two tiny GPT-NeoX models, saves each with ``save_pretrained`` and
+learning rates, warm-up and schedule are this reproduction's decisions (docs/decisions.md,
+section "Pythia continued pretraining"). ``smoke`` builds two tiny GPT-NeoX models, saves each with ``save_pretrained`` and
 loads it back from disk by path, then runs the same code on CPython's help texts with the byte
 tokenizer in well under two minutes on a CPU.
 
@@ -22,17 +22,16 @@ Record (``result.json``, read by ``08_make_figures.py``): ``model``, ``revision`
 ``weight_files``, ``n_layer``, ``d_model``, ``val_loss_before``, ``val_loss_after``, ``cpt_tokens``,
 every key of :meth:`common.probe.ProbeResult.summary` and ``candidates`` (one dict per candidate
 with ``index``, ``name``, ``ag_norm``, ``per_example_rms``, ``block_input``, ``block_influence``:
-None for the final stream).
+None for the final stream). The steps script 05 shares (presets, data, training rounds, the probe) are
+in :mod:`common.experiments.decoder_runs`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import logging
 import re
-import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -41,28 +40,14 @@ import torch
 from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
 
 from common import runs
-from common.data.text import (
-    FINEWEB_SUBSET,
-    META,
-    TINY_SHAKESPEARE,
-    ByteTokenizer,
-    HFTokenizer,
-    RemoteText,
-    TextDataSpec,
-    TokenBatches,
-    TokenData,
-    TokenLoader,
-    TokenWindows,
-    prepare_tokens,
-    preset_text_path,
-    read_meta,
-    sample_windows,
-    text_data_spec,
-)
-from common.device import cpu_threads, device_name, empty_cache, resolve_device, seed_everything
-from common.distributed import DistInfo, broadcast_from_main, env_info, init_distributed, process_device, wait_for_all
-from common.errors import UserError, one_of
-from common.experiments import gpt2_ascend
+from common.data.text_sources import FINEWEB_SUBSET, TINY_SHAKESPEARE, text_data_spec
+from common.data.token_shards import TokenBatches, TokenData, TokenLoader
+from common.data.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
+from common.device import cpu_threads, resolve_device, seed_everything
+from common.distributed import DistInfo, broadcast_from_main, env_info, wait_for_all
+from common.errors import UserError
+from common.experiments import decoder_runs
+from common.experiments.decoder_runs import DEFAULT_DATA_ROOT, DecoderPreset
 from common.models.hf_decoder import (
     BlockInfluence,
     HFDecoder,
@@ -74,23 +59,13 @@ from common.models.hf_decoder import (
 )
 from common.paper import PYTHIA_REVISION
 from common.precision import full_precision
-from common.probe import probe_activation_gradients
 from common.runs import RunSpec
-from common.train import (
-    AdamWRecipe,
-    TrainSettings,
-    classification_loss,
-    evaluate,
-    finish_run,
-    load_weights,
-    place_model,
-    train,
-)
+from common.train import AdamWRecipe, TrainSettings, evaluate, finish_run, load_weights, place_model
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "pythia_cpt"
-DEFAULT_DATA_ROOT = "data/tokens"
+SCRIPT = "04_pythia_cpt.py"
 DEFAULT_LR = 1e-4  # a model outside the Pythia table, without --lr
 BASE_DIR = "base_model"  # smoke: where a run saves its tiny model with save_pretrained
 
@@ -111,7 +86,7 @@ def pythia(size: str, pythia_max_lr: float) -> ModelEntry:
     return ModelEntry(f"pythia-{size}-deduped", f"EleutherAI/pythia-{size}-deduped", PYTHIA_REVISION, round(0.1 * pythia_max_lr, 10))
 
 
-# The six smallest deduplicated Pythia models (B.5 says "six"; layers x d_model in the README table),
+# The six smallest deduplicated Pythia models (B.5 says "six"; layers x d_model in docs/04_pythia_cpt.md),
 # with Pythia's own peak learning rates (Biderman et al. 2023, Table 1 / their configs).
 PYTHIA_MODELS = (
     pythia("70m", 1e-3),  # 6 x 512
@@ -132,35 +107,20 @@ def tiny_gpt_neox(n_layer: int, d_model: int, n_head: int = 4, vocab_size: int =
     }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class CPTPreset:
-    """What one preset fixes: models, data, token batch, optimiser (lr per model unless ``lr``) and probe."""
+@dataclass(frozen=True, kw_only=True)
+class CPTPreset(DecoderPreset):
+    """What one preset fixes: the models and their continued pretraining's runtime, beside the data, token batch,
+    optimiser and probe of :class:`~common.experiments.decoder_runs.DecoderPreset`.
+
+    ``tokenizer`` is ``model`` (each model's own) or ``byte`` (smoke).
+    """
 
     models: tuple[ModelEntry, ...]
-    source: str
-    tokenizer: str  # "model": each model's own; "byte": the byte tokenizer (smoke)
-    block_size: int  # context of the CPT windows and the probe
-    val_tokens: int
-    train_tokens: int | None  # the CPT token budget (None: all the source has)
-    batch_tokens: int
-    micro_batch_size: int
-    steps: int | None  # None: train_tokens // batch_tokens
-    n_evals: int
-    warmup_steps: int
-    lr: float | None = None  # None: each model's own (ModelEntry.lr)
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    probe_batch_size: int = 8
-    probe_batches: int = 10
-    probe_sub_batch: int | None = 1  # sequences per probe pass (None: the whole batch); runtime, the scores do not depend on it
-    exact: bool = False
+    lr: float | None = None  # peak AdamW learning rate of every model; None: each model's own (ModelEntry.lr)
     eval_batch_size: int = 8
+    probe_sub_batch: int | None = 1  # sequences per probe pass (None: the whole batch); runtime, the scores do not depend on it
     gradient_checkpointing: bool = True
     cpu_threads: int | None = None  # intra-op threads of a CPU run (None: torch's default); runtime, not identity
-    text: RemoteText | None = None  # a text source without --text-file: this file, downloaded into data/
 
 
 PAPER = CPTPreset(
@@ -184,10 +144,6 @@ MINI = CPTPreset(
 PRESETS = {"paper": PAPER, "smoke": SMOKE, "mini": MINI}
 
 
-def cpt_preset(preset: str) -> CPTPreset:
-    return one_of("--preset", preset, PRESETS)
-
-
 # ----------------------------------------------------------------------------- configs
 def cpt_configs(
     *,
@@ -209,18 +165,10 @@ def cpt_configs(
     (``--model-path``: local directories only) replace the preset's (``revision`` applies to them, and to the
     preset's when given); ``overrides``: :class:`CPTPreset` fields. ``fsdp_bf16``: FSDP2 with bf16 unsharded
     parameters (``runtime.fsdp_bf16_params``, present only when asked for)."""
-    p = cpt_preset(preset)
-    given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    unknown = set(given) - set(CPTPreset.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"unknown preset fields {sorted(unknown)}")
-    if text_path is not None and "source" not in given:
-        given["source"] = "text"
-    p = replace(p, **given)
-    text_path = preset_text_path(text_path, p.source, p.text)  # mini: Tiny Shakespeare, as if --text-file data/tinyshakespeare.txt
+    p, text_path = decoder_runs.choose_preset(PRESETS, preset, overrides, text_path)
     chosen = [user_model(m, revision) for m in models or ()] + [user_model(m, revision, flag="--model-path") for m in model_paths]
     entries = chosen or [e if revision is None else replace(e, revision=revision) for e in p.models]
-    _check(p)
+    decoder_runs.check_preset(p)
     recipe_keys = {"batch_tokens": p.batch_tokens, "block_size": p.block_size}
     runtime = {
         "device": device, "amp": amp, "fsdp": fsdp, "micro_batch_size": p.micro_batch_size, "eval_batch_size": p.eval_batch_size,
@@ -236,7 +184,7 @@ def cpt_configs(
         for e in entries:
             spec = text_data_spec(p.source, tokenizer_name(e, p.tokenizer), val_tokens=p.val_tokens, train_tokens=p.train_tokens,
                                   text_path=text_path, subset=fineweb_subset)  # fmt: skip
-            train = {"steps": 0, **recipe_keys} if p.steps == 0 else {**make_recipe(p, p.lr or e.lr).to_config(), **recipe_keys}
+            train = {"steps": 0, **recipe_keys} if p.steps == 0 else {**decoder_runs.make_recipe(p, p.lr or e.lr).to_config(), **recipe_keys}
             configs.append({
                 "experiment": EXPERIMENT,
                 "name": f"{e.name}-{e.revision or 'local'}-seed{seed}",
@@ -245,8 +193,7 @@ def cpt_configs(
                 "model": {"model": e.model, "revision": e.revision, "tiny": e.tiny},
                 "data": spec.identity(),
                 "train": train,  # steps 0 (mini): the frozen model is probed as loaded
-                "probe": {"split": "val", "batch_size": p.probe_batch_size, "n_batches": p.probe_batches, "exact": p.exact,
-                          "seed": seed, "loss": "token_cross_entropy_mean"},
+                "probe": decoder_runs.probe_config(p, seed),
                 "runtime": dict(runtime),
             })  # fmt: skip
     return configs
@@ -300,25 +247,8 @@ def tokenizer_name(entry: ModelEntry, tokenizer: str) -> str:
     return f"hf:{entry.model}@{entry.revision or 'main'}"
 
 
-def make_recipe(p: CPTPreset, lr: float) -> AdamWRecipe:
-    """AdamW by steps at peak ``lr``: script 05's rule (``steps`` rounded down to a multiple of the evaluation interval)."""
-    return gpt2_ascend.make_recipe(replace(p, lr=lr))  # reads the optimiser fields both presets share
-
-
-def _check(p: CPTPreset) -> None:
-    gpt2_ascend.check_values(p, ("block_size", "val_tokens", "batch_tokens", "micro_batch_size", "n_evals", "probe_batch_size",
-                                 "probe_batches", "eval_batch_size"))  # fmt: skip
-    if p.batch_tokens % p.block_size:
-        raise UserError(f"--batch-tokens {p.batch_tokens} is not a multiple of --block-size {p.block_size}")
-
-
 # ----------------------------------------------------------------------------- data and models
-def data_dir(config: dict) -> Path:
-    runtime = config.get("runtime", {})
-    return Path(runtime.get("data_root") or DEFAULT_DATA_ROOT) / TextDataSpec(**config["data"]).dirname()
-
-
-def config_tokenizer(config: dict):
+def config_tokenizer(config: dict) -> Tokenizer:
     """The tokenizer of the run's data: bytes, or the model's own (``AutoTokenizer`` from the same folder / revision)."""
     name = config["data"]["tokenizer"]
     if name == "byte":
@@ -332,25 +262,13 @@ def config_tokenizer(config: dict):
 
 
 def prepare_data(config: dict, *, dataset=None, progress: bool = True) -> Path:
-    """Tokenise the run's data with its tokenizer under the data root (resumable; a no-op once prepared)."""
-    if (data_dir(config) / META).is_file():
-        read_meta(data_dir(config))  # a corrupt meta.json is named before any run starts
-        return data_dir(config)
-    runtime = config.get("runtime", {})
-    return prepare_tokens(
-        TextDataSpec(**config["data"]), runtime.get("data_root") or DEFAULT_DATA_ROOT, text_path=runtime.get("text_path"),
-        dataset=dataset, tokenizer=config_tokenizer(config), progress=progress,
-    )  # fmt: skip
+    """Tokenise the run's data with its tokenizer under the data root (resumable; once prepared, the tokenizer is not loaded)."""
+    return decoder_runs.prepare_data(config, tokenizer=config_tokenizer, dataset=dataset, progress=progress)
 
 
 def require_prepared(config: dict) -> Path:
-    """The prepared token directory; a one-line error naming ``--prepare-only`` when it is missing (torchrun)."""
-    if not (data_dir(config) / META).is_file():
-        raise UserError(
-            f"the tokens of {config['name']} are not prepared under {data_dir(config).parent}; under torchrun prepare them first "
-            "in one process: python 04_pythia_cpt.py --prepare-only with the same flags"
-        )
-    return data_dir(config)
+    """The run's prepared token directory; under torchrun a one-line error naming ``--prepare-only`` when it is missing."""
+    return decoder_runs.require_prepared(config, SCRIPT)
 
 
 def fetch_model(config: dict) -> None:
@@ -426,21 +344,15 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
     """
     config, path = spec.config, spec.dir
     runtime = config.get("runtime", {})
-    info = init_distributed(device)
-    device = process_device(device, info)
-    if info.is_main:
-        runs.prepare_run(spec.out, config)
-        prepare_data(config)
-        if config["model"]["tiny"] is not None:
-            save_tiny_model(config["model"]["tiny"], config["seed"], path / BASE_DIR)
+    info, device = decoder_runs.join_run(spec, device, lambda: _prepare(config, path))
     fetch_on_each_node(config, info)  # also the barrier after rank 0's preparation
     data = TokenData.open(require_prepared(config))
     loaded = load_run_model(config, path, hash_weights=info.is_main, local_only=info.world_size > 1)  # only rank 0 writes the record
     decoder = HFDecoder(loaded.model)
     loaded.model.config.use_cache = False
     t = config["train"]["block_size"]
-    val = TokenBatches(TokenWindows([data.val], t), runtime.get("eval_batch_size", 8), device=device)
-    loader = _train_loader(config, data, device, info) if config["train"]["steps"] else None  # steps 0: probe only (mini)
+    val = decoder_runs.val_batches(data, t, runtime.get("eval_batch_size", 8), device)
+    loader = decoder_runs.train_loader(config, data, t, device, info) if config["train"]["steps"] else None  # steps 0: probe only (mini)
     settings = _train_settings(config, loader) if loader is not None else None
     if settings is not None:
         place_model(decoder, device, settings)  # under --fsdp: sharded before anything reaches the device
@@ -452,22 +364,32 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
         if info.is_main:
             runs.atomic_write_json(before, {"val_loss_before": loss})
     seed_everything(config["seed"])
-    if config["train"]["steps"]:
+    if loader is not None and settings is not None:
         summary = _train(decoder, config, loader, settings, val, path, device, info)
     else:  # no continued pretraining: the loaded model is the probed one
         summary = {"val_loss_after": runs.read_json(before)["val_loss_before"], "steps": 0, "cpt_tokens": 0, "train_loss": None,
-                   "lr": None, "wall_s": 0.0, "world_size": info.world_size, "device_name": device_name(device)}  # fmt: skip
-    result = None
-    if info.is_main:
-        if runtime.get("fsdp") and info.world_size > 1:  # sharded over the processes: probe an unsharded copy of the trained weights
-            decoder = HFDecoder(load_run_model(config, path, hash_weights=False, local_only=True).model)
-            decoder.load_state_dict(load_weights(path))
-        gc.collect()  # the optimizer, DDP's buckets and FSDP's shards of training are garbage now
-        empty_cache(device)
-        result = _probe_and_finish(decoder.to(device), loaded.record, config, data, path, device,
-                                   {**runs.read_json(before), **summary})  # fmt: skip
-    wait_for_all()
-    return result if result is not None else runs.read_result(path)
+                   "lr": None, "wall_s": 0.0, **decoder_runs.trained_on(info, device)}  # fmt: skip
+    if info.is_main and runtime.get("fsdp") and info.world_size > 1:  # sharded over the processes: probe an unsharded copy
+        decoder = _unsharded(decoder, config, path)
+
+    def probe_and_finish() -> dict:
+        return _probe_and_finish(decoder.to(device), loaded.record, config, data, path, device, {**runs.read_json(before), **summary})
+
+    return decoder_runs.finish_on_main(info, device, path, probe_and_finish)
+
+
+def _prepare(config: dict, run_dir: Path) -> None:
+    """Rank 0's preparation of a run: its tokens, and a tiny smoke model saved where every process loads it from."""
+    prepare_data(config)
+    if config["model"]["tiny"] is not None:
+        save_tiny_model(config["model"]["tiny"], config["seed"], run_dir / BASE_DIR)
+
+
+def _unsharded(decoder: HFDecoder, config: dict, run_dir: Path) -> HFDecoder:
+    """An unsharded copy of a model trained sharded over the processes (FSDP), with the trained weights, for the probe."""
+    copy = HFDecoder(load_run_model(config, run_dir, hash_weights=False, local_only=True).model)
+    copy.load_state_dict(load_weights(run_dir))
+    return copy
 
 
 def _first_time(marker: Path, info: DistInfo) -> bool:
@@ -482,18 +404,6 @@ def _val_loss(decoder: HFDecoder, val: TokenBatches, device: torch.device) -> fl
         return evaluate(decoder, val, device, amp=False)["loss"]
 
 
-def _train_loader(config: dict, data: TokenData, device: torch.device, info: DistInfo) -> TokenLoader:
-    """This process's share of each step's sequences, in micro-batches (accumulated to the step)."""
-    runtime, hp = config.get("runtime", {}), config["train"]
-    t = hp["block_size"]
-    sequences = hp["batch_tokens"] // t
-    return TokenLoader(
-        TokenWindows(data.train, t), global_batch=sequences, micro_batch=runtime.get("micro_batch_size", sequences),
-        steps_per_epoch=AdamWRecipe.from_config(hp).eval_interval, seed=config["seed"], rank=info.rank, world_size=info.world_size,
-        device=device,
-    )  # fmt: skip
-
-
 def _train_settings(config: dict, loader: TokenLoader) -> TrainSettings:
     runtime = config.get("runtime", {})
     return TrainSettings(
@@ -505,43 +415,35 @@ def _train_settings(config: dict, loader: TokenLoader) -> TrainSettings:
 def _train(decoder: HFDecoder, config: dict, loader: TokenLoader, settings: TrainSettings, val: TokenBatches, path: Path, device,
            info: DistInfo) -> dict:  # fmt: skip
     runtime, hp = config.get("runtime", {}), config["train"]
-    t = hp["block_size"]
     checkpointing = runtime.get("gradient_checkpointing", True) and decoder.lm.supports_gradient_checkpointing
     if checkpointing:
         decoder.lm.activation_checkpointing_enable({"use_reentrant": False})  # layer hooks stay outside the recompute
     elif runtime.get("gradient_checkpointing", True):
         log.warning("%s: %s has no gradient checkpointing; training without it", config["name"], type(decoder.lm).__name__)
-    summary = train(decoder, loader, {"val": val}, run_dir=path, settings=settings, device=device, desc=config["name"])
+    summary = decoder_runs.train_decoder(decoder, config, loader, val, settings, path, device)
     if checkpointing:
         decoder.lm.activation_checkpointing_disable()
-    rounds = [r["images_per_s"] * t for r in runs.read_metrics(path)]
     return {
         "val_loss_after": summary["val_loss"],
         **{k: summary[k] for k in ("train_loss", "steps", "wall_s", "autocast_dtype", "final_eval_dtype", "final_eval_math_mode")},
         "lr": settings.recipe.lr,
         "cpt_tokens": summary["steps"] * hp["batch_tokens"],
-        "tokens_per_s": statistics.median(rounds[1:] or rounds) if rounds else None,
-        "world_size": info.world_size,
-        "device_name": device_name(device),
+        "tokens_per_s": decoder_runs.token_rates(path, hp["block_size"])[0],
+        **decoder_runs.trained_on(info, device),
         "settings": {**asdict(settings), "micro_batch_size": loader.micro_batch,
                      "gradient_checkpointing": checkpointing},
     }  # fmt: skip
 
 
 def _probe_and_finish(decoder: HFDecoder, record: dict, config: dict, data: TokenData, path: Path, device, summary: dict) -> dict:
-    probe = config["probe"]
     t = config["train"]["block_size"]
-    windows = TokenWindows([data.val], t)
-    chosen = sample_windows(windows, probe["batch_size"], probe["n_batches"], probe["seed"])
-    batches = TokenBatches(windows, probe["batch_size"], indices=chosen, device=device)
+    chosen, batches = decoder_runs.probe_windows(config, data, t, device)
     sub_batch = config.get("runtime", {}).get("probe_sub_batch")  # memory only: every score is the whole batch's
     with BlockInfluence(decoder) as influence:  # the probe's own forward passes
-        result = probe_activation_gradients(decoder, batches, loss_fn=classification_loss, exact=probe["exact"], seed=probe["seed"],
-                                            sub_batch=sub_batch)  # fmt: skip
+        result = decoder_runs.probe_decoder(decoder, batches, config, sub_batch)
     bi = influence.values()
     records = [{**r, "block_influence": bi[r["index"]] if r["block_input"] else None} for r in result.records()]
-    runs.atomic_write_csv(path / "candidates.csv", [{"model": record["model"], **r} for r in records])
-    runs.atomic_write_json(path / "samples.json", {"split": "val", "block_size": t, "windows": chosen.tolist()})
+    decoder_runs.write_probe_records(path, [{"model": record["model"], **r} for r in records], chosen, t)
     out = {
         **record,  # model, revision, commit_hash, weight_files, model_class
         "name": config["name"],
@@ -573,14 +475,12 @@ def summary_rows(results: Sequence[dict]) -> list[dict]:
 
 def summary_table(rows: Sequence[dict], low_signal: float) -> str:
     """Model, layers, width, AGmax (both readings) and the losses before and after CPT; ``*``: below the low-signal line."""
-    mark = "<" + format(low_signal, ".0e")
-    header = f"{'run':<28} {'L':>3} {'d':>5} {'AGmax':>10} {mark:>6} {'AGmax/seq':>10} {mark:>6} {'loss before':>11} {'loss after':>10}"
+    header = f"{'run':<28} {'L':>3} {'d':>5} {decoder_runs.ag_header(low_signal)} {'loss before':>11} {'loss after':>10}"
     lines = [header, "-" * len(header)]
     for r in rows:
         name = str(r["name"])[:28]
         lines.append(
-            f"{name:<28} {r['n_layer']:>3} {r['d_model']:>5} {r['ag_max']:>10.3e} {'*' if r['ag_max'] < low_signal else '':>6} "
-            f"{r['ag_max_per_example']:>10.3e} {'*' if r['ag_max_per_example'] < low_signal else '':>6} "
+            f"{name:<28} {r['n_layer']:>3} {r['d_model']:>5} {decoder_runs.ag_columns(r, low_signal)} "
             f"{r['val_loss_before']:>11.4f} {r['val_loss_after']:>10.4f}"
         )
     lines.append(f"Cross-model evidence: width changes with depth. * below {low_signal:g}, the paper's low-signal line.")
@@ -597,10 +497,12 @@ def summary_key(config: dict) -> str:
 
 
 __all__ = [
+    "DEFAULT_DATA_ROOT",
     "EXPERIMENT",
     "PAPER",
     "PRESETS",
     "PYTHIA_MODELS",
+    "SCRIPT",
     "CPTPreset",
     "ModelEntry",
     "cpt_configs",

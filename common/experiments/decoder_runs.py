@@ -1,0 +1,264 @@
+"""What the two decoder experiments share: presets, token data, training rounds and the probe (paper B.4, B.5).
+
+Script 05 (:mod:`common.experiments.gpt2_ascend`) trains GPT-2 decoders from scratch and script 04
+(:mod:`common.experiments.pythia_cpt`) continues pretraining Hugging Face decoders. Both fix their
+data, token batch, AdamW schedule and probe in a preset (:class:`DecoderPreset`, overridden by
+flags), tokenise the data once into token shards (:mod:`common.data.text_sources`), train with
+:func:`common.train.train` in evaluation rounds of ``steps / n_evals`` optimizer steps, then probe
+the trained model with :func:`common.probe.probe_activation_gradients` on ``B`` held-out batches of
+the validation shard, and record ``AG_l`` at every candidate under script 02's keys.
+
+Under ``torchrun`` or a multi-task SLURM job every process runs the same run: rank 0 prepares the
+run directory and the data (:func:`join_run`), all train it together, and rank 0 alone probes and
+writes the records while the others wait outside the collective watchdog (:func:`finish_on_main`).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from common import runs
+from common.data.text_sources import RemoteText, TextDataSpec, prepare_tokens, preset_text_path
+from common.data.token_shards import META, TokenBatches, TokenData, TokenLoader, TokenWindows, read_meta, sample_windows
+from common.data.tokenizers import Tokenizer
+from common.device import device_name, empty_cache
+from common.distributed import DistInfo, init_distributed, process_device, wait_for_all
+from common.errors import UserError, one_of
+from common.probe import ProbeResult, probe_activation_gradients
+from common.runs import RunSpec
+from common.train import AdamWRecipe, TrainSettings, classification_loss, train
+
+DEFAULT_DATA_ROOT = "data/tokens"
+PROBE_LOSS = "token_cross_entropy_mean"  # the probe's loss: mean over sequences of each sequence's mean token loss
+RENAMED_KEYS = {"epochs": "eval_rounds"}  # result keys of decoder runs recorded before the rename -> their names now
+
+
+# ----------------------------------------------------------------------------- presets
+@dataclass(frozen=True, kw_only=True)
+class DecoderPreset:
+    """What a preset of either decoder experiment fixes about data, token batch, AdamW schedule and probe.
+
+    The peak learning rate is each experiment's own field (script 04: one per model unless given).
+    """
+
+    source: str
+    tokenizer: str
+    block_size: int  # context length T of the training and probe windows
+    val_tokens: int  # held-out validation shard (the first documents of the stream)
+    train_tokens: int | None  # the training token budget (None: all the source has)
+    batch_tokens: int  # tokens per optimizer step (gradient accumulation reaches it)
+    micro_batch_size: int  # sequences per forward and backward on one device (runtime)
+    steps: int | None  # optimizer steps; None: train_tokens // batch_tokens (one pass over the budget)
+    n_evals: int  # evaluation rounds (and checkpoints) over the run; steps is rounded down to a multiple
+    warmup_steps: int
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    probe_batch_size: int = 8  # sequences per analysis batch
+    probe_batches: int = 10  # B
+    exact: bool = False
+    eval_batch_size: int = 16
+    text: RemoteText | None = None  # a text source without --text-file: this file, downloaded into data/
+
+
+P = TypeVar("P", bound=DecoderPreset)
+
+
+def choose_preset(presets: dict[str, P], name: str, overrides: dict | None, text_path: str | os.PathLike | None
+                  ) -> tuple[P, str | os.PathLike | None]:  # fmt: skip
+    """Preset ``name`` of ``presets`` (``--preset``) with the flags' values (``overrides``: preset fields, None meaning
+    "the preset's"), and the text it reads: ``text_path`` (which implies ``--source text``), or for a ``text`` source
+    without one the preset's own text, downloaded (mini: Tiny Shakespeare, as if ``--text-file data/tinyshakespeare.txt``)."""
+    preset = one_of("--preset", name, presets)
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = set(given) - {f.name for f in fields(preset)}
+    if unknown:
+        raise ValueError(f"unknown preset fields {sorted(unknown)}")
+    if text_path is not None and "source" not in given:
+        given["source"] = "text"
+    chosen = replace(preset, **given)
+    return chosen, preset_text_path(text_path, chosen.source, chosen.text)
+
+
+def check_preset(p: DecoderPreset, *positive: str) -> None:
+    """The sizes, ``positive`` (an experiment's own fields), ``lr`` and ``grad_clip`` must be > 0, ``warmup_steps`` >= 0
+    and a step whole windows; else one line naming the flag and its value (the parsers refuse most of these already)."""
+    sizes = ("block_size", "val_tokens", "batch_tokens", "micro_batch_size", "n_evals", "probe_batch_size", "probe_batches",
+             "eval_batch_size")  # fmt: skip
+    for name in (*positive, *sizes, "lr", "grad_clip"):
+        value = getattr(p, name)
+        if value is not None and not value > 0:
+            raise UserError(f"--{name.replace('_', '-')} {value}: must be positive")
+    if p.warmup_steps < 0:
+        raise UserError(f"--warmup-steps {p.warmup_steps}: must be >= 0")
+    if p.batch_tokens % p.block_size:
+        raise UserError(f"--batch-tokens {p.batch_tokens} is not a multiple of --block-size {p.block_size}")
+
+
+def make_recipe(p: DecoderPreset, lr: float) -> AdamWRecipe:
+    """AdamW by steps at peak ``lr``: ``steps`` rounded down to a multiple of the evaluation interval."""
+    steps = p.steps if p.steps is not None else (p.train_tokens or 0) // p.batch_tokens
+    if p.steps is None and p.train_tokens is None:
+        raise UserError("without a --train-tokens budget give --steps")
+    interval = steps // p.n_evals
+    if interval == 0:
+        raise UserError(f"{steps} optimizer steps cannot hold {p.n_evals} evaluations; raise --steps / --train-tokens or lower --n-evals")
+    return AdamWRecipe(
+        steps=interval * p.n_evals, lr=lr, eval_interval=interval, warmup_steps=p.warmup_steps,
+        min_lr_ratio=p.min_lr_ratio, weight_decay=p.weight_decay, beta1=p.beta1, beta2=p.beta2, grad_clip=p.grad_clip,
+    )  # fmt: skip
+
+
+def probe_config(p: DecoderPreset, seed: int) -> dict:
+    """The ``probe`` part of a run's identity: ``B`` batches of held-out validation windows, drawn with ``seed``."""
+    return {"split": "val", "batch_size": p.probe_batch_size, "n_batches": p.probe_batches, "exact": p.exact, "seed": seed,
+            "loss": PROBE_LOSS}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- data
+def data_dir(config: dict) -> Path:
+    """The run's prepared token directory under its data root."""
+    root = config.get("runtime", {}).get("data_root") or DEFAULT_DATA_ROOT
+    return Path(root) / TextDataSpec(**config["data"]).dirname()
+
+
+def prepare_data(config: dict, *, tokenizer: Callable[[dict], Tokenizer] | None = None, dataset=None, progress: bool = True) -> Path:
+    """Tokenise the run's data under its data root (resumable; once prepared, a check of ``meta.json`` only).
+
+    ``tokenizer(config)`` gives the tokenizer (None: the one the data identity names); it is not
+    loaded when the data is prepared already.
+    """
+    directory = data_dir(config)
+    if (directory / META).is_file():
+        read_meta(directory)  # a corrupt meta.json is named before any run starts
+        return directory
+    runtime = config.get("runtime", {})
+    return prepare_tokens(
+        TextDataSpec(**config["data"]), runtime.get("data_root") or DEFAULT_DATA_ROOT, text_path=runtime.get("text_path"),
+        dataset=dataset, tokenizer=tokenizer(config) if tokenizer else None, progress=progress,
+    )  # fmt: skip
+
+
+def require_prepared(config: dict, script: str) -> Path:
+    """The run's prepared token directory; a one-line error naming ``script --prepare-only`` when it is not there.
+
+    Under torchrun every process waits in the process group while one tokenises, and a long
+    preparation outlasts the group's timeout: there the data must be prepared beforehand.
+    """
+    if not (data_dir(config) / META).is_file():
+        raise UserError(
+            f"the tokens of {config['name']} are not prepared under {data_dir(config).parent}; under torchrun prepare them first "
+            f"in one process: python {script} --prepare-only with the same flags"
+        )
+    return data_dir(config)
+
+
+# ----------------------------------------------------------------------------- the job
+def join_run(spec: RunSpec, device: torch.device, prepare: Callable[[], object]) -> tuple[DistInfo, torch.device]:
+    """Every process joins the run (its process group and device); rank 0 prepares the run directory, then calls ``prepare``
+    (the data, ...). The caller waits for rank 0 before reading what it prepared."""
+    info = init_distributed(device)
+    device = process_device(device, info)
+    if info.is_main:
+        runs.prepare_run(spec.out, spec.config)
+        prepare()
+    return info, device
+
+
+def train_loader(config: dict, data: TokenData, block_size: int, device: torch.device, info: DistInfo) -> TokenLoader:
+    """This process's share of each step's ``batch_tokens / T`` sequences, in micro-batches accumulated to the step;
+    one round of the loader is one evaluation interval."""
+    runtime, hp = config.get("runtime", {}), config["train"]
+    sequences = hp["batch_tokens"] // block_size
+    return TokenLoader(
+        TokenWindows(data.train, block_size), global_batch=sequences, micro_batch=runtime.get("micro_batch_size", sequences),
+        steps_per_epoch=AdamWRecipe.from_config(hp).eval_interval, seed=config["seed"], rank=info.rank, world_size=info.world_size,
+        device=device,
+    )  # fmt: skip
+
+
+def val_batches(data: TokenData, block_size: int, batch_size: int, device: torch.device) -> TokenBatches:
+    """Every window of the validation shard, in order."""
+    return TokenBatches(TokenWindows([data.val], block_size), batch_size, device=device)
+
+
+def train_decoder(model: nn.Module, config: dict, loader: TokenLoader, val: TokenBatches, settings: TrainSettings, path: Path,
+                  device: torch.device) -> dict:  # fmt: skip
+    """:func:`common.train.train` on tokens: one round per evaluation interval, each round's rate in ``tokens_per_s``."""
+    return train(model, loader, {"val": val}, run_dir=path, settings=settings, device=device, desc=config["name"], counts="tokens")
+
+
+def token_rates(path: Path, block_size: int) -> tuple[float | None, list[float]]:
+    """The median tokens per second of a run's training rounds after the first (which holds compilation and warm-up), and
+    every round's; metrics lines written before ``tokens_per_s`` hold sequences per second as ``images_per_s``."""
+    rounds = [r["tokens_per_s"] if "tokens_per_s" in r else r["images_per_s"] * block_size for r in runs.read_metrics(path)]
+    steady = rounds[1:] or rounds
+    return (statistics.median(steady) if steady else None), rounds
+
+
+def trained_on(info: DistInfo, device: torch.device) -> dict:
+    """Where a run trained: the number of processes and the device's name."""
+    return {"world_size": info.world_size, "device_name": device_name(device)}
+
+
+def renamed(record: dict) -> dict:
+    """A decoder run's record with the keys of :data:`RENAMED_KEYS` under their current names (older records)."""
+    return {RENAMED_KEYS.get(k, k): v for k, v in record.items()}
+
+
+def probe_windows(config: dict, data: TokenData, block_size: int, device: torch.device) -> tuple[np.ndarray, TokenBatches]:
+    """The probe's seeded sample of validation windows and its ``B`` batches."""
+    probe = config["probe"]
+    windows = TokenWindows([data.val], block_size)
+    chosen = sample_windows(windows, probe["batch_size"], probe["n_batches"], probe["seed"])
+    return chosen, TokenBatches(windows, probe["batch_size"], indices=chosen, device=device)
+
+
+def probe_decoder(model: nn.Module, batches: Iterable, config: dict, sub_batch: int | None = None) -> ProbeResult:
+    """``AG_l`` at every candidate of ``model`` over ``batches`` (and ``V_S,l`` with ``exact``)."""
+    probe = config["probe"]
+    # classification_loss: mean token cross-entropy = mean over sequences of each sequence's mean token loss.
+    return probe_activation_gradients(model, batches, loss_fn=classification_loss, exact=probe["exact"], seed=probe["seed"],
+                                      sub_batch=sub_batch)  # fmt: skip
+
+
+def write_probe_records(path: Path, candidates: list[dict], chosen: np.ndarray, block_size: int) -> None:
+    """``candidates.csv`` (one row per candidate) and ``samples.json`` (the probed validation windows)."""
+    runs.atomic_write_csv(path / "candidates.csv", candidates)
+    runs.atomic_write_json(path / "samples.json", {"split": "val", "block_size": block_size, "windows": chosen.tolist()})
+
+
+def finish_on_main(info: DistInfo, device: torch.device, path: Path, probe_and_finish: Callable[[], dict]) -> dict:
+    """Rank 0 frees training's memory and runs ``probe_and_finish`` (the probe and ``result.json``) while the others wait
+    outside the collective watchdog (:func:`common.distributed.wait_for_all`); every process returns the result."""
+    result = None
+    if info.is_main:
+        gc.collect()  # the optimizer, DDP's buckets and FSDP's shards of training are garbage now
+        empty_cache(device)
+        result = probe_and_finish()
+    wait_for_all()
+    return result if result is not None else runs.read_result(path)
+
+
+def ag_columns(r: dict, low_signal: float) -> str:
+    """A summary row's AGmax (batch mean) and AGmax/seq (per-sequence RMS), each with ``*`` below ``low_signal``."""
+    return (f"{r['ag_max']:>10.3e} {'*' if r['ag_max'] < low_signal else '':>6} "
+            f"{r['ag_max_per_example']:>10.3e} {'*' if r['ag_max_per_example'] < low_signal else '':>6}")  # fmt: skip
+
+
+def ag_header(low_signal: float) -> str:
+    """The header of :func:`ag_columns`."""
+    mark = "<" + format(low_signal, ".0e")
+    return f"{'AGmax':>10} {mark:>6} {'AGmax/seq':>10} {mark:>6}"
