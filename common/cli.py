@@ -73,7 +73,8 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
         default="paper",
         help="'paper': the paper's settings (GPU cluster scale, real datasets); "
         "'smoke': minutes on a laptop CPU with offline data, same code paths; "
-        "'mini': real CIFAR-10 images and real text at reduced scale (about 100 minutes on a 2-core CPU; README, section 'Results')",
+        "'mini': real CIFAR-10 images and real text at reduced scale (about 100 minutes on a 2-core CPU; "
+        'README, section "Results")',
     )
     shared.add_argument(
         "--out",

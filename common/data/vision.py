@@ -226,7 +226,7 @@ def _load_imagenet100(data_root: str | Path | None, image_size: int) -> VisionDa
     if data_root is None:
         raise UserError(
             "ImageNet-100 needs --data-root: a folder with train/ and val/, one sub-folder per WordNet id "
-            "(the 100 ids are in common/data/imagenet100_classes.txt; see docs/01_train_resnet_sweep.md, section 'ImageNet-100')"
+            '(the 100 ids are in common/data/imagenet100_classes.txt; see docs/01_train_resnet_sweep.md, section "ImageNet-100")'
         )
     root = Path(data_root)
     splits = {"train": root / "train", "val": root / "val"}
@@ -235,7 +235,7 @@ def _load_imagenet100(data_root: str | Path | None, image_size: int) -> VisionDa
             raise UserError(
                 f"ImageNet-100 not found: looked for {folder} with one sub-folder of images per class "
                 f"({name}/n01558993/*.JPEG, ...); build train/ and val/ from ImageNet-1k with the 100 WordNet ids "
-                "in common/data/imagenet100_classes.txt (docs/01_train_resnet_sweep.md, section 'ImageNet-100') and pass their parent as --data-root"
+                'in common/data/imagenet100_classes.txt (docs/01_train_resnet_sweep.md, section "ImageNet-100") and pass their parent as --data-root'
             )
     try:
         folders = {name: torchvision.datasets.ImageFolder(str(path)) for name, path in splits.items()}
