@@ -29,7 +29,19 @@ from common.launch import launch_from_args
 from common.resnet_sweep import check_sweep_data, preset_seeds, sweep_configs, train_resnet_run
 from common.runs import make_specs
 
-PLANNER_FLAGS = ("preset", "dataset", "data_root", "depths", "epochs", "batch_size", "lr", "image_size", "train_subset", "device", "compile")
+PLANNER_FLAGS = (
+    "preset",
+    "dataset",
+    "data_root",
+    "depths",
+    "epochs",
+    "batch_size",
+    "lr",
+    "image_size",
+    "train_subset",
+    "device",
+    "compile",
+)
 SCRIPT_FLAGS = ("seeds", "seed")  # the seeds to plan: --seeds, else --seed
 
 
@@ -47,14 +59,31 @@ def build_parser():
         default=None,
         help="CIFAR download directory (None: data/), ImageNet-100 folder holding train/ and val/, or the .npz file",
     )
-    sweep.add_argument("--depths", type=comma_ints, default=None, help="extra blocks N, e.g. 0,1,2 or 1:100 or 1:49:4; None: the preset's grid")
-    sweep.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one run each; None: --seed (mini: --seed and --seed + 1)")
+    sweep.add_argument(
+        "--depths",
+        type=comma_ints,
+        default=None,
+        help="extra blocks N, e.g. 0,1,2 or 1:100 or 1:49:4; None: the preset's grid",
+    )
+    sweep.add_argument(
+        "--seeds", type=comma_ints, default=None, help="seeds, one run each; None: --seed (mini: --seed and --seed + 1)"
+    )
     sweep.add_argument("--epochs", type=positive_int, default=None, help="epochs per run; None: the preset's")
     sweep.add_argument("--batch-size", type=positive_int, default=None, help="training batch size; None: the preset's")
     sweep.add_argument("--lr", type=positive_float, default=None, help="peak SGD learning rate; None: the preset's")
-    sweep.add_argument("--image-size", type=positive_int, default=None, help="ImageNet-100 resolution in pixels; None: the preset's (64)")
-    sweep.add_argument("--train-subset", type=positive_int, default=None, metavar="K",
-                       help="train on K / C images per class (C classes), drawn with the preset's data seed; None: the preset's (mini: 1000), else all")
+    sweep.add_argument(
+        "--image-size",
+        type=positive_int,
+        default=None,
+        help="ImageNet-100 resolution in pixels; None: the preset's (64)",
+    )
+    sweep.add_argument(
+        "--train-subset",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="train on K / C images per class (C classes), drawn with the preset's data seed; None: the preset's (mini: 1000), else all",
+    )
     sweep.add_argument(
         "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"
     )
@@ -67,7 +96,9 @@ def main(argv=None) -> int:
     seeds = args.seeds if args.seeds is not None else preset_seeds(args.preset, args.seed)
     configs = sweep_configs(**flags_for(sweep_configs, args, PLANNER_FLAGS, seeds=seeds))
     specs = make_specs(configs, args.out)
-    results = launch_from_args(train_resnet_run, specs, args, job_kind="train", desc="resnet sweep", check=check_sweep_data)
+    results = launch_from_args(
+        train_resnet_run, specs, args, job_kind="train", desc="resnet sweep", check=check_sweep_data
+    )
     if results is not None:
         print(summary_table(results))
     return 0

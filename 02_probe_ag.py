@@ -66,45 +66,110 @@ from common.probe import BN_MODES
 from common.resnet_sweep import DEFAULT_DATASET, check_sweep_inputs, require_sweep_runs
 from common.runs import make_specs
 
-PLANNER_FLAGS = ("split", "batch_size", "bn_mode", "seed", "saturation_delta", "saturation_t", "saturation_alpha",
-                 "saturation_n", "saturation_split", "saturation_cal_fraction", "device", "data_root")  # fmt: skip
-SCRIPT_FLAGS = ("dataset", "seeds", "exact", "n_batches", "preset")  # which sweep runs to probe; --exact's and --n-batches' defaults follow --preset
+PLANNER_FLAGS = (
+    "split",
+    "batch_size",
+    "bn_mode",
+    "seed",
+    "saturation_delta",
+    "saturation_t",
+    "saturation_alpha",
+    "saturation_n",
+    "saturation_split",
+    "saturation_cal_fraction",
+    "device",
+    "data_root",
+)
+SCRIPT_FLAGS = (
+    "dataset",
+    "seeds",
+    "exact",
+    "n_batches",
+    "preset",
+)  # which sweep runs to probe; --exact's and --n-batches' defaults follow --preset
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="02_probe_ag.py")
     probe = parser.add_argument_group("activation-gradient probe (paper B.1; docs/design.md)")
-    probe.add_argument("--dataset", choices=DATASETS, default=None,
-                       help="which sweep to probe; None: cifar10 with --preset paper and mini, digits with smoke")
-    probe.add_argument("--data-root", default=None,
-                       help="as in 01_train_resnet_sweep.py (None: the data root the sweep run was trained with)")
+    probe.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        help="which sweep to probe; None: cifar10 with --preset paper and mini, digits with smoke",
+    )
+    probe.add_argument(
+        "--data-root",
+        default=None,
+        help="as in 01_train_resnet_sweep.py (None: the data root the sweep run was trained with)",
+    )
     probe.add_argument("--seeds", type=comma_ints, default=None, help="sweep seeds to probe; None: every finished run")
     probe.add_argument("--split", choices=SPLITS, default="train", help="where the analysis batches come from")
-    probe.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
-                       help="analysis batch size (AG_l of the batch-mean loss scales like 1/sqrt(batch size))")
-    probe.add_argument("--n-batches", type=positive_int, default=None,
-                       help=f"B: analysis batches per model; None: {DEFAULT_N_BATCHES} ({MINI_N_BATCHES} with --preset mini, "
-                       "whose 1,000 training images hold 7 batches of 128)")
-    probe.add_argument("--bn-mode", choices=BN_MODES, default="eval",
-                       help="BatchNorm during the probe: running statistics (eval) or batch statistics (train)")
-    probe.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
-                       help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke and mini, off with paper")
+    probe.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        help="analysis batch size (AG_l of the batch-mean loss scales like 1/sqrt(batch size))",
+    )
+    probe.add_argument(
+        "--n-batches",
+        type=positive_int,
+        default=None,
+        help=f"B: analysis batches per model; None: {DEFAULT_N_BATCHES} ({MINI_N_BATCHES} with --preset mini, "
+        "whose 1,000 training images hold 7 batches of 128)",
+    )
+    probe.add_argument(
+        "--bn-mode",
+        choices=BN_MODES,
+        default="eval",
+        help="BatchNorm during the probe: running statistics (eval) or batch statistics (train)",
+    )
+    probe.add_argument(
+        "--exact",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke and mini, off with paper",
+    )
     sat = parser.add_argument_group("separated saturation test (App. G)")
-    sat.add_argument("--saturation-delta", type=non_negative_float, default=None,
-                     help="delta >= 0, in the units of ||C_l||: 'saturated within delta' when the interval's upper end is "
-                          "<= delta, 'not saturated' when its lower end is > delta, else 'undecided'; None: no tolerance, "
-                          "so only 'not saturated' (lower end > 0) or 'undecided'")
-    sat.add_argument("--saturation-t", type=positive_float, default=None,
-                     help="t > 0: the interval's half-width, fixed in advance; no calibration split, the implied alpha = "
-                          "sum_l tr_l / (n t^2) is reported; None: t = sqrt(sum_l tr_l / (n_test alpha)) from the calibration part")
-    sat.add_argument("--saturation-alpha", type=fraction, default=SATURATION_ALPHA,
-                     help="the interval's confidence is 1 - alpha (0 < alpha < 1), when --saturation-t is not given")
-    sat.add_argument("--saturation-cal-fraction", type=fraction, default=SATURATION_CAL_FRACTION,
-                     help="share of the App. G sample that calibrates the traces tr Sigma_l (the rest, n_test examples, gives C_l)")
-    sat.add_argument("--saturation-n", type=positive_int, default=None,
-                     help="n: examples in the App. G sample; None: every example of the split outside the analysis batches")
-    sat.add_argument("--saturation-split", choices=SPLITS, default="test",
-                     help="the independent probe sample (test: never trained on; train is flagged as reused training data)")
+    sat.add_argument(
+        "--saturation-delta",
+        type=non_negative_float,
+        default=None,
+        help="delta >= 0, in the units of ||C_l||: 'saturated within delta' when the interval's upper end is "
+        "<= delta, 'not saturated' when its lower end is > delta, else 'undecided'; None: no tolerance, "
+        "so only 'not saturated' (lower end > 0) or 'undecided'",
+    )
+    sat.add_argument(
+        "--saturation-t",
+        type=positive_float,
+        default=None,
+        help="t > 0: the interval's half-width, fixed in advance; no calibration split, the implied alpha = "
+        "sum_l tr_l / (n t^2) is reported; None: t = sqrt(sum_l tr_l / (n_test alpha)) from the calibration part",
+    )
+    sat.add_argument(
+        "--saturation-alpha",
+        type=fraction,
+        default=SATURATION_ALPHA,
+        help="the interval's confidence is 1 - alpha (0 < alpha < 1), when --saturation-t is not given",
+    )
+    sat.add_argument(
+        "--saturation-cal-fraction",
+        type=fraction,
+        default=SATURATION_CAL_FRACTION,
+        help="share of the App. G sample that calibrates the traces tr Sigma_l (the rest, n_test examples, gives C_l)",
+    )
+    sat.add_argument(
+        "--saturation-n",
+        type=positive_int,
+        default=None,
+        help="n: examples in the App. G sample; None: every example of the split outside the analysis batches",
+    )
+    sat.add_argument(
+        "--saturation-split",
+        choices=SPLITS,
+        default="test",
+        help="the independent probe sample (test: never trained on; train is flagged as reused training data)",
+    )
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
@@ -115,9 +180,13 @@ def main(argv=None) -> int:
     exact = args.exact if args.exact is not None else args.preset in ("smoke", "mini")
     n_batches = args.n_batches or (MINI_N_BATCHES if args.preset == "mini" else DEFAULT_N_BATCHES)
     sweep_dirs = require_sweep_runs(args.out, dataset, preset=args.preset, seeds=args.seeds)
-    configs = probe_configs(sweep_dirs, **flags_for(probe_configs, args, PLANNER_FLAGS, exact=exact, n_batches=n_batches))
+    configs = probe_configs(
+        sweep_dirs, **flags_for(probe_configs, args, PLANNER_FLAGS, exact=exact, n_batches=n_batches)
+    )
     specs = make_specs(configs, args.out)
-    results = launch_from_args(probe_sweep_run, specs, args, job_kind="probe", desc="ag probe", check=check_sweep_inputs)
+    results = launch_from_args(
+        probe_sweep_run, specs, args, job_kind="probe", desc="ag probe", check=check_sweep_inputs
+    )
     if results is None:
         return 0
     rows = summary_rows(runs.finished_like(args.out, configs, summary_stem))  # every matching run, not only this call's

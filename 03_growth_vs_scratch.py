@@ -39,30 +39,72 @@ from common.launch import launch_from_args
 from common.resnet_sweep import DEFAULT_DATASET, check_sweep_data, preset_seeds
 from common.runs import make_specs
 
-PLANNER_FLAGS = ("preset", "data_root", "depths", "stage_epochs", "scratch_epochs", "scratch_budget", "train_subset", "device", "compile")
+PLANNER_FLAGS = (
+    "preset",
+    "data_root",
+    "depths",
+    "stage_epochs",
+    "scratch_epochs",
+    "scratch_budget",
+    "train_subset",
+    "device",
+    "compile",
+)
 SCRIPT_FLAGS = ("dataset", "seeds", "seed")  # --dataset's default follows --preset; the seeds: --seeds, else --seed
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="03_growth_vs_scratch.py")
     group = parser.add_argument_group("growth vs scratch (paper, Function-preserving growth)")
-    group.add_argument("--dataset", choices=DATASETS, default=None,
-                       help="None: cifar10 with --preset paper and mini, digits (offline) with smoke; as in 01_train_resnet_sweep.py")
+    group.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        help="None: cifar10 with --preset paper and mini, digits (offline) with smoke; as in 01_train_resnet_sweep.py",
+    )
     group.add_argument("--data-root", default=None, help="as in 01_train_resnet_sweep.py")
-    group.add_argument("--depths", type=comma_ints, default=None,
-                       help=f"extra blocks N of the final architectures (ResNet-(8+N)); None: {','.join(map(str, PAPER_DEPTHS))} (ResNet-10..13; "
-                       f"smoke: {','.join(map(str, SMOKE_DEPTHS))}, which 01's smoke sweep trains)")
-    group.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one chain and one scratch run per depth each; None: --seed (mini: --seed and --seed + 1)")
-    group.add_argument("--stage-epochs", type=positive_int, default=None,
-                       help=f"epochs of each growth stage; None: the sweep's epochs (smoke: {SMOKE_STAGE_EPOCHS}, mini: {MINI_STAGE_EPOCHS})")
-    group.add_argument("--scratch-epochs", type=positive_int, default=None,
-                       help="epochs of each scratch run; None: from --scratch-budget, else the sweep's epochs (its finished runs are reused)")
-    group.add_argument("--scratch-budget", choices=SCRATCH_BUDGETS, default=None,
-                       help="scratch gets one stage's epochs (per-stage) or the chain's cumulative epochs up to its depth: "
-                       "the parent ResNet-8's plus every stage's (total); None: the sweep's epochs")
-    group.add_argument("--train-subset", type=positive_int, default=None, metavar="K",
-                       help="as in 01_train_resnet_sweep.py: K / C training images per class; None: the preset's (mini: 1000), else all")
-    group.add_argument("--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only")
+    group.add_argument(
+        "--depths",
+        type=comma_ints,
+        default=None,
+        help=f"extra blocks N of the final architectures (ResNet-(8+N)); None: {','.join(map(str, PAPER_DEPTHS))} (ResNet-10..13; "
+        f"smoke: {','.join(map(str, SMOKE_DEPTHS))}, which 01's smoke sweep trains)",
+    )
+    group.add_argument(
+        "--seeds",
+        type=comma_ints,
+        default=None,
+        help="seeds, one chain and one scratch run per depth each; None: --seed (mini: --seed and --seed + 1)",
+    )
+    group.add_argument(
+        "--stage-epochs",
+        type=positive_int,
+        default=None,
+        help=f"epochs of each growth stage; None: the sweep's epochs (smoke: {SMOKE_STAGE_EPOCHS}, mini: {MINI_STAGE_EPOCHS})",
+    )
+    group.add_argument(
+        "--scratch-epochs",
+        type=positive_int,
+        default=None,
+        help="epochs of each scratch run; None: from --scratch-budget, else the sweep's epochs (its finished runs are reused)",
+    )
+    group.add_argument(
+        "--scratch-budget",
+        choices=SCRATCH_BUDGETS,
+        default=None,
+        help="scratch gets one stage's epochs (per-stage) or the chain's cumulative epochs up to its depth: "
+        "the parent ResNet-8's plus every stage's (total); None: the sweep's epochs",
+    )
+    group.add_argument(
+        "--train-subset",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="as in 01_train_resnet_sweep.py: K / C training images per class; None: the preset's (mini: 1000), else all",
+    )
+    group.add_argument(
+        "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"
+    )
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
@@ -73,8 +115,14 @@ def main(argv=None) -> int:
     seeds = args.seeds if args.seeds is not None else preset_seeds(args.preset, args.seed)
     plan = growth_plan(**flags_for(growth_plan, args, PLANNER_FLAGS, dataset=dataset, seeds=seeds))
     print(plan.describe(args.out))
-    results = launch_from_args(growth_vs_scratch_run, make_specs(plan.jobs(), args.out), args, job_kind="train",
-                               desc="growth vs scratch", check=check_sweep_data)  # fmt: skip
+    results = launch_from_args(
+        growth_vs_scratch_run,
+        make_specs(plan.jobs(), args.out),
+        args,
+        job_kind="train",
+        desc="growth vs scratch",
+        check=check_sweep_data,
+    )
     if results is None:
         return 0
     rows = growth_table(collect_records(plan, args.out))

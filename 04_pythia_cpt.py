@@ -61,36 +61,80 @@ PRESET_FLAGS = preset_flags(
         "--lr": "peak AdamW learning rate for every model (None: per model size, docs/04_pythia_cpt.md)",
     },
     last={
-        "--probe-sub-batch": ("probe_sub_batch", positive_int, "sequences per probe forward/backward (memory only: the scores are the batch's)"),
-        "--gradient-checkpointing": ("gradient_checkpointing", argparse.BooleanOptionalAction,
-                                     "recompute each layer in the backward pass (less memory, ~1/3 more compute)"),
+        "--probe-sub-batch": (
+            "probe_sub_batch",
+            positive_int,
+            "sequences per probe forward/backward (memory only: the scores are the batch's)",
+        ),
+        "--gradient-checkpointing": (
+            "gradient_checkpointing",
+            argparse.BooleanOptionalAction,
+            "recompute each layer in the backward pass (less memory, ~1/3 more compute)",
+        ),
     },
 )
-PLANNER_FLAGS = ("preset", "model", "model_path", "revision", *preset_fields(PRESET_FLAGS), "text_file", "fineweb_subset", "data_root",
-                 "device", "amp", "fsdp", "fsdp_bf16")  # fmt: skip
+PLANNER_FLAGS = (
+    "preset",
+    "model",
+    "model_path",
+    "revision",
+    *preset_fields(PRESET_FLAGS),
+    "text_file",
+    "fineweb_subset",
+    "data_root",
+    "device",
+    "amp",
+    "fsdp",
+    "fsdp_bf16",
+)
 SCRIPT_FLAGS = ("seeds", "seed", "prepare_only")  # the seeds: --seeds, else --seed
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="04_pythia_cpt.py")
     group = parser.add_argument_group("continued pretraining and probe (paper B.5); None: the preset's value")
-    group.add_argument("--model", default=None, help="Hugging Face causal LM ids (or local folders), comma-separated; replaces the preset's models")
-    group.add_argument("--model-path", action="append", default=None, help="a local save_pretrained folder (repeatable); works offline")
-    group.add_argument("--revision", default=None, help="Hub revision (branch, tag or commit) of every model; paper preset: step143000")
+    group.add_argument(
+        "--model",
+        default=None,
+        help="Hugging Face causal LM ids (or local folders), comma-separated; replaces the preset's models",
+    )
+    group.add_argument(
+        "--model-path", action="append", default=None, help="a local save_pretrained folder (repeatable); works offline"
+    )
+    group.add_argument(
+        "--revision", default=None, help="Hub revision (branch, tag or commit) of every model; paper preset: step143000"
+    )
     add_preset_flags(group, PRESET_FLAGS, choices={"source": SOURCES})
-    group.add_argument("--text-file", default=None, help="a text file or a folder of .txt/.md/.rst files (implies --source text)")
+    group.add_argument(
+        "--text-file", default=None, help="a text file or a folder of .txt/.md/.rst files (implies --source text)"
+    )
     group.add_argument("--fineweb-subset", default=FINEWEB_SUBSET, help="FineWeb-Edu's named sample config to stream")
     group.add_argument("--data-root", default=DEFAULT_DATA_ROOT, help="where the token shards are prepared")
     group.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one run each; None: --seed")
-    group.add_argument("--prepare-only", action="store_true", help="tokenise the data of every model into shards, print where, and stop")
-    parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
-                        help="bf16 autocast where the device has it (CUDA, NPU); float32 on the CPU (not part of a run's identity)")
-    parser.add_argument("--fsdp", action=argparse.BooleanOptionalAction, default=False,
-                        help="with several processes: shard weights, gradients and AdamW state (FSDP2, one unit per layer) instead of "
-                        "DDP, for models whose training state does not fit one device (not part of a run's identity)")
-    parser.add_argument("--fsdp-bf16", action="store_true",
-                        help="with --fsdp where bf16 autocast runs: bf16 unsharded parameters for compute, float32 gradient reduction "
-                        "(FSDP2 MixedPrecisionPolicy; evaluations then use bf16 parameters too; recorded in the config's runtime)")
+    group.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="tokenise the data of every model into shards, print where, and stop",
+    )
+    parser.add_argument(
+        "--amp",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bf16 autocast where the device has it (CUDA, NPU); float32 on the CPU (not part of a run's identity)",
+    )
+    parser.add_argument(
+        "--fsdp",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="with several processes: shard weights, gradients and AdamW state (FSDP2, one unit per layer) instead of "
+        "DDP, for models whose training state does not fit one device (not part of a run's identity)",
+    )
+    parser.add_argument(
+        "--fsdp-bf16",
+        action="store_true",
+        help="with --fsdp where bf16 autocast runs: bf16 unsharded parameters for compute, float32 gradient reduction "
+        "(FSDP2 MixedPrecisionPolicy; evaluations then use bf16 parameters too; recorded in the config's runtime)",
+    )
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
@@ -98,23 +142,36 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     models = [m for m in (args.model or "").split(",") if m]
-    if args.preset == "mini" and not models and not args.model_path:  # offline, the Pythia rows are "not run", not an error
+    if (
+        args.preset == "mini" and not models and not args.model_path
+    ):  # offline, the Pythia rows are "not run", not an error
         reason = mini_hub_check(args.revision)
         if reason is not None:
             print(f"04_pythia_cpt.py: {reason}")
             return 0
     overrides = {field: getattr(args, field) for field in preset_fields(PRESET_FLAGS)}
     configs = cpt_configs(
-        preset=args.preset, models=models or None, model_paths=args.model_path or (), revision=args.revision,
+        preset=args.preset,
+        models=models or None,
+        model_paths=args.model_path or (),
+        revision=args.revision,
         seeds=args.seeds if args.seeds is not None else [args.seed],
-        overrides=overrides, text_path=args.text_file, data_root=args.data_root, fineweb_subset=args.fineweb_subset,
-        device=args.device, amp=args.amp, fsdp=args.fsdp, fsdp_bf16=args.fsdp_bf16,
-    )  # fmt: skip
+        overrides=overrides,
+        text_path=args.text_file,
+        data_root=args.data_root,
+        fineweb_subset=args.fineweb_subset,
+        device=args.device,
+        amp=args.amp,
+        fsdp=args.fsdp,
+        fsdp_bf16=args.fsdp_bf16,
+    )
     if args.prepare_only:
         return prepare_only(configs, prepare_data)
     if args.launcher == "inline" and not args.dry_run:
         resolve_device(args.device)
-    if not args.dry_run:  # each model fetched and its data tokenised once, before any job starts (under torchrun: beforehand)
+    if (
+        not args.dry_run
+    ):  # each model fetched and its data tokenised once, before any job starts (under torchrun: beforehand)
         for c in configs:
             fetch_model(c)
         prepare_once(configs, prepare_data, require_prepared)

@@ -55,8 +55,17 @@ PRESET_FLAGS = preset_flags(
     },
     helps={"--tokenizer": f"{' or '.join(TOKENIZERS)} (byte needs no download; gpt2 is tiktoken's, fetched once)"},
 )
-PLANNER_FLAGS = ("preset", *preset_fields(PRESET_FLAGS), "text_file", "fineweb_subset", "data_root", "device", "compile", "amp",
-                 "peak_tflops")  # fmt: skip
+PLANNER_FLAGS = (
+    "preset",
+    *preset_fields(PRESET_FLAGS),
+    "text_file",
+    "fineweb_subset",
+    "data_root",
+    "device",
+    "compile",
+    "amp",
+    "peak_tflops",
+)
 SCRIPT_FLAGS = ("seeds", "seed", "prepare_only")  # the seeds: --seeds, else --seed
 
 
@@ -64,17 +73,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="05_gpt2_ascend.py")
     sweep = parser.add_argument_group("GPT-2 depth sweep (paper B.4); None: the preset's value")
     add_preset_flags(sweep, PRESET_FLAGS, choices={"source": SOURCES, "tokenizer": TOKENIZERS})
-    sweep.add_argument("--text-file", default=None, help="a text file or a folder of .txt/.md/.rst files (implies --source text)")
+    sweep.add_argument(
+        "--text-file", default=None, help="a text file or a folder of .txt/.md/.rst files (implies --source text)"
+    )
     sweep.add_argument("--fineweb-subset", default=FINEWEB_SUBSET, help="FineWeb-Edu's named sample config to stream")
     sweep.add_argument("--data-root", default=DEFAULT_DATA_ROOT, help="where the token shards are prepared")
     sweep.add_argument("--seeds", type=comma_ints, default=None, help="seeds, one run each; None: --seed")
-    sweep.add_argument("--prepare-only", action="store_true", help="tokenise the data into shards, print where, and stop")
+    sweep.add_argument(
+        "--prepare-only", action="store_true", help="tokenise the data into shards, print where, and stop"
+    )
     speed = parser.add_argument_group("execution (not part of a run's identity)")
-    speed.add_argument("--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only")
-    speed.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
-                       help="bf16 autocast where the device has it (CUDA, NPU); float32 on the CPU")
-    speed.add_argument("--peak-tflops", type=positive_float, default=None,
-                       help="the device's dense bf16 peak for the MFU; None: from the built-in table (H100/H200: 989)")
+    speed.add_argument(
+        "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"
+    )
+    speed.add_argument(
+        "--amp",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bf16 autocast where the device has it (CUDA, NPU); float32 on the CPU",
+    )
+    speed.add_argument(
+        "--peak-tflops",
+        type=positive_float,
+        default=None,
+        help="the device's dense bf16 peak for the MFU; None: from the built-in table (H100/H200: 989)",
+    )
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
@@ -83,16 +106,26 @@ def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     overrides = {field: getattr(args, field) for field in preset_fields(PRESET_FLAGS) if field != "depths"}
     configs = gpt_configs(
-        preset=args.preset, depths=args.depths, seeds=args.seeds if args.seeds is not None else [args.seed],
-        overrides=overrides, text_path=args.text_file, data_root=args.data_root, fineweb_subset=args.fineweb_subset,
-        device=args.device, compile=args.compile, amp=args.amp, peak_tflops=args.peak_tflops,
-    )  # fmt: skip
+        preset=args.preset,
+        depths=args.depths,
+        seeds=args.seeds if args.seeds is not None else [args.seed],
+        overrides=overrides,
+        text_path=args.text_file,
+        data_root=args.data_root,
+        fineweb_subset=args.fineweb_subset,
+        device=args.device,
+        compile=args.compile,
+        amp=args.amp,
+        peak_tflops=args.peak_tflops,
+    )
     if args.prepare_only:  # tokenise into shards, nothing else (one process)
         return prepare_only(configs, prepare_data)
     if args.launcher == "inline" and not args.dry_run:
         resolve_device(args.device)  # e.g. --device npu without torch_npu: one line before any work
     if not args.dry_run:
-        prepare_once(configs, prepare_data, require_prepared)  # tokenised once, before any job starts (under torchrun: beforehand)
+        prepare_once(
+            configs, prepare_data, require_prepared
+        )  # tokenised once, before any job starts (under torchrun: beforehand)
     specs = make_specs(configs, args.out)
     results = launch_from_args(train_gpt_run, specs, args, job_kind="gpt2", desc="gpt2 sweep", distributed=True)
     if results is None:

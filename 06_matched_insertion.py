@@ -48,18 +48,39 @@ SCRIPT_FLAGS = ("dataset",)  # its default follows --preset
 def build_parser():
     parser = make_parser(__doc__, prog="06_matched_insertion.py")
     group = parser.add_argument_group("matched insertion (App. H.1)")
-    group.add_argument("--dataset", choices=DATASETS, default=None,
-                       help="which sweep; None: cifar10 with --preset paper and mini, digits with smoke")
+    group.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        help="which sweep; None: cifar10 with --preset paper and mini, digits with smoke",
+    )
     group.add_argument("--data-root", default=None, help="as in 01_train_resnet_sweep.py (None: the sweep run's own)")
-    group.add_argument("--depths", type=comma_ints, default=None,
-                       help="extra blocks N of the sweep runs; None: 0,6,12,26 (ResNet-8/14/20/34) with paper, every finished depth with smoke and mini")
+    group.add_argument(
+        "--depths",
+        type=comma_ints,
+        default=None,
+        help="extra blocks N of the sweep runs; None: 0,6,12,26 (ResNet-8/14/20/34) with paper, every finished depth with smoke and mini",
+    )
     group.add_argument("--seeds", type=comma_ints, default=None, help="sweep seeds; None: every finished seed")
-    group.add_argument("--candidate", default=DEFAULT_CANDIDATE,
-                       help="stage1-end (the end of stage 1 at every depth, one kind of tensor across depths), next (where the cyclic growth rule puts the next block), all, or a candidate index")
-    group.add_argument("--alpha", dest="alphas", type=positive_float, action="append", default=None,
-                       help="target scale: the block's output matches -alpha g_i (repeat for several; default 1e-3, the paper's)")
-    group.add_argument("--fit", choices=FITS, default="closed-form",
-                       help="closed-form: W = P^+ X; gradient-descent: a check of it on small cases (caches the examples)")
+    group.add_argument(
+        "--candidate",
+        default=DEFAULT_CANDIDATE,
+        help="stage1-end (the end of stage 1 at every depth, one kind of tensor across depths), next (where the cyclic growth rule puts the next block), all, or a candidate index",
+    )
+    group.add_argument(
+        "--alpha",
+        dest="alphas",
+        type=positive_float,
+        action="append",
+        default=None,
+        help="target scale: the block's output matches -alpha g_i (repeat for several; default 1e-3, the paper's)",
+    )
+    group.add_argument(
+        "--fit",
+        choices=FITS,
+        default="closed-form",
+        help="closed-form: W = P^+ X; gradient-descent: a check of it on small cases (caches the examples)",
+    )
     group.add_argument("--gd-steps", type=positive_int, default=2000, help="steps of --fit gradient-descent")
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
@@ -70,7 +91,9 @@ def main(argv=None) -> int:
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
     configs = matched_configs(**flags_for(matched_configs, args, PLANNER_FLAGS, dataset=dataset, out=args.out))
     specs = make_specs(configs, args.out)
-    results = launch_from_args(matched_insertion_run, specs, args, job_kind="probe", desc="matched insertion", check=check_sweep_inputs)
+    results = launch_from_args(
+        matched_insertion_run, specs, args, job_kind="probe", desc="matched insertion", check=check_sweep_inputs
+    )
     if results is None:
         return 0
     found = runs.finished_like(args.out, configs, summary_stem)  # every matching run, not only this call's

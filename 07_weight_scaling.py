@@ -68,31 +68,70 @@ from common.scaling import DEFAULT_LEVEL
 
 log = logging.getLogger("07_weight_scaling")
 
-PLANNER_FLAGS = ("preset", "depths", "epochs", "lr", "batch_size", "schedule", "device", "input_size")  # fc_configs, sweep_analysis_configs
-SCRIPT_FLAGS = ("family", "dataset", "seeds", "seed", "level")  # which families; the seeds: --seeds, else --seed; the fits
+PLANNER_FLAGS = (
+    "preset",
+    "depths",
+    "epochs",
+    "lr",
+    "batch_size",
+    "schedule",
+    "device",
+    "input_size",
+)  # fc_configs, sweep_analysis_configs
+SCRIPT_FLAGS = (
+    "family",
+    "dataset",
+    "seeds",
+    "seed",
+    "level",
+)  # which families; the seeds: --seeds, else --seed; the fits
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="07_weight_scaling.py")
     group = parser.add_argument_group("weight scaling (Cohen et al. 2021)")
-    group.add_argument("--family", choices=FAMILIES, default=None,
-                       help="fc-tanh, fc-relu (train and analyse) or sweep (analyse script 01's runs); "
-                            "None: both FC families, and the sweep when it has finished runs")
-    group.add_argument("--dataset", choices=DATASETS, default=None,
-                       help="which sweep to analyse; None: cifar10 with --preset paper and mini, digits with smoke")
-    group.add_argument("--depths", type=comma_ints, default=None,
-                       help="FC network depths L, e.g. 4,8,16 or 4:64:4; None: the preset's geometric grid")
-    group.add_argument("--seeds", type=comma_ints, default=None, help="FC seeds (data and initialisation); None: --seed")
+    group.add_argument(
+        "--family",
+        choices=FAMILIES,
+        default=None,
+        help="fc-tanh, fc-relu (train and analyse) or sweep (analyse script 01's runs); "
+        "None: both FC families, and the sweep when it has finished runs",
+    )
+    group.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        help="which sweep to analyse; None: cifar10 with --preset paper and mini, digits with smoke",
+    )
+    group.add_argument(
+        "--depths",
+        type=comma_ints,
+        default=None,
+        help="FC network depths L, e.g. 4,8,16 or 4:64:4; None: the preset's geometric grid",
+    )
+    group.add_argument(
+        "--seeds", type=comma_ints, default=None, help="FC seeds (data and initialisation); None: --seed"
+    )
     group.add_argument("--epochs", type=positive_int, default=None, help="FC epochs per run; None: the preset's")
     group.add_argument("--lr", type=positive_float, default=None, help="FC peak Adam learning rate; None: the preset's")
     group.add_argument("--batch-size", type=positive_int, default=None, help="FC batch size; None: the preset's")
-    group.add_argument("--schedule", choices=SCHEDULES, default=None,
-                       help="FC training: 'constant' = Cohen et al.'s protocol (constant Adam rate, early stopping on the "
-                            "running training MSE: < 1e-3, or 5 epochs without a 1%% gain), 'cosine' = cosine decay to 0 over "
-                            "every epoch; None: the preset's (paper: constant, smoke: cosine)")
-    group.add_argument("--input-size", type=positive_int, default=None,
-                       help="sweep: image size whose feature maps set the FFT spectral norms; None: the sweep's (32 if unrecorded)")
-    group.add_argument("--level", type=fraction, default=DEFAULT_LEVEL, help="confidence level of the exponent intervals")
+    group.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default=None,
+        help="FC training: 'constant' = Cohen et al.'s protocol (constant Adam rate, early stopping on the "
+        "running training MSE: < 1e-3, or 5 epochs without a 1%% gain), 'cosine' = cosine decay to 0 over "
+        "every epoch; None: the preset's (paper: constant, smoke: cosine)",
+    )
+    group.add_argument(
+        "--input-size",
+        type=positive_int,
+        default=None,
+        help="sweep: image size whose feature maps set the FFT spectral norms; None: the sweep's (32 if unrecorded)",
+    )
+    group.add_argument(
+        "--level", type=fraction, default=DEFAULT_LEVEL, help="confidence level of the exponent intervals"
+    )
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
@@ -109,17 +148,32 @@ def main(argv=None) -> int:
         if family == "sweep":
             if args.family != "sweep" and not finished_sweep_runs(args.out, dataset):
                 fix = train_command(args.preset, dataset, args.out)
-                print(f"sweep: no finished runs for {dataset} under {args.out / SWEEP_EXPERIMENT}, skipped (train them first: {fix})")
+                print(
+                    f"sweep: no finished runs for {dataset} under {args.out / SWEEP_EXPERIMENT}, skipped (train them first: {fix})"
+                )
                 continue
             sweep_dirs = require_sweep_runs(args.out, dataset, preset=args.preset)
             configs = sweep_analysis_configs(sweep_dirs, input_size=args.input_size)
-            results = launch_from_args(analyse_sweep_run, make_specs(configs, args.out), args, job_kind="probe", desc="sweep weights",
-                                       check=functools.partial(check_sweep_inputs, data=False))  # fmt: skip
+            results = launch_from_args(
+                analyse_sweep_run,
+                make_specs(configs, args.out),
+                args,
+                job_kind="probe",
+                desc="sweep weights",
+                check=functools.partial(check_sweep_inputs, data=False),
+            )
         else:
             configs = fc_configs(
-                family, preset=args.preset, depths=args.depths, seeds=seeds, epochs=args.epochs, lr=args.lr,
-                batch_size=args.batch_size, schedule=args.schedule, device=args.device,
-            )  # fmt: skip
+                family,
+                preset=args.preset,
+                depths=args.depths,
+                seeds=seeds,
+                epochs=args.epochs,
+                lr=args.lr,
+                batch_size=args.batch_size,
+                schedule=args.schedule,
+                device=args.device,
+            )
             results = launch_from_args(train_fc_run, make_specs(configs, args.out), args, job_kind="train", desc=family)
             if results is not None:
                 print(fc_training_table(results))
@@ -140,8 +194,11 @@ def write_summary(args, family: str, dataset: str, configs: list[dict]) -> list:
     print(table)
     folder = args.out / EXPERIMENT
     tag = summary_tag(family, dataset)
-    files = [(folder / f"exponents-{tag}.csv", runs.csv_bytes(rows)), (folder / f"exponents-{tag}.md", (table + "\n").encode()),
-             (folder / f"records-{tag}.csv", runs.csv_bytes(records))]  # fmt: skip
+    files = [
+        (folder / f"exponents-{tag}.csv", runs.csv_bytes(rows)),
+        (folder / f"exponents-{tag}.md", (table + "\n").encode()),
+        (folder / f"records-{tag}.csv", runs.csv_bytes(records)),
+    ]
     return runs.write_summary(files, runs_found=len(found))
 
 

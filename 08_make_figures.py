@@ -32,9 +32,13 @@ SCRIPT_FLAGS = ("preset", "figures_dir", "dry_run")  # it reads records and laun
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="08_make_figures.py", launches=False)
     group = parser.add_argument_group("figures and claims report")
-    group.add_argument("--figures-dir", type=Path, default=None,
-                       help=f"where the figures, tables/ and claims.md go; None: <out>/{FIGURES} "
-                            "(the repository's committed paper-scale figures: --figures-dir figures)")  # fmt: skip
+    group.add_argument(
+        "--figures-dir",
+        type=Path,
+        default=None,
+        help=f"where the figures, tables/ and claims.md go; None: <out>/{FIGURES} "
+        "(the repository's committed paper-scale figures: --figures-dir figures)",
+    )
     group.add_argument("--dry-run", action="store_true", help="say what would be read and written, and exit")
     return check_flag_use(parser, script=SCRIPT_FLAGS, launches=False)
 
@@ -44,15 +48,19 @@ def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     figures_dir = args.figures_dir if args.figures_dir is not None else args.out / FIGURES
     if args.dry_run:
-        print(f"would read the {args.preset} records under {args.out} and write figures, tables and claims.md into {figures_dir}")
+        print(
+            f"would read the {args.preset} records under {args.out} and write figures, tables and claims.md into {figures_dir}"
+        )
         return 0
     ensure_writable_dir(figures_dir, flag="--figures-dir" if args.figures_dir is not None else "--out")
     start = time.perf_counter()
     report = build(args.out, figures_dir, args.preset)
     for line in report.skipped:
         print(line)
-    print(f"{len(report.figures)} figures ({', '.join(report.figures) or 'none'}), "
-          f"{len(report.skipped)} skipped, in {time.perf_counter() - start:.1f} s")  # fmt: skip
+    print(
+        f"{len(report.figures)} figures ({', '.join(report.figures) or 'none'}), "
+        f"{len(report.skipped)} skipped, in {time.perf_counter() - start:.1f} s"
+    )
     checks = sum(1 for r in report.claims if r["kind"] == IDENTITY)
     print(f"claims: {verdict_counts(report.claims)}; identity checks apart: {checks}")
     print(f"figures and tables: {report.figures_dir}/")

@@ -129,12 +129,34 @@ class Sizes:
 
 
 DRY = Sizes(
-    train_images=128, test_images=64, image_size=16, widths=(4, 8, 8), batch_size=32, depths=(0, 1, 2), epochs=2,
-    resume_images=64, resume_epochs=2, probe_batch=8, probe_batches=2, memory_depth=1, memory_batch=8,
-    gram_rows=1024, gram_k=36, gram_d=4, rank_k=36, rank_r=12, reps=1,
-    decoder_layers=2, decoder_width=32, decoder_length=32, decoder_batch=8, decoder_vocab=64,
-    pair_layers=2, pair_width=32, pair_length=16,
-)  # fmt: skip
+    train_images=128,
+    test_images=64,
+    image_size=16,
+    widths=(4, 8, 8),
+    batch_size=32,
+    depths=(0, 1, 2),
+    epochs=2,
+    resume_images=64,
+    resume_epochs=2,
+    probe_batch=8,
+    probe_batches=2,
+    memory_depth=1,
+    memory_batch=8,
+    gram_rows=1024,
+    gram_k=36,
+    gram_d=4,
+    rank_k=36,
+    rank_r=12,
+    reps=1,
+    decoder_layers=2,
+    decoder_width=32,
+    decoder_length=32,
+    decoder_batch=8,
+    decoder_vocab=64,
+    pair_layers=2,
+    pair_width=32,
+    pair_length=16,
+)
 
 
 @dataclass
@@ -188,7 +210,9 @@ def peak_mib(dev: torch.device) -> float | None:
 
 def synthetic_images(n: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g), torch.randint(0, 10, (n,), generator=g)
+    return torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g), torch.randint(
+        0, 10, (n,), generator=g
+    )
 
 
 def max_relative_difference(a: dict, b: dict) -> float:
@@ -246,7 +270,9 @@ def training_item(check: Check, report: dict) -> dict:
     x_train, y_train = synthetic_images(sizes.train_images, sizes.image_size, seed=0)
     x_test, y_test = synthetic_images(sizes.test_images, sizes.image_size, seed=1)
     keys = {"mean": CIFAR10_STATS[0], "std": CIFAR10_STATS[1], "device": dev, "channels_last": True}
-    settings = TrainSettings(SGDRecipe(epochs=sizes.epochs, lr=0.05, warmup_epochs=0.5), compile=compile_on, channels_last=True)
+    settings = TrainSettings(
+        SGDRecipe(epochs=sizes.epochs, lr=0.05, warmup_epochs=0.5), compile=compile_on, channels_last=True
+    )
     depths, failures = {}, []
     for n in sizes.depths:
         model = resnet(n, sizes)
@@ -256,8 +282,15 @@ def training_item(check: Check, report: dict) -> dict:
         frames = counters["frames"]["ok"]
         start = time.perf_counter()
         with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-            summary = train(model, train_loader, {"test": test_loader}, run_dir=check.workdir / f"train-n{n}", settings=settings,
-                            device=dev, desc=f"ResNet-{depth_label(n)}")  # fmt: skip
+            summary = train(
+                model,
+                train_loader,
+                {"test": test_loader},
+                run_dir=check.workdir / f"train-n{n}",
+                settings=settings,
+                device=dev,
+                desc=f"ResNet-{depth_label(n)}",
+            )
         last = runs.read_metrics(check.workdir / f"train-n{n}")[-1]
         compiled = counters["frames"]["ok"] - frames
         depths[f"ResNet-{depth_label(n)}"] = {
@@ -275,9 +308,12 @@ def training_item(check: Check, report: dict) -> dict:
             failures.append(f"ResNet-{depth_label(n)} test loss {summary['test_loss']}")
     return {
         "status": "fail: " + "; ".join(failures) if failures else "pass",
-        "compiled": compile_on, "autocast_dtype": devices.precision_name(dev), "batch_size": sizes.batch_size,
-        "train_images": sizes.train_images, "depths": depths,
-    }  # fmt: skip
+        "compiled": compile_on,
+        "autocast_dtype": devices.precision_name(dev),
+        "batch_size": sizes.batch_size,
+        "train_images": sizes.train_images,
+        "depths": depths,
+    }
 
 
 @item(3, "kill and resume under deterministic mode: bit-identical weights")
@@ -295,9 +331,15 @@ def resume_item(check: Check, report: dict) -> dict:
         devices.seed_everything(0)
         model = resnet(0, sizes, seed=model_seed)
         loader = TensorLoader(x, y, sizes.batch_size, train=True, seed=3, **keys)
-        train(model, loader, {}, run_dir=check.workdir / name, settings=settings, device=dev, on_epoch_end=stop, desc=name)
+        train(
+            model, loader, {}, run_dir=check.workdir / name, settings=settings, device=dev, on_epoch_end=stop, desc=name
+        )
 
-    previous = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+    previous = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.deterministic,
+    )
     try:
         devices.set_deterministic(True)
         run("whole", 0)
@@ -317,9 +359,12 @@ def resume_item(check: Check, report: dict) -> dict:
     ok = worst == 0.0 and rng_ok
     return {
         "status": "pass" if ok else f"fail: max relative weight difference {worst:.3e}, rng round trip {rng_ok}",
-        "bit_identical": worst == 0.0, "max_relative_difference": worst, "rng_round_trip": rng_ok,
-        "accelerator_rng_state_shape": accelerator_rng, "autocast_dtype": devices.precision_name(dev),
-    }  # fmt: skip
+        "bit_identical": worst == 0.0,
+        "max_relative_difference": worst,
+        "rng_round_trip": rng_ok,
+        "accelerator_rng_state_shape": accelerator_rng,
+        "autocast_dtype": devices.precision_name(dev),
+    }
 
 
 def _probe_pair(check: Check, dtype: torch.dtype) -> dict:
@@ -328,28 +373,39 @@ def _probe_pair(check: Check, dtype: torch.dtype) -> dict:
     model = with_running_stats(resnet(0, sizes), sizes).to(dtype)
     g = torch.Generator().manual_seed(4)
     batches = [
-        (torch.randn(sizes.probe_batch, 3, sizes.image_size, sizes.image_size, generator=g, dtype=dtype),
-         torch.randint(0, 10, (sizes.probe_batch,), generator=g))
+        (
+            torch.randn(sizes.probe_batch, 3, sizes.image_size, sizes.image_size, generator=g, dtype=dtype),
+            torch.randint(0, 10, (sizes.probe_batch,), generator=g),
+        )
         for _ in range(sizes.probe_batches)
-    ]  # fmt: skip
+    ]
     on_cpu = probe_activation_gradients(copy.deepcopy(model), batches, exact=True)
     on_dev = probe_activation_gradients(
-        copy.deepcopy(model).to(check.device), [(x.to(check.device), y.to(check.device)) for x, y in batches], exact=True
+        copy.deepcopy(model).to(check.device),
+        [(x.to(check.device), y.to(check.device)) for x, y in batches],
+        exact=True,
     )
     worst = {}
     for key in ("ag_norm", "growth_value", "growth_value_pooled"):
-        worst[key] = max(relative(getattr(a, key), getattr(b, key)) for a, b in zip(on_cpu.scores, on_dev.scores, strict=True))
+        worst[key] = max(
+            relative(getattr(a, key), getattr(b, key)) for a, b in zip(on_cpu.scores, on_dev.scores, strict=True)
+        )
     ranks_equal = [a.tangent_rank for a in on_cpu.scores] == [b.tangent_rank for b in on_dev.scores]
     return {
-        "max_relative_difference": worst, "tangent_ranks_equal": ranks_equal, "candidates": len(on_cpu.scores),
-        "device_math_mode": on_dev.math_mode, "device_float64_ran_on": on_dev.float64_device,
-    }  # fmt: skip
+        "max_relative_difference": worst,
+        "tangent_ranks_equal": ranks_equal,
+        "candidates": len(on_cpu.scores),
+        "device_math_mode": on_dev.math_mode,
+        "device_float64_ran_on": on_dev.float64_device,
+    }
 
 
 @item(4, "probe on the device vs the CPU, float64 model and batch: AG_l, V_S,l to 1e-10")
 def probe_float64_item(check: Check, report: dict) -> dict:
     if not supports_float64(check.device):
-        return {"status": f"skipped: {check.device.type} has no float64 (the probe keeps its float64 sums on the CPU there)"}
+        return {
+            "status": f"skipped: {check.device.type} has no float64 (the probe keeps its float64 sums on the CPU there)"
+        }
     out = _probe_pair(check, torch.float64)
     ok = max(out["max_relative_difference"].values()) <= TOL_FLOAT64
     return {"status": "pass" if ok else "fail", "tolerance": TOL_FLOAT64, **out}
@@ -368,7 +424,10 @@ def gram_item(check: Check, report: dict) -> dict:
     sizes, dev = check.sizes, check.device
     n, k, d = sizes.gram_rows, sizes.gram_k, sizes.gram_d
     g = torch.Generator().manual_seed(5)
-    psi, grad = torch.randn(n, k, generator=g).to(dev), torch.randn(n, d, generator=g).to(dev)  # float32, as the probe gives them
+    psi, grad = (
+        torch.randn(n, k, generator=g).to(dev),
+        torch.randn(n, d, generator=g).to(dev),
+    )  # float32, as the probe gives them
     times = []
     for _ in range(sizes.reps + 1):  # the first call warms up
         acc = GramAccumulator(k, d, device=dev)
@@ -379,8 +438,15 @@ def gram_item(check: Check, report: dict) -> dict:
         times.append(time.perf_counter() - start)
     best = min(times[1:])
     flops = 2.0 * n * k * (k + d)  # P += Psi^T Psi, X += Psi^T G
-    return {"status": "pass", "gflop_per_s": flops / best / 1e9, "seconds": best, "rows": n, "k": k, "d": d,
-            "ran_on": str(acc.device)}  # fmt: skip
+    return {
+        "status": "pass",
+        "gflop_per_s": flops / best / 1e9,
+        "seconds": best,
+        "rows": n,
+        "k": k,
+        "d": d,
+        "ran_on": str(acc.device),
+    }
 
 
 @item(7, "eigh of rank-deficient float64 Gram matrices on the device: rank and V_S,l match the CPU")
@@ -398,8 +464,16 @@ def eigh_item(check: Check, report: dict) -> dict:
     (cpu_rank, cpu_v, _), (dev_rank, dev_v, ran_on) = results[str(check.cpu)], results[str(check.device)]
     diff = relative(cpu_v, dev_v)
     ok = cpu_rank == dev_rank == r and diff <= TOL_EIGH
-    return {"status": "pass" if ok else "fail", "k": k, "true_rank": r, "cpu_rank": cpu_rank, "device_rank": dev_rank,
-            "relative_difference_v": diff, "tolerance": TOL_EIGH, "ran_on": ran_on}  # fmt: skip
+    return {
+        "status": "pass" if ok else "fail",
+        "k": k,
+        "true_rank": r,
+        "cpu_rank": cpu_rank,
+        "device_rank": dev_rank,
+        "relative_difference_v": diff,
+        "tolerance": TOL_EIGH,
+        "ran_on": ran_on,
+    }
 
 
 @item(8, "peak memory: exact probe (ResNet-20, batch 128) and training (item 2)")
@@ -415,9 +489,12 @@ def memory_item(check: Check, report: dict) -> dict:
     probe_activation_gradients(model, [(x, y)], exact=True)
     training = report.get(2, {}).get("depths", {})
     return {
-        "status": "pass", "exact_probe_peak_mib": peak_mib(dev), "model": f"ResNet-{depth_label(sizes.memory_depth)}",
-        "batch": sizes.memory_batch, "training_peak_mib": {name: r.get("peak_memory_mib") for name, r in training.items()},
-    }  # fmt: skip
+        "status": "pass",
+        "exact_probe_peak_mib": peak_mib(dev),
+        "model": f"ResNet-{depth_label(sizes.memory_depth)}",
+        "batch": sizes.memory_batch,
+        "training_peak_mib": {name: r.get("peak_memory_mib") for name, r in training.items()},
+    }
 
 
 def small_gpt(sizes: Sizes, *, layers: int, width: int, length: int, vocab: int, seed: int = 0) -> GPT:
@@ -434,8 +511,17 @@ def token_batch(batch: int, length: int, vocab: int, seed: int, dev: torch.devic
 @item(9, "decoder probe in sub-batches: the same AG_l, peak memory falling with the sub-batch")
 def probe_sub_batch_item(check: Check, report: dict) -> dict:
     dev, sizes = check.device, check.sizes
-    model = small_gpt(sizes, layers=sizes.decoder_layers, width=sizes.decoder_width, length=sizes.decoder_length,
-                      vocab=sizes.decoder_vocab).to(dev).eval()  # fmt: skip
+    model = (
+        small_gpt(
+            sizes,
+            layers=sizes.decoder_layers,
+            width=sizes.decoder_width,
+            length=sizes.decoder_length,
+            vocab=sizes.decoder_vocab,
+        )
+        .to(dev)
+        .eval()
+    )
     x, y = token_batch(sizes.decoder_batch, sizes.decoder_length, sizes.decoder_vocab, 9, dev)
     subs = (sizes.decoder_batch, max(1, sizes.decoder_batch // 4), 1)
     results, peaks = {}, {}
@@ -444,12 +530,21 @@ def probe_sub_batch_item(check: Check, report: dict) -> dict:
         reset_peak(dev)
         results[sub] = probe_activation_gradients(model, [(x, y)], loss_fn=classification_loss, sub_batch=sub)
         peaks[sub] = peak_mib(dev)
-    worst = max(relative(a.ag_norm, b.ag_norm) for sub in subs[1:] for a, b in zip(results[subs[0]].scores, results[sub].scores, strict=True))
+    worst = max(
+        relative(a.ag_norm, b.ag_norm)
+        for sub in subs[1:]
+        for a, b in zip(results[subs[0]].scores, results[sub].scores, strict=True)
+    )
     falls = dev.type == "cpu" or peaks[subs[0]] > peaks[subs[1]] > peaks[subs[2]]
     ok = worst <= TOL_FLOAT32 and falls
-    return {"status": "pass" if ok else f"fail: AG_l differs by {worst:.2e} or memory {peaks} does not fall",
-            "max_relative_difference_ag": worst, "peak_memory_mib_by_sub_batch": {str(k): v for k, v in peaks.items()},
-            "tokens": sizes.decoder_batch * sizes.decoder_length, "layers": sizes.decoder_layers, "width": sizes.decoder_width}  # fmt: skip
+    return {
+        "status": "pass" if ok else f"fail: AG_l differs by {worst:.2e} or memory {peaks} does not fall",
+        "max_relative_difference_ag": worst,
+        "peak_memory_mib_by_sub_batch": {str(k): v for k, v in peaks.items()},
+        "tokens": sizes.decoder_batch * sizes.decoder_length,
+        "layers": sizes.decoder_layers,
+        "width": sizes.decoder_width,
+    }
 
 
 @item(10, "after train(): no gradient left; the final evaluation without TF32/HF32, recorded so")
@@ -460,16 +555,28 @@ def after_training_item(check: Check, report: dict) -> dict:
     model = resnet(0, sizes)
     loader = TensorLoader(x, y, sizes.batch_size, train=True, seed=0, **keys)
     clean = TensorLoader(x, y, 500, train=False, **keys)
-    summary = train(model, loader, {"test": clean}, final_eval_loaders={"train": clean}, run_dir=check.workdir / "after-training",
-                    settings=TrainSettings(SGDRecipe(epochs=1, lr=0.05)), device=dev, desc="after-training")  # fmt: skip
+    summary = train(
+        model,
+        loader,
+        {"test": clean},
+        final_eval_loaders={"train": clean},
+        run_dir=check.workdir / "after-training",
+        settings=TrainSettings(SGDRecipe(epochs=1, lr=0.05)),
+        device=dev,
+        desc="after-training",
+    )
     mode = summary["final_eval_math_mode"]
     no_grads = all(p.grad is None for p in model.parameters())
     reduced = float32_reduced(mode)
     allocated = allocated_mib(dev)
     ok = no_grads and not reduced and summary["final_eval_dtype"] == "float32"
-    return {"status": "pass" if ok else f"fail: gradients left {not no_grads}, final evaluation math mode {mode}",
-            "final_eval_math_mode": mode, "default_math_mode": math_mode(), "allocated_after_mib": allocated,
-            "parameters_mib": sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20}  # fmt: skip
+    return {
+        "status": "pass" if ok else f"fail: gradients left {not no_grads}, final evaluation math mode {mode}",
+        "final_eval_math_mode": mode,
+        "default_math_mode": math_mode(),
+        "allocated_after_mib": allocated,
+        "parameters_mib": sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20,
+    }
 
 
 CPU_RUN = """
@@ -488,13 +595,18 @@ print("cuda initialised:", torch.cuda.is_initialized())
 @item(11, "a --device cpu training run on this node creates no CUDA context")
 def cpu_run_item(check: Check, report: dict) -> dict:
     if not torch.cuda.is_available():
-        return {"status": "skipped: no CUDA here, so there is no context to create (tests/test_accelerators.py checks the RNG rule)"}
+        return {
+            "status": "skipped: no CUDA here, so there is no context to create (tests/test_accelerators.py checks the RNG rule)"
+        }
     code = CPU_RUN.format(root=str(Path(__file__).resolve().parents[1]), run_dir=str(check.workdir / "cpu-run"))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     line = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
     ok = proc.returncode == 0 and line == "cuda initialised: False"
-    return {"status": "pass" if ok else f"fail: {line} {proc.stderr[-300:]}", "printed": line,
-            "cuda_visible": torch.cuda.is_available()}  # fmt: skip
+    return {
+        "status": "pass" if ok else f"fail: {line} {proc.stderr[-300:]}",
+        "printed": line,
+        "cuda_visible": torch.cuda.is_available(),
+    }
 
 
 @item(12, "two processes: DDP and FSDP2 (placement, bf16 parameters, resume), split evaluation, NaN, waits")
@@ -520,8 +632,15 @@ def two_process_item(check: Check, report: dict) -> dict:
 
 def two_process_worker(rank: int, port: int, device_type: str, workdir: str, sizes: dict) -> None:
     """One of item 12's two processes: joins like torchrun, runs :func:`two_process_checks`, writes ``rank<r>.json``."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE="2", DS_DIST_TIMEOUT_MIN="5")  # fmt: skip
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE="2",
+        DS_DIST_TIMEOUT_MIN="5",
+    )
     if device_type == "cpu":
         torch.set_num_threads(1)
     found: dict = {}
@@ -530,7 +649,11 @@ def two_process_worker(rank: int, port: int, device_type: str, workdir: str, siz
         dev = process_device(torch.device(device_type), info)
         group = dist.distributed_c10d._get_default_group()
         found.update(backend=info.backend, device=str(dev), bound_device=str(getattr(group, "bound_device_id", None)))
-        found.update(two_process_checks(rank, dev, Path(workdir), Sizes(**{k: tuple(v) if isinstance(v, list) else v for k, v in sizes.items()})))
+        found.update(
+            two_process_checks(
+                rank, dev, Path(workdir), Sizes(**{k: tuple(v) if isinstance(v, list) else v for k, v in sizes.items()})
+            )
+        )
     except Exception:
         found["error"] = traceback.format_exc()
     finally:
@@ -565,12 +688,22 @@ def two_process_checks(rank: int, dev: torch.device, workdir: Path, sizes: Sizes
     val = [token_batch(4, length, vocab, 200 + i, dev) for i in range(3)]  # the same validation batches everywhere
     recipe = AdamWRecipe(steps=4, lr=1e-3, eval_interval=2)
 
-    def run(name: str, settings: TrainSettings, model: torch.nn.Module | None = None, kill_after: int | None = None) -> dict:
+    def run(
+        name: str, settings: TrainSettings, model: torch.nn.Module | None = None, kill_after: int | None = None
+    ) -> dict:
         def stop(epoch: int, record: dict) -> None:
             if epoch == kill_after:
                 raise KeyboardInterrupt
 
-        return train(model or gpt(), batches, {"val": val}, run_dir=workdir / name, settings=settings, device=dev, on_epoch_end=stop)
+        return train(
+            model or gpt(),
+            batches,
+            {"val": val},
+            run_dir=workdir / name,
+            settings=settings,
+            device=dev,
+            on_epoch_end=stop,
+        )
 
     out: dict = {}
     ddp = run("ddp", TrainSettings(recipe))
@@ -600,18 +733,30 @@ def two_process_checks(rank: int, dev: torch.device, workdir: Path, sizes: Sizes
         time.sleep(1.0)  # rank 0 alone (a probe, a download); the other waits
     wait_for_all()
     out.update(
-        ddp_val_loss=ddp["val_loss"], fsdp_val_loss=fsdp["val_loss"], fsdp_bf16_val_loss=bf16["val_loss"], resumed_val_loss=resumed["val_loss"],
-        full_model_mib=full_mib, placement_peak_mib=placement_mib, parameter_devices=devices_seen, split=split, alone=alone,
-        nan_message=nan_message, waited_s=time.perf_counter() - start, fsdp_param_dtype=bf16.get("fsdp_param_dtype"),
-    )  # fmt: skip
+        ddp_val_loss=ddp["val_loss"],
+        fsdp_val_loss=fsdp["val_loss"],
+        fsdp_bf16_val_loss=bf16["val_loss"],
+        resumed_val_loss=resumed["val_loss"],
+        full_model_mib=full_mib,
+        placement_peak_mib=placement_mib,
+        parameter_devices=devices_seen,
+        split=split,
+        alone=alone,
+        nan_message=nan_message,
+        waited_s=time.perf_counter() - start,
+        fsdp_param_dtype=bf16.get("fsdp_param_dtype"),
+    )
     bf16_expected = "bfloat16" if devices.precision_name(dev) == "bfloat16" else "float32"
     out["checks"] = {
         "ddp and fsdp agree (1e-2)": relative(ddp["val_loss"], fsdp["val_loss"]) < 1e-2,
-        "fsdp shards before moving (placement peak < 3/4 of the model)": dev.type == "cpu" or placement_mib < 0.75 * full_mib,
+        "fsdp shards before moving (placement peak < 3/4 of the model)": dev.type == "cpu"
+        or placement_mib < 0.75 * full_mib,
         "parameters are DTensors on the device": is_sharded(model) and devices_seen == [str(dev)],
-        "bf16 parameters where bf16 autocast runs": bf16.get("fsdp_param_dtype") == bf16_expected and math.isfinite(bf16["val_loss"]),
+        "bf16 parameters where bf16 autocast runs": bf16.get("fsdp_param_dtype") == bf16_expected
+        and math.isfinite(bf16["val_loss"]),
         "a killed fsdp run resumes (1e-2)": relative(fsdp["val_loss"], resumed["val_loss"]) < 1e-2,
-        "split evaluation equals one process (1e-6)": relative(split["loss"], alone["loss"]) < 1e-6 and split["n"] == alone["n"],
+        "split evaluation equals one process (1e-6)": relative(split["loss"], alone["loss"]) < 1e-6
+        and split["n"] == alone["n"],
         "a NaN on rank 1 stops both processes": nan_message is not None and "at step 1 " in nan_message,
         "the others wait for rank 0": rank == 0 or out["waited_s"] >= 0.75,
         "the group is bound to the device": dev.type != "cuda" or bound_to(dev),
@@ -629,8 +774,13 @@ def device_description(dev: torch.device) -> dict:
     out = {"type": dev.type, "torch": torch.__version__, "python": platform.python_version(), "host": platform.node()}
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
-        out.update(name=props.name, capability=f"{props.major}.{props.minor}", memory_gib=round(props.total_memory / 2**30, 1),
-                   cuda=torch.version.cuda, visible=torch.cuda.device_count())  # fmt: skip
+        out.update(
+            name=props.name,
+            capability=f"{props.major}.{props.minor}",
+            memory_gib=round(props.total_memory / 2**30, 1),
+            cuda=torch.version.cuda,
+            visible=torch.cuda.device_count(),
+        )
     elif dev.type == "npu":
         out.update(name=torch.npu.get_device_name(dev), visible=int(torch.npu.device_count()))  # type: ignore[attr-defined]
     return out
@@ -639,9 +789,15 @@ def device_description(dev: torch.device) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", help="auto (CUDA, then NPU), cuda, npu (default: auto)")
-    parser.add_argument("--cpu-dry-run", action="store_true", help="every item on the CPU at toy sizes (checks the script)")
-    parser.add_argument("--depths", default=None, help="item 2's extra blocks N, e.g. 0,12 (default: 0,6,12 = ResNet-8/14/20)")
-    parser.add_argument("--out", default=None, help="JSON report path (default: runs/accelerator_check/<device>-<time>.json)")
+    parser.add_argument(
+        "--cpu-dry-run", action="store_true", help="every item on the CPU at toy sizes (checks the script)"
+    )
+    parser.add_argument(
+        "--depths", default=None, help="item 2's extra blocks N, e.g. 0,12 (default: 0,6,12 = ResNet-8/14/20)"
+    )
+    parser.add_argument(
+        "--out", default=None, help="JSON report path (default: runs/accelerator_check/<device>-<time>.json)"
+    )
     return parser
 
 
@@ -655,10 +811,15 @@ def run_check(argv=None) -> dict:
         sizes = Sizes(**{**sizes.__dict__, "depths": tuple(int(v) for v in args.depths.split(","))})
     stamp = datetime.datetime.now(datetime.UTC)
     report = {
-        "date": stamp.isoformat(timespec="seconds"), "mode": "cpu-dry-run" if args.cpu_dry_run else "full",
-        "device": device_description(dev), "sizes": sizes.__dict__, "items": [],
-    }  # fmt: skip
-    print(f"accelerator check on {report['device'].get('name', dev.type)} ({report['mode']}), torch {torch.__version__}")
+        "date": stamp.isoformat(timespec="seconds"),
+        "mode": "cpu-dry-run" if args.cpu_dry_run else "full",
+        "device": device_description(dev),
+        "sizes": sizes.__dict__,
+        "items": [],
+    }
+    print(
+        f"accelerator check on {report['device'].get('name', dev.type)} ({report['mode']}), torch {torch.__version__}"
+    )
     results: dict[int, dict] = {}
     total = time.perf_counter()
     threads = torch.get_num_threads()
@@ -670,7 +831,9 @@ def run_check(argv=None) -> dict:
         for number, title, fn in ITEMS:
             start = time.perf_counter()
             if not check.active:
-                out = {"status": "skipped: no accelerator (CUDA or NPU) here; --cpu-dry-run exercises the script on the CPU"}
+                out = {
+                    "status": "skipped: no accelerator (CUDA or NPU) here; --cpu-dry-run exercises the script on the CPU"
+                }
             else:
                 try:
                     out = fn(check, results)
@@ -682,14 +845,19 @@ def run_check(argv=None) -> dict:
             report["items"].append({"number": number, "title": title, **out})
             verdict = out["status"].split(":")[0].upper()
             detail = out["status"][len(verdict) + 1 :].strip() if ":" in out["status"] else ""
-            print(f"{number}. {title}: {verdict}{(' (' + detail + ')') if detail else ''} [{out['seconds']:.1f} s]", flush=True)
+            print(
+                f"{number}. {title}: {verdict}{(' (' + detail + ')') if detail else ''} [{out['seconds']:.1f} s]",
+                flush=True,
+            )
     report["seconds"] = time.perf_counter() - total
     out_path = Path(args.out or f"runs/accelerator_check/{dev.type}-{stamp.strftime('%Y%m%d-%H%M%S')}.json")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     runs.atomic_write_json(out_path, report)
     failed = [i["number"] for i in report["items"] if i["status"].startswith("fail")]
-    print(f"{len(report['items']) - len(failed)} of {len(report['items'])} items passed or skipped"
-          f"{'; failed: ' + ', '.join(map(str, failed)) if failed else ''}; {report['seconds']:.0f} s; report: {out_path}")  # fmt: skip
+    print(
+        f"{len(report['items']) - len(failed)} of {len(report['items'])} items passed or skipped"
+        f"{'; failed: ' + ', '.join(map(str, failed)) if failed else ''}; {report['seconds']:.0f} s; report: {out_path}"
+    )
     return runs.read_json(out_path)
 
 

@@ -46,10 +46,20 @@ RECIPE = AdamWRecipe(steps=1, lr=6e-4, eval_interval=1)  # the optimiser of the 
 def hf_gpt2(config: GPTConfig) -> GPT2LMHeadModel:
     """``GPT2LMHeadModel`` with our configuration (the padded vocabulary, no dropout, tanh GELU, tied head)."""
     hf = GPT2Config(
-        vocab_size=config.padded_vocab_size, n_positions=config.block_size, n_embd=config.n_embd, n_layer=config.n_layer,
-        n_head=config.n_head, n_inner=config.hidden, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
-        attn_pdrop=0.0, layer_norm_epsilon=config.layer_norm_eps, bos_token_id=None, eos_token_id=None,
-    )  # fmt: skip
+        vocab_size=config.padded_vocab_size,
+        n_positions=config.block_size,
+        n_embd=config.n_embd,
+        n_layer=config.n_layer,
+        n_head=config.n_head,
+        n_inner=config.hidden,
+        activation_function="gelu_new",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=config.layer_norm_eps,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     return GPT2LMHeadModel(hf)
 
 
@@ -87,10 +97,14 @@ def spread(ts: list[float]) -> str:
 
 
 def cpu_benchmarks(args) -> bool:
-    config = GPTConfig(n_layer=args.layers, n_embd=args.width, n_head=args.heads, block_size=args.seq, vocab_size=args.vocab)
+    config = GPTConfig(
+        n_layer=args.layers, n_embd=args.width, n_head=args.heads, block_size=args.seq, vocab_size=args.vocab
+    )
     torch.manual_seed(0)
     ours, theirs = GPT(config), hf_gpt2(config)
-    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())  # the same model size
+    assert sum(p.numel() for p in ours.parameters()) == sum(
+        p.numel() for p in theirs.parameters()
+    )  # the same model size
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, config.vocab_size, (args.batch, args.seq), generator=g)
     y = torch.randint(0, config.vocab_size, (args.batch, args.seq), generator=g)
@@ -112,14 +126,22 @@ def cpu_benchmarks(args) -> bool:
     tokens = args.batch * args.seq
     med = {k: statistics.median(v) for k, v in times.items()}
     speed, probe = med["transformers"] / med["ours"], med["probe"] / med["fwd+bwd"]
-    print(f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}: L={args.layers} d={args.width} heads={args.heads} "
-          f"T={args.seq} vocab={config.padded_vocab_size} batch {args.batch} ({tokens} tokens), {args.reps} interleaved reps")  # fmt: skip
+    print(
+        f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}: L={args.layers} d={args.width} heads={args.heads} "
+        f"T={args.seq} vocab={config.padded_vocab_size} batch {args.batch} ({tokens} tokens), {args.reps} interleaved reps"
+    )
     print(f"  training step, ours:          {tokens / med['ours']:>9.0f} tokens/s  {spread(times['ours'])}")
-    print(f"  training step, GPT2LMHeadModel:{tokens / med['transformers']:>9.0f} tokens/s  {spread(times['transformers'])}")
+    print(
+        f"  training step, GPT2LMHeadModel:{tokens / med['transformers']:>9.0f} tokens/s  {spread(times['transformers'])}"
+    )
     print(f"  -> ours / transformers speed: {speed:.2f}x (target >= {TARGET_SPEED})")
     per_rep = [p / t for p, t in zip(times["probe"], times["fwd+bwd"], strict=True)]
-    print(f"  AG probe, {len(ours.candidates())} candidates: {spread(times['probe'])}; training fwd+bwd {spread(times['fwd+bwd'])}")
-    print(f"  -> probe / (fwd+bwd): {probe:.2f}x (per rep {min(per_rep):.2f}-{max(per_rep):.2f}; target <= {TARGET_PROBE})")
+    print(
+        f"  AG probe, {len(ours.candidates())} candidates: {spread(times['probe'])}; training fwd+bwd {spread(times['fwd+bwd'])}"
+    )
+    print(
+        f"  -> probe / (fwd+bwd): {probe:.2f}x (per rep {min(per_rep):.2f}-{max(per_rep):.2f}; target <= {TARGET_PROBE})"
+    )
     return speed >= TARGET_SPEED and probe <= TARGET_PROBE
 
 
@@ -150,8 +172,10 @@ def accelerator_benchmark(args) -> bool:
     peak = peak_flops(name, args.peak_tflops)
     flops = model.flops_per_token()
     mfu = tokens_per_s * flops / peak if peak else None
-    print(f"{name}: GPT-2 Small L=12, bf16, {'compiled' if forward is not model else 'eager'}, batch {args.gpu_batch} x {config.block_size}: "
-          f"{seconds * 1e3:.1f} ms/step, {tokens_per_s:,.0f} tokens/s, {flops / 1e9:.3f} GFLOP/token")  # fmt: skip
+    print(
+        f"{name}: GPT-2 Small L=12, bf16, {'compiled' if forward is not model else 'eager'}, batch {args.gpu_batch} x {config.block_size}: "
+        f"{seconds * 1e3:.1f} ms/step, {tokens_per_s:,.0f} tokens/s, {flops / 1e9:.3f} GFLOP/token"
+    )
     if mfu is None:
         print("  MFU: unknown peak for this device; pass --peak-tflops")
         return True
@@ -161,7 +185,12 @@ def accelerator_benchmark(args) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"), help="cpu: the comparisons; cuda/npu: GPT-2 Small MFU")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda", "npu"),
+        help="cpu: the comparisons; cuda/npu: GPT-2 Small MFU",
+    )
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=cpu_count(), help="torch CPU threads")
     parser.add_argument("--layers", type=int, default=4)
@@ -170,11 +199,15 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--gpu-batch", type=int, default=16, help="sequences of 1024 tokens per step on the accelerator")
+    parser.add_argument(
+        "--gpu-batch", type=int, default=16, help="sequences of 1024 tokens per step on the accelerator"
+    )
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak; None: the built-in table")
+    parser.add_argument(
+        "--peak-tflops", type=float, default=None, help="the device's dense bf16 peak; None: the built-in table"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     ok = cpu_benchmarks(args) if args.device == "cpu" else accelerator_benchmark(args)

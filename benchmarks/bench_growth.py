@@ -64,7 +64,16 @@ def main() -> None:
     assert {k: v.shape for k, v in grown.state_dict().items()} == {k: v.shape for k, v in scratch.state_dict().items()}
     images = torch.randint(0, 256, (args.images, 3, 32, 32), dtype=torch.uint8)
     labels = torch.randint(0, 10, (args.images,))
-    loader = TensorLoader(images, labels, args.batch_size, train=True, mean=CIFAR10_STATS[0], std=CIFAR10_STATS[1], device=dev, channels_last=True)
+    loader = TensorLoader(
+        images,
+        labels,
+        args.batch_size,
+        train=True,
+        mean=CIFAR10_STATS[0],
+        std=CIFAR10_STATS[1],
+        device=dev,
+        channels_last=True,
+    )
     settings = TrainSettings(SGDRecipe(epochs=args.repeats + 1, lr=0.05, warmup_epochs=1.0), channels_last=True)
     schedule = Schedule.of(settings.recipe, len(loader))
     runs = {}
@@ -74,18 +83,30 @@ def main() -> None:
     for epoch in range(args.repeats + 1):  # epoch 0 warms up
         loader.set_epoch(epoch)
         for run in runs.values():
-            stats = train_epoch(run["model"], run["optimizer"], loader, schedule=schedule, step=run["step"], settings=settings, device=dev)
+            stats = train_epoch(
+                run["model"],
+                run["optimizer"],
+                loader,
+                schedule=schedule,
+                step=run["step"],
+                settings=settings,
+                device=dev,
+            )
             run["step"] = stats.step
             if epoch > 0:
                 run["seconds"].append(stats.seconds)
-    print(f"device {dev.type}, torch threads {torch.get_num_threads()}, ResNet-{depth_label(args.depth)}, {args.images} images/epoch, "
-          f"batch {args.batch_size}, {args.repeats} timed epochs each (interleaved, after one warm-up)")
+    print(
+        f"device {dev.type}, torch threads {torch.get_num_threads()}, ResNet-{depth_label(args.depth)}, {args.images} images/epoch, "
+        f"batch {args.batch_size}, {args.repeats} timed epochs each (interleaved, after one warm-up)"
+    )
     for name, run in runs.items():
         s = run["seconds"]
         print(f"{name:<8} epoch: median {statistics.median(s):.3f} s (min {min(s):.3f}, max {max(s):.3f})")
     ratios = [g / s for g, s in zip(runs["grown"]["seconds"], runs["scratch"]["seconds"], strict=True)]
-    print(f"grown / scratch per epoch: {statistics.median(runs['grown']['seconds']) / statistics.median(runs['scratch']['seconds']):.3f} "
-          f"(per interleaved pair: min {min(ratios):.3f}, max {max(ratios):.3f})")
+    print(
+        f"grown / scratch per epoch: {statistics.median(runs['grown']['seconds']) / statistics.median(runs['scratch']['seconds']):.3f} "
+        f"(per interleaved pair: min {min(ratios):.3f}, max {max(ratios):.3f})"
+    )
     print(f"one-off per stage start (grow + float64 train/eval function check on 8 images): {1000 * start_s:.0f} ms")
 
 

@@ -59,8 +59,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    config = GPTNeoXConfig(vocab_size=args.vocab, hidden_size=args.width, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                           intermediate_size=4 * args.width, max_position_embeddings=args.seq)  # fmt: skip
+    config = GPTNeoXConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.width,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=4 * args.width,
+        max_position_embeddings=args.seq,
+    )
     decoder = HFDecoder(GPTNeoXForCausalLM(config)).eval()  # no dropout either way
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g)
@@ -77,13 +83,17 @@ def main() -> None:
     ratio = med["probe+BI"] / med["fwd+bwd"]
     per_rep = [p / t for p, t in zip(times["probe+BI"], times["fwd+bwd"], strict=True)]
     params = sum(p.numel() for p in decoder.parameters())
-    print(f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}: GPT-NeoX L={args.layers} d={args.width} heads={args.heads} "
-          f"T={args.seq} vocab={args.vocab} ({params / 1e6:.1f}M parameters), batch {args.batch}, {args.reps} interleaved reps")  # fmt: skip
+    print(
+        f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}: GPT-NeoX L={args.layers} d={args.width} heads={args.heads} "
+        f"T={args.seq} vocab={args.vocab} ({params / 1e6:.1f}M parameters), batch {args.batch}, {args.reps} interleaved reps"
+    )
     print(f"  training forward + backward: {spread(times['fwd+bwd'])}")
     print(f"  AG probe + Block Influence, {len(decoder.candidates())} candidates: {spread(times['probe+BI'])}")
     print(f"  AG probe alone: {spread(times['probe'])}")
-    print(f"  -> probe / (fwd+bwd): {ratio:.2f}x (per rep {min(per_rep):.2f}-{max(per_rep):.2f}; target <= {TARGET_PROBE}); "
-          f"Block Influence adds {med['probe+BI'] / med['probe'] - 1:+.1%} to the probe")  # fmt: skip
+    print(
+        f"  -> probe / (fwd+bwd): {ratio:.2f}x (per rep {min(per_rep):.2f}-{max(per_rep):.2f}; target <= {TARGET_PROBE}); "
+        f"Block Influence adds {med['probe+BI'] / med['probe'] - 1:+.1%} to the probe"
+    )
     print("target met" if ratio <= TARGET_PROBE else "target missed")
 
 

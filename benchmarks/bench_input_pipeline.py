@@ -55,9 +55,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=10_000, help="number of 32x32 RGB uint8 images")
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--workers", type=int, default=cpu_count(), help="DataLoader workers of the torchvision pipeline")
+    parser.add_argument(
+        "--workers", type=int, default=cpu_count(), help="DataLoader workers of the torchvision pipeline"
+    )
     parser.add_argument("--npz", type=Path, default=None, help="take x_train from this .npz instead of random images")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads of the tensor loader (default: one per CPU)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads of the tensor loader (default: one per CPU)"
+    )
     args = parser.parse_args()
 
     if args.npz:
@@ -69,19 +73,35 @@ def main() -> None:
     torch.set_num_threads(args.threads or cpu_count())
 
     tensor_loader = TensorLoader(
-        torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels), args.batch_size,
-        train=True, mean=mean, std=std, device="cpu",
-    )  # fmt: skip
+        torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(),
+        torch.from_numpy(labels),
+        args.batch_size,
+        train=True,
+        mean=mean,
+        std=std,
+        device="cpu",
+    )
     tv = transforms.Compose(
-        [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip(), transforms.ToTensor(), transforms.Normalize(mean, std)]
+        [
+            transforms.RandomCrop(32, padding=4),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(mean, std),
+        ]
     )
     dataloader = torch.utils.data.DataLoader(
-        PILDataset(images, labels, tv), batch_size=args.batch_size, shuffle=True, drop_last=True,
-        num_workers=args.workers, persistent_workers=args.workers > 0,
-    )  # fmt: skip
+        PILDataset(images, labels, tv),
+        batch_size=args.batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+    )
     fast = images_per_second(tensor_loader)
     slow = images_per_second(dataloader)
-    print(f"images {len(images)}, batch {args.batch_size}, CPU threads {torch.get_num_threads()}, DataLoader workers {args.workers}")
+    print(
+        f"images {len(images)}, batch {args.batch_size}, CPU threads {torch.get_num_threads()}, DataLoader workers {args.workers}"
+    )
     print(f"tensor-resident loader (one crop+flip gather, normalise):     {fast:12,.0f} images/s")
     print(f"torchvision DataLoader + transforms (PIL):                    {slow:12,.0f} images/s")
     print(f"ratio: {fast / slow:.1f}x (target >= 5x on CPU)")

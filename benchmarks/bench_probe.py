@@ -172,8 +172,13 @@ def stage_projection_report(batch: int, reps: int, chunk_elements: int = GRAM_CH
         macs = gram_multiply_adds(batch, c, side, side)
         row = side + 2
         shifts = [(i - 1) * row + (j - 1) for i in range(3) for j in range(3)]  # X offsets (abs: the same work)
-        shifts = [abs(o) for o in shifts] + [dy * row + dx for dy in range(3) for dx in range(-2, 3) if dy > 0 or dx >= 0]
-        chunks = [(torch.randn(c, m, dtype=torch.float64), torch.randn(c, m, dtype=torch.float64)) for m in gram_chunks(batch, c, side, chunk_elements)]
+        shifts = [abs(o) for o in shifts] + [
+            dy * row + dx for dy in range(3) for dx in range(-2, 3) if dy > 0 or dx >= 0
+        ]
+        chunks = [
+            (torch.randn(c, m, dtype=torch.float64), torch.randn(c, m, dtype=torch.float64))
+            for m in gram_chunks(batch, c, side, chunk_elements)
+        ]
         bare_macs = sum(c * c * (y.shape[1] - s) for y, _ in chunks for s in shifts)
         P, X = gram(psi, grad)
         acc = GramAccumulator(9 * c, c)
@@ -184,10 +189,14 @@ def stage_projection_report(batch: int, reps: int, chunk_elements: int = GRAM_CH
             acc.growth_value()
 
         times = interleaved_times(
-            {"gram": lambda psi=psi, grad=grad: gram(psi, grad), "bare": lambda chunks=chunks, shifts=shifts: bare_products(chunks, shifts),
-             "square": square, "eigh": eigh},
+            {
+                "gram": lambda psi=psi, grad=grad: gram(psi, grad),
+                "bare": lambda chunks=chunks, shifts=shifts: bare_products(chunks, shifts),
+                "square": square,
+                "eigh": eigh,
+            },
             reps,
-        )  # fmt: skip
+        )
         ours = [2 * macs / t / 1e9 for t in times["gram"]]
         bare = [2 * bare_macs / t / 1e9 for t in times["bare"]]
         peak = [2 * square.multiply_adds / t / 1e9 for t in times["square"]]
@@ -219,8 +228,17 @@ def memory_child(extra_blocks: int, n_batches: int, batch_size: int) -> None:
 
 
 def peak_mib(extra_blocks: int, n_batches: int, batch_size: int, threads: int) -> float:
-    cmd = [sys.executable, __file__, "--memory-child", str(extra_blocks), str(n_batches), "--batch-size", str(batch_size),
-           "--threads", str(threads)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--memory-child",
+        str(extra_blocks),
+        str(n_batches),
+        "--batch-size",
+        str(batch_size),
+        "--threads",
+        str(threads),
+    ]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return float(out.strip().splitlines()[-1])
 
@@ -232,8 +250,12 @@ def main() -> None:
     parser.add_argument("--memory-batches", type=int, default=1, help="1x for the memory check (8x is 8 times this)")
     parser.add_argument("--memory-batch-size", type=int, default=128, help="batch size of the memory check")
     parser.add_argument("--threads", type=int, default=cpu_count(), help="torch CPU threads")
-    parser.add_argument("--gram-chunk-elements", type=int, default=GRAM_CHUNK_ELEMENTS,
-                        help="float64 values per chunk of the per-stage Gram measurement (the probe's own: the default)")
+    parser.add_argument(
+        "--gram-chunk-elements",
+        type=int,
+        default=GRAM_CHUNK_ELEMENTS,
+        help="float64 values per chunk of the per-stage Gram measurement (the probe's own: the default)",
+    )
     parser.add_argument("--memory-child", nargs=2, type=int, metavar=("N", "BATCHES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -241,8 +263,10 @@ def main() -> None:
         memory_child(*args.memory_child, args.batch_size)
         return
 
-    print(f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}, batch {args.batch_size}, "
-          f"median (min..max) of {args.reps} interleaved rounds")
+    print(
+        f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}, batch {args.batch_size}, "
+        f"median (min..max) of {args.reps} interleaved rounds"
+    )
     ok = True
     for name, n in DEPTHS.items():
         assert depth_label(n) == int(name.split("-")[1])

@@ -84,7 +84,9 @@ def main() -> None:
     settings = [("float32", False, False, False), ("float32", True, False, False)]
     if gpu:
         settings += [("bf16", True, True, False)] + ([("bf16+compile", True, True, True)] if args.compile else [])
-    print(f"{'model':<10} {'precision':<13} {'memory':<14} {'images/s median':>16} {'min..max':>19} {'CIFAR-10 epoch':>16}")
+    print(
+        f"{'model':<10} {'precision':<13} {'memory':<14} {'images/s median':>16} {'min..max':>19} {'CIFAR-10 epoch':>16}"
+    )
     for n, name in DEPTHS.items():
         assert depth_label(n) == int(name.split("-")[1])
         for precision, channels_last, amp, compile in settings:
@@ -102,8 +104,10 @@ def main() -> None:
             loader = make_loader(CIFAR10_TRAIN_IMAGES, args.batch_size, dev, True)
             run = TrainSettings(RECIPE, amp=True, compile=args.compile, channels_last=True)
             [stats] = passes(n, dev, loader, reps=1, settings=run)
-            print(f"{name}: one measured CIFAR-10 epoch (50,000 images, bf16, channels_last"
-                  f"{', compiled' if args.compile else ''}) through train_epoch: {stats.seconds:.2f} s")
+            print(
+                f"{name}: one measured CIFAR-10 epoch (50,000 images, bf16, channels_last"
+                f"{', compiled' if args.compile else ''}) through train_epoch: {stats.seconds:.2f} s"
+            )
 
 
 if __name__ == "__main__":

@@ -72,11 +72,17 @@ EXPONENT_TOLERANCE = 0.1  # "exponent within ±0.1 of the paper" (issue 16)
 PROJECTION_SLACK = 1e-5
 EXACT_MAX_N = 8  # up to 8 points (8! = 40,320 pairings) Spearman's p-value is exact, by permutation
 LINE_FACTOR = 1.5  # the paper's "approximately 5e-3": a depth is above the line only past 1.5x it (issue 21's example)
-PLATEAU_MARGIN = 0.02  # "little or no improvement": a gain under 2% of the test loss, a sixth of the 11.8% the paper calls a gain
+PLATEAU_MARGIN = (
+    0.02  # "little or no improvement": a gain under 2% of the test loss, a sixth of the 11.8% the paper calls a gain
+)
 PLATEAU_BLOCKS = 4  # a gain is "systematic" when a quarter of the depths from N* on beats the first quarter
-EXPLAINED_MARGIN = 0.3  # depth "adds nothing" beyond the training loss: |partial rho| < 0.3 (Cohen's medium r, 9% of rank variance)
+EXPLAINED_MARGIN = (
+    0.3  # depth "adds nothing" beyond the training loss: |partial rho| < 0.3 (Cohen's medium r, 9% of rank variance)
+)
 SPEARMAN_Z_VARIANCE = 1.06  # var(atanh r_s) ~ 1.06 / (n - 3) (Fieller, Hartley and Pearson 1957)
-SIZE_FACTOR = 2.0  # "the paper's size": within a factor of 2 either way (issue 21's example: <= 1/2x or >= 2x is another size)
+SIZE_FACTOR = (
+    2.0  # "the paper's size": within a factor of 2 either way (issue 21's example: <= 1/2x or >= 2x is another size)
+)
 PRECISION_UNITS = 0.5  # "at the paper's precision": within half a unit of the leading digit (one significant digit)
 
 # Requirements of issue 21 on every rule's measured error rates (common.experiments.claim_rates, tests/test_claim_rates.py).
@@ -118,8 +124,10 @@ def power_note(fn: Callable) -> str:
     power = LOW_POWER_AT_PAPER_DESIGN.get(fn.__name__)
     if power is None:
         return ""
-    return (f"Cannot reach the required rates at the paper preset's design: P(holds | claim true) = {power:.2f} "
-            f"< {POWER_TARGET} at noise 0.5x the effect (docs/claim-rules.md).")  # fmt: skip
+    return (
+        f"Cannot reach the required rates at the paper preset's design: P(holds | claim true) = {power:.2f} "
+        f"< {POWER_TARGET} at noise 0.5x the effect (docs/claim-rules.md)."
+    )
 
 
 def fmt(x: float | None) -> str:
@@ -186,7 +194,9 @@ def pooled_estimates(summaries: Mapping[str, tuple[float, float, int]]) -> dict[
     return {k: Estimate(float(m), s / math.sqrt(n), dof) for k, (m, _, n) in summaries.items()}
 
 
-def region_verdict(intervals: Sequence[tuple[float, float]], low: float, high: float, negation: Sequence[tuple[float, float]]) -> str:
+def region_verdict(
+    intervals: Sequence[tuple[float, float]], low: float, high: float, negation: Sequence[tuple[float, float]]
+) -> str:
     """Holds when every interval lies inside ``(low, high)``; does not hold when one of ``negation`` (the same
     parts' intervals, Bonferroni-corrected by the caller where it computes them) lies outside it; else not decidable."""
     if all(low < a and b < high for a, b in intervals):
@@ -224,7 +234,9 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan
-    if len(x) > EXACT_MAX_N:  # spearmanr's own formula without its wrappers (the claim-rate simulations call this often)
+    if (
+        len(x) > EXACT_MAX_N
+    ):  # spearmanr's own formula without its wrappers (the claim-rate simulations call this often)
         rx, ry = ranks(x) - (len(x) + 1) / 2, ranks(y) - (len(y) + 1) / 2
         r = float(np.clip(rx @ ry / math.sqrt((rx @ rx) * (ry @ ry)), -1.0, 1.0))
         dof = len(x) - 2
@@ -238,8 +250,14 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
         rx = rx - rx.mean(axis=axis, keepdims=True)
         return (rx @ ry) / np.sqrt((rx * rx).sum(axis=axis) * (ry @ ry))
 
-    exact = stats.permutation_test((stats.rankdata(x),), rho, permutation_type="pairings", vectorized=True,
-                                   n_resamples=math.factorial(len(x)), alternative="two-sided")  # fmt: skip
+    exact = stats.permutation_test(
+        (stats.rankdata(x),),
+        rho,
+        permutation_type="pairings",
+        vectorized=True,
+        n_resamples=math.factorial(len(x)),
+        alternative="two-sided",
+    )
     return float(res.statistic), float(exact.pvalue)
 
 
@@ -260,7 +278,9 @@ def partial_spearman(x: Sequence[float], y: Sequence[float], z: Sequence[float])
         return math.nan, math.nan
     rx, ry, rz = (ranks(v) for v in (x, y, z))
     cz = rz - rz.mean()
-    resid = [(r - r.mean()) - cz * (cz @ (r - r.mean()) / (cz @ cz)) if cz @ cz > 0 else r - r.mean() for r in (rx, ry)]  # least-squares line
+    resid = [
+        (r - r.mean()) - cz * (cz @ (r - r.mean()) / (cz @ cz)) if cz @ cz > 0 else r - r.mean() for r in (rx, ry)
+    ]  # least-squares line
     norms = [float(np.linalg.norm(e)) for e in resid]
     scale = float(np.linalg.norm(rx - rx.mean()) + np.linalg.norm(ry - ry.mean()))
     if min(norms) <= 1e-12 * max(scale, 1.0):
@@ -333,10 +353,12 @@ def group_spread(groups: Iterable[Sequence[float]]) -> tuple[float, int] | None:
 
 
 # ----------------------------------------------------------------------------- rules: AG across depth
-@rule("Spearman's rho between depth and AGmax over every run present (each depth and seed a point): holds when rho < 0 "
-      f"with two-sided p < {SIGNIFICANCE} (exact permutation p up to 8 runs, else scipy.stats.spearmanr's t); does not "
-      "hold when rho > 0 with p < 0.05 (AGmax rises); no significant trend either way, fewer than 3 runs, a constant "
-      "input, or too few runs for even a perfect fall to reach p < 0.05 (4 distinct depths: p = 1/12): not decidable")
+@rule(
+    "Spearman's rho between depth and AGmax over every run present (each depth and seed a point): holds when rho < 0 "
+    f"with two-sided p < {SIGNIFICANCE} (exact permutation p up to 8 runs, else scipy.stats.spearmanr's t); does not "
+    "hold when rho > 0 with p < 0.05 (AGmax rises); no significant trend either way, fewer than 3 runs, a constant "
+    "input, or too few runs for even a perfect fall to reach p < 0.05 (4 distinct depths: p = 1/12): not decidable"
+)
 def falls_with_depth(depths: Sequence[float], ag_max: Sequence[float]) -> Outcome:
     rho, p = spearman(depths, ag_max)
     if math.isnan(rho):
@@ -350,7 +372,9 @@ def falls_with_depth(depths: Sequence[float], ag_max: Sequence[float]) -> Outcom
     return Outcome(UNDECIDABLE, f"{value}: no significant trend")
 
 
-def _below_verdict(logs: DepthGroups, deeper: np.ndarray, spread: tuple[float, int], ceiling: float) -> tuple[str, float, float]:
+def _below_verdict(
+    logs: DepthGroups, deeper: np.ndarray, spread: tuple[float, int], ceiling: float
+) -> tuple[str, float, float]:
     """Every deeper depth's mean log value significantly below ``log ceiling`` (verdict, highest upper bound, its depth)."""
     s, dof = spread
     t_one, t_bonf = t_quantile(1 - TAIL, dof), t_quantile(1 - TAIL / int(deeper.sum()), dof)
@@ -362,11 +386,13 @@ def _below_verdict(logs: DepthGroups, deeper: np.ndarray, spread: tuple[float, i
     return verdict, math.exp(upper[top]), float(logs.depths[deeper][top])
 
 
-@rule(f"N* = the first depth whose AGmax (mean over seeds) is below the paper's 5e-3 line; holds when every deeper depth's "
-      f"AGmax is below {LINE_FACTOR:g}x the line (the paper's 'approximately') at the 5% level: the upper end of each depth's "
-      "95% interval of mean log AGmax (seed spread pooled over the depths from N* on) is below it; does not hold when one "
-      "depth's interval, Bonferroni-corrected over the deeper depths, is above it; else not decidable. The same verdict at "
-      "1x the line is shown beside it. No depth below the line, none deeper than N*, or one seed per depth: not decidable")
+@rule(
+    f"N* = the first depth whose AGmax (mean over seeds) is below the paper's 5e-3 line; holds when every deeper depth's "
+    f"AGmax is below {LINE_FACTOR:g}x the line (the paper's 'approximately') at the 5% level: the upper end of each depth's "
+    "95% interval of mean log AGmax (seed spread pooled over the depths from N* on) is below it; does not hold when one "
+    "depth's interval, Bonferroni-corrected over the deeper depths, is above it; else not decidable. The same verdict at "
+    "1x the line is shown beside it. No depth below the line, none deeper than N*, or one seed per depth: not decidable"
+)
 def stays_below_line(depths: Sequence[float], ag_max: Sequence[float], line: float) -> Outcome:
     groups = depth_groups(depths, ag_max)
     i = groups.first_below(line)
@@ -385,8 +411,11 @@ def stays_below_line(depths: Sequence[float], ag_max: Sequence[float], line: flo
     deeper = logs.depths > star
     verdict, top, at = _below_verdict(logs, deeper, spread, LINE_FACTOR * line)
     strict, _, _ = _below_verdict(logs, deeper, spread, line)
-    return Outcome(verdict, f"N* = {star:g}; {int(deeper.sum())} deeper depths, highest upper bound {fmt(top)} (N = {at:g}) vs "
-                            f"{LINE_FACTOR:g}x line {fmt(LINE_FACTOR * line)}; at 1x the line: {strict}")  # fmt: skip
+    return Outcome(
+        verdict,
+        f"N* = {star:g}; {int(deeper.sum())} deeper depths, highest upper bound {fmt(top)} (N = {at:g}) vs "
+        f"{LINE_FACTOR:g}x line {fmt(LINE_FACTOR * line)}; at 1x the line: {strict}",
+    )
 
 
 def plateau_blocks(depths: Sequence[float], n_blocks: int = PLATEAU_BLOCKS) -> list[list[float]]:
@@ -394,14 +423,18 @@ def plateau_blocks(depths: Sequence[float], n_blocks: int = PLATEAU_BLOCKS) -> l
     return [list(b) for b in np.array_split(np.asarray(depths, float), min(n_blocks, len(depths)))]
 
 
-@rule(f"N* as above; the depths from N* on are split into {PLATEAU_BLOCKS} consecutive blocks (quarters); the gain of a "
-      "block is the first block's mean test loss minus its own. Holds (an equivalence test, two one-sided tests, on the best "
-      f"gain) when every block's gain is below {PLATEAU_MARGIN:.0%} of the first block's loss at the 2.5% level (the best is "
-      "below the margin only if each is: no correction needed) and the best gain, its bound Bonferroni-corrected over the "
-      "blocks for the selection of the best, is above minus the margin; does not hold when a block's corrected gain is "
-      "above the margin, or every gain is below minus it; else not decidable. Seed spread pooled over the depths; "
-      "one seed per depth, no N*, or no depth after N*: not decidable")
-def plateau_within_margin(depths: Sequence[float], ag_max: Sequence[float], test_loss: Sequence[float], line: float) -> Outcome:
+@rule(
+    f"N* as above; the depths from N* on are split into {PLATEAU_BLOCKS} consecutive blocks (quarters); the gain of a "
+    "block is the first block's mean test loss minus its own. Holds (an equivalence test, two one-sided tests, on the best "
+    f"gain) when every block's gain is below {PLATEAU_MARGIN:.0%} of the first block's loss at the 2.5% level (the best is "
+    "below the margin only if each is: no correction needed) and the best gain, its bound Bonferroni-corrected over the "
+    "blocks for the selection of the best, is above minus the margin; does not hold when a block's corrected gain is "
+    "above the margin, or every gain is below minus it; else not decidable. Seed spread pooled over the depths; "
+    "one seed per depth, no N*, or no depth after N*: not decidable"
+)
+def plateau_within_margin(
+    depths: Sequence[float], ag_max: Sequence[float], test_loss: Sequence[float], line: float
+) -> Outcome:
     ag = depth_groups(depths, ag_max)
     i = ag.first_below(line)
     if i is None:
@@ -431,23 +464,32 @@ def plateau_within_margin(depths: Sequence[float], ag_max: Sequence[float], test
     else:
         verdict = UNDECIDABLE
     best = int(np.argmax(gains))
-    return Outcome(verdict, f"N* = {star:g}; {len(parts)} blocks of the {int(post.sum())} depths from N*; best gain "
-                            f"{fmt(float(gains[best]))} (block {best + 2}), upper bound {fmt(float(upper.max()))} vs margin "
-                            f"{fmt(margin)} ({PLATEAU_MARGIN:.0%} of {fmt(base)}); seed spread {fmt(s)}")  # fmt: skip
+    return Outcome(
+        verdict,
+        f"N* = {star:g}; {len(parts)} blocks of the {int(post.sum())} depths from N*; best gain "
+        f"{fmt(float(gains[best]))} (block {best + 2}), upper bound {fmt(float(upper.max()))} vs margin "
+        f"{fmt(margin)} ({PLATEAU_MARGIN:.0%} of {fmt(base)}); seed spread {fmt(s)}",
+    )
 
 
-@rule(f"holds when Spearman's rho of AGmax with the final training loss is > 0 with p < {SIGNIFICANCE} and the partial Spearman "
-      f"correlation of AGmax with depth given the training loss is within ±{EXPLAINED_MARGIN} (its 95% Fisher interval, "
-      "atanh(r) ± 1.96 sqrt(1.06 / (n - 4)), inside the margin: depth adds little beyond the training loss); does not hold "
-      "when that interval lies outside the margin or rho < 0 with p < 0.05; else not decidable (ranks, residuals on the "
-      "training loss's ranks; common/claims.py); fewer than 5 runs: not decidable")
-def explained_by_training_loss(depths: Sequence[float], ag_max: Sequence[float], train_loss: Sequence[float]) -> Outcome:
+@rule(
+    f"holds when Spearman's rho of AGmax with the final training loss is > 0 with p < {SIGNIFICANCE} and the partial Spearman "
+    f"correlation of AGmax with depth given the training loss is within ±{EXPLAINED_MARGIN} (its 95% Fisher interval, "
+    "atanh(r) ± 1.96 sqrt(1.06 / (n - 4)), inside the margin: depth adds little beyond the training loss); does not hold "
+    "when that interval lies outside the margin or rho < 0 with p < 0.05; else not decidable (ranks, residuals on the "
+    "training loss's ranks; common/claims.py); fewer than 5 runs: not decidable"
+)
+def explained_by_training_loss(
+    depths: Sequence[float], ag_max: Sequence[float], train_loss: Sequence[float]
+) -> Outcome:
     rho, p = spearman(ag_max, train_loss)
     partial, p_partial = partial_spearman(ag_max, depths, train_loss)
     depth_rho, depth_p = spearman(depths, ag_max)
     n = len(depths)
-    value = (f"rho(AGmax, train loss) = {fmt(rho)} (p = {fmt(p)}); partial rho(AGmax, N | train loss) = {fmt(partial)} "
-             f"(p = {fmt(p_partial)}); beside it rho(N, AGmax) = {fmt(depth_rho)} (p = {fmt(depth_p)}); n = {n}")
+    value = (
+        f"rho(AGmax, train loss) = {fmt(rho)} (p = {fmt(p)}); partial rho(AGmax, N | train loss) = {fmt(partial)} "
+        f"(p = {fmt(p_partial)}); beside it rho(N, AGmax) = {fmt(depth_rho)} (p = {fmt(depth_p)}); n = {n}"
+    )
     if math.isnan(rho) or math.isnan(partial) or n < 5:
         why = "fewer than 5 runs" if n < 5 else "AGmax's or N's ranks are a straight line in the training loss's ranks"
         return Outcome(UNDECIDABLE, f"{value}; partial correlation undefined: {why}")
@@ -461,9 +503,11 @@ def explained_by_training_loss(depths: Sequence[float], ag_max: Sequence[float],
 
 
 # ----------------------------------------------------------------------------- rules: growth vs scratch
-@rule("scratch minus growth loss, per seed (the architectures' mean at each seed), has a 95% Student-t interval over seeds "
-      "above 0 (growth significantly lower, two-sided p < 0.05); does not hold when it is below 0; else, or a single "
-      "seed, not decidable")
+@rule(
+    "scratch minus growth loss, per seed (the architectures' mean at each seed), has a 95% Student-t interval over seeds "
+    "above 0 (growth significantly lower, two-sided p < 0.05); does not hold when it is below 0; else, or a single "
+    "seed, not decidable"
+)
 def growth_lower_mean(growth: float, scratch: float, reduction: Estimate | None) -> Outcome:
     shown = f"growth {growth:.4f} vs scratch {scratch:.4f}"
     if reduction is None:
@@ -473,10 +517,12 @@ def growth_lower_mean(growth: float, scratch: float, reduction: Estimate | None)
     return Outcome(HOLDS if low > 0 else FAILS if high < 0 else UNDECIDABLE, value)
 
 
-@rule("for every architecture the claim names, scratch minus growth loss has a 95% interval above 0 (mean over seeds; "
-      "seed spread of the paired differences pooled over the architectures run); does not hold when one of them has "
-      "its interval, Bonferroni-corrected over the named architectures, below 0 (scratch significantly lower); else, "
-      "one of them not run, or a single seed: not decidable")
+@rule(
+    "for every architecture the claim names, scratch minus growth loss has a 95% interval above 0 (mean over seeds; "
+    "seed spread of the paired differences pooled over the architectures run); does not hold when one of them has "
+    "its interval, Bonferroni-corrected over the named architectures, below 0 (scratch significantly lower); else, "
+    "one of them not run, or a single seed: not decidable"
+)
 def growth_wins_everywhere(reductions: Mapping[str, tuple[float, float, int]], required: Sequence[str]) -> Outcome:
     """``reductions``: architecture -> (mean, sample std, seeds) of the per-seed scratch - growth loss."""
     missing = [m for m in required if m not in reductions]
@@ -484,7 +530,10 @@ def growth_wins_everywhere(reductions: Mapping[str, tuple[float, float, int]], r
     estimates = pooled_estimates(reductions) if reductions else None
     if estimates is None:
         shown = ", ".join(f"{m}: {reductions[m][0]:+.4f}" for m in present)
-        return Outcome(UNDECIDABLE, (shown + "; " if shown else "") + (f"not run: {', '.join(missing)}" if missing else "one seed: no spread"))
+        return Outcome(
+            UNDECIDABLE,
+            (shown + "; " if shown else "") + (f"not run: {', '.join(missing)}" if missing else "one seed: no spread"),
+        )
     shown = ", ".join(f"{m}: {estimates[m].text()}" for m in present)
     tail = TAIL / max(len(present), 1)
     if any(estimates[m].interval(tail)[1] < 0 for m in present):
@@ -494,8 +543,10 @@ def growth_wins_everywhere(reductions: Mapping[str, tuple[float, float, int]], r
     return Outcome(HOLDS if all(estimates[m].interval()[0] > 0 for m in present) else UNDECIDABLE, shown)
 
 
-@rule("the effect is significant in the paper's direction: its 95% Student-t interval over seeds lies on the paper's "
-      "side of 0; does not hold when it lies on the other side; else, or a single seed, not decidable")
+@rule(
+    "the effect is significant in the paper's direction: its 95% Student-t interval over seeds lies on the paper's "
+    "side of 0; does not hold when it lies on the other side; else, or a single seed, not decidable"
+)
 def paper_direction(effect: Estimate | None, paper: float) -> Outcome:
     if effect is None:
         return Outcome(UNDECIDABLE, "one seed: no interval")
@@ -505,9 +556,11 @@ def paper_direction(effect: Estimate | None, paper: float) -> Outcome:
     return Outcome(HOLDS if agree else FAILS if disagree else UNDECIDABLE, value)
 
 
-@rule(f"the effect has the paper's size: its 95% Student-t interval over seeds lies inside (paper / {SIZE_FACTOR:g}, paper x "
-      f"{SIZE_FACTOR:g}) (an equivalence test, two one-sided tests); does not hold when it lies outside that range; else, or a "
-      "single seed, not decidable")
+@rule(
+    f"the effect has the paper's size: its 95% Student-t interval over seeds lies inside (paper / {SIZE_FACTOR:g}, paper x "
+    f"{SIZE_FACTOR:g}) (an equivalence test, two one-sided tests); does not hold when it lies outside that range; else, or a "
+    "single seed, not decidable"
+)
 def paper_size(effect: Estimate | None, paper: float) -> Outcome:
     if effect is None:
         return Outcome(UNDECIDABLE, "one seed: no interval")
@@ -526,11 +579,13 @@ def precision_unit(value: float) -> float:
     return 10.0 ** math.floor(math.log10(abs(value))) if value else 0.0
 
 
-@rule("ordering the depths run, no deeper depth's drop (minus the change; mean over seeds) exceeds the previous depth's by "
-      f"more than the paper's precision ({PRECISION_UNITS:g} unit of the larger drop's leading digit: 1.9e-4 then 2.1e-4 is "
-      "no rise): holds when each rise's 95% interval (seed spread pooled over the depths) is below that tolerance; does not "
-      "hold when one rise's interval, Bonferroni-corrected over the pairs, is above it; else not decidable. One seed per "
-      "depth: the rises compared at the paper's precision alone (no error rate); fewer than 2 depths: not decidable")
+@rule(
+    "ordering the depths run, no deeper depth's drop (minus the change; mean over seeds) exceeds the previous depth's by "
+    f"more than the paper's precision ({PRECISION_UNITS:g} unit of the larger drop's leading digit: 1.9e-4 then 2.1e-4 is "
+    "no rise): holds when each rise's 95% interval (seed spread pooled over the depths) is below that tolerance; does not "
+    "hold when one rise's interval, Bonferroni-corrected over the pairs, is above it; else not decidable. One seed per "
+    "depth: the rises compared at the paper's precision alone (no error rate); fewer than 2 depths: not decidable"
+)
 def drop_not_increasing(changes: Mapping[int, Sequence[float] | float]) -> Outcome:
     seeds = _per_seed(changes)
     if len(seeds) < 2:
@@ -543,8 +598,10 @@ def drop_not_increasing(changes: Mapping[int, Sequence[float] | float]) -> Outco
     spread = group_spread(seeds.values())
     if spread is None:
         over = [f"ResNet-{b} > ResNet-{a}" for (a, b), r in rises.items() if r > tolerance[(a, b)]]
-        return Outcome(FAILS if over else HOLDS,
-                       shown + "; one seed: at the paper's precision only" + (f" (rises: {'; '.join(over)})" if over else ""))
+        return Outcome(
+            FAILS if over else HOLDS,
+            shown + "; one seed: at the paper's precision only" + (f" (rises: {'; '.join(over)})" if over else ""),
+        )
     s, dof = spread
     est = {k: Estimate(r, s * math.sqrt(1 / len(seeds[k[0]]) + 1 / len(seeds[k[1]])), dof) for k, r in rises.items()}
     upper = {k: e.interval()[1] for k, e in est.items()}
@@ -556,15 +613,20 @@ def drop_not_increasing(changes: Mapping[int, Sequence[float] | float]) -> Outco
     else:
         verdict = UNDECIDABLE
     worst = max(est, key=lambda k: upper[k] - tolerance[k])
-    return Outcome(verdict, f"{shown}; largest rise ResNet-{worst[0]} -> {worst[1]}: {rises[worst]:+.1e}, upper bound "
-                            f"{upper[worst]:+.1e} vs tolerance {tolerance[worst]:.1e}")  # fmt: skip
+    return Outcome(
+        verdict,
+        f"{shown}; largest rise ResNet-{worst[0]} -> {worst[1]}: {rises[worst]:+.1e}, upper bound "
+        f"{upper[worst]:+.1e} vs tolerance {tolerance[worst]:.1e}",
+    )
 
 
-@rule(f"each depth's drop (mean over seeds) agrees with the paper's value to the paper's precision (one significant digit: "
-      f"within {PRECISION_UNITS:g} unit of that digit) at every depth the paper reports and we ran: holds when every such "
-      "depth's 95% interval (seed spread pooled over the depths) is inside that band; does not hold when one depth's "
-      "interval, Bonferroni-corrected over the depths, is outside it; else not decidable. One seed per depth: the point "
-      "values against the band (no error rate); none of the paper's depths run: not decidable")
+@rule(
+    f"each depth's drop (mean over seeds) agrees with the paper's value to the paper's precision (one significant digit: "
+    f"within {PRECISION_UNITS:g} unit of that digit) at every depth the paper reports and we ran: holds when every such "
+    "depth's 95% interval (seed spread pooled over the depths) is inside that band; does not hold when one depth's "
+    "interval, Bonferroni-corrected over the depths, is outside it; else not decidable. One seed per depth: the point "
+    "values against the band (no error rate); none of the paper's depths run: not decidable"
+)
 def matches_paper_precision(changes: Mapping[int, Sequence[float] | float], paper: Mapping[int, float]) -> Outcome:
     seeds = _per_seed(changes)
     common_depths = sorted(set(seeds) & set(paper))
@@ -579,17 +641,24 @@ def matches_paper_precision(changes: Mapping[int, Sequence[float] | float], pape
         return Outcome(FAILS if off else HOLDS, shown + "; one seed: point values only")
     s, dof = spread
     est = {d: Estimate(drops[d], s / math.sqrt(len(seeds[d])), dof) for d in common_depths}
-    inside = all(paper[d] - band[d] < est[d].interval()[0] and est[d].interval()[1] < paper[d] + band[d] for d in common_depths)
+    inside = all(
+        paper[d] - band[d] < est[d].interval()[0] and est[d].interval()[1] < paper[d] + band[d] for d in common_depths
+    )
     tail = TAIL / len(common_depths)
-    outside = any(est[d].interval(tail)[1] < paper[d] - band[d] or est[d].interval(tail)[0] > paper[d] + band[d] for d in common_depths)
+    outside = any(
+        est[d].interval(tail)[1] < paper[d] - band[d] or est[d].interval(tail)[0] > paper[d] + band[d]
+        for d in common_depths
+    )
     verdict = HOLDS if inside else FAILS if outside else UNDECIDABLE
     return Outcome(verdict, shown + f"; seed spread {s:.1e} ({dof} dof)")
 
 
 # ----------------------------------------------------------------------------- rules: weight scaling
-@rule(f"every fitted exponent's interval (07's fit, 95%) lies within ±{EXPONENT_TOLERANCE} of the paper's (Cohen et al.; an "
-      "equivalence test); does not hold when one interval lies outside that band; else not decidable; none fitted (too few "
-      "depths): not decidable")
+@rule(
+    f"every fitted exponent's interval (07's fit, 95%) lies within ±{EXPONENT_TOLERANCE} of the paper's (Cohen et al.; an "
+    "equivalence test); does not hold when one interval lies outside that band; else not decidable; none fitted (too few "
+    "depths): not decidable"
+)
 def exponent_within_tolerance(estimates: Mapping[str, tuple[float, float, float]], paper: float) -> Outcome:
     """``estimates``: label -> (estimate, interval low, interval high); NaN estimates were not fitted."""
     fitted = {k: v for k, v in estimates.items() if v[0] is not None and not math.isnan(v[0])}
@@ -601,10 +670,12 @@ def exponent_within_tolerance(estimates: Mapping[str, tuple[float, float, float]
     return Outcome(verdict, shown)
 
 
-@rule(f"every fitted exponent has the sign Cohen et al. report, within the same ±{EXPONENT_TOLERANCE}: '<= 0' holds when "
-      f"each interval's upper end is below +{EXPONENT_TOLERANCE} and does not hold when one interval's lower end is above "
-      f"it; '>= 0' the mirror image at -{EXPONENT_TOLERANCE}; else not decidable. Given estimates without intervals, the "
-      "point estimates are compared (no error rate); none fitted (too few depths): not decidable")
+@rule(
+    f"every fitted exponent has the sign Cohen et al. report, within the same ±{EXPONENT_TOLERANCE}: '<= 0' holds when "
+    f"each interval's upper end is below +{EXPONENT_TOLERANCE} and does not hold when one interval's lower end is above "
+    f"it; '>= 0' the mirror image at -{EXPONENT_TOLERANCE}; else not decidable. Given estimates without intervals, the "
+    "point estimates are compared (no error rate); none fitted (too few depths): not decidable"
+)
 def sign_within_tolerance(estimates: Mapping[str, float | tuple[float, float, float]], side: str) -> Outcome:
     """``estimates``: label -> (estimate, interval low, interval high), or a bare estimate (no interval)."""
     if side not in ("<= 0", ">= 0"):
@@ -626,10 +697,12 @@ def sign_within_tolerance(estimates: Mapping[str, float | tuple[float, float, fl
 
 # ----------------------------------------------------------------------------- rule: App. G
 # Its error rates (coverage, wrong verdicts, power) are measured in tests/test_saturation.py, on App. G's own intervals.
-@rule("App. G's separated test (Theorem 3) on every seed of the deepest depth probed: Gamma = max_l ||C_l|| lies in "
-      "[max(0, Gamma_hat - t), Gamma_hat + t] with probability >= 1 - alpha (t = sqrt(sum_l tr_l / (n_test alpha)), traces "
-      "from a calibration part); holds when every upper end is <= delta ('saturated within delta'); a lower end above "
-      "delta ('not saturated'): does not hold; otherwise ('undecided', no delta given, no verdict): not decidable")
+@rule(
+    "App. G's separated test (Theorem 3) on every seed of the deepest depth probed: Gamma = max_l ||C_l|| lies in "
+    "[max(0, Gamma_hat - t), Gamma_hat + t] with probability >= 1 - alpha (t = sqrt(sum_l tr_l / (n_test alpha)), traces "
+    "from a calibration part); holds when every upper end is <= delta ('saturated within delta'); a lower end above "
+    "delta ('not saturated'): does not hold; otherwise ('undecided', no delta given, no verdict): not decidable"
+)
 def saturated_within_delta(intervals: Mapping[str, Mapping]) -> Outcome:
     """``intervals``: label -> App. G numbers (``lower``, ``upper``, ``t``, ``n_candidates``, ``delta``, ``verdict``)."""
     if not intervals:
@@ -649,19 +722,26 @@ def app_g_text(r: Mapping) -> str:
 
 
 # ----------------------------------------------------------------------------- identity checks (not claims)
-@rule(f"identity (a theorem): every candidate of every exact run has V_S,l <= AG_l (relative slack {PROJECTION_SLACK:g} "
-      "for the float32 rounding of AG_l)")
+@rule(
+    f"identity (a theorem): every candidate of every exact run has V_S,l <= AG_l (relative slack {PROJECTION_SLACK:g} "
+    "for the float32 rounding of AG_l)"
+)
 def projection_never_exceeds(growth_value: Sequence[float], ag_norm: Sequence[float]) -> Outcome:
     v, ag = np.asarray(growth_value, float), np.asarray(ag_norm, float)
     if len(v) == 0:
         return Outcome(UNDECIDABLE, "no candidate with V_S,l")
     over = v > ag * (1 + PROJECTION_SLACK) + 1e-300
     ratio = float(np.max(v / np.where(ag > 0, ag, np.inf)))
-    return Outcome(FAILS if over.any() else HOLDS, f"max V_S,l / AG_l = {ratio:.4f} over {len(v)} candidates; {int(over.sum())} above")
+    return Outcome(
+        FAILS if over.any() else HOLDS,
+        f"max V_S,l / AG_l = {ratio:.4f} over {len(v)} candidates; {int(over.sum())} above",
+    )
 
 
-@rule("identity (true by construction at small alpha): at the paper's alpha, the measured training-loss change (mean over "
-      "seeds) is < 0 at every depth run")
+@rule(
+    "identity (true by construction at small alpha): at the paper's alpha, the measured training-loss change (mean over "
+    "seeds) is < 0 at every depth run"
+)
 def lowers_loss_everywhere(changes: Mapping[int, float]) -> Outcome:
     if not changes:
         return Outcome(UNDECIDABLE, "no depth at the paper's alpha")
@@ -670,8 +750,17 @@ def lowers_loss_everywhere(changes: Mapping[int, float]) -> Outcome:
 
 
 RULES = (
-    falls_with_depth, stays_below_line, plateau_within_margin, explained_by_training_loss, growth_lower_mean,
-    growth_wins_everywhere, paper_direction, paper_size, drop_not_increasing, matches_paper_precision,
-    exponent_within_tolerance, sign_within_tolerance,
-)  # fmt: skip
+    falls_with_depth,
+    stays_below_line,
+    plateau_within_margin,
+    explained_by_training_loss,
+    growth_lower_mean,
+    growth_wins_everywhere,
+    paper_direction,
+    paper_size,
+    drop_not_increasing,
+    matches_paper_precision,
+    exponent_within_tolerance,
+    sign_within_tolerance,
+)
 IDENTITY_CHECKS = (projection_never_exceeds, lowers_loss_everywhere)

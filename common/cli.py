@@ -30,8 +30,17 @@ PRESETS = ("smoke", "mini", "paper")
 DEVICES = ("auto", "cpu", "cuda", "npu", "mps")
 LAUNCHERS = ("inline", "local", "slurm")
 CLI_FLAGS = frozenset({"out", "verbose"})  # read by parse_args (the writable --out check, logging) in every script
-SLURM_FLAGS = ("partition", "account", "qos", "constraint", "time_min", "gpus_per_node", "cpus_per_task", "mem_gb",
-               "array_parallelism")  # fmt: skip
+SLURM_FLAGS = (
+    "partition",
+    "account",
+    "qos",
+    "constraint",
+    "time_min",
+    "gpus_per_node",
+    "cpus_per_task",
+    "mem_gb",
+    "array_parallelism",
+)
 LAUNCHER_FLAGS = frozenset({"launcher", "dry_run", "wait", "slurm_profile", *SLURM_FLAGS})  # read by launch_from_args
 
 
@@ -138,7 +147,9 @@ def flag_consumers(
         if isinstance(action, argparse._HelpAction):
             continue
         dest = action.dest
-        consumers[dest] = [who for who, names in (("planner", planner), ("launcher", launcher), ("script", script)) if dest in names]
+        consumers[dest] = [
+            who for who, names in (("planner", planner), ("launcher", launcher), ("script", script)) if dest in names
+        ]
     return consumers
 
 
@@ -193,9 +204,7 @@ def ensure_writable_dir(path: Path, *, flag: str) -> Path:
             pass
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise UserError(
-            f"{flag} {path}: cannot write there ({reason}); pass {flag} a writable directory"
-        ) from None
+        raise UserError(f"{flag} {path}: cannot write there ({reason}); pass {flag} a writable directory") from None
     return path
 
 
@@ -247,11 +256,11 @@ def comma_ints(text: str) -> list[int]:
         else:
             values = [int(p) for p in text.split(",") if p.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a list like 0,1,2 or a range like 1:100 or 1:49:4"
-        ) from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 0,1,2 or a range like 1:100 or 1:49:4") from None
     if not values:
-        raise argparse.ArgumentTypeError(f"{text!r} gives no values; give a list like 0,1,2 or a range start:stop with start <= stop")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} gives no values; give a list like 0,1,2 or a range start:stop with start <= stop"
+        )
     return values
 
 

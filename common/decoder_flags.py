@@ -37,20 +37,31 @@ SHARED_FLAGS: dict[str, PresetFlag] = {
 }
 
 
-def preset_flags(first: dict[str, PresetFlag], helps: dict[str, str], last: dict[str, PresetFlag] | None = None) -> dict[str, PresetFlag]:
+def preset_flags(
+    first: dict[str, PresetFlag], helps: dict[str, str], last: dict[str, PresetFlag] | None = None
+) -> dict[str, PresetFlag]:
     """A script's preset flags: its own ``first``, the shared ones (with the script's help text where ``helps`` has one),
     then its own ``last`` (the order of ``--help``)."""
     shared = {flag: (field, kind, helps.get(flag, text)) for flag, (field, kind, text) in SHARED_FLAGS.items()}
     return {**first, **shared, **(last or {})}
 
 
-def add_preset_flags(group: argparse._ArgumentGroup, flags: dict[str, PresetFlag], choices: dict[str, Sequence[str]]) -> None:
+def add_preset_flags(
+    group: argparse._ArgumentGroup, flags: dict[str, PresetFlag], choices: dict[str, Sequence[str]]
+) -> None:
     """Each flag of ``flags`` into ``group`` with default None; ``choices``: allowed values per preset field."""
     for flag, (field, kind, text) in flags.items():
         if kind is argparse.BooleanOptionalAction:
             group.add_argument(flag, dest=field, action=kind, default=None, help=text)
         else:
-            group.add_argument(flag, dest=field, type=kind, default=None, help=text, **({"choices": choices[field]} if field in choices else {}))
+            group.add_argument(
+                flag,
+                dest=field,
+                type=kind,
+                default=None,
+                help=text,
+                **({"choices": choices[field]} if field in choices else {}),
+            )
 
 
 def preset_fields(flags: dict[str, PresetFlag]) -> tuple[str, ...]:
@@ -58,7 +69,9 @@ def preset_fields(flags: dict[str, PresetFlag]) -> tuple[str, ...]:
     return tuple(field for field, _, _ in flags.values())
 
 
-def prepare_once(configs: Iterable[dict], prepare: Callable[[dict], Path], require: Callable[[dict], Path]) -> list[Path]:
+def prepare_once(
+    configs: Iterable[dict], prepare: Callable[[dict], Path], require: Callable[[dict], Path]
+) -> list[Path]:
     """Each distinct token directory of ``configs`` prepared before any job starts, by one process (``prepare``); under
     torchrun (several processes) it must be prepared already (``require``: one line naming ``--prepare-only``), since
     every process would wait in the process group, past its timeout, while one tokenises."""

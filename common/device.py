@@ -211,7 +211,9 @@ def set_rng_state(state: dict, device: torch.device | None = None) -> None:
         if isinstance(saved, list | tuple):  # older checkpoints: every visible device's state
             current = module.current_device()
             if len(saved) != module.device_count():
-                log.info("%s RNG: the checkpoint saw %d devices, %d are visible now", kind, len(saved), module.device_count())
+                log.info(
+                    "%s RNG: the checkpoint saw %d devices, %d are visible now", kind, len(saved), module.device_count()
+                )
             saved = saved[current] if current < len(saved) else saved[0]
         module.set_rng_state(saved)
 

@@ -83,7 +83,9 @@ def local_device_index(local_rank: int, visible: int, kind: str = "cuda") -> int
     ``--gpu-bind``: each task's own device is its ``<type>:0``). Anything else is a user error.
     """
     if visible <= 0:
-        raise UserError(f"local rank {local_rank} sees no {kind} device; request devices for every task (e.g. --gpus-per-task=1)")
+        raise UserError(
+            f"local rank {local_rank} sees no {kind} device; request devices for every task (e.g. --gpus-per-task=1)"
+        )
     if local_rank < visible:
         return local_rank
     if visible == 1:
@@ -107,7 +109,9 @@ def collective_timeout() -> datetime.timedelta:
     except ValueError:
         minutes = -1.0
     if not minutes > 0:
-        raise UserError(f"{TIMEOUT_ENV}={text}: give the collective timeout in minutes, a positive number (default {DEFAULT_TIMEOUT_MIN:g})")
+        raise UserError(
+            f"{TIMEOUT_ENV}={text}: give the collective timeout in minutes, a positive number (default {DEFAULT_TIMEOUT_MIN:g})"
+        )
     return datetime.timedelta(minutes=minutes)
 
 
@@ -144,11 +148,22 @@ def init_distributed(device: str | torch.device = "cpu", *, timeout: datetime.ti
             warn_idle_devices(os.environ.get("LOCAL_WORLD_SIZE"), visible, kind)
     if not dist.is_initialized():
         dist.init_process_group(
-            backend=backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout or collective_timeout(),
+            backend=backend,
+            init_method="env://",
+            rank=rank,
+            world_size=world_size,
+            timeout=timeout or collective_timeout(),
             device_id=torch.device(where) if kind == "cuda" else None,
-        )  # fmt: skip
+        )
         _start_wait_group(backend)
-        log.info("rank %d of %d (local rank %d, %s) joined the %s process group", rank, world_size, local_rank, where or kind, backend)
+        log.info(
+            "rank %d of %d (local rank %d, %s) joined the %s process group",
+            rank,
+            world_size,
+            local_rank,
+            where or kind,
+            backend,
+        )
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, backend=backend, device=where)
 
 
@@ -165,8 +180,12 @@ def warn_idle_devices(local_world_size: str | None, visible: int, kind: str = "c
     log.warning(
         "%d processes on this node but %d visible %s devices: %d stay idle; start one process per device "
         "(torchrun --nproc-per-node %d, or tasks_per_node = GPUs per node in the SLURM profile)",
-        n, visible, kind, visible - n, visible,
-    )  # fmt: skip
+        n,
+        visible,
+        kind,
+        visible - n,
+        visible,
+    )
     return True
 
 

@@ -73,7 +73,9 @@ def insert_zero_block(
     return block
 
 
-def insert_zero_blocks(model: nn.Module, indices: Sequence[int], family: str | None = None, seed: int = 0) -> list[ZeroOutputBlock]:
+def insert_zero_blocks(
+    model: nn.Module, indices: Sequence[int], family: str | None = None, seed: int = 0
+) -> list[ZeroOutputBlock]:
     """Joint insertion (App. E): one zero-output block at each of several candidates of the *original* model.
 
     Inserts from the last index to the first so that each index still names the original
@@ -96,7 +98,9 @@ class GrowthBrokeFunction(RuntimeError):
     """A growth step changed the model's function (a programming error, never a user mistake)."""
 
 
-def function_difference(before: nn.Module, after: nn.Module, x: torch.Tensor, modes: Sequence[str] = ("train", "eval")) -> dict[str, float]:
+def function_difference(
+    before: nn.Module, after: nn.Module, x: torch.Tensor, modes: Sequence[str] = ("train", "eval")
+) -> dict[str, float]:
     """``max |after(x) - before(x)|`` per BatchNorm mode, on float64 copies (the models are not touched).
 
     Both models are deep-copied, cast to float64 and put in ``mode``; train mode uses batch
@@ -106,14 +110,20 @@ def function_difference(before: nn.Module, after: nn.Module, x: torch.Tensor, mo
     x = x.detach().to(dtype=torch.float64)
     out = {}
     for mode in modes:
-        a, b = (copy.deepcopy(m).to(dtype=torch.float64, device=x.device).train(mode == "train") for m in (before, after))
+        a, b = (
+            copy.deepcopy(m).to(dtype=torch.float64, device=x.device).train(mode == "train") for m in (before, after)
+        )
         with torch.no_grad():
             ya, yb = a(x), b(x)
-        out[mode] = 0.0 if torch.equal(ya, yb) else float((ya - yb).abs().max()) if ya.shape == yb.shape else float("inf")
+        out[mode] = (
+            0.0 if torch.equal(ya, yb) else float((ya - yb).abs().max()) if ya.shape == yb.shape else float("inf")
+        )
     return out
 
 
-def check_function_preserved(before: nn.Module, after: nn.Module, x: torch.Tensor, *, what: str = "growth") -> dict[str, float]:
+def check_function_preserved(
+    before: nn.Module, after: nn.Module, x: torch.Tensor, *, what: str = "growth"
+) -> dict[str, float]:
     """Raise :class:`GrowthBrokeFunction` unless ``after`` equals ``before`` bit for bit on ``x`` in
     float64, in train and in eval mode; returns the per-mode differences (all 0.0) for the record."""
     diff = function_difference(before, after, x)

@@ -267,7 +267,9 @@ def require_runs(specs: Sequence[RunSpec], desc: str) -> None:
         raise UserError(f"{desc}: the flags select no runs; check --depths, --seeds and the other selections")
 
 
-def check_before_creating(specs: Sequence[RunSpec], launcher: str, check: Callable[[list[dict]], None] | None = None) -> None:
+def check_before_creating(
+    specs: Sequence[RunSpec], launcher: str, check: Callable[[list[dict]], None] | None = None
+) -> None:
     """With ``inline`` or ``local`` (this machine runs the jobs), refuse an absent device, then run the experiment's
     ``check`` on the unfinished runs' configs, before any run directory is created (docs/design.md, section
     "Runs, records and launching").
@@ -309,7 +311,13 @@ def launch_torchrun_ranks(fn: JobFn, specs: Sequence[RunSpec], args, *, desc: st
                 for spec in plan.todo:  # a config mismatch stops every rank before anything starts
                     runs.prepare_run(spec.out, spec.config)
                 todo = plan.todo
-                log.info("%s: %d planned, %d to run on %d processes (torchrun)", desc, len(plan.specs), len(todo), info.world_size)
+                log.info(
+                    "%s: %d planned, %d to run on %d processes (torchrun)",
+                    desc,
+                    len(plan.specs),
+                    len(todo),
+                    info.world_size,
+                )
         except UserError as exc:
             error = str(exc)
     message = broadcast_from_main({"todo": todo, "error": error})
@@ -515,8 +523,14 @@ def _device_slot(kind: str, ids: Sequence[str]) -> LocalSlot:
     return LocalSlot(label=label, params={**params, "gpus_per_node": len(ids), "visible_gpus": tuple(map(int, ids))})
 
 
-def run_in_slots(specs: Sequence[RunSpec], slots: Sequence[LocalSlot], start, *, poll_s: float = LOCAL_POLL_S,
-                 on_done: Callable[[], Any] | None = None) -> list:
+def run_in_slots(
+    specs: Sequence[RunSpec],
+    slots: Sequence[LocalSlot],
+    start,
+    *,
+    poll_s: float = LOCAL_POLL_S,
+    on_done: Callable[[], Any] | None = None,
+) -> list:
     """``start(spec, slot)`` for each spec, in order, while at most one job per slot is unfinished.
 
     ``start`` returns a job with ``done()``; a slot takes the next spec once its job is done (a
@@ -542,8 +556,9 @@ def run_in_slots(specs: Sequence[RunSpec], slots: Sequence[LocalSlot], start, *,
     return jobs
 
 
-def _run_local(job: RunJob, todo: list[RunSpec], params: dict, folder: Path, slots: Sequence[LocalSlot],
-               desc: str) -> list[submitit.Job]:
+def _run_local(
+    job: RunJob, todo: list[RunSpec], params: dict, folder: Path, slots: Sequence[LocalSlot], desc: str
+) -> list[submitit.Job]:
     """Every run of ``todo`` as a submitit local job, in the ``slots`` pool; waits for all."""
 
     def start(spec: RunSpec, slot: LocalSlot) -> submitit.Job:

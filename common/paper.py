@@ -33,19 +33,36 @@ MATCHED_INSERTION_ALPHA = 1e-3  # the target scale of the matched insertion (H.1
 
 # ----------------------------------------------------------------------------- reported results
 LOW_SIGNAL_AG = 5e-3  # AGmax below ~5e-3: the low-signal regime (Experiments, depth saturation)
-AG_DEPTH_TREND = "AGmax decreases with depth toward a low-signal regime"  # ResNets, GPT-2, Pythia (Abstract, Experiments)
-LOW_SIGNAL_PLATEAU = "AGmax stays below ~5e-3; test performance fluctuates without systematic gains"  # extended-depth runs
-SEPARATED_TEST = ("separated test H0: Gamma <= delta vs H1: Gamma >= delta + 2t at threshold delta + t (Theorem 3); "
-                  "the paper reports no App. G run")  # App. G
-PROJECTION_BOUND = "V_S,l <= AG_l: orthogonal projection cannot increase the norm (equality under realizability)"  # Intro, App. A
+AG_DEPTH_TREND = (
+    "AGmax decreases with depth toward a low-signal regime"  # ResNets, GPT-2, Pythia (Abstract, Experiments)
+)
+LOW_SIGNAL_PLATEAU = (
+    "AGmax stays below ~5e-3; test performance fluctuates without systematic gains"  # extended-depth runs
+)
+SEPARATED_TEST = (
+    "separated test H0: Gamma <= delta vs H1: Gamma >= delta + 2t at threshold delta + t (Theorem 3); "
+    "the paper reports no App. G run"
+)  # App. G
+PROJECTION_BOUND = (
+    "V_S,l <= AG_l: orthogonal projection cannot increase the norm (equality under realizability)"  # Intro, App. A
+)
 
 # Function-preserving growth, at GROWTH_DEPTHS on CIFAR-10.
 GROWTH_MEAN_TRAIN_LOSS = {"growth": 0.0066, "scratch": 0.0072}  # ResNet-10..13, CIFAR-10
 GROWTH_MEAN_TEST_LOSS = {"growth": 0.2576, "scratch": 0.2922}
 GROWTH_TEST_RELATIVE_REDUCTION = 0.118  # "about 11.8%"
 GROWTH_TEST_ABS_REDUCTION_RANGE = {"ResNet-12": 0.0242, "ResNet-10": 0.0456}  # smallest and largest
-GROWTH_LOWER_TRAIN_LOSS = ("ResNet-10", "ResNet-11", "ResNet-13")  # growth's training loss is lower; slightly higher for ResNet-12
-GROWTH_LOWER_TEST_LOSS = ("ResNet-10", "ResNet-11", "ResNet-12", "ResNet-13")  # growth's test loss is lower for all four
+GROWTH_LOWER_TRAIN_LOSS = (
+    "ResNet-10",
+    "ResNet-11",
+    "ResNet-13",
+)  # growth's training loss is lower; slightly higher for ResNet-12
+GROWTH_LOWER_TEST_LOSS = (
+    "ResNet-10",
+    "ResNet-11",
+    "ResNet-12",
+    "ResNet-13",
+)  # growth's test loss is lower for all four
 
 # depth d of ResNet-d -> immediate training-loss drop at MATCHED_INSERTION_ALPHA, no task-loss training (H.1);
 # its depths are the setting of script 06's paper preset.

@@ -53,7 +53,10 @@ def thin_log_labels(fig: Figure) -> None:
     """Log-axis labels as plain text ("0.01", "1e-05"), not mathtext, and no minor-tick labels on an axis
     spanning two labelled decades: the tick labels were most of the drawing time."""
     for ax in fig.axes:
-        for axis, scale, limits in ((ax.xaxis, ax.get_xscale(), ax.get_xlim()), (ax.yaxis, ax.get_yscale(), ax.get_ylim())):
+        for axis, scale, limits in (
+            (ax.xaxis, ax.get_xscale(), ax.get_xlim()),
+            (ax.yaxis, ax.get_yscale(), ax.get_ylim()),
+        ):
             if scale != "log":
                 continue
             low, high = sorted(limits)
@@ -119,7 +122,9 @@ def ag_heatmap(candidates: pd.DataFrame, *, dataset: str) -> Figure:
     """
     fig = new_figure(10.0, 4.6)
     axes = fig.subplots(1, 2)
-    for ax, (column, title) in zip(axes, (("ag_norm", "AG_l, batch-mean"), ("per_example_rms", "per-example RMS")), strict=True):
+    for ax, (column, title) in zip(
+        axes, (("ag_norm", "AG_l, batch-mean"), ("per_example_rms", "per-example RMS")), strict=True
+    ):
         grid = candidates.pivot_table(index="depth_n", columns="index", values=column, aggfunc="mean").sort_index()
         values = np.ma.masked_invalid(grid.to_numpy(dtype=float))
         positive = values.compressed()
@@ -188,8 +193,13 @@ def pythia(models: pd.DataFrame, candidates: pd.DataFrame, *, line: float) -> Fi
     for column, label in READINGS:
         ax_max.plot(ordered["n_layer"], ordered[column], marker="o", label=label)
     for _, row in ordered.iterrows():
-        ax_max.annotate(str(row["model"]).split("/")[-1], (row["n_layer"], row["ag_max"]), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
+        ax_max.annotate(
+            str(row["model"]).split("/")[-1],
+            (row["n_layer"], row["ag_max"]),
+            fontsize=6,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     low_signal_line(ax_max, line)
     ax_max.set_yscale("log")
     ax_max.set_xlabel("number of blocks")
@@ -224,8 +234,15 @@ def growth_bars(table: pd.DataFrame, *, dataset: str) -> Figure:
             paper = pd.to_numeric(table[f"paper_{method}_{metric}"], errors="coerce")
             shown = paper.notna().to_numpy()
             if shown.any():
-                ax.bar((x + offset)[shown], paper[shown], width, color="white", edgecolor=color, hatch="//",
-                       label=f"paper, {method}")  # fmt: skip
+                ax.bar(
+                    (x + offset)[shown],
+                    paper[shown],
+                    width,
+                    color="white",
+                    edgecolor=color,
+                    hatch="//",
+                    label=f"paper, {method}",
+                )
         ax.set_xticks(x, table["model"], fontsize=8)
         ax.set_ylabel(metric.replace("_", " "))
         ax.legend(fontsize=7)
@@ -254,15 +271,24 @@ def matched_insertion(rows: pd.DataFrame, *, paper: dict[int, float], alpha: flo
         ax_pred.set_xscale("log")
         ax_pred.set_yscale("log")
     hidden = len(drops) - len(shown)
-    ax_pred.set_title("measured vs first-order predicted drop" + (f" ({hidden} rows with no drop not shown)" if hidden else ""),
-                      fontsize=9)  # fmt: skip
+    ax_pred.set_title(
+        "measured vs first-order predicted drop" + (f" ({hidden} rows with no drop not shown)" if hidden else ""),
+        fontsize=9,
+    )
     ax_pred.set_xlabel("predicted drop, alpha ||Pi g||^2 / n")
     ax_pred.set_ylabel("measured drop of the training loss")
     ax_pred.legend(fontsize=7)
     at_alpha = drops[np.isclose(drops["alpha"], alpha)]
     seed_band(ax_depth, at_alpha, "depth_label", "measured", f"reproduced, alpha = {alpha:g}")
-    ax_depth.scatter(sorted(paper), [paper[d] for d in sorted(paper)], marker="s", facecolor="none", edgecolor="k", zorder=3,
-                     label="the paper (H.1)")  # fmt: skip
+    ax_depth.scatter(
+        sorted(paper),
+        [paper[d] for d in sorted(paper)],
+        marker="s",
+        facecolor="none",
+        edgecolor="k",
+        zorder=3,
+        label="the paper (H.1)",
+    )
     ax_depth.set_yscale("log")
     ax_depth.set_xlabel("d of ResNet-d")
     ax_depth.set_ylabel("training-loss drop right after insertion")
@@ -276,11 +302,17 @@ def matched_insertion(rows: pd.DataFrame, *, paper: dict[int, float], alpha: flo
 # ----------------------------------------------------------------------------- figure 7
 SCALING_PANELS = {  # family -> (tensor, statistic, exponent row shown) per curve
     "fc-tanh": (("A", "cumsum_norm", "beta"), ("A", "max_norm", "max_norm_exponent"), ("delta", "max_norm", "alpha")),
-    "fc-relu": (("delta_A", "cumsum_norm", "alpha_plus_beta"), ("delta_A", "max_norm", "alpha_plus_beta_max_norm"),
-                ("A", "max_norm", "max_norm_exponent")),
-    "sweep": (("A", "max_norm", "max_norm_exponent"), ("delta", "max_norm", "max_norm_exponent"),
-              ("A", "root_sum_squares", "rss_slope")),
-}  # fmt: skip
+    "fc-relu": (
+        ("delta_A", "cumsum_norm", "alpha_plus_beta"),
+        ("delta_A", "max_norm", "alpha_plus_beta_max_norm"),
+        ("A", "max_norm", "max_norm_exponent"),
+    ),
+    "sweep": (
+        ("A", "max_norm", "max_norm_exponent"),
+        ("delta", "max_norm", "max_norm_exponent"),
+        ("A", "root_sum_squares", "rss_slope"),
+    ),
+}
 
 
 def weight_scaling(records: pd.DataFrame, exponents: pd.DataFrame, *, panels: Sequence[tuple[str, str]]) -> Figure:
@@ -295,7 +327,9 @@ def weight_scaling(records: pd.DataFrame, exponents: pd.DataFrame, *, panels: Se
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     for ax, (family, dataset) in zip(axes, panels, strict=True):
         mine = records[(records["family"] == family) & (records["dataset"] == dataset) & (records["norm"] == "fro")]
-        fits = exponents[(exponents["family"] == family) & (exponents["dataset"] == dataset) & (exponents["norm"] == "fro")]
+        fits = exponents[
+            (exponents["family"] == family) & (exponents["dataset"] == dataset) & (exponents["norm"] == "fro")
+        ]
         curve = 0
         for tensor, statistic, exponent in SCALING_PANELS["sweep" if family == "sweep" else family]:
             for stage in sorted(mine["stage"].unique()):
@@ -315,7 +349,15 @@ def weight_scaling(records: pd.DataFrame, exponents: pd.DataFrame, *, panels: Se
                 else:
                     label += ": not fitted"
                 means = points.groupby("depth")[statistic].mean()
-                ax.plot(means.index, means.to_numpy(), linestyle="none", marker="o", markersize=3.5, color=color, label=label)
+                ax.plot(
+                    means.index,
+                    means.to_numpy(),
+                    linestyle="none",
+                    marker="o",
+                    markersize=3.5,
+                    color=color,
+                    label=label,
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("depth L (sweep: blocks per stage)")
@@ -337,7 +379,14 @@ def growth_value_vs_ag(candidates: pd.DataFrame) -> Figure:
     ax = fig.subplots()
     shown = candidates[(candidates["ag_norm"] > 0) & (candidates["growth_value"] > 0)]
     for i, (source, group) in enumerate(shown.groupby("source")):
-        ax.scatter(group["ag_norm"], group["growth_value"], s=12, alpha=0.7, color=f"C{i % 10}", label=f"{source} ({len(group)})")
+        ax.scatter(
+            group["ag_norm"],
+            group["growth_value"],
+            s=12,
+            alpha=0.7,
+            color=f"C{i % 10}",
+            label=f"{source} ({len(group)})",
+        )
     if len(shown):
         lo, hi = shown[["ag_norm", "growth_value"]].min().min(), shown[["ag_norm", "growth_value"]].max().max()
         ax.plot([lo / 2, hi * 2], [lo / 2, hi * 2], **LINE_STYLE, label="V_S,l = AG_l (realizability)")
@@ -363,8 +412,17 @@ def ag_vs_train_loss(probe: pd.DataFrame) -> Figure:
     depth_norm = (float(probe["depth_n"].min()), float(probe["depth_n"].max()) or 1.0)
     for ax, (column, label) in zip(axes, READINGS, strict=True):
         for i, (dataset, group) in enumerate(probe.groupby("dataset")):
-            points = ax.scatter(group["train_loss"], group[column], c=group["depth_n"], cmap="plasma", vmin=depth_norm[0],
-                                vmax=depth_norm[1], marker=markers[i % len(markers)], s=22, label=dataset)  # fmt: skip
+            points = ax.scatter(
+                group["train_loss"],
+                group[column],
+                c=group["depth_n"],
+                cmap="plasma",
+                vmin=depth_norm[0],
+                vmax=depth_norm[1],
+                marker=markers[i % len(markers)],
+                s=22,
+                label=dataset,
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("final training loss (clean pass over the training set)")
@@ -372,5 +430,7 @@ def ag_vs_train_loss(probe: pd.DataFrame) -> Figure:
         ax.legend(fontsize=7, title="dataset", title_fontsize=7)
         ax.grid(alpha=0.3, which="both")
     fig.colorbar(points, ax=axes, shrink=0.85, label="N, extra blocks")
-    fig.suptitle("does AGmax say more than the training loss? (claims report: partial Spearman given training loss)", fontsize=9)
+    fig.suptitle(
+        "does AGmax say more than the training loss? (claims report: partial Spearman given training loss)", fontsize=9
+    )
     return fig

@@ -91,7 +91,9 @@ def probe_mode(model: nn.Module, bn_mode: str = "eval") -> Iterator[nn.Module]:
     modes = {m: m.training for m in model.modules()}
     grads = {p: p.requires_grad for p in model.parameters()}
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    buffers = {m: {k: b.clone() for k, b in m.named_buffers(recurse=False)} for m in norms} if bn_mode == "train" else {}
+    buffers = (
+        {m: {k: b.clone() for k, b in m.named_buffers(recurse=False)} for m in norms} if bn_mode == "train" else {}
+    )
     try:
         model.eval()
         if bn_mode == "train":
@@ -194,8 +196,11 @@ def ag_maxima(rows: Iterable[Mapping]) -> dict:
         raise ValueError("ag_maxima needs at least one candidate")
     blocks = [r for r in rows if bool(r["block_input"])]
     out = {}
-    for key, column, among in (("ag_max", "ag_norm", rows), ("ag_max_per_example", "per_example_rms", rows),
-                               ("ag_max_blocks", "ag_norm", blocks)):
+    for key, column, among in (
+        ("ag_max", "ag_norm", rows),
+        ("ag_max_per_example", "per_example_rms", rows),
+        ("ag_max_blocks", "ag_norm", blocks),
+    ):
         best = max(among, key=lambda r: float(r[column])) if among else None
         out[key] = float(best[column]) if best is not None else None
         out[f"{key}_candidate"] = str(best["name"]) if best is not None else None
@@ -217,7 +222,9 @@ class ProbeResult:
     contributions: bool = False
     math_mode: dict = field(default_factory=dict)  # float32 math inside the probe (:func:`common.precision.math_mode`)
     float64_device: str = "cpu"  # where the float64 statistics ran (:func:`common.precision.float64_device`)
-    sub_batch: int | None = None  # examples per forward/backward pass (None: the whole batch); the scores do not depend on it
+    sub_batch: int | None = (
+        None  # examples per forward/backward pass (None: the whole batch); the scores do not depend on it
+    )
 
     @property
     def ag_max(self) -> float:
@@ -251,13 +258,21 @@ class ProbeResult:
             out["sub_batch"] = self.sub_batch
         if self.exact:  # record keys v_max*: V_S,max, as ag_max is AGmax
             vbest = max(self.scores, key=lambda s: s.growth_value)
-            out.update(v_max=self.growth_value_max, v_max_candidate=vbest.name,
-                       v_max_pooled=max(s.growth_value_pooled for s in self.scores))
+            out.update(
+                v_max=self.growth_value_max,
+                v_max_candidate=vbest.name,
+                v_max_pooled=max(s.growth_value_pooled for s in self.scores),
+            )
         return out
 
     def records(self) -> list[dict]:
         """One plain dict per candidate, with how it was measured (batch size, B, BN mode)."""
-        measured = {"batch_size": self.batch_size, "n_batches": self.n_batches, "bn_mode": self.bn_mode, "exact": self.exact}
+        measured = {
+            "batch_size": self.batch_size,
+            "n_batches": self.n_batches,
+            "bn_mode": self.bn_mode,
+            "exact": self.exact,
+        }
         return [{**asdict(s), **measured} for s in self.scores]
 
 
@@ -331,7 +346,9 @@ def probe_activation_gradients(
     not interact: a decoder, or eval-mode BatchNorm). Every score is then that of the whole batch.
     """
     if sub_batch is not None and bn_mode != "eval":
-        raise ValueError("sub-batches need examples that do not interact: BatchNorm in train mode mixes a batch; use bn_mode='eval'")
+        raise ValueError(
+            "sub-batches need examples that do not interact: BatchNorm in train mode mixes a batch; use bn_mode='eval'"
+        )
     candidates = model.candidates()
     block_modules = {id(m) for m in getattr(model, "blocks", ())}
     running = [_Running() for _ in candidates]
@@ -348,7 +365,9 @@ def probe_activation_gradients(
             batch_loss = 0.0
             for part in sub_batches(b, sub_batch):
                 s = part.stop - part.start
-                loss, states, grads = activation_gradients(model, x[part], y[part], _scaled_loss(loss_fn, s / b), candidates)
+                loss, states, grads = activation_gradients(
+                    model, x[part], y[part], _scaled_loss(loss_fn, s / b), candidates
+                )
                 batch_loss += float(loss)
                 for i, (z, g) in enumerate(zip(states, grads, strict=True)):  # g: these examples' rows of dL_b/dz_l
                     fam = candidate_family(candidates[i], family)
@@ -385,9 +404,16 @@ def probe_activation_gradients(
         ag = run.ag_sum / nb
         rms = math.sqrt(run.example_sq / n)
         score = CandidateScore(
-            index=c.index, name=c.name, family=fam_name, width=width, rows_per_example=rows_per_example,
+            index=c.index,
+            name=c.name,
+            family=fam_name,
+            width=width,
+            rows_per_example=rows_per_example,
             block_input=id(c.module) in block_modules,
-            ag_norm=ag, ag_norm_normalised=ag / math.sqrt(width), per_example_rms=rms, ag_norm_pooled=rms / math.sqrt(n),
+            ag_norm=ag,
+            ag_norm_normalised=ag / math.sqrt(width),
+            per_example_rms=rms,
+            ag_norm_pooled=rms / math.sqrt(n),
         )
         if exact:
             pooled = run.pooled.scaled(1.0 / n)
@@ -405,8 +431,17 @@ def probe_activation_gradients(
             score.contribution_cov_trace = run.moments.covariance_trace() if n > 1 else None
         scores.append(score)
     return ProbeResult(
-        scores=scores, batch_size=sizes[0], n_batches=nb, n_examples=n, bn_mode=bn_mode, exact=exact,
-        mean_loss=sum(losses) / nb, seed=seed, contributions=contributions, math_mode=mode, float64_device=str(f64),
+        scores=scores,
+        batch_size=sizes[0],
+        n_batches=nb,
+        n_examples=n,
+        bn_mode=bn_mode,
+        exact=exact,
+        mean_loss=sum(losses) / nb,
+        seed=seed,
+        contributions=contributions,
+        math_mode=mode,
+        float64_device=str(f64),
         sub_batch=sub_batch,
     )
 
@@ -436,7 +471,9 @@ def example_contributions(
 
 
 @torch.no_grad()
-def _tangent_gram(block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor, chunk_elements: int) -> GramAccumulator:
+def _tangent_gram(
+    block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor, chunk_elements: int
+) -> GramAccumulator:
     """``P = Psi^T Psi`` and ``X = Psi^T G`` of one batch, streamed over example chunks (float64)."""
     psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
     d, k = fam.width(z), fam.feature_dim(fam.width(z))
@@ -524,7 +561,9 @@ def per_example_tangent_regression(
 
 
 @torch.no_grad()
-def mean_loss(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], loss_fn: LossFn = F.cross_entropy) -> float:
+def mean_loss(
+    model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], loss_fn: LossFn = F.cross_entropy
+) -> float:
     """The mean per-example loss over ``batches`` in eval mode, the loss taken in float64 of the model's output.
 
     ``loss_fn`` is a batch-mean loss; each batch contributes ``b`` times its value, so the result is

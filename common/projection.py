@@ -82,7 +82,9 @@ class GramAccumulator:
         if psi_rows.shape[0] != grad_rows.shape[0]:
             raise ValueError(f"psi_rows has {psi_rows.shape[0]} rows but grad_rows has {grad_rows.shape[0]}")
         if psi_rows.shape[1] != self.k or grad_rows.shape[1] != self.d:
-            raise ValueError(f"expected (n, {self.k}) and (n, {self.d}), got {tuple(psi_rows.shape)} and {tuple(grad_rows.shape)}")
+            raise ValueError(
+                f"expected (n, {self.k}) and (n, {self.d}), got {tuple(psi_rows.shape)} and {tuple(grad_rows.shape)}"
+            )
         psi = psi_rows.detach().to(self.device).to(self.dtype)  # move first: no float64 on the source device
         grad = grad_rows.detach().to(self.device).to(self.dtype)
         self.P.addmm_(psi.T, psi)
@@ -98,7 +100,9 @@ class GramAccumulator:
         (the conv3x3 family's translation structure, :func:`common.tangent._conv_gram`).
         """
         if tuple(P.shape) != (self.k, self.k) or tuple(X.shape) != (self.k, self.d):
-            raise ValueError(f"expected P ({self.k}, {self.k}) and X ({self.k}, {self.d}), got {tuple(P.shape)} and {tuple(X.shape)}")
+            raise ValueError(
+                f"expected P ({self.k}, {self.k}) and X ({self.k}, {self.d}), got {tuple(P.shape)} and {tuple(X.shape)}"
+            )
         self.P += P.to(self.device).to(self.dtype)
         self.X += X.to(self.device).to(self.dtype)
         self.grad_sq += float(grad_sq)
@@ -374,10 +378,18 @@ def saturation_interval(
     best = max(range(len(values)), key=lambda i: values[i])
     lower, upper = gamma_interval(values[best], t)
     return SaturationInterval(
-        statistic=statistic, gamma_hat=float(values[best]), argmax=names[best], n=int(n), n_candidates=len(values),
-        t=float(t), alpha=float(alpha), alpha_source=source, lower=lower, upper=upper,
-        delta=None if delta is None else float(delta), verdict=saturation_verdict(lower, upper, delta),
+        statistic=statistic,
+        gamma_hat=float(values[best]),
+        argmax=names[best],
+        n=int(n),
+        n_candidates=len(values),
+        t=float(t),
+        alpha=float(alpha),
+        alpha_source=source,
+        lower=lower,
+        upper=upper,
+        delta=None if delta is None else float(delta),
+        verdict=saturation_verdict(lower, upper, delta),
         values={k: float(v) for k, v in zip(names, values, strict=True)},
         covariance_traces={k: float(v) for k, v in zip(names, covariance_traces, strict=True)},
-    )  # fmt: skip
-
+    )

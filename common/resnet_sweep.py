@@ -46,7 +46,12 @@ from common.train import WEIGHTS, SGDRecipe, TrainSettings, finish_run, load_wei
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "resnet_sweep"
-CONFIG_KEYS = ("dataset", "depth_n", "depth_label", "seed")  # what scripts 02, 03, 06, 07 read from a sweep run's config
+CONFIG_KEYS = (
+    "dataset",
+    "depth_n",
+    "depth_label",
+    "seed",
+)  # what scripts 02, 03, 06, 07 read from a sweep run's config
 
 
 # ----------------------------------------------------------------------------- presets
@@ -74,7 +79,9 @@ CIFAR_PAPER = SweepPreset(  # the paper's N = 1..100 and the backbone, N = 0
     depths=(0, *CIFAR_EXTRA_BLOCKS), recipe=SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0), batch_size=128
 )
 IMAGENET100_PAPER = SweepPreset(
-    depths=IMAGENET100_EXTRA_BLOCKS, recipe=SGDRecipe(epochs=IMAGENET100_EPOCHS, lr=0.2, warmup_epochs=5.0), batch_size=256,
+    depths=IMAGENET100_EXTRA_BLOCKS,
+    recipe=SGDRecipe(epochs=IMAGENET100_EPOCHS, lr=0.2, warmup_epochs=5.0),
+    batch_size=256,
     image_size=64,
 )
 SMOKE = SweepPreset(
@@ -84,8 +91,11 @@ SMOKE_IMAGENET100 = replace(SMOKE, depths=(1, 5), recipe=replace(SMOKE.recipe, e
 # mini (docs/decisions.md, section "Mini preset"): real CIFAR-10 images at a reduced scale, trained until the
 # deepest depth fits its subset; the sizes come from the sizing study written down there.
 MINI = SweepPreset(
-    depths=(0, 2, 3, 4, 5, 9, 12, 15), recipe=SGDRecipe(epochs=100, lr=0.05, warmup_epochs=1.0), batch_size=100,
-    train_subset=1000, test_every_epoch=False,
+    depths=(0, 2, 3, 4, 5, 9, 12, 15),
+    recipe=SGDRecipe(epochs=100, lr=0.05, warmup_epochs=1.0),
+    batch_size=100,
+    train_subset=1000,
+    test_every_epoch=False,
 )
 
 DEFAULT_DATASET = {"paper": "cifar10", "smoke": "digits", "mini": "cifar10"}
@@ -141,9 +151,16 @@ def sweep_configs(
     settings = sweep_preset(preset, dataset)
     depths = list(settings.depths if depths is None else depths)
     if not depths or min(depths) < 0:
-        raise UserError(f"--depths {','.join(map(str, depths)) or '(none)'}: give extra-block counts N >= 0, e.g. 0,1,2 or 1:100")
-    for flag, value in (("--epochs", epochs), ("--batch-size", batch_size), ("--lr", lr), ("--image-size", image_size),
-                        ("--train-subset", train_subset)):
+        raise UserError(
+            f"--depths {','.join(map(str, depths)) or '(none)'}: give extra-block counts N >= 0, e.g. 0,1,2 or 1:100"
+        )
+    for flag, value in (
+        ("--epochs", epochs),
+        ("--batch-size", batch_size),
+        ("--lr", lr),
+        ("--image-size", image_size),
+        ("--train-subset", train_subset),
+    ):
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value}: must be positive")
     warn_unused_data_root(dataset, data_root)
@@ -157,11 +174,20 @@ def sweep_configs(
     elif dataset == "npz":
         data["file"] = Path(data_root).name  # the file's name is part of the run identity
     elif dataset == "synthetic":
-        data = {"num_train": 512, "num_test": 256, "num_classes": 10, "image_size": 32, "data_seed": 0, **(synthetic or {})}
+        data = {
+            "num_train": 512,
+            "num_test": 256,
+            "num_classes": 10,
+            "image_size": 32,
+            "data_seed": 0,
+            **(synthetic or {}),
+        }
     subset = train_subset or settings.train_subset
     if subset:
         if dataset == "synthetic":
-            raise UserError("--train-subset: the synthetic source sets its own size; use it with cifar10, npz or another real dataset")
+            raise UserError(
+                "--train-subset: the synthetic source sets its own size; use it with cifar10, npz or another real dataset"
+            )
         data["train_subset"] = {"k": subset, "seed": settings.subset_seed}
     widths = list(ResNetConfig.for_dataset(dataset, 0, 1).widths)
     recipe = replace(settings.recipe, epochs=epochs or settings.recipe.epochs, lr=lr or settings.recipe.lr)
@@ -273,9 +299,15 @@ def fit_resnet(spec: RunSpec, make_model: ModelFn) -> dict:
     eval_bs = runtime.get("eval_batch_size", 500)
     x_train, y_train = data.x_train.to(device), data.y_train.to(device)  # once: both train loaders share it
     train_loader = TensorLoader(
-        x_train, y_train, hp["batch_size"], train=True, seed=config["seed"],
-        crop_pad=hp["crop_pad"], flip=hp["flip"], **loader_keys,
-    )  # fmt: skip
+        x_train,
+        y_train,
+        hp["batch_size"],
+        train=True,
+        seed=config["seed"],
+        crop_pad=hp["crop_pad"],
+        flip=hp["flip"],
+        **loader_keys,
+    )
     test_loader = TensorLoader(data.x_test, data.y_test, eval_bs, train=False, **loader_keys)
     clean_train_loader = TensorLoader(x_train, y_train, eval_bs, train=False, **loader_keys)
     settings = TrainSettings(recipe=SGDRecipe.from_config(hp), compile=use_compile, channels_last=channels_last)
@@ -322,7 +354,9 @@ def load_trained_resnet(run_dir: str | Path, map_location="cpu") -> ResNet:
     config = runs.read_config(run_dir, CONFIG_KEYS)
     state = load_weights(run_dir, map_location)
     if "head.fc.weight" not in state:
-        raise UserError(f"{run_dir / WEIGHTS} holds no ResNet head; delete the run directory {run_dir} and rerun script 01")
+        raise UserError(
+            f"{run_dir / WEIGHTS} holds no ResNet head; delete the run directory {run_dir} and rerun script 01"
+        )
     model = build_resnet(config, num_classes=state["head.fc.weight"].shape[0])
     try:
         model.load_state_dict(state)
@@ -355,7 +389,11 @@ def check_sweep_data(configs: Sequence[dict]) -> None:
     launching")."""
     seen = set()
     for config in configs:
-        key = json.dumps([config["dataset"], config.get("data"), config.get("runtime", {}).get("data_root")], sort_keys=True, default=str)
+        key = json.dumps(
+            [config["dataset"], config.get("data"), config.get("runtime", {}).get("data_root")],
+            sort_keys=True,
+            default=str,
+        )
         if key not in seen:
             seen.add(key)
             load_sweep_data(config)
@@ -370,9 +408,20 @@ def check_sweep_inputs(configs: Sequence[dict], *, data: bool = True) -> None:
         check_sweep_data([sweep_data_config(c["runtime"]["sweep_dir"], c["runtime"].get("data_root")) for c in configs])
 
 
-def train_command(preset: str, dataset: str, out: str | Path, *, depths: Sequence[int] | None = None, seeds: Sequence[int] | None = None) -> str:
+def train_command(
+    preset: str,
+    dataset: str,
+    out: str | Path,
+    *,
+    depths: Sequence[int] | None = None,
+    seeds: Sequence[int] | None = None,
+) -> str:
     """The script-01 command that trains the sweep runs a message asks for (following it must help)."""
-    parts = ["python 01_train_resnet_sweep.py", *([f"--preset {preset}"] if preset != "paper" else []), f"--dataset {dataset}"]
+    parts = [
+        "python 01_train_resnet_sweep.py",
+        *([f"--preset {preset}"] if preset != "paper" else []),
+        f"--dataset {dataset}",
+    ]
     parts += [f"--depths {','.join(map(str, depths))}"] if depths else []
     parts += [f"--seeds {','.join(map(str, seeds))}"] if seeds else []
     return " ".join([*parts, f"--out {out}"])
@@ -395,7 +444,9 @@ def require_sweep_runs(out: str | Path, dataset: str, *, preset: str, seeds: Seq
     return found
 
 
-def finished_sweep_runs(out: str | Path, dataset: str, *, preset: str | None = None, seed: int | None = None) -> list[Path]:
+def finished_sweep_runs(
+    out: str | Path, dataset: str, *, preset: str | None = None, seed: int | None = None
+) -> list[Path]:
     """Directories of the finished sweep runs on ``dataset`` under ``out``, sorted by (N, seed)."""
     found = []
     for directory in sorted((Path(out) / EXPERIMENT).glob("*")):

@@ -210,7 +210,9 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
         torch.save(state, handle)
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", *, fix: str | None = None, mmap: bool = False) -> dict:
+def load_checkpoint(
+    path: str | os.PathLike, map_location: Any = "cpu", *, fix: str | None = None, mmap: bool = False
+) -> dict:
     """Load with ``weights_only=True``; a corrupt file (or one that is not a dict) is a :class:`UserError`.
 
     ``fix`` is the advice the message gives; the default (delete the file, which restarts the run from
@@ -340,7 +342,9 @@ def finished_like(out: str | os.PathLike, configs: Sequence[dict], key: Callable
 def write_summary(paths_and_bytes: Sequence[tuple[Path, bytes]], *, runs_found: int) -> list[Path]:
     """Write summary files atomically; an empty run set is a :class:`UserError`, never an empty file."""
     if runs_found == 0:
-        raise UserError(f"no finished runs, so no summaries: nothing was written to {', '.join(str(p) for p, _ in paths_and_bytes)}")
+        raise UserError(
+            f"no finished runs, so no summaries: nothing was written to {', '.join(str(p) for p, _ in paths_and_bytes)}"
+        )
     for path, data in paths_and_bytes:
         atomic_write_bytes(path, data)
     return [path for path, _ in paths_and_bytes]

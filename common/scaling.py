@@ -100,7 +100,10 @@ def stack_weights(weights) -> np.ndarray:
     elif isinstance(weights, np.ndarray):
         stacked = weights.astype(np.float64)
     else:
-        items = [w.detach().cpu().double().numpy() if isinstance(w, torch.Tensor) else np.asarray(w, np.float64) for w in weights]
+        items = [
+            w.detach().cpu().double().numpy() if isinstance(w, torch.Tensor) else np.asarray(w, np.float64)
+            for w in weights
+        ]
         if not items:
             raise ValueError("an empty weight sequence has no statistics")
         stacked = np.stack(items)
@@ -212,8 +215,13 @@ class TrendNoise:
         ``trend_max`` and ``noise_fraction = noise_max / path_max`` (NaN when the path is too short to split)."""
         path_max = float(self.norms("path", norm, input_size).max())
         if self.window is None:
-            return {"path_max": path_max, "noise_max": math.nan, "trend_max": math.nan, "noise_fraction": math.nan,
-                    "trend_window": None}  # fmt: skip
+            return {
+                "path_max": path_max,
+                "noise_max": math.nan,
+                "trend_max": math.nan,
+                "noise_fraction": math.nan,
+                "trend_window": None,
+            }
         noise_max = float(self.norms("noise", norm, input_size).max())
         return {
             "path_max": path_max,
@@ -300,10 +308,18 @@ def fit_power_law(depths: Sequence[float], values: Sequence[float], level: float
     fit = stats.linregress(np.log(x), np.log(y))
     half = float(stats.t.ppf(0.5 + level / 2, len(x) - 2)) * fit.stderr
     return PowerLawFit(
-        slope=float(fit.slope), intercept=float(fit.intercept), stderr=float(fit.stderr),
-        ci_low=float(fit.slope - half), ci_high=float(fit.slope + half), level=level, n=len(x),
-        n_depths=distinct, depth_min=int(x.min()), depth_max=int(x.max()), r_squared=float(fit.rvalue**2),
-    )  # fmt: skip
+        slope=float(fit.slope),
+        intercept=float(fit.intercept),
+        stderr=float(fit.stderr),
+        ci_low=float(fit.slope - half),
+        ci_high=float(fit.slope + half),
+        level=level,
+        n=len(x),
+        n_depths=distinct,
+        depth_min=int(x.min()),
+        depth_max=int(x.max()),
+        r_squared=float(fit.rvalue**2),
+    )
 
 
 @dataclass(frozen=True)
@@ -321,18 +337,31 @@ STEPS: dict[str, Step] = {
     "alpha": Step("max_norm", -1.0, 0.0, "-slope", "Step 1: delta ~ L^-alpha, from max_k |delta_k|"),
     "beta": Step("cumsum_norm", -1.0, 1.0, "1 - slope", "Step 2: the cumulative-sum norm grows like L^(1-beta)"),
     "max_norm_exponent": Step("max_norm", -1.0, 0.0, "-slope", "max_k ||A_k|| ~ L^-beta under Hypothesis 1"),
-    "nu": Step("max_increment", -1.0, "-beta", "-(beta + slope)", "Step 3: L^beta max_k ||A_k+1 - A_k|| ~ L^-nu, Step 2's beta"),
-    "nu_max_norm": Step("max_increment", -1.0, "-max_norm_exponent", "-(beta_max + slope)",
-                        "Step 3: L^beta max_k ||A_k+1 - A_k|| ~ L^-nu, the max norm's beta"),
+    "nu": Step(
+        "max_increment", -1.0, "-beta", "-(beta + slope)", "Step 3: L^beta max_k ||A_k+1 - A_k|| ~ L^-nu, Step 2's beta"
+    ),
+    "nu_max_norm": Step(
+        "max_increment",
+        -1.0,
+        "-max_norm_exponent",
+        "-(beta_max + slope)",
+        "Step 3: L^beta max_k ||A_k+1 - A_k|| ~ L^-nu, the max norm's beta",
+    ),
     "rss_slope": Step("root_sum_squares", 1.0, 0.0, "slope", "Step 5: sqrt(sum_k ||A_k||^2) bounded when <= 0"),
-    "noise_fraction_slope": Step("noise_fraction", 1.0, 0.0, "slope", "Step 4: ~0 under Hypothesis 2, < 0 for smooth weights"),
+    "noise_fraction_slope": Step(
+        "noise_fraction", 1.0, 0.0, "slope", "Step 4: ~0 under Hypothesis 2, < 0 for smooth weights"
+    ),
 }
 
 
 STEP2_ESTIMATOR = "Step 2 (cumulative sum, their text)"
 MAX_NORM_ESTIMATOR = "max norm (how their figures were read; used for the verdict)"
-ESTIMATORS = {"beta": STEP2_ESTIMATOR, "nu": STEP2_ESTIMATOR, "max_norm_exponent": MAX_NORM_ESTIMATOR,
-              "nu_max_norm": MAX_NORM_ESTIMATOR}  # which beta an exponent rests on (module docstring)
+ESTIMATORS = {
+    "beta": STEP2_ESTIMATOR,
+    "nu": STEP2_ESTIMATOR,
+    "max_norm_exponent": MAX_NORM_ESTIMATOR,
+    "nu_max_norm": MAX_NORM_ESTIMATOR,
+}  # which beta an exponent rests on (module docstring)
 
 
 def exponent(fit: PowerLawFit, sign: float, offset: float) -> tuple[float, float, float]:
@@ -343,9 +372,15 @@ def exponent(fit: PowerLawFit, sign: float, offset: float) -> tuple[float, float
 
 # ----------------------------------------------------------------------------- BatchNorm folding
 def fold_batchnorm(
-    weight: torch.Tensor, *, running_mean: torch.Tensor, running_var: torch.Tensor, gamma: torch.Tensor,
-    beta: torch.Tensor, eps: float, bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    weight: torch.Tensor,
+    *,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    gamma: torch.Tensor,
+    beta: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W', b')`` with ``conv_{W', b'} = BN_eval o conv_{W, b}``: ``W' = W * gamma / sqrt(var + eps)`` per output channel,
     ``b' = beta + (b - mean) * gamma / sqrt(var + eps)``.
 

@@ -236,7 +236,9 @@ def resolve(
             "which run one process per job; remove it (only GPT-2/Pythia jobs run one task per GPU)"
         )
     elif (gpus := requested_gpus(values)) > 1:
-        log.warning("'%s' jobs run one process on one GPU, but request %d GPUs per job: %d sit idle", job_kind, gpus, gpus - 1)
+        log.warning(
+            "'%s' jobs run one process on one GPU, but request %d GPUs per job: %d sit idle", job_kind, gpus, gpus - 1
+        )
     return Resolved(values=values, sources=sources, job_kind=job_kind, distributed=distributed)
 
 

@@ -62,7 +62,10 @@ def markdown_table(rows: Iterable[Mapping], columns: Sequence[str | Column] | No
     for c in columns:
         if c.align not in ALIGNMENTS:
             raise ValueError(f"column {c.header!r}: align {c.align!r} is not one of {sorted(ALIGNMENTS)}")
-    lines = ["| " + " | ".join(escape(c.header) for c in columns) + " |", "|" + "".join(f"{ALIGNMENTS[c.align]}|" for c in columns)]
+    lines = [
+        "| " + " | ".join(escape(c.header) for c in columns) + " |",
+        "|" + "".join(f"{ALIGNMENTS[c.align]}|" for c in columns),
+    ]
     lines += ["| " + " | ".join(c.cell(r) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 

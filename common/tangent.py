@@ -166,7 +166,9 @@ _OFFSETS = [(i - 1, j - 1) for i in range(3) for j in range(3)]  # V.weight's (i
 _SHIFTS = [(dy, dx) for dy in range(3) for dx in range(-2, 3) if dy > 0 or dx >= 0]  # 13; the rest by symmetry
 
 
-def _conv_gram(psi: torch.Tensor, g: torch.Tensor, *, chunk_elements: int = GRAM_CHUNK_ELEMENTS) -> tuple[torch.Tensor, torch.Tensor]:
+def _conv_gram(
+    psi: torch.Tensor, g: torch.Tensor, *, chunk_elements: int = GRAM_CHUNK_ELEMENTS
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``P = Psi^T Psi`` and ``X = Psi^T G`` (float64) of the im2col rows, without forming them.
 
     ``Psi``'s column ``(c, o)`` at position ``p`` is ``psi_pad[c, p + o]`` for the nine offsets
@@ -300,7 +302,9 @@ register_family(
 )
 
 
-def make_zero_block(family: str, width: int, seed: int, index: int, *, like: torch.Tensor | None = None) -> ZeroOutputBlock:
+def make_zero_block(
+    family: str, width: int, seed: int, index: int, *, like: torch.Tensor | None = None
+) -> ZeroOutputBlock:
     """The protocol's zero-output block of ``family`` for candidate ``index`` of a width-``width`` stream.
 
     ``U_l`` is drawn in float32 on the CPU from :func:`protocol_seed` (so the same block comes

@@ -136,7 +136,11 @@ class SGDRecipe(_Recipe):
     def make_optimizer(self, model: nn.Module) -> torch.optim.SGD:
         """SGD with momentum; weight decay on every parameter (as in the CIFAR ResNet recipes)."""
         return torch.optim.SGD(
-            model.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay, nesterov=self.nesterov
+            model.parameters(),
+            lr=self.lr,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            nesterov=self.nesterov,
         )
 
     def schedule(self, steps_per_epoch: int) -> Schedule:
@@ -173,7 +177,9 @@ class AdamRecipe(_Recipe):
 
     def schedule(self, steps_per_epoch: int) -> Schedule:
         """Warm-up over ``warmup_epochs``, then cosine to 0 at ``epochs`` or constant (per step)."""
-        return Schedule(self.lr, self.epochs * steps_per_epoch, round(self.warmup_epochs * steps_per_epoch), decay=self.decay)
+        return Schedule(
+            self.lr, self.epochs * steps_per_epoch, round(self.warmup_epochs * steps_per_epoch), decay=self.decay
+        )
 
 
 @dataclass(frozen=True)
@@ -312,7 +318,9 @@ class EarlyStopping(_Recipe):
 
     def update(self, state: dict, loss: float) -> dict:
         """The state after an epoch whose running training loss is ``loss``."""
-        best, bad = (loss, 0) if loss < (1 - self.min_improvement) * state["best"] else (state["best"], state["bad_epochs"] + 1)
+        best, bad = (
+            (loss, 0) if loss < (1 - self.min_improvement) * state["best"] else (state["best"], state["bad_epochs"] + 1)
+        )
         stopped = "converged" if loss < self.below else "no improvement" if bad >= self.patience else None
         return {"best": best, "bad_epochs": bad, "stopped": stopped}
 
@@ -334,7 +342,13 @@ def batch_loss(settings: TrainSettings, outputs: torch.Tensor, targets: torch.Te
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, loader: Iterable, device: torch.device, *, amp: bool = True, loss: str = "cross_entropy", split: bool = True
+    model: nn.Module,
+    loader: Iterable,
+    device: torch.device,
+    *,
+    amp: bool = True,
+    loss: str = "cross_entropy",
+    split: bool = True,
 ) -> dict:
     """Mean cross-entropy and accuracy over every target of ``loader`` (eval mode, no augmentation);
     with ``loss="mse"`` the mean squared error over every coordinate and no ``acc``.
@@ -484,12 +498,19 @@ def train_epoch(
         loss_sum += _check_finite(pending, step, epoch, batches - 1, where, device)
     correct_n = correct.item()
     if _world_size() > 1:  # every process's share of the epoch
-        loss_sum, batches, correct_n, seen, targets = _all_reduce_sums(device, loss_sum, batches, correct_n, seen, targets)
+        loss_sum, batches, correct_n, seen, targets = _all_reduce_sums(
+            device, loss_sum, batches, correct_n, seen, targets
+        )
     devices.synchronize(device)  # the epoch's work has finished, not just been queued
     return EpochStats(
-        step=step, lr=lr, loss=loss_sum / max(batches, 1), acc=None if settings.loss == "mse" else correct_n / max(targets, 1),
-        examples=int(seen), seconds=time.perf_counter() - start, targets=int(targets),
-    )  # fmt: skip
+        step=step,
+        lr=lr,
+        loss=loss_sum / max(batches, 1),
+        acc=None if settings.loss == "mse" else correct_n / max(targets, 1),
+        examples=int(seen),
+        seconds=time.perf_counter() - start,
+        targets=int(targets),
+    )
 
 
 def train(
@@ -535,7 +556,9 @@ def train(
     optimizer = recipe.make_optimizer(model)
     batches = len(train_loader)  # type: ignore[arg-type]
     if batches % settings.accum_steps:
-        raise ValueError(f"{batches} batches per epoch do not split into steps of {settings.accum_steps} accumulated batches")
+        raise ValueError(
+            f"{batches} batches per epoch do not split into steps of {settings.accum_steps} accumulated batches"
+        )
     steps_per_epoch = batches // settings.accum_steps
     if steps_per_epoch == 0:
         raise UserError(f"{desc}: the training set is smaller than one batch; lower --batch-size")
@@ -558,7 +581,9 @@ def train(
     # DDP when more than one process (torchrun, multi-task SLURM): gradients averaged over the processes.
     ddp = None
     if _world_size() > 1 and not shard:  # gradients live in DDP's buckets (gradient_as_bucket_view): no second copy
-        ddp = DistributedDataParallel(model, device_ids=[device] if device.type != "cpu" else None, gradient_as_bucket_view=True)
+        ddp = DistributedDataParallel(
+            model, device_ids=[device] if device.type != "cpu" else None, gradient_as_bucket_view=True
+        )
     forward = torch.compile(ddp or model) if settings.compile else (ddp or model)
     no_sync = ddp.no_sync if ddp is not None else functools.partial(_no_gradient_sync, model) if shard else None
     for epoch in range(start_epoch, recipe.rounds):
@@ -569,9 +594,17 @@ def train(
         model.train()
         start = time.perf_counter()
         stats = train_epoch(
-            forward, optimizer, train_loader, schedule=schedule, step=step, settings=settings, device=device,
-            where=str(run_dir), epoch=epoch, no_sync=no_sync,
-        )  # fmt: skip
+            forward,
+            optimizer,
+            train_loader,
+            schedule=schedule,
+            step=step,
+            settings=settings,
+            device=device,
+            where=str(run_dir),
+            epoch=epoch,
+            no_sync=no_sync,
+        )
         step = stats.step
         record = {
             "epoch": epoch + 1,
@@ -606,9 +639,16 @@ def train(
                 },
             )
         log.info(
-            "%s: %s %d/%d lr %.4g %s%.0f %s/s", desc, recipe.ROUNDS.removesuffix("s"), epoch + 1, recipe.rounds, stats.lr,
-            "".join(_loss_acc(record, n) for n in ("train", *eval_loaders)), record[f"{counts}_per_s"], counts,
-        )  # fmt: skip
+            "%s: %s %d/%d lr %.4g %s%.0f %s/s",
+            desc,
+            recipe.ROUNDS.removesuffix("s"),
+            epoch + 1,
+            recipe.rounds,
+            stats.lr,
+            "".join(_loss_acc(record, n) for n in ("train", *eval_loaders)),
+            record[f"{counts}_per_s"],
+            counts,
+        )
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
 
@@ -625,14 +665,18 @@ def train(
     if shard:
         summary["fsdp_param_dtype"] = "bfloat16" if fsdp_bf16(settings, device) else "float32"
     if stop is not None:  # the epochs trained, and why they ended
-        summary.update({recipe.ROUNDS: summary.get("epoch", 0)}, stopping={**stop, "stopped": stop["stopped"] or "epoch limit"})
+        summary.update(
+            {recipe.ROUNDS: summary.get("epoch", 0)}, stopping={**stop, "stopped": stop["stopped"] or "epoch limit"}
+        )
     weights = full_state(model, None, shard)[0]
     if main:
         runs.save_checkpoint(run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in weights.items()}})
     return summary
 
 
-def final_evaluation(model: nn.Module, eval_loaders: dict, final_loaders: dict, device: torch.device, settings: TrainSettings) -> dict:
+def final_evaluation(
+    model: nn.Module, eval_loaders: dict, final_loaders: dict, device: torch.device, settings: TrainSettings
+) -> dict:
     """The reported losses: ``final_loaders``, and ``eval_loaders`` again unless their per-epoch values already are float32.
 
     Float32 without autocast (bf16 evaluation moved a ResNet-8's loss by 0.16%), under
@@ -696,13 +740,19 @@ def shard_model(model: nn.Module, device: torch.device | None = None, *, bf16_pa
     parameters stay the optimizer's.
     """
     mesh = init_device_mesh(device.type, (_world_size(),)) if device is not None else None
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16_params else MixedPrecisionPolicy()
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if bf16_params
+        else MixedPrecisionPolicy()
+    )
     for block in getattr(model, "blocks", ()):
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
 
 
-def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, *, shard: bool, device: torch.device) -> dict | None:
+def resume(
+    run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, *, shard: bool, device: torch.device
+) -> dict | None:
     """Apply the run's checkpoint to ``model`` and ``optimizer`` and restore the RNG; its other keys, or None (a fresh start).
 
     Memory: only rank 0 reads the checkpoint, and drops it once applied. On an accelerator it is
@@ -716,8 +766,14 @@ def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, *,
     """
     world = _world_size()
     state = runs.resume_state(run_dir, mmap=device.type != "cpu") if _rank() == 0 else None
-    info = None if state is None else {**{k: v for k, v in state.items() if k not in ("model", "optimizer")},
-                                       "problem": _fsdp_mismatch(run_dir, state["optimizer"], shard)}  # fmt: skip
+    info = (
+        None
+        if state is None
+        else {
+            **{k: v for k, v in state.items() if k not in ("model", "optimizer")},
+            "problem": _fsdp_mismatch(run_dir, state["optimizer"], shard),
+        }
+    )
     if world > 1:
         info = broadcast_from_main(info)
     if info is None:
@@ -739,7 +795,9 @@ def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, *,
     return info
 
 
-def _broadcast_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict | None, device: torch.device) -> None:
+def _broadcast_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, state: dict | None, device: torch.device
+) -> None:
     """Rank 0's checkpoint (``state``; None elsewhere) into every process's unsharded model and optimizer.
 
     The model: rank 0 loads it, then every parameter and buffer is broadcast in place. The
@@ -780,8 +838,10 @@ def _fsdp_mismatch(run_dir: Path, optimizer_state: dict, shard: bool) -> str | N
     if written_sharded == shard or not optimizer_state.get("state"):
         return None
     how = "with" if written_sharded else "without"
-    return (f"{run_dir}: its checkpoint was written {how} FSDP; resume it {how} --fsdp "
-            f"(or delete {runs.checkpoint_path(run_dir)} to start over)")  # fmt: skip
+    return (
+        f"{run_dir}: its checkpoint was written {how} FSDP; resume it {how} --fsdp "
+        f"(or delete {runs.checkpoint_path(run_dir)} to start over)"
+    )
 
 
 def full_state(model: nn.Module, optimizer: torch.optim.Optimizer | None, shard: bool) -> tuple[dict, dict | None]:
@@ -843,7 +903,9 @@ def _all_reduce_sums(device: torch.device, *values: float) -> list[float]:
     return totals.tolist()
 
 
-def _check_finite(losses: list[torch.Tensor], step: int, epoch: int, batch: int, where: str, device: torch.device | None = None) -> float:
+def _check_finite(
+    losses: list[torch.Tensor], step: int, epoch: int, batch: int, where: str, device: torch.device | None = None
+) -> float:
     """Sum of ``losses`` (the last ``len(losses)`` steps), or raise naming the first bad step.
 
     Under ``torch.distributed`` the processes first agree on the first bad step of any of them (one

@@ -61,13 +61,23 @@ class Blocks(nn.Module):
 
 def token_batches(n: int, seed: int = 0, batch: int = 2, length: int = 5) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randint(0, VOCAB, (batch, length), generator=g), torch.randint(0, VOCAB, (batch, length), generator=g)) for _ in range(n)]
+    return [
+        (torch.randint(0, VOCAB, (batch, length), generator=g), torch.randint(0, VOCAB, (batch, length), generator=g))
+        for _ in range(n)
+    ]
 
 
 def join_as(rank: int, port: int, world: int = 2) -> None:
     """torchrun's variables for ``rank`` of ``world`` on one node, then :func:`init_distributed` (gloo)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(world), DS_DIST_TIMEOUT_MIN="1")  # fmt: skip
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
+        DS_DIST_TIMEOUT_MIN="1",
+    )
     torch.set_num_threads(1)
     init_distributed("cpu")
 
@@ -165,7 +175,15 @@ def resume_reads_once(rank: int, out: Path, fsdp: bool) -> dict:
                 raise KeyboardInterrupt
 
         torch.manual_seed(seed)
-        return train(Blocks(), batches, {"val": token_batches(3)}, run_dir=out / name, settings=settings, device=CPU, on_epoch_end=stop)
+        return train(
+            Blocks(),
+            batches,
+            {"val": token_batches(3)},
+            run_dir=out / name,
+            settings=settings,
+            device=CPU,
+            on_epoch_end=stop,
+        )
 
     wrapped = []
     original_ddp = train_module.DistributedDataParallel
@@ -188,7 +206,12 @@ def resume_reads_once(rank: int, out: Path, fsdp: bool) -> dict:
         resumed = run(f"{tag}-resumed", 123)
     finally:
         torch.load = original
-    found = {"loads": loads, "val_loss": [whole["val_loss"], resumed["val_loss"]], "steps": resumed["steps"], "ddp_bucket_view": wrapped}
+    found = {
+        "loads": loads,
+        "val_loss": [whole["val_loss"], resumed["val_loss"]],
+        "steps": resumed["steps"],
+        "ddp_bucket_view": wrapped,
+    }
     if rank == 0:
         a, b = load_weights(out / f"{tag}-whole"), load_weights(out / f"{tag}-resumed")
         found["bit_identical"] = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -203,9 +226,13 @@ def fsdp_bf16_parameters(rank: int, out: Path) -> dict:
         torch.manual_seed(0)
         model = Blocks()
         seen = set()
-        model.blocks[0][0].register_forward_pre_hook(lambda module, args: seen.add(str(module.weight.dtype)))  # inside the unit
+        model.blocks[0][0].register_forward_pre_hook(
+            lambda module, args: seen.add(str(module.weight.dtype))
+        )  # inside the unit
         settings = TrainSettings(AdamWRecipe(steps=2, lr=0.01, eval_interval=1), fsdp=True, fsdp_bf16_params=True)
-        summary = train(model, token_batches(1), {"val": token_batches(1)}, run_dir=out / "bf16", settings=settings, device=CPU)
+        summary = train(
+            model, token_batches(1), {"val": token_batches(1)}, run_dir=out / "bf16", settings=settings, device=CPU
+        )
     finally:
         devices.bf16_supported = native
     return {
@@ -295,10 +322,15 @@ def resume_memory(rank: int, out: Path) -> dict:
         runs.load_checkpoint = original
     gc.collect()
     return {
-        "extra_kib": peak - before, "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-        "epoch": info["epoch"], "loaded": bool(alive), "alive_after": sum(r() is not None for r in alive),
-        "optimizer_state_bytes": sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values() if t.dim() > 0),
-    }  # fmt: skip
+        "extra_kib": peak - before,
+        "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "epoch": info["epoch"],
+        "loaded": bool(alive),
+        "alive_after": sum(r() is not None for r in alive),
+        "optimizer_state_bytes": sum(
+            t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values() if t.dim() > 0
+        ),
+    }
 
 
 def write_big_checkpoint(out: Path) -> None:
@@ -309,7 +341,9 @@ def write_big_checkpoint(out: Path) -> None:
 
     torch.manual_seed(1)
     with contextlib.suppress(KeyboardInterrupt):
-        train(big_blocks(), big_batches(), {}, run_dir=out / "big", settings=BIG_SETTINGS, device=CPU, on_epoch_end=stop)
+        train(
+            big_blocks(), big_batches(), {}, run_dir=out / "big", settings=BIG_SETTINGS, device=CPU, on_epoch_end=stop
+        )
 
 
 SCENARIOS = {

@@ -25,12 +25,26 @@ from tests.gpt_jobs import torchrun_script_worker
 
 VOCAB = 61
 CONFIGS = {  # the three families the issue names for the candidate test; hidden 16, 3 layers
-    "gpt_neox": lambda: GPTNeoXConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                                      intermediate_size=32, max_position_embeddings=32, use_parallel_residual=True),
+    "gpt_neox": lambda: GPTNeoXConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        use_parallel_residual=True,
+    ),
     "gpt2": lambda: GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=3, n_head=2, n_positions=32),
-    "llama": lambda: LlamaConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                                 num_key_value_heads=1, intermediate_size=32, max_position_embeddings=32),
-}  # fmt: skip
+    "llama": lambda: LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=32,
+        max_position_embeddings=32,
+    ),
+}
 
 
 def memory_batch(vocab: int = 257, batch: int = 4, length: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,8 +55,14 @@ def memory_batch(vocab: int = 257, batch: int = 4, length: int = 128) -> tuple[t
 def save_memory_model(folder: Path) -> Path:
     """A GPT-NeoX of ~13M parameters (4 layers of width 512): its AdamW state is ~100 MB, well above RSS noise."""
     torch.manual_seed(0)
-    config = GPTNeoXConfig(vocab_size=257, hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=2048,
-                           max_position_embeddings=128)  # fmt: skip
+    config = GPTNeoXConfig(
+        vocab_size=257,
+        hidden_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        intermediate_size=2048,
+        max_position_embeddings=128,
+    )
     from_config(config).save_pretrained(folder)
     return folder
 
@@ -60,12 +80,20 @@ def peak_rss(mode: str, folder: str) -> dict:
             probe_activation_gradients(decoder, [(x, y)], loss_fn=classification_loss)
     else:
         recipe = AdamWRecipe(steps=1, lr=1e-4, eval_interval=1)
-        train_epoch(decoder.train(), recipe.make_optimizer(decoder), [(x, y)], schedule=Schedule(1e-4, 1, 0), step=0,
-                    settings=TrainSettings(recipe), device=torch.device("cpu"))  # fmt: skip
+        train_epoch(
+            decoder.train(),
+            recipe.make_optimizer(decoder),
+            [(x, y)],
+            schedule=Schedule(1e-4, 1, 0),
+            step=0,
+            settings=TrainSettings(recipe),
+            device=torch.device("cpu"),
+        )
     return {"mode": mode, "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
 
 
 HF_CLASSES = {"GPTNeoXConfig": GPTNeoXForCausalLM, "GPT2Config": GPT2LMHeadModel, "LlamaConfig": LlamaForCausalLM}
+
 
 def torchrun_runs_worker(rank: int, ports: list[int], argvs: list[list[str]], outs: list[str], script: str) -> None:
     """Several invocations of a numbered script, one after another, in one of two torchrun-like processes (one import)."""

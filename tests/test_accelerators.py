@@ -146,7 +146,15 @@ def test_a_cpu_run_on_a_gpu_node_never_touches_the_gpu_rng(tmp_path, monkeypatch
         torch.manual_seed(1)
         model = nn.Sequential(nn.Embedding(7, 4), nn.Linear(4, 7))
         settings = TrainSettings(SGDRecipe(epochs=2, lr=0.1))
-        return train(model, batches, {}, run_dir=tmp_path, settings=settings, device=torch.device("cpu"), on_epoch_end=on_epoch_end)
+        return train(
+            model,
+            batches,
+            {},
+            run_dir=tmp_path,
+            settings=settings,
+            device=torch.device("cpu"),
+            on_epoch_end=on_epoch_end,
+        )
 
     def kill(epoch, record):
         raise KeyboardInterrupt
@@ -164,8 +172,12 @@ def test_a_cpu_run_on_a_gpu_node_never_touches_the_gpu_rng(tmp_path, monkeypatch
 # ----------------------------------------------------------------------------- 3. float64 on the CPU
 def test_float64_runs_on_the_cpu_for_mps_and_npu_only():
     assert [precision.supports_float64(d) for d in ("cpu", "cuda:1", torch.device("cpu"), "mps", "npu:0")] == [
-        True, True, True, False, False,
-    ]  # fmt: skip
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
     assert [str(precision.float64_device(d)) for d in ("cuda:1", "mps", "npu", None)] == ["cuda:1", "cpu", "cpu", "cpu"]
     users = (projection, probe, hf_decoder, train_module)
     assert all(m.float64_device is precision.float64_device for m in users)  # one decision, made in common.precision
@@ -278,8 +290,15 @@ def test_the_final_evaluation_runs_under_the_full_precision_guard_and_records_it
     torch.manual_seed(0)
     batches = [(torch.randint(0, 7, (4, 5)), torch.randint(0, 7, (4, 5)))]
     model = _EvalSpy()
-    summary = train(model, batches, {"val": batches}, final_eval_loaders={"train": batches}, run_dir=tmp_path,
-                    settings=TrainSettings(SGDRecipe(epochs=1, lr=0.1)), device=torch.device("cpu"))  # fmt: skip
+    summary = train(
+        model,
+        batches,
+        {"val": batches},
+        final_eval_loaders={"train": batches},
+        run_dir=tmp_path,
+        settings=TrainSettings(SGDRecipe(epochs=1, lr=0.1)),
+        device=torch.device("cpu"),
+    )
     per_epoch, final = model.modes[0], model.modes[-1]
     assert per_epoch["tf32"] and not final["tf32"]  # training's math mode, then the guard's
     assert summary["final_eval_math_mode"] == final and summary["final_eval_dtype"] == "float32"
@@ -292,8 +311,14 @@ def test_training_ends_with_no_gradients_left(tmp_path):
     """What the probe of a 2.8B model cannot afford: 11 GB of float32 .grad left over from the last step."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(7, 4), nn.Linear(4, 7))
-    train(model, [(torch.randint(0, 7, (4, 5)), torch.randint(0, 7, (4, 5)))], {}, run_dir=tmp_path,
-          settings=TrainSettings(SGDRecipe(epochs=1, lr=0.1)), device=torch.device("cpu"))  # fmt: skip
+    train(
+        model,
+        [(torch.randint(0, 7, (4, 5)), torch.randint(0, 7, (4, 5)))],
+        {},
+        run_dir=tmp_path,
+        settings=TrainSettings(SGDRecipe(epochs=1, lr=0.1)),
+        device=torch.device("cpu"),
+    )
     assert all(p.grad is None for p in model.parameters())
 
 
@@ -304,7 +329,9 @@ def test_training_ends_with_no_gradients_left(tmp_path):
     ids=["A100/H100", "V100/T4 (emulated bf16)", "no bf16"],
 )
 def test_cuda_uses_bf16_only_where_it_is_native(monkeypatch, native, emulated, expected):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: emulated if including_emulation else native)
+    monkeypatch.setattr(
+        torch.cuda, "is_bf16_supported", lambda including_emulation=True: emulated if including_emulation else native
+    )
     assert devices.autocast_dtype(CUDA) is expected
     assert devices.precision_name(CUDA) == ("bfloat16" if expected else "float32")
 
@@ -325,8 +352,14 @@ def test_final_reported_losses_are_float32_when_training_in_bf16(tmp_path, monke
     torch.manual_seed(0)
     batches = [(torch.randint(0, 11, (8, 6)), torch.randint(0, 11, (8, 6))) for _ in range(2)]
     model = nn.Sequential(nn.Embedding(11, 16), nn.Linear(16, 11))
-    summary = train(model, batches, {"val": batches}, run_dir=tmp_path, settings=TrainSettings(SGDRecipe(epochs=1, lr=0.5)),
-                    device=torch.device("cpu"))  # fmt: skip
+    summary = train(
+        model,
+        batches,
+        {"val": batches},
+        run_dir=tmp_path,
+        settings=TrainSettings(SGDRecipe(epochs=1, lr=0.5)),
+        device=torch.device("cpu"),
+    )
     float32 = evaluate(model, batches, torch.device("cpu"), amp=False)["loss"]
     bf16 = runs.read_metrics(tmp_path)[-1]["val_loss"]
     assert summary["autocast_dtype"] == "bfloat16" and summary["final_eval_dtype"] == "float32"
@@ -346,8 +379,15 @@ def test_epoch_timing_synchronises_any_accelerator(monkeypatch):
     model = nn.Linear(2, 2)
     settings = TrainSettings(SGDRecipe(epochs=1, lr=0.1))
     batches = [(torch.randn(3, 2), torch.randint(0, 2, (3,)))]
-    train_epoch(model, settings.recipe.make_optimizer(model), batches, schedule=Schedule.of(settings.recipe, 1), step=0,
-                settings=settings, device=torch.device("cpu"))  # fmt: skip
+    train_epoch(
+        model,
+        settings.recipe.make_optimizer(model),
+        batches,
+        schedule=Schedule.of(settings.recipe, 1),
+        step=0,
+        settings=settings,
+        device=torch.device("cpu"),
+    )
     assert seen == [torch.device("cpu")]
 
 
@@ -381,7 +421,9 @@ def test_npu_jobs_import_torch_npu_before_joining(monkeypatch):
     _torchrun_env(monkeypatch, 2)
     imported = []
     monkeypatch.setattr(distributed, "import_torch_npu", lambda: imported.append(True))
-    monkeypatch.setattr(torch, "npu", SimpleNamespace(device_count=lambda: 2, set_device=imported.append), raising=False)
+    monkeypatch.setattr(
+        torch, "npu", SimpleNamespace(device_count=lambda: 2, set_device=imported.append), raising=False
+    )
     monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
     info = distributed.init_distributed("npu")
     assert imported == [True, 0] and info.backend == "hccl" and info.device == "npu:0"
@@ -396,7 +438,18 @@ def test_local_distributed_jobs_count_npus(monkeypatch):
 
 def test_script_01_under_torchrun_is_refused_with_one_line(tmp_path, monkeypatch, capsys):
     _torchrun_env(monkeypatch, 4)
-    argv = ["--preset", "smoke", "--dataset", "synthetic", "--device", "cpu", "--depths", "0", "--out", str(tmp_path / "runs")]
+    argv = [
+        "--preset",
+        "smoke",
+        "--dataset",
+        "synthetic",
+        "--device",
+        "cpu",
+        "--depths",
+        "0",
+        "--out",
+        str(tmp_path / "runs"),
+    ]
     assert script.main(argv) == 2
     [line] = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert "torchrun" in line and "--launcher local" in line and "one process per run" in line

@@ -45,9 +45,22 @@ SWEEP_FLAGS = [*SWEEP, "--depths", "0", "--epochs", "1"]
 PROBE = [*SWEEP, "--batch-size", "16", "--n-batches", "2"]
 PYTHIA = ["--preset", "smoke", "--device", "cpu", "--data-root", "{tmp}/tokens"]
 GPT = ["--preset", "smoke", "--device", "cpu", "--tokenizer", "byte", "--depths", "1", "--data-root", "{tmp}/tokens"]
-BASE = {"01": SWEEP, "02": PROBE, "03": SWEEP, "04": PYTHIA, "05": GPT, "06": SWEEP, "07": SWEEP, "08": ["--preset", "smoke"]}
-SUMMARIES = ("ag_probe/summary-synthetic-train-b16x2.csv", "matched_insertion/summary-synthetic.csv",
-             "weight_scaling/records-fc-tanh.csv", "weight_scaling/exponents-fc-tanh.csv")  # fmt: skip
+BASE = {
+    "01": SWEEP,
+    "02": PROBE,
+    "03": SWEEP,
+    "04": PYTHIA,
+    "05": GPT,
+    "06": SWEEP,
+    "07": SWEEP,
+    "08": ["--preset", "smoke"],
+}
+SUMMARIES = (
+    "ag_probe/summary-synthetic-train-b16x2.csv",
+    "matched_insertion/summary-synthetic.csv",
+    "weight_scaling/records-fc-tanh.csv",
+    "weight_scaling/exponents-fc-tanh.csv",
+)
 
 
 # ----------------------------------------------------------------------------- the records
@@ -63,15 +76,19 @@ def records(tmp_path_factory) -> Path:
     (out.parent / "small.txt").write_text("A few words of plain text.\n" * 4000)  # more than 05's smoke --val-tokens
     model = out.parent / "neox"
     model.mkdir()
-    GPTNeoXConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=32, vocab_size=256).to_json_file(
-        model / "config.json"
-    )
+    GPTNeoXConfig(
+        hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=32, vocab_size=256
+    ).to_json_file(model / "config.json")
     (model / "model.safetensors").write_bytes(noise(4096))
     return out
 
 
 def noise(size: int, seed: int = 0) -> bytes:
-    return torch.randint(0, 256, (size,), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8).numpy().tobytes()
+    return (
+        torch.randint(0, 256, (size,), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
+        .numpy()
+        .tobytes()
+    )
 
 
 def sweep_dir(out: Path) -> Path:
@@ -79,7 +96,11 @@ def sweep_dir(out: Path) -> Path:
 
 
 def digests(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 # ----------------------------------------------------------------------------- ways to make a record bad
@@ -158,7 +179,11 @@ def no_device() -> str | None:
 DEVICE = absent_device() or "cuda"
 NO_DEVICE = no_device
 SWEEP_READERS = {"02": PROBE, "06": SWEEP, "07": [*SWEEP, "--family", "sweep"], "08": ["--preset", "smoke"]}
-NOT_AN_OBJECT = [("config-list", "config.json", b"[]"), ("result-string", "result.json", b'"done"'), ("config-number", "config.json", b"5")]
+NOT_AN_OBJECT = [
+    ("config-list", "config.json", b"[]"),
+    ("result-string", "result.json", b'"done"'),
+    ("config-number", "config.json", b"5"),
+]
 SMALL_TEXT = ["--text-file", "{tmp}/small.txt"]
 
 CASES: list[Case] = [
@@ -192,29 +217,103 @@ CASES: list[Case] = [
     *each("04", "model-path-not-a-folder", ["--model-path", str(ROOT / "README.md")], "--model-path"),
     *each("04", "garbage-safetensors", ["--model-path", "{tmp}/neox", "--tokenizer", "byte"], "model.safetensors"),
     *each("05", "missing-text-file", ["--text-file", "{tmp}/no.txt"], "--text-file"),
-    *each("04 05", "binary-text-file", ["--text-file", "{tmp}/noise.txt"], "--text-file",
-          setup=write(lambda out: out.parent / "noise.txt", noise(200_000))),
-    *each("04 05", "empty-text-file", ["--text-file", "{tmp}/empty.txt"], "empty", setup=write(lambda out: out.parent / "empty.txt", b"")),
+    *each(
+        "04 05",
+        "binary-text-file",
+        ["--text-file", "{tmp}/noise.txt"],
+        "--text-file",
+        setup=write(lambda out: out.parent / "noise.txt", noise(200_000)),
+    ),
+    *each(
+        "04 05",
+        "empty-text-file",
+        ["--text-file", "{tmp}/empty.txt"],
+        "empty",
+        setup=write(lambda out: out.parent / "empty.txt", b""),
+    ),
     # an absent device
-    *[with_device(c, DEVICE) for c in (*each("01 03", "absent-device", ["--depths", "1"], ""), *each("02 04 06", "absent-device", [], ""),
-                                       *each("05", "absent-device", SMALL_TEXT, ""), *each("07", "absent-device", ["--depths", "4"], ""))],
+    *[
+        with_device(c, DEVICE)
+        for c in (
+            *each("01 03", "absent-device", ["--depths", "1"], ""),
+            *each("02 04 06", "absent-device", [], ""),
+            *each("05", "absent-device", SMALL_TEXT, ""),
+            *each("07", "absent-device", ["--depths", "4"], ""),
+        )
+    ],
     # corrupt records: random bytes, truncated JSON, not an object, a missing key, garbage weights and checkpoints
-    *each("01", "config-random-bytes", ["--depths", "1", "--epochs", "1"], "config.json", setup=unfinished_run(SWEEP_N1, "config.json", noise(300))),
-    *each("03", "config-random-bytes", ["--depths", "2"], "config.json", setup=unfinished_run(GROWTH, "config.json", noise(300))),
-    *each("05", "config-random-bytes", SMALL_TEXT, "config.json", setup=lambda out: unfinished_run(gpt_config(out), "config.json", noise(300))(out)),
-    *[Case(f"{n}-sweep-config-random-bytes", script_of(n), argv, "config.json", setup=write(in_sweep("config.json"), noise(300)))
-      for n, argv in SWEEP_READERS.items()],
-    *[Case(f"{n}-sweep-config-truncated", script_of(n), argv, "config.json", setup=write(in_sweep("config.json"), b'{"dataset": "synth'))
-      for n, argv in SWEEP_READERS.items()],
-    *[Case(f"{n}-sweep-{what}", script_of(n), argv, name, setup=write(in_sweep(name), data))
-      for n, argv in SWEEP_READERS.items() for what, name, data in NOT_AN_OBJECT],
-    *[Case(f"{n}-sweep-config-without-depth-n", script_of(n), argv, "depth_n", setup=without_depth_n) for n, argv in SWEEP_READERS.items()],
-    *[Case(f"{n}-garbage-model-pt", script_of(n), argv, "model.pt", setup=write(in_sweep("model.pt"), noise(500)))
-      for n, argv in SWEEP_READERS.items() if n != "08"],
-    *each("01", "garbage-checkpoint", ["--depths", "1", "--epochs", "1"], "checkpoint.pt",
-          setup=lambda out: [unfinished_run(SWEEP_N1, "config.json", json.dumps(SWEEP_N1).encode())(out),
-                             unfinished_run(SWEEP_N1, "checkpoint.pt", noise(500))(out)]),  # fmt: skip
-    *each("05", "corrupt-token-meta", SMALL_TEXT, "meta.json", setup=lambda out: write(token_dir(gpt_config(out)) / "meta.json", b"{oops")(out)),
+    *each(
+        "01",
+        "config-random-bytes",
+        ["--depths", "1", "--epochs", "1"],
+        "config.json",
+        setup=unfinished_run(SWEEP_N1, "config.json", noise(300)),
+    ),
+    *each(
+        "03",
+        "config-random-bytes",
+        ["--depths", "2"],
+        "config.json",
+        setup=unfinished_run(GROWTH, "config.json", noise(300)),
+    ),
+    *each(
+        "05",
+        "config-random-bytes",
+        SMALL_TEXT,
+        "config.json",
+        setup=lambda out: unfinished_run(gpt_config(out), "config.json", noise(300))(out),
+    ),
+    *[
+        Case(
+            f"{n}-sweep-config-random-bytes",
+            script_of(n),
+            argv,
+            "config.json",
+            setup=write(in_sweep("config.json"), noise(300)),
+        )
+        for n, argv in SWEEP_READERS.items()
+    ],
+    *[
+        Case(
+            f"{n}-sweep-config-truncated",
+            script_of(n),
+            argv,
+            "config.json",
+            setup=write(in_sweep("config.json"), b'{"dataset": "synth'),
+        )
+        for n, argv in SWEEP_READERS.items()
+    ],
+    *[
+        Case(f"{n}-sweep-{what}", script_of(n), argv, name, setup=write(in_sweep(name), data))
+        for n, argv in SWEEP_READERS.items()
+        for what, name, data in NOT_AN_OBJECT
+    ],
+    *[
+        Case(f"{n}-sweep-config-without-depth-n", script_of(n), argv, "depth_n", setup=without_depth_n)
+        for n, argv in SWEEP_READERS.items()
+    ],
+    *[
+        Case(f"{n}-garbage-model-pt", script_of(n), argv, "model.pt", setup=write(in_sweep("model.pt"), noise(500)))
+        for n, argv in SWEEP_READERS.items()
+        if n != "08"
+    ],
+    *each(
+        "01",
+        "garbage-checkpoint",
+        ["--depths", "1", "--epochs", "1"],
+        "checkpoint.pt",
+        setup=lambda out: [
+            unfinished_run(SWEEP_N1, "config.json", json.dumps(SWEEP_N1).encode())(out),
+            unfinished_run(SWEEP_N1, "checkpoint.pt", noise(500))(out),
+        ],
+    ),
+    *each(
+        "05",
+        "corrupt-token-meta",
+        SMALL_TEXT,
+        "meta.json",
+        setup=lambda out: write(token_dir(gpt_config(out)) / "meta.json", b"{oops")(out),
+    ),
 ]
 
 
@@ -224,14 +323,25 @@ def token_dir(config: dict) -> Path:
 
 def gpt_config(out: Path) -> dict:
     """The config 05 plans for :data:`GPT` with the small text file."""
-    return gpt2_ascend.gpt_configs(preset="smoke", depths=[1], overrides={"tokenizer": "byte"}, text_path=out.parent / "small.txt",
-                                   data_root=out.parent / "tokens")[0]  # fmt: skip
+    return gpt2_ascend.gpt_configs(
+        preset="smoke",
+        depths=[1],
+        overrides={"tokenizer": "byte"},
+        text_path=out.parent / "small.txt",
+        data_root=out.parent / "tokens",
+    )[0]
 
 
 PROCESS_CASES = {  # one real process per script, all started at once: what a shell sees
-    "01": "01-depths-empty-range", "02": "02-seed-not-trained", "03": "03-stage-epochs-zero", "04": "04-model-path-not-a-folder",
-    "05": "05-heads-do-not-divide-width", "06": "06-garbage-model-pt", "07": "07-seeds-comma", "08": "08-sweep-config-random-bytes",
-}  # fmt: skip
+    "01": "01-depths-empty-range",
+    "02": "02-seed-not-trained",
+    "03": "03-stage-epochs-zero",
+    "04": "04-model-path-not-a-folder",
+    "05": "05-heads-do-not-divide-width",
+    "06": "06-garbage-model-pt",
+    "07": "07-seeds-comma",
+    "08": "08-sweep-config-random-bytes",
+}
 BY_ID = {c.id: c for c in CASES}
 assert len(BY_ID) == len(CASES), "case ids must be unique"
 
@@ -296,7 +406,13 @@ def process_outcomes(records, tmp_path_factory) -> dict[str, tuple[Case, Path, O
     for number, case_id in PROCESS_CASES.items():
         case = BY_ID[case_id]
         out, argv = prepared(case, records, tmp_path_factory.mktemp(case_id))
-        proc = subprocess.Popen([sys.executable, f"{case.script}.py", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, f"{case.script}.py", *argv],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started[number] = (case, out, digests(out), proc)
     done = {}
     for number, (case, out, before, proc) in started.items():
@@ -313,7 +429,9 @@ def test_a_bad_input_in_a_real_process_gives_one_line_exit_2_and_changes_no_reco
 
 def test_every_script_has_cases_and_one_process_case():
     assert {c.script for c in CASES} == set(SCRIPTS)
-    assert sorted(PROCESS_CASES) == [s[:2] for s in SCRIPTS] and all(BY_ID[i].script.startswith(n) for n, i in PROCESS_CASES.items())
+    assert sorted(PROCESS_CASES) == [s[:2] for s in SCRIPTS] and all(
+        BY_ID[i].script.startswith(n) for n, i in PROCESS_CASES.items()
+    )
 
 
 # ----------------------------------------------------------------------------- every flag
@@ -325,8 +443,9 @@ def parsers() -> dict[str, argparse.ArgumentParser]:
 def test_every_flag_has_exactly_one_consumer_and_help_ends_with_the_usage_examples(script, capsys):
     module = importlib.import_module(script)
     parser = module.build_parser()  # check_flag_use raises if a flag has no consumer, or two
-    consumers = cli.flag_consumers(parser, planner=getattr(module, "PLANNER_FLAGS", ()), script=module.SCRIPT_FLAGS,
-                                   launches=script[:2] != "08")  # fmt: skip
+    consumers = cli.flag_consumers(
+        parser, planner=getattr(module, "PLANNER_FLAGS", ()), script=module.SCRIPT_FLAGS, launches=script[:2] != "08"
+    )
     assert consumers and all(len(who) == 1 for who in consumers.values()), consumers
     assert not set(module.SCRIPT_FLAGS) & set(getattr(module, "PLANNER_FLAGS", ()))
     parser.print_help()
@@ -346,8 +465,16 @@ def test_a_flag_nobody_consumes_is_a_programming_error():
         cli.flags_for(lambda preset: preset, argparse.Namespace(preset="smoke", depths=[1]), ["preset", "depths"])
 
 
-NUMBER_TYPES = (cli.positive_int, cli.non_negative_int, cli.positive_float, cli.non_negative_float, cli.finite_float,
-                cli.unit_interval, cli.fraction, int)  # fmt: skip
+NUMBER_TYPES = (
+    cli.positive_int,
+    cli.non_negative_int,
+    cli.positive_float,
+    cli.non_negative_float,
+    cli.finite_float,
+    cli.unit_interval,
+    cli.fraction,
+    int,
+)
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
@@ -356,7 +483,9 @@ def test_every_number_flag_refuses_nan_and_infinities(value, capsys):
     for script, parser in parsers().items():
         for action in parser._actions:
             if action.type is float:
-                pytest.fail(f"{script} {action.option_strings[0]}: type=float accepts nan; use a common.cli number type")
+                pytest.fail(
+                    f"{script} {action.option_strings[0]}: type=float accepts nan; use a common.cli number type"
+                )
             if action.type in NUMBER_TYPES:
                 with pytest.raises(SystemExit) as refused:
                     parser.parse_args([action.option_strings[-1], value])
@@ -377,7 +506,9 @@ def test_deleting_the_run_directory_of_a_garbage_model_pt_as_advised_retrains_it
     gone = sweep_dir(out)
     shutil.rmtree(gone)  # what the message says
     assert importlib.import_module("01_train_resnet_sweep").main([*SWEEP_FLAGS, "--out", str(out), "--dry-run"]) == 0
-    assert f"[todo] {gone}" in capsys.readouterr().out  # 01 trains it again (a deleted model.pt alone: result.json says done)
+    assert (
+        f"[todo] {gone}" in capsys.readouterr().out
+    )  # 01 trains it again (a deleted model.pt alone: result.json says done)
 
 
 def test_restarting_after_deleting_a_corrupt_checkpoint_starts_metrics_afresh(records, tmp_path, capsys):
@@ -401,7 +532,20 @@ def test_a_narrower_request_never_shrinks_a_summary(records, tmp_path, capsys):
     out = tmp_path / "runs"
     shutil.copytree(records, out)
     weights = importlib.import_module("07_weight_scaling").main
-    fc = ["--preset", "smoke", "--family", "fc-tanh", "--depths", "4,8,16", "--epochs", "1", "--device", "cpu", "--out", str(out)]
+    fc = [
+        "--preset",
+        "smoke",
+        "--family",
+        "fc-tanh",
+        "--depths",
+        "4,8,16",
+        "--epochs",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
     assert weights([*fc, "--seeds", "0,1"]) == 0
     folder = out / "weight_scaling"
     both = (folder / "records-fc-tanh.csv").read_bytes()
@@ -414,7 +558,6 @@ def test_a_data_root_that_the_dataset_does_not_read_is_warned_about(records, tmp
     main = importlib.import_module("01_train_resnet_sweep").main
     assert main(["--preset", "smoke", "--dataset", "digits", "--data-root", str(tmp_path), "--dry-run"]) == 0
     assert "--data-root" in capsys.readouterr().err
-
 
 
 # ----------------------------------------------------------------------------- validate before creating

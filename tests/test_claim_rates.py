@@ -46,7 +46,9 @@ CASES = {c.name: c for c in claim_rates.CASES}
 def test_vectorised_fits_are_07s_fits():
     depths = PAPER.scaling_depths
     logs = 0.3 * np.log(depths) + np.random.default_rng(0).normal(size=(3, len(depths)))
-    for row, fit in zip(claim_rates.power_law_fits(depths, logs), (fit_power_law(depths, np.exp(y)) for y in logs), strict=True):
+    for row, fit in zip(
+        claim_rates.power_law_fits(depths, logs), (fit_power_law(depths, np.exp(y)) for y in logs), strict=True
+    ):
         assert row == pytest.approx([fit.slope, fit.ci_low, fit.ci_high], rel=1e-10)
 
 
@@ -81,12 +83,21 @@ def test_the_report_states_the_power_of_exactly_the_rules_below_80_percent():
 
 
 def test_the_harness_runs_at_another_design_and_from_the_command_line(capsys):
-    small = claim_rates.Design(sweep_depths=tuple(range(0, 21, 2)), sweep_seeds=2, growth_architectures=2, growth_seeds=2,
-                               matched_depths=(8, 14, 20), matched_seeds=2, scaling_depths=(4, 8, 16, 32, 64))  # fmt: skip
+    small = claim_rates.Design(
+        sweep_depths=tuple(range(0, 21, 2)),
+        sweep_seeds=2,
+        growth_architectures=2,
+        growth_seeds=2,
+        matched_depths=(8, 14, 20),
+        matched_seeds=2,
+        scaling_depths=(4, 8, 16, 32, 64),
+    )
     rates = claim_rates.measure_all(small, reps=20, seed=1, noise=(0.25, 1.0), rules=["falls_with_depth", "paper_size"])
     assert [r.case.rule.__name__ for r in rates] == ["falls_with_depth", "paper_size", "paper_size"]
     assert all(set(r.holds_true) == {0.25, 1.0} and 0 <= r.holds_true[0.25] <= 1 for r in rates)
-    assert claim_rates.main(["--preset", "smoke", "--reps", "20", "--rules", "growth_lower_mean", "--noise", "0.5"]) == 0
+    assert (
+        claim_rates.main(["--preset", "smoke", "--reps", "20", "--rules", "growth_lower_mean", "--noise", "0.5"]) == 0
+    )
     table = capsys.readouterr().out
     assert "`growth_lower_mean`" in table and "2 architectures x 3 seeds" in table and "20 repetitions" in table
     assert claim_rates.main(["--rules", "no_such_rule", "--reps", "5"]) == 2

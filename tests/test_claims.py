@@ -52,12 +52,16 @@ def test_spearman_above_eight_points_equals_scipys_spearmanr(n):
 
 def test_estimate_interval_is_the_student_t_interval_and_pooling_weights_by_degrees_of_freedom():
     e = claims.over_seeds(1.0, 0.3, 3)
-    assert e.interval() == pytest.approx((1.0 - stats.t.ppf(0.975, 2) * 0.3 / math.sqrt(3), 1.0 + stats.t.ppf(0.975, 2) * 0.3 / math.sqrt(3)))
+    assert e.interval() == pytest.approx(
+        (1.0 - stats.t.ppf(0.975, 2) * 0.3 / math.sqrt(3), 1.0 + stats.t.ppf(0.975, 2) * 0.3 / math.sqrt(3))
+    )
     assert claims.over_seeds(1.0, math.nan, 1) is None
     s, dof = claims.pooled_spread([(0.1, 3), (0.3, 5), (math.nan, 1)])
     assert dof == 6 and s == pytest.approx(math.sqrt((2 * 0.01 + 4 * 0.09) / 6))
     groups = [[1.0, 2.0, 4.0], [3.0, 3.5]]
-    assert claims.group_spread(groups) == pytest.approx(claims.pooled_spread([(np.std(g, ddof=1), len(g)) for g in groups]))
+    assert claims.group_spread(groups) == pytest.approx(
+        claims.pooled_spread([(np.std(g, ddof=1), len(g)) for g in groups])
+    )
 
 
 # ----------------------------------------------------------------------------- AG across depth
@@ -84,7 +88,9 @@ def test_stays_below_line_allows_the_papers_approximately_and_shows_the_strict_v
     approx = claims.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.004, 0.006, 0.002]), LINE)
     assert approx.verdict == HOLDS and "at 1x the line: does not hold" in approx.value
     assert claims.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.004, 0.009, 0.002]), LINE).verdict == FAILS
-    assert claims.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.009, 0.008, 0.007]), LINE).verdict == UNDECIDABLE  # no N*
+    assert (
+        claims.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.009, 0.008, 0.007]), LINE).verdict == UNDECIDABLE
+    )  # no N*
     one_seed = claims.stays_below_line(depths, [0.02, 0.01, 0.004, 0.003, 0.002], LINE)
     assert one_seed.verdict == UNDECIDABLE and "single seed" in one_seed.value
 
@@ -103,7 +109,9 @@ def plateau_records(loss_after, seeds=3, noise=0.002, star=4, deepest=40):
 def test_plateau_holds_on_a_flat_loss_and_not_on_one_still_falling_by_more_than_the_margin():
     flat = claims.plateau_within_margin(*plateau_records(lambda n: 0.5), LINE)
     assert flat.verdict == HOLDS
-    falling = claims.plateau_within_margin(*plateau_records(lambda n: 0.5 - 0.001 * n), LINE)  # 0.036 over the range: > 2%
+    falling = claims.plateau_within_margin(
+        *plateau_records(lambda n: 0.5 - 0.001 * n), LINE
+    )  # 0.036 over the range: > 2%
     assert falling.verdict == FAILS
     # Noise as large as the margin with 2 seeds: failing to reject a gain must not give "holds".
     noisy = claims.plateau_within_margin(*plateau_records(lambda n: 0.5, seeds=2, noise=0.1, deepest=8), LINE)
@@ -152,7 +160,9 @@ def test_growth_wins_everywhere_needs_every_architecture_significant():
     assert claims.growth_wins_everywhere({**wins, "ResNet-12": (-0.03, 0.005, 3)}, four).verdict == FAILS
     assert claims.growth_wins_everywhere({**wins, "ResNet-12": (0.001, 0.005, 3)}, four).verdict == UNDECIDABLE
     assert claims.growth_wins_everywhere({"ResNet-10": (0.03, 0.005, 3)}, four).verdict == UNDECIDABLE  # not run
-    assert claims.growth_wins_everywhere({m: (0.03, math.nan, 1) for m in four}, four).verdict == UNDECIDABLE  # one seed
+    assert (
+        claims.growth_wins_everywhere({m: (0.03, math.nan, 1) for m in four}, four).verdict == UNDECIDABLE
+    )  # one seed
 
 
 def test_paper_value_is_two_rules_direction_and_size():
@@ -164,7 +174,9 @@ def test_paper_value_is_two_rules_direction_and_size():
     worse = Estimate(-0.05, 0.005, 2)
     assert claims.paper_direction(worse, paper).verdict == FAILS and claims.paper_size(worse, paper).verdict == FAILS
     precise = Estimate(0.10, 0.005 / math.sqrt(3), 2)
-    assert claims.paper_direction(precise, paper).verdict == HOLDS and claims.paper_size(precise, paper).verdict == HOLDS
+    assert (
+        claims.paper_direction(precise, paper).verdict == HOLDS and claims.paper_size(precise, paper).verdict == HOLDS
+    )
     assert claims.paper_size(Estimate(0.5, 0.01, 2), paper).verdict == FAILS  # 4x the paper's
     assert claims.paper_direction(None, paper).verdict == UNDECIDABLE
 
@@ -203,7 +215,10 @@ def test_exponent_rules_read_the_fits_intervals():
     assert claims.exponent_within_tolerance({"": (0.35, 0.25, 0.45)}, 0.3).verdict == UNDECIDABLE  # interval too wide
     assert claims.exponent_within_tolerance({"": (0.45, 0.42, 0.5)}, 0.3).verdict == FAILS
     assert claims.exponent_within_tolerance({"": (math.nan, math.nan, math.nan)}, 0.3).verdict == UNDECIDABLE
-    assert claims.sign_within_tolerance({"stage 1": (0.05, 0.0, 0.08), "stage 2": (-0.3, -0.4, -0.2)}, "<= 0").verdict == HOLDS
+    assert (
+        claims.sign_within_tolerance({"stage 1": (0.05, 0.0, 0.08), "stage 2": (-0.3, -0.4, -0.2)}, "<= 0").verdict
+        == HOLDS
+    )
     assert claims.sign_within_tolerance({"stage 1": (0.05, -0.1, 0.2)}, "<= 0").verdict == UNDECIDABLE
     assert claims.sign_within_tolerance({"stage 1": (0.25, 0.2, 0.3)}, "<= 0").verdict == FAILS
     assert claims.sign_within_tolerance({"stage 1": (-0.05, -0.08, -0.02)}, ">= 0").verdict == HOLDS
@@ -216,7 +231,10 @@ def test_every_rule_carries_its_text_and_identity_checks_are_not_rules():
     assert all(isinstance(fn.rule, str) and len(fn.rule) > 20 for fn in (*claims.RULES, *claims.IDENTITY_CHECKS))
     assert not set(claims.RULES) & set(claims.IDENTITY_CHECKS)
     assert set(claims.LOW_POWER_AT_PAPER_DESIGN) <= {fn.__name__ for fn in claims.RULES}
-    assert "Cannot reach" in claims.power_note(claims.growth_wins_everywhere) and claims.power_note(claims.falls_with_depth) == ""
+    assert (
+        "Cannot reach" in claims.power_note(claims.growth_wins_everywhere)
+        and claims.power_note(claims.falls_with_depth) == ""
+    )
 
 
 def test_projection_check_holds_where_v_equals_ag_up_to_the_float32_rounding_of_ag():
@@ -225,9 +243,13 @@ def test_projection_check_holds_where_v_equals_ag_up_to_the_float32_rounding_of_
     batches = torch.randn(100, 32, 1024, generator=torch.Generator().manual_seed(0))
     ag = [float(torch.linalg.vector_norm(g, dim=1).double().square().sum().sqrt()) for g in batches]
     v = [float(torch.linalg.vector_norm(g.double())) for g in batches]
-    assert max(a / b for a, b in zip(v, ag, strict=True)) - 1 > 1e-9  # a float64-only slack would report the theorem broken
+    assert (
+        max(a / b for a, b in zip(v, ag, strict=True)) - 1 > 1e-9
+    )  # a float64-only slack would report the theorem broken
     assert claims.projection_never_exceeds(v, ag).verdict == HOLDS
-    assert claims.projection_never_exceeds([1.001 * a for a in ag], ag).verdict == FAILS  # a projection adding norm is caught
+    assert (
+        claims.projection_never_exceeds([1.001 * a for a in ag], ag).verdict == FAILS
+    )  # a projection adding norm is caught
 
 
 # ----------------------------------------------------------------------------- the report builder feeds the rules
@@ -250,9 +272,12 @@ def test_report_rows_follow_the_records(tmp_path):
     figure_records.scaling(good)
     figure_records.scaling(bad, beta=0.6)
     key = "AGmax falls with depth (ResNet sweep, digits, batch-mean AG_l)"
-    claims_checked = [key, "growth's test loss is lower for all four architectures (digits)",
-                      "the matched-insertion drop does not increase with depth (digits)",
-                      "fc-tanh: beta, max norm (how their figures were read; used for the verdict) (synthetic)"]  # fmt: skip
+    claims_checked = [
+        key,
+        "growth's test loss is lower for all four architectures (digits)",
+        "the matched-insertion drop does not increase with depth (digits)",
+        "fc-tanh: beta, max norm (how their figures were read; used for the verdict) (synthetic)",
+    ]
     g, b = verdicts(good), verdicts(bad)
     for claim in claims_checked:
         assert g[claim].startswith(HOLDS), (claim, g[claim])
@@ -269,14 +294,25 @@ def test_growth_rows_show_both_budgets_and_the_equal_budget_table_gets_its_own_r
     figure_records.growth(tmp_path, stage_epochs=2, parent_epochs=6, scratch_budget="total")
     rows = rows_of(tmp_path)
     equal = rows["growth's mean test loss is below scratch's (digits, scratch at equal total epochs)"]
-    assert "growth 10-16" in equal["records"] and "scratch 10-16" in equal["records"] and equal["verdict"].startswith(HOLDS)
+    assert (
+        "growth 10-16" in equal["records"]
+        and "scratch 10-16" in equal["records"]
+        and equal["verdict"].startswith(HOLDS)
+    )
     assert "growth's mean test loss is below scratch's (digits)" in rows  # the main table's rows stay
 
 
 def test_a_growth_table_written_before_budgets_were_recorded_still_reads(tmp_path):
-    figure_records.growth(tmp_path, seeds=(0, 1, 2), stage_epochs=2, parent_epochs=6, train_gap=lambda n, s: 0.01, old_columns=True)
+    figure_records.growth(
+        tmp_path, seeds=(0, 1, 2), stage_epochs=2, parent_epochs=6, train_gap=lambda n, s: 0.01, old_columns=True
+    )
     (table,) = make_figures.load_records(tmp_path, "smoke").growth
-    assert table.growth_epochs == {"ResNet-10": 10, "ResNet-11": 12, "ResNet-12": 14, "ResNet-13": 16}  # from the stages' chains
+    assert table.growth_epochs == {
+        "ResNet-10": 10,
+        "ResNet-11": 12,
+        "ResNet-12": 14,
+        "ResNet-13": 16,
+    }  # from the stages' chains
     assert set(table.scratch_epochs.values()) == {2} and not table.equal_budget  # from the file name
     row = rows_of(tmp_path)["growth's mean training loss is below scratch's (digits)"]
     assert "unpaired" in row["records"] and row["verdict"].startswith(HOLDS)
@@ -292,7 +328,10 @@ def test_matched_claims_compare_one_candidate_type_across_depths(tmp_path):
     rows = rows_of(tmp_path)
     row = rows["the matched-insertion drop does not increase with depth (digits)"]
     assert "ResNet-8, -14, -20, -34" in row["records"] and row["verdict"].startswith(HOLDS)
-    assert "exact-target reading: ResNet-8: 7.7e-04" in rows["the matched-insertion drops equal the paper's (digits)"]["reproduced"]
+    assert (
+        "exact-target reading: ResNet-8: 7.7e-04"
+        in rows["the matched-insertion drops equal the paper's (digits)"]["reproduced"]
+    )
 
 
 def test_identity_checks_are_reported_apart_and_not_counted(tmp_path):
@@ -316,10 +355,14 @@ def test_app_g_row_shows_interval_t_candidates_and_verdict_of_new_and_older_reco
     def row(out):
         return next(r for r in claim_rows.claim_rows(make_figures.load_records(out, "smoke")) if r["claim"] == claim)
 
-    figure_records.sweep_and_probe(tmp_path / "good", seeds=(0, 1))  # deepest N = 8: Gamma_hat = 4e-5, t = 0.005 <= 0.02
+    figure_records.sweep_and_probe(
+        tmp_path / "good", seeds=(0, 1)
+    )  # deepest N = 8: Gamma_hat = 4e-5, t = 0.005 <= 0.02
     good = row(tmp_path / "good")
     assert good["verdict"].startswith(HOLDS) and good["rule"] == claims.saturated_within_delta.rule
-    assert good["reproduced"].count("t = 0.005, 1 candidates, delta = 0.02: saturated within delta") == 2  # one per seed
+    assert (
+        good["reproduced"].count("t = 0.005, 1 candidates, delta = 0.02: saturated within delta") == 2
+    )  # one per seed
     assert "ResNet-16 seed 0: Gamma in [0, 0.00504]" in good["reproduced"] and "n_test 1000" in good["records"]
 
     def not_saturated(n, seed):
@@ -329,8 +372,15 @@ def test_app_g_row_shows_interval_t_candidates_and_verdict_of_new_and_older_reco
     assert row(tmp_path / "bad")["verdict"].startswith(FAILS)
 
     def older(n, seed):  # a record of the earlier test: t from the same sample, delta = 0, a saturated flag
-        return {"saturated": True, "max_value": 6.2, "t": 20.4, "delta": 0.0, "n": 1000, "values": {"a": 6.2, "b": 1.0},
-                "error_bound": 0.05}  # fmt: skip
+        return {
+            "saturated": True,
+            "max_value": 6.2,
+            "t": 20.4,
+            "delta": 0.0,
+            "n": 1000,
+            "values": {"a": 6.2, "b": 1.0},
+            "error_bound": 0.05,
+        }
 
     figure_records.sweep_and_probe(tmp_path / "older", app_g=older)
     old = row(tmp_path / "older")
@@ -342,9 +392,14 @@ def test_weight_scaling_verdicts_use_the_max_norm_beta_and_show_step_2_beside_it
     # i.i.d.-like weights: the max norm reads alpha + beta = 1 (Cohen et al.'s ReLU value), Step 2 reads 1.5.
     figure_records.scaling(tmp_path, beta=0.3, alpha=0.7, diffusive=0.5)
     rows = {r["claim"]: r for r in claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"))}
-    relu = rows["fc-relu: alpha + beta from |delta_k| A_k, max norm (how their figures were read; used for the verdict) (synthetic)"]
+    relu = rows[
+        "fc-relu: alpha + beta from |delta_k| A_k, max norm (how their figures were read; used for the verdict) (synthetic)"
+    ]
     assert relu["verdict"].startswith(HOLDS)
-    assert relu["reproduced"].startswith("1.000 [") and "Step 2 (cumulative sum, their text), not used for the verdict: 1.500 [" in relu["reproduced"]
+    assert (
+        relu["reproduced"].startswith("1.000 [")
+        and "Step 2 (cumulative sum, their text), not used for the verdict: 1.500 [" in relu["reproduced"]
+    )
     tanh = rows["fc-tanh: beta, max norm (how their figures were read; used for the verdict) (synthetic)"]
     assert tanh["verdict"].startswith(HOLDS) and "their text), not used for the verdict: 0.800 [" in tanh["reproduced"]
     assert not any("cumulative-sum norm" in claim for claim in rows)  # no verdict rests on Step 2

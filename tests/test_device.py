@@ -10,7 +10,9 @@ from common import device, runs
 from common.errors import UserError
 
 
-@pytest.mark.parametrize("visible, expected", [((), "cpu"), (("mps",), "mps"), (("cuda", "mps"), "cuda"), (("cuda",), "cuda")])
+@pytest.mark.parametrize(
+    "visible, expected", [((), "cpu"), (("mps",), "mps"), (("cuda", "mps"), "cuda"), (("cuda",), "cuda")]
+)
 def test_auto_picks_cuda_before_mps_before_cpu_among_the_visible(monkeypatch, visible, expected):
     # Availability mocked: what this machine has must not decide the test. No NPU (torch.device("npu") exists
     # only once torch_npu is imported).

@@ -150,7 +150,10 @@ def test_no_file_names_a_file_outside_the_repository():
         for needle in OUTSIDE
         if needle in line
     ]
-    assert not found, "files outside the repository are named (cite docs/design.md or docs/decisions.md instead):\n" + "\n".join(found)
+    assert not found, (
+        "files outside the repository are named (cite docs/design.md or docs/decisions.md instead):\n"
+        + "\n".join(found)
+    )
 
 
 def test_every_docs_page_named_exists():
@@ -206,7 +209,11 @@ def test_every_relative_markdown_link_resolves():
                 resolved = (ROOT / name).parent / path if path else ROOT / name
                 if not resolved.resolve().is_relative_to(ROOT) or not resolved.exists():
                     found.append(f"{name}: {target}: no such file in the repository")
-                elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved.resolve().relative_to(ROOT).as_posix()):
+                elif (
+                    anchor
+                    and resolved.suffix == ".md"
+                    and anchor not in anchors(resolved.resolve().relative_to(ROOT).as_posix())
+                ):
                     found.append(f"{name}: {target}: no heading with anchor #{anchor}")
     assert not found, "Markdown links that do not resolve:\n" + "\n".join(found)
 
@@ -268,12 +275,19 @@ def test_every_code_name_a_docs_page_gives_exists(page):
 
 
 def test_the_checks_catch_made_up_references():
-    docs, readme, tests = "docs/", "README", "tests/"  # in pieces: the made-up references below must not be in this file
+    docs, readme, tests = (
+        "docs/",
+        "README",
+        "tests/",
+    )  # in pieces: the made-up references below must not be in this file
     assert section_problem("docs/design.md", "Exact growth value V_S,l") is None
     assert section_problem("docs/decisions.md", "Mini preset") is None  # the short form of a heading with a "("
     assert section_problem("docs/design.md", "No such heading") == "docs/design.md has no heading 'No such heading'"
     assert section_problem(f"{docs}no-such-page.md", "Anything") == f"{docs}no-such-page.md does not exist"
-    assert github_anchor("Mini preset (`--preset mini`, `make mini`)".replace("`", "")) == "mini-preset---preset-mini-make-mini"
+    assert (
+        github_anchor("Mini preset (`--preset mini`, `make mini`)".replace("`", ""))
+        == "mini-preset---preset-mini-make-mini"
+    )
     assert dotted_name_problem("common.projection.GramAccumulator.growth_value") is None
     assert dotted_name_problem("common.projection.no_such_function") == "common.projection defines no no_such_function"
     assert dotted_name_problem("common.no_such_module.f") == "common defines no no_such_module"

@@ -11,9 +11,17 @@ from tests import figure_records
 
 script = importlib.import_module("08_make_figures")
 
-FIGURES = ("fig1_ag_vs_depth-digits", "fig2_ag_heatmap-digits", "fig3_gpt2_depth", "fig4_pythia",
-           "fig5_growth_vs_scratch-digits", "fig6_matched_insertion-digits", "fig7_weight_scaling",
-           "fig8_growth_value_vs_ag", "fig9_ag_vs_train_loss")  # fmt: skip
+FIGURES = (
+    "fig1_ag_vs_depth-digits",
+    "fig2_ag_heatmap-digits",
+    "fig3_gpt2_depth",
+    "fig4_pythia",
+    "fig5_growth_vs_scratch-digits",
+    "fig6_matched_insertion-digits",
+    "fig7_weight_scaling",
+    "fig8_growth_value_vs_ag",
+    "fig9_ag_vs_train_loss",
+)
 
 
 def test_every_figure_table_and_the_claims_report_appear(tmp_path, capsys):
@@ -26,8 +34,15 @@ def test_every_figure_table_and_the_claims_report_appear(tmp_path, capsys):
             assert (folder / f"{stem}.{ext}").stat().st_size > 1000, f"{stem}.{ext}"
     assert "skipped" in printed and "0 skipped" in printed
     tables = folder / "tables"
-    for stem in ("ag_vs_depth-digits", "gpt2_depth", "pythia", "growth_vs_scratch-digits", "matched_insertion-digits",
-                 "weight_scaling_exponents", "claims"):  # fmt: skip
+    for stem in (
+        "ag_vs_depth-digits",
+        "gpt2_depth",
+        "pythia",
+        "growth_vs_scratch-digits",
+        "matched_insertion-digits",
+        "weight_scaling_exponents",
+        "claims",
+    ):
         assert (tables / f"{stem}.csv").is_file() and (tables / f"{stem}.md").is_file(), stem
     pythia = pd.read_csv(tables / "pythia.csv")
     assert pythia["model"].tolist() == ["pythia-70m-deduped", "pythia-160m-deduped"]  # by depth
@@ -42,9 +57,16 @@ def test_no_records_exit_zero_and_name_what_makes_each_figure(tmp_path, capsys):
     printed = capsys.readouterr().out
     skipped = [line for line in printed.splitlines() if ": skipped, no " in line]
     assert len(skipped) == 9, printed  # figures 1, 2, 9 share the probe's records but get a line each
-    for needed in ("01_train_resnet_sweep.py --preset smoke", "02_probe_ag.py --preset smoke", "03_growth_vs_scratch.py",
-                   "04_pythia_cpt.py", "05_gpt2_ascend.py", "06_matched_insertion.py", "07_weight_scaling.py",
-                   "02_probe_ag.py --preset smoke --exact"):  # fmt: skip
+    for needed in (
+        "01_train_resnet_sweep.py --preset smoke",
+        "02_probe_ag.py --preset smoke",
+        "03_growth_vs_scratch.py",
+        "04_pythia_cpt.py",
+        "05_gpt2_ascend.py",
+        "06_matched_insertion.py",
+        "07_weight_scaling.py",
+        "02_probe_ag.py --preset smoke --exact",
+    ):
         assert needed in printed, needed
     assert not list((tmp_path / "figures").glob("*.png"))
     report = (tmp_path / "figures" / "claims.md").read_text()

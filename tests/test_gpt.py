@@ -75,7 +75,9 @@ def test_zero_insertion_preserves_the_logits_exactly_at_every_candidate(mode):
         block = insert_decoder_block(full, c.index, seed=3)
         assert function_preserved(model, linear, x) and function_preserved(model, full, x), c.name  # torch.equal
         assert full.blocks[c.index] is block and len(full.candidates()) == len(candidates) + 1
-        assert block.attn.c_attn.weight.any() and not block.attn.c_proj.weight.any() and not block.mlp.c_proj.weight.any()
+        assert (
+            block.attn.c_attn.weight.any() and not block.attn.c_proj.weight.any() and not block.mlp.c_proj.weight.any()
+        )
 
 
 def reference_rows(model: GPT, x, y):

@@ -37,10 +37,20 @@ def two_ranks(tmp_path_factory):
     """``{rank: {scenario: what it saw}}`` from one pair of gloo processes started at once."""
     out = tmp_path_factory.mktemp("two-ranks")
     torch.manual_seed(0)
-    GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=257, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-                                     max_position_embeddings=32)).save_pretrained(out / "hub-model")  # fmt: skip
+    GPTNeoXForCausalLM(
+        GPTNeoXConfig(
+            vocab_size=257,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=32,
+        )
+    ).save_pretrained(out / "hub-model")
     write_big_checkpoint(out)
-    context = mp.start_processes(scenarios_worker, args=(free_port(), str(out)), nprocs=2, join=False, start_method="spawn")
+    context = mp.start_processes(
+        scenarios_worker, args=(free_port(), str(out)), nprocs=2, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + SCENARIO_TIMEOUT_S
     while not context.join(timeout=1):
         if time.monotonic() > deadline:
@@ -63,7 +73,10 @@ def test_validation_split_over_two_processes_equals_one_process(two_ranks):
     for r, f in enumerate(seen(two_ranks, "evaluation_split")):
         for way in ("split", "ddp"):
             assert f[way]["n"] == f["alone"]["n"] and f[way]["acc"] == f["alone"]["acc"], (r, way)
-            assert f[way]["loss"] == pytest.approx(f["alone"]["loss"], rel=1e-12), (r, way)  # float64 sums, another order
+            assert f[way]["loss"] == pytest.approx(f["alone"]["loss"], rel=1e-12), (
+                r,
+                way,
+            )  # float64 sums, another order
         assert f["forwards"] == 3, r  # ceil(5 / 2): rank 1 repeats one of its 2 batches, uncounted
 
 
@@ -176,7 +189,9 @@ def test_fsdp_bf16_parameters_compute_in_bf16_keep_float32_shards_and_say_so(two
 
 
 def test_fsdp_bf16_is_recorded_in_the_config_only_when_asked_for_and_never_in_the_identity():
-    plain, sharded, bf16 = (cpt_configs(preset="smoke", **kw) for kw in ({}, {"fsdp": True}, {"fsdp": True, "fsdp_bf16": True}))
+    plain, sharded, bf16 = (
+        cpt_configs(preset="smoke", **kw) for kw in ({}, {"fsdp": True}, {"fsdp": True, "fsdp_bf16": True})
+    )
     assert all("fsdp_bf16_params" not in c["runtime"] for c in plain + sharded)
     assert all(c["runtime"]["fsdp_bf16_params"] is True for c in bf16)
     assert [runs.config_hash(c) for c in bf16] == [runs.config_hash(c) for c in plain]

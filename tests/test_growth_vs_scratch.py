@@ -56,7 +56,9 @@ def test_growth_preserves_the_function_bitwise_in_float64_at_every_cyclic_positi
     model, index, block = grown_copy(parent, seed=n)
     assert index == EXPECTED_INDEX[n] and model.blocks[index] is block
     stage = n % 3
-    assert model.stage_of_block[index] == stage and model.stage_of_block[index - 1] == stage  # after a block of its stage
+    assert (
+        model.stage_of_block[index] == stage and model.stage_of_block[index - 1] == stage
+    )  # after a block of its stage
     assert index + 1 == len(model.blocks) or model.stage_of_block[index + 1] == stage + 1  # ... and last of it
     for mode in ("train", "eval"):
         before, after = copy.deepcopy(parent).train(mode == "train"), copy.deepcopy(model).train(mode == "train")
@@ -98,7 +100,9 @@ def test_new_block_gets_a_nonzero_finite_gradient_on_its_first_step():
     gamma, beta = grads["residual.4.weight"], grads["residual.4.bias"]
     assert (gamma != 0).all() and (beta != 0).all()  # every channel of the zero-gamma BN moves
     # Behind gamma = 0 nothing else has a first-order effect: the tangent space is spanned by gamma and beta.
-    assert all(not grads[k].any() for k in ("residual.0.weight", "residual.1.weight", "residual.1.bias", "residual.3.weight"))
+    assert all(
+        not grads[k].any() for k in ("residual.0.weight", "residual.1.weight", "residual.1.bias", "residual.3.weight")
+    )
     # One SGD step moves the block's output by O(lr): the function changes continuously.
     outputs = []
     for lr in (1e-3, 1e-4):
@@ -134,12 +138,16 @@ def test_zero_gamma_avoids_the_inverse_sqrt_eps_amplification_of_a_zero_conv_bef
         zero_conv.residual[4].weight.fill_(1.0)
     gamma, conv = "residual.4.weight", "residual.3.weight"
     ratio_ours = zero_parameter_gradient_norm(ours, z, 1e-5, gamma) / zero_parameter_gradient_norm(ours, z, 1e-3, gamma)
-    ratio_zero_conv = zero_parameter_gradient_norm(zero_conv, z, 1e-5, conv) / zero_parameter_gradient_norm(zero_conv, z, 1e-3, conv)
+    ratio_zero_conv = zero_parameter_gradient_norm(zero_conv, z, 1e-5, conv) / zero_parameter_gradient_norm(
+        zero_conv, z, 1e-3, conv
+    )
     # The zero conv feeds the BN a zero batch (variance 0): its gradient is scaled by exactly 1/sqrt(eps).
     assert ratio_zero_conv == pytest.approx(math.sqrt(1e-3 / 1e-5), rel=1e-9)
     # Zero-gamma: the BN normalises a random conv output (variance of order 1), eps hardly matters.
     assert ratio_ours == pytest.approx(1.0, abs=0.01)
-    assert zero_parameter_gradient_norm(zero_conv, z, 1e-5, conv) > 30 * zero_parameter_gradient_norm(ours, z, 1e-5, gamma)
+    assert zero_parameter_gradient_norm(zero_conv, z, 1e-5, conv) > 30 * zero_parameter_gradient_norm(
+        ours, z, 1e-5, gamma
+    )
 
 
 class Killed(Exception):
@@ -147,7 +155,15 @@ class Killed(Exception):
 
 
 def tiny_plan(**kwargs) -> gvs.GrowthPlan:
-    keys = {"preset": "smoke", "dataset": "synthetic", "depths": [2], "stage_epochs": 2, "scratch_epochs": 1, "device": "cpu", "synthetic": TINY_DATA}
+    keys = {
+        "preset": "smoke",
+        "dataset": "synthetic",
+        "depths": [2],
+        "stage_epochs": 2,
+        "scratch_epochs": 1,
+        "device": "cpu",
+        "synthetic": TINY_DATA,
+    }
     return gvs.growth_plan(**{**keys, **kwargs})
 
 
@@ -200,7 +216,9 @@ def test_plan_reuses_the_sweeps_runs_at_its_epochs_and_derives_the_scratch_budge
     stage3 = plan.stage(0, 3)
     assert stage3["growth"]["parent"] == runs.run_dir("", plan.stage(0, 2)).as_posix()
     assert [c["depth_n"] for c in stage3["runtime"]["chain"]] == [0, 1, 2]
-    assert runs.config_hash(tiny_plan(stage_epochs=4).stage(0, 2)) != runs.config_hash(tiny_plan(stage_epochs=3).stage(0, 2))
+    assert runs.config_hash(tiny_plan(stage_epochs=4).stage(0, 2)) != runs.config_hash(
+        tiny_plan(stage_epochs=3).stage(0, 2)
+    )
     with pytest.raises(gvs.UserError, match="pass one of them"):
         tiny_plan(scratch_budget="total")
     with pytest.raises(gvs.UserError, match="N >= 1"):
@@ -208,27 +226,42 @@ def test_plan_reuses_the_sweeps_runs_at_its_epochs_and_derives_the_scratch_budge
 
 
 def record(method, n, seed, train_loss, test_loss, test_acc=0.5):
-    return {"method": method, "depth_n": n, "seed": seed, "train_loss": train_loss, "test_loss": test_loss, "test_acc": test_acc}
+    return {
+        "method": method,
+        "depth_n": n,
+        "seed": seed,
+        "train_loss": train_loss,
+        "test_loss": test_loss,
+        "test_acc": test_acc,
+    }
 
 
 def test_table_builder_computes_means_relative_reduction_and_winners():
     records = [
-        record("growth", 2, 0, 0.010, 0.20), record("growth", 2, 1, 0.030, 0.40),
-        record("scratch", 2, 0, 0.020, 0.50), record("scratch", 2, 1, 0.020, 0.50),
-        record("growth", 4, 0, 0.100, 0.30), record("growth", 4, 1, 0.100, 0.30),
-        record("scratch", 4, 0, 0.050, 0.20), record("scratch", 4, 1, 0.050, 0.20),
-    ]  # fmt: skip
+        record("growth", 2, 0, 0.010, 0.20),
+        record("growth", 2, 1, 0.030, 0.40),
+        record("scratch", 2, 0, 0.020, 0.50),
+        record("scratch", 2, 1, 0.020, 0.50),
+        record("growth", 4, 0, 0.100, 0.30),
+        record("growth", 4, 1, 0.100, 0.30),
+        record("scratch", 4, 0, 0.050, 0.20),
+        record("scratch", 4, 1, 0.050, 0.20),
+    ]
     rows = {r["model"]: r for r in gvs.growth_table(records)}
     assert list(rows) == ["ResNet-10", "ResNet-12", "mean"]
     r10, r12, mean = rows["ResNet-10"], rows["ResNet-12"], rows["mean"]
-    assert r10["growth_test_loss"] == pytest.approx(0.30) and r10["growth_test_loss_std"] == pytest.approx(math.sqrt(0.02))
+    assert r10["growth_test_loss"] == pytest.approx(0.30) and r10["growth_test_loss_std"] == pytest.approx(
+        math.sqrt(0.02)
+    )
     assert r10["scratch_test_loss_std"] == 0.0 and r10["seeds"] == 2
     assert r10["test_loss_reduction"] == pytest.approx(0.20) and r10["test_loss_reduction_rel"] == pytest.approx(0.40)
     assert (r10["train_winner"], r10["test_winner"]) == ("tie", "growth")  # train: 0.02 vs 0.02
     assert (r12["train_winner"], r12["test_winner"]) == ("scratch", "scratch")
     assert r12["test_loss_reduction"] == pytest.approx(-0.10)
     # mean row: per seed over the architectures (growth test 0.25 and 0.35), then over seeds
-    assert mean["growth_test_loss"] == pytest.approx(0.30) and mean["growth_test_loss_std"] == pytest.approx(math.sqrt(0.005))
+    assert mean["growth_test_loss"] == pytest.approx(0.30) and mean["growth_test_loss_std"] == pytest.approx(
+        math.sqrt(0.005)
+    )
     assert mean["scratch_test_loss"] == pytest.approx(0.35) and mean["scratch_test_loss_std"] == 0.0
     assert mean["test_loss_reduction_rel"] == pytest.approx(0.05 / 0.35)
     assert mean["growth_train_loss"] == pytest.approx(0.06) and mean["train_winner"] == "scratch"
@@ -238,7 +271,9 @@ def test_table_builder_computes_means_relative_reduction_and_winners():
     assert r10["paper_growth_test_loss"] is None and mean["paper_growth_test_loss"] == GROWTH_MEAN_TEST_LOSS["growth"]
     assert mean["paper_test_loss_reduction_rel"] == GROWTH_TEST_RELATIVE_REDUCTION
     # Paired training-loss reductions per seed (0.01 and -0.01 at ResNet-10), as the claims test them.
-    assert r10["train_loss_reduction"] == pytest.approx(0.0) and r10["train_loss_reduction_std"] == pytest.approx(math.sqrt(2e-4))
+    assert r10["train_loss_reduction"] == pytest.approx(0.0) and r10["train_loss_reduction_std"] == pytest.approx(
+        math.sqrt(2e-4)
+    )
     text = gvs.markdown_table(list(rows.values()))
     assert "| ResNet-10 | - | 0.0200 ± 0.0141 | 0.0200 ± 0.0000 | tie (growth) |" in text  # no budgets in these records
     budgets = [{**r, "total_epochs": 6 + 2 * r["depth_n"] if r["method"] == "growth" else 2} for r in records]
@@ -253,15 +288,34 @@ def test_table_builder_computes_means_relative_reduction_and_winners():
 def tiny_npz(path):
     rng = np.random.default_rng(0)
     labels = {"y_train": rng.integers(0, 4, 64), "y_test": rng.integers(0, 4, 32)}
-    images = {k.replace("y", "x"): (rng.integers(0, 64, (len(y), 8, 8, 3)) + 48 * y[:, None, None, None]).astype(np.uint8) for k, y in labels.items()}
+    images = {
+        k.replace("y", "x"): (rng.integers(0, 64, (len(y), 8, 8, 3)) + 48 * y[:, None, None, None]).astype(np.uint8)
+        for k, y in labels.items()
+    }
     np.savez(path, **labels, **images)
     return path
 
 
 def test_script_runs_chain_and_scratch_prints_the_table_and_skips_finished_runs(tmp_path, capsys):
     data = tiny_npz(tmp_path / "tiny.npz")  # 64 training images of 8x8: one step per epoch
-    argv = ["--preset", "smoke", "--dataset", "npz", "--data-root", str(data), "--depths", "2", "--stage-epochs", "2",
-            "--scratch-budget", "per-stage", "--device", "cpu", "--out", str(tmp_path / "runs")]  # fmt: skip
+    argv = [
+        "--preset",
+        "smoke",
+        "--dataset",
+        "npz",
+        "--data-root",
+        str(data),
+        "--depths",
+        "2",
+        "--stage-epochs",
+        "2",
+        "--scratch-budget",
+        "per-stage",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "runs"),
+    ]
     assert script.main(argv) == 0
     out = capsys.readouterr().out
     assert "| ResNet-10 |" in out and "| mean |" in out
@@ -271,7 +325,10 @@ def test_script_runs_chain_and_scratch_prints_the_table_and_skips_finished_runs(
         rows = list(csv.DictReader(handle))
     assert [r["model"] for r in rows] == ["ResNet-10", "mean"] and float(rows[0]["growth_test_loss"]) > 0
     # Each side's total epochs: the parent ResNet-8's (the smoke sweep's 6) and two 2-epoch stages, against scratch's 2.
-    assert (float(rows[0]["growth_epochs"]), float(rows[0]["scratch_epochs"])) == (10, 2) and "| ResNet-10 | 10 / 2 |" in out
+    assert (float(rows[0]["growth_epochs"]), float(rows[0]["scratch_epochs"])) == (
+        10,
+        2,
+    ) and "| ResNet-10 | 10 / 2 |" in out
     folder = tmp_path / "runs" / gvs.EXPERIMENT
     finished = sorted(p.name.rsplit("-", 1)[0] for p in folder.iterdir() if runs.is_done(p))
     assert finished == ["npz-grown-resnet10-n2-seed0", "npz-grown-resnet9-n1-seed0", "npz-scratch-resnet10-n2-seed0-e2"]
@@ -285,5 +342,9 @@ def test_paper_preset_dry_run_plans_resnet10_to_13_and_creates_nothing(tmp_path,
     assert script.main(["--dry-run", "--out", str(tmp_path / "never")]) == 0
     out = capsys.readouterr().out
     assert "ResNet-8 (todo, sweep run) -> ResNet-9 (todo) -> ResNet-10" in out and "ResNet-13 (todo)" in out
-    assert "5 planned runs" in out and "cifar10-grown-resnet13-n5-seed0" in out and "resnet_sweep/cifar10-resnet11-n3-seed0-6e4f1e46" in out
+    assert (
+        "5 planned runs" in out
+        and "cifar10-grown-resnet13-n5-seed0" in out
+        and "resnet_sweep/cifar10-resnet11-n3-seed0-6e4f1e46" in out
+    )
     assert not (tmp_path / "never").exists()

@@ -72,14 +72,26 @@ def test_candidates_are_the_residual_stream_and_ag_matches_retain_grad(family):
     assert all(s.ag_norm > 0 for s in result.scores)
 
 
-@pytest.mark.parametrize(("config", "cls", "paths"), [
-    (Qwen2Config, Qwen2ForCausalLM, ("model.layers", "model.norm")),
-    (MistralConfig, MistralForCausalLM, ("model.layers", "model.norm")),
-    (PhiConfig, PhiForCausalLM, ("model.layers", "model.final_layernorm")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("config", "cls", "paths"),
+    [
+        (Qwen2Config, Qwen2ForCausalLM, ("model.layers", "model.norm")),
+        (MistralConfig, MistralForCausalLM, ("model.layers", "model.norm")),
+        (PhiConfig, PhiForCausalLM, ("model.layers", "model.final_layernorm")),
+    ],
+)
 def test_the_layer_list_is_found_in_qwen2_mistral_and_phi(config, cls, paths):
-    lm = cls(config(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                    intermediate_size=32, max_position_embeddings=32))  # fmt: skip
+    lm = cls(
+        config(
+            vocab_size=VOCAB,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=32,
+        )
+    )
     parts = find_decoder_layers(lm)
     assert (parts.layers_path, parts.norm_path) == paths and len(parts.layers) == 2
 
@@ -131,8 +143,15 @@ def test_continued_pretraining_lowers_the_loss_on_a_repeated_batch():
     with torch.no_grad():
         start = classification_loss(decoder.eval()(x), y).item()
     with cpu_threads(1):  # tiny matrices: threads only wait on a busy machine
-        train_epoch(decoder.train(), recipe.make_optimizer(decoder), [(x, y)] * 8, schedule=Schedule(1e-2, 8, 0), step=0,
-                    settings=TrainSettings(recipe), device=torch.device("cpu"))  # fmt: skip
+        train_epoch(
+            decoder.train(),
+            recipe.make_optimizer(decoder),
+            [(x, y)] * 8,
+            schedule=Schedule(1e-2, 8, 0),
+            step=0,
+            settings=TrainSettings(recipe),
+            device=torch.device("cpu"),
+        )
     with torch.no_grad():
         end = classification_loss(decoder.eval()(x), y).item()
     assert end < start - 0.5, (start, end)
@@ -141,7 +160,9 @@ def test_continued_pretraining_lowers_the_loss_on_a_repeated_batch():
 def test_probe_peak_memory_stays_below_a_training_step(tmp_path):
     """Fresh processes (one high-water mark each, tests/hf_jobs.py), same model and batch: probe vs one AdamW step."""
     folder = save_memory_model(tmp_path / "model")
-    proc = subprocess.run([sys.executable, "-m", "tests.hf_jobs", str(folder)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.hf_jobs", str(folder)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     peaks = json.loads(proc.stdout.strip().splitlines()[-1])
     assert peaks["probe"] <= peaks["train"], peaks

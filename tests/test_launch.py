@@ -95,11 +95,18 @@ def fake_devices(monkeypatch, kind: str, listed: str) -> None:
 
 
 def overlapping(results: list[dict]) -> list[tuple[dict, dict]]:
-    return [(a, b) for i, a in enumerate(results) for b in results[i + 1 :] if a["start"] < b["end"] and b["start"] < a["end"]]
+    return [
+        (a, b)
+        for i, a in enumerate(results)
+        for b in results[i + 1 :]
+        if a["start"] < b["end"] and b["start"] < a["end"]
+    ]
 
 
 def device_specs(tmp_path, n: int, sleep_s: float):
-    return make_specs([{"experiment": "devices", "name": f"r{i}", "runtime": {"sleep_s": sleep_s}} for i in range(n)], tmp_path)
+    return make_specs(
+        [{"experiment": "devices", "name": f"r{i}", "runtime": {"sleep_s": sleep_s}} for i in range(n)], tmp_path
+    )
 
 
 def test_local_runs_each_get_one_of_the_parents_gpus_and_run_one_per_gpu(tmp_path, monkeypatch):

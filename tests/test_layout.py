@@ -123,7 +123,9 @@ def test_the_decoder_experiments_share_one_module_below_both_and_import_neither_
     for name in sorted(DECODER_JOBS):
         imported = repo_imports(name)
         assert DECODER_SHARED in imported, f"{name} does not use {DECODER_SHARED}"
-        assert not imported & DECODER_JOBS, f"{name} imports the other decoder experiment {sorted(imported & DECODER_JOBS)}"
+        assert not imported & DECODER_JOBS, (
+            f"{name} imports the other decoder experiment {sorted(imported & DECODER_JOBS)}"
+        )
     above = {m for m in repo_imports(DECODER_SHARED) if is_experiment(m)}
     assert not above, f"{DECODER_SHARED} imports the job modules {sorted(above)}"
 
@@ -133,7 +135,9 @@ def test_no_import_hides_inside_a_function():
     hidden = []
     for path in files:
         name = module_name(path)
-        hidden += [f"{name}: {m}" for m, inside in imports_of(path) if inside and (name, m) not in FUNCTION_IMPORTS_ALLOWED]
+        hidden += [
+            f"{name}: {m}" for m, inside in imports_of(path) if inside and (name, m) not in FUNCTION_IMPORTS_ALLOWED
+        ]
     assert not hidden, f"imports inside functions: {hidden}"
 
 
@@ -151,11 +155,18 @@ def test_a_scripts_job_module_imports_no_other_scripts_job_module():
     jobs = set(script_job_modules().values())
     for name in sorted(jobs - READS_EVERY_EXPERIMENT):
         peers = repo_imports(name) & jobs - {name}
-        assert not peers, f"{name} imports the job modules {sorted(peers)}: move what they share below them (e.g. common/resnet_sweep.py)"
+        assert not peers, (
+            f"{name} imports the job modules {sorted(peers)}: move what they share below them (e.g. common/resnet_sweep.py)"
+        )
 
 
 def test_no_name_shadows_the_common_package():
-    files = [*ROOT.glob("common/**/*.py"), *ROOT.glob("[0-9][0-9]_*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("tests/*.py")]
+    files = [
+        *ROOT.glob("common/**/*.py"),
+        *ROOT.glob("[0-9][0-9]_*.py"),
+        *ROOT.glob("benchmarks/*.py"),
+        *ROOT.glob("tests/*.py"),
+    ]
     shadowing = []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):

@@ -93,7 +93,9 @@ def test_a_gradient_orthogonal_to_the_tangent_space_gives_no_first_order_change(
     model = IdentityHeadMLP().double().eval()
     x = torch.randn(40, 5, dtype=torch.float64)  # 40 rows > k = 12 features: a proper complement exists
     with probe_mode(model):
-        _, (z,), _ = activation_gradients(model, x, torch.zeros(40, 3, dtype=torch.float64), linear_loss, [model.candidates()[1]])
+        _, (z,), _ = activation_gradients(
+            model, x, torch.zeros(40, 3, dtype=torch.float64), linear_loss, [model.candidates()[1]]
+        )
     block = make_zero_block("linear", 3, 0, 1, like=z).eval()
     with torch.no_grad():
         psi = block.tangent_features(z)
@@ -132,7 +134,10 @@ def test_next_candidate_is_where_the_cyclic_rule_puts_the_next_block():
         grown = ResNet(ResNetConfig(extra_blocks=n + 1))
         before = ResNet(ResNetConfig(extra_blocks=n))
         # The grown net's stage layout equals the old one with one block more where candidate `index` reads.
-        assert grown.stage_of_block == before.stage_of_block[:index] + [grown.stage_of_block[index]] + before.stage_of_block[index:]
+        assert (
+            grown.stage_of_block
+            == before.stage_of_block[:index] + [grown.stage_of_block[index]] + before.stage_of_block[index:]
+        )
         assert resolve_candidates("next", n) == [index]
     assert resolve_candidates("all", 0) == [0, 1, 2, 3]
 

@@ -21,15 +21,21 @@ ARGS = ["--dataset", "synthetic", "--device", "cpu", "--depths", "0,1"]
 def sweep_out(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sweep")
     configs = sweep_configs(
-        preset="smoke", dataset="synthetic", depths=[0, 1], epochs=1, device="cpu",
+        preset="smoke",
+        dataset="synthetic",
+        depths=[0, 1],
+        epochs=1,
+        device="cpu",
         synthetic={"num_train": 96, "num_test": 32, "image_size": 16},
-    )  # fmt: skip
+    )
     launch(train_resnet_run, make_specs(configs, out))
     return out
 
 
 def test_matched_insertion_table_has_every_candidate_and_alpha_with_the_paper_beside_it(sweep_out, capsys):
-    assert script.main([*ARGS, "--candidate", "all", "--alpha", "1e-3", "--alpha", "1e-4", "--out", str(sweep_out)]) == 0
+    assert (
+        script.main([*ARGS, "--candidate", "all", "--alpha", "1e-3", "--alpha", "1e-4", "--out", str(sweep_out)]) == 0
+    )
     out = capsys.readouterr().out.strip().splitlines()
     summary = Path(out[-1])
     assert summary.suffix == ".md" and summary.is_file() and "| ResNet-8 |" in summary.read_text()

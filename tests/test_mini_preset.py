@@ -44,7 +44,10 @@ def test_every_numbered_script_accepts_preset_mini(script):
 def test_each_job_module_has_a_mini_table():
     assert resnet_sweep.sweep_preset("mini", "cifar10").train_subset
     assert "mini" in gpt2_ascend.PRESETS and "mini" in pythia_cpt.PRESETS and "mini" in weight_scaling.FC_PRESETS
-    assert growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="x.npz").stage_epochs == growth_vs_scratch.MINI_STAGE_EPOCHS
+    assert (
+        growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="x.npz").stage_epochs
+        == growth_vs_scratch.MINI_STAGE_EPOCHS
+    )
 
 
 # ----------------------------------------------------------------------------- the training subset
@@ -99,8 +102,26 @@ def test_probe_growth_and_scratch_see_exactly_the_sweeps_training_images(tmp_pat
 
 def test_mini_trains_on_the_subset_and_evaluates_the_test_set_once_at_the_end(tmp_path):
     script = importlib.import_module("01_train_resnet_sweep")
-    args = ["--preset", "mini", "--dataset", "digits", "--train-subset", "100", "--depths", "0", "--seeds", "0",
-            "--epochs", "2", "--batch-size", "50", "--device", "cpu", "--out", str(tmp_path)]  # fmt: skip
+    args = [
+        "--preset",
+        "mini",
+        "--dataset",
+        "digits",
+        "--train-subset",
+        "100",
+        "--depths",
+        "0",
+        "--seeds",
+        "0",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "50",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+    ]
     assert script.main(args) == 0
     [run] = resnet_sweep.finished_sweep_runs(tmp_path, "digits")
     metrics = runs.read_metrics(run)
@@ -119,7 +140,9 @@ def test_mini_runs_two_seeds_by_default():
 def fake_shakespeare(tmp_path, monkeypatch):
     """The download route with a monkeypatched fetch (no network): its bytes and the sha256 expected of them."""
     payload = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n" * 800).encode()
-    remote = text_sources.RemoteText("tinyshakespeare.txt", "https://example.invalid/input.txt", hashlib.sha256(payload).hexdigest(), len(payload))
+    remote = text_sources.RemoteText(
+        "tinyshakespeare.txt", "https://example.invalid/input.txt", hashlib.sha256(payload).hexdigest(), len(payload)
+    )
     fetched = []
     monkeypatch.setattr(text_sources, "fetch_url", lambda url: fetched.append(url) or payload)
     monkeypatch.setitem(gpt2_ascend.PRESETS, "mini", dataclasses.replace(gpt2_ascend.MINI, text=remote))
@@ -169,12 +192,34 @@ def test_04_mini_offline_says_so_in_one_line_and_exits_0(tmp_path, monkeypatch, 
 def test_04_mini_probes_the_frozen_model_on_32_sequences_of_256_tokens(tmp_path, capsys):
     torch.manual_seed(0)
     model = tmp_path / "tiny"
-    GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=257, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=32, max_position_embeddings=256)).save_pretrained(model)  # fmt: skip
+    GPTNeoXForCausalLM(
+        GPTNeoXConfig(
+            vocab_size=257,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=256,
+        )
+    ).save_pretrained(model)
     corpus = tmp_path / "plays.txt"
     corpus.write_text("To be, or not to be, that is the question.\n" * 500)
-    args = ["--preset", "mini", "--model-path", str(model), "--tokenizer", "byte", "--text-file", str(corpus),
-            "--data-root", str(tmp_path / "tok"), "--device", "cpu", "--out", str(tmp_path / "runs")]  # fmt: skip
+    args = [
+        "--preset",
+        "mini",
+        "--model-path",
+        str(model),
+        "--tokenizer",
+        "byte",
+        "--text-file",
+        str(corpus),
+        "--data-root",
+        str(tmp_path / "tok"),
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "runs"),
+    ]
     assert importlib.import_module("04_pythia_cpt").main(args) == 0
     [run] = (tmp_path / "runs" / "pythia_cpt").glob("tiny-*")
     result = runs.read_result(run)
@@ -190,7 +235,9 @@ def test_08_mini_labels_every_verdict_and_names_the_scale_and_the_data(tmp_path)
     figure_records.sweep_and_probe(out, preset="mini", dataset="npz", seeds=(0, 1))
     for path in (out / "resnet_sweep").glob("*/"):
         config, result = runs.read_json(path / "config.json"), runs.read_result(path)
-        runs.atomic_write_json(path / "config.json", {**config, "data": {"file": "c10-jpeg.npz", "train_subset": {"k": 1000, "seed": 0}}})
+        runs.atomic_write_json(
+            path / "config.json", {**config, "data": {"file": "c10-jpeg.npz", "train_subset": {"k": 1000, "seed": 0}}}
+        )
         runs.write_result(path, {**result, "train_size": 1000, "seed": config["seed"]})
     report = make_figures.build(out, tmp_path / "figs", "mini")
     decided = [r for r in report.claims if r["verdict"] != "not run"]
@@ -198,18 +245,43 @@ def test_08_mini_labels_every_verdict_and_names_the_scale_and_the_data(tmp_path)
     text_ = report.claims_path.read_text()
     banner = [line for line in text_.splitlines() if line.startswith("> ")]
     assert len(banner) == 1 and "mini scale: 1,000 real CIFAR-10 training images" in banner[0]
-    assert "2 seeds" in banner[0] and "`c10-jpeg.npz`" in banner[0] and "differs slightly from the official files" in banner[0]
+    assert (
+        "2 seeds" in banner[0]
+        and "`c10-jpeg.npz`" in banner[0]
+        and "differs slightly from the official files" in banner[0]
+    )
     assert "not the paper's" in banner[0]
     not_run = [r for r in report.claims if r["verdict"] == "not run"]
     assert not_run and all("--preset mini" in r["records"] for r in not_run)
 
 
 def test_the_readme_block_holds_every_claims_row_beside_the_papers_value(tmp_path):
-    rows = [{"id": 1, "claim": "a | b", "paper": "0.5", "reproduced": "0.4", "records": "r", "verdict": "holds (mini scale)", "rule": "x"},
-            {"id": 2, "claim": "c", "paper": "1e-3", "reproduced": "-", "records": "none", "verdict": "not run", "rule": "y"}]
+    rows = [
+        {
+            "id": 1,
+            "claim": "a | b",
+            "paper": "0.5",
+            "reproduced": "0.4",
+            "records": "r",
+            "verdict": "holds (mini scale)",
+            "rule": "x",
+        },
+        {
+            "id": 2,
+            "claim": "c",
+            "paper": "1e-3",
+            "reproduced": "-",
+            "records": "none",
+            "verdict": "not run",
+            "rule": "y",
+        },
+    ]
     report = make_figures.claims_markdown(rows, "mini", Path("results/mini"), banner="**Mini scale.** b")
     block = make_figures.results_block(report)
-    assert block.splitlines()[2:] == ["| 1 | a \\| b | 0.5 | 0.4 | holds (mini scale) |", "| 2 | c | 1e-3 | - | not run |"]
+    assert block.splitlines()[2:] == [
+        "| 1 | a \\| b | 0.5 | 0.4 | holds (mini scale) |",
+        "| 2 | c | 1e-3 | - | not run |",
+    ]
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{make_figures.README_START}\nold\n{make_figures.README_END}\n\nafter\n")
     (tmp_path / "claims.md").write_text(report)
@@ -220,12 +292,23 @@ def test_the_readme_block_holds_every_claims_row_beside_the_papers_value(tmp_pat
 # ----------------------------------------------------------------------------- committing records
 def test_portable_runtime_relativises_paths_in_the_repository_and_strips_the_others(tmp_path):
     root = tmp_path / "repo"
-    config = {"experiment": "x", "data": {"file": "/elsewhere/c10.npz"},
-              "runtime": {"device": "cpu", "data_root": "/elsewhere/c10.npz", "sweep_dir": str(root / "results/mini/resnet_sweep/a-1"),
-                          "chain": [{"name": "p", "runtime": {"data_root": str(root / "data"), "compile": "auto"}}]}}  # fmt: skip
+    config = {
+        "experiment": "x",
+        "data": {"file": "/elsewhere/c10.npz"},
+        "runtime": {
+            "device": "cpu",
+            "data_root": "/elsewhere/c10.npz",
+            "sweep_dir": str(root / "results/mini/resnet_sweep/a-1"),
+            "chain": [{"name": "p", "runtime": {"data_root": str(root / "data"), "compile": "auto"}}],
+        },
+    }
     portable = runs.portable_runtime(config, root)
-    assert portable["runtime"] == {"device": "cpu", "data_root": None, "sweep_dir": "results/mini/resnet_sweep/a-1",
-                                   "chain": [{"name": "p", "runtime": {"data_root": "data", "compile": "auto"}}]}  # fmt: skip
+    assert portable["runtime"] == {
+        "device": "cpu",
+        "data_root": None,
+        "sweep_dir": "results/mini/resnet_sweep/a-1",
+        "chain": [{"name": "p", "runtime": {"data_root": "data", "compile": "auto"}}],
+    }
     assert portable["data"] == config["data"] and runs.config_hash(portable) == runs.config_hash(config)
     run = runs.run_dir(root / "results/mini", config)
     run.mkdir(parents=True)
@@ -236,8 +319,13 @@ def test_portable_runtime_relativises_paths_in_the_repository_and_strips_the_oth
 
 
 def test_make_mini_hands_images_and_text_to_the_right_scripts():
-    dry = subprocess.run(["make", "-n", "mini", "IMAGES=--dataset npz --data-root X.npz", "TEXT=--text-file Y.txt"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    dry = subprocess.run(
+        ["make", "-n", "mini", "IMAGES=--dataset npz --data-root X.npz", "TEXT=--text-file Y.txt"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for script in ("01_train_resnet_sweep.py", "02_probe_ag.py", "03_growth_vs_scratch.py", "06_matched_insertion.py"):
         assert f"step {script} --dataset npz --data-root X.npz;" in dry, script
     for script in ("04_pythia_cpt.py", "05_gpt2_ascend.py"):
@@ -249,8 +337,20 @@ def test_make_mini_hands_images_and_text_to_the_right_scripts():
 def test_results_keep_no_weights_or_checkpoints():
     if subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=ROOT, capture_output=True).returncode:
         pytest.skip("not a git checkout: .gitignore is not in force")
-    ignored = subprocess.run(["git", "check-ignore", "--no-index", "results/mini/resnet_sweep/r/model.pt",
-                              "results/mini/resnet_sweep/r/checkpoint.pt", "results/mini/pythia_cpt/r/base_model/model.safetensors"],
-                             cwd=ROOT, capture_output=True, text=True).stdout.split()  # fmt: skip
-    kept = subprocess.run(["git", "check-ignore", "--no-index", "results/mini/resnet_sweep/r/result.json"], cwd=ROOT, capture_output=True)
+    ignored = subprocess.run(
+        [
+            "git",
+            "check-ignore",
+            "--no-index",
+            "results/mini/resnet_sweep/r/model.pt",
+            "results/mini/resnet_sweep/r/checkpoint.pt",
+            "results/mini/pythia_cpt/r/base_model/model.safetensors",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    kept = subprocess.run(
+        ["git", "check-ignore", "--no-index", "results/mini/resnet_sweep/r/result.json"], cwd=ROOT, capture_output=True
+    )
     assert len(ignored) == 3 and kept.returncode == 1

@@ -74,10 +74,13 @@ def test_three_ag_maxima_from_a_hand_made_candidates_csv(tmp_path):
     atomic_write_csv(tmp_path / "candidates.csv", rows)
     maxima = ag_maxima(pd.read_csv(tmp_path / "candidates.csv").to_dict("records"))
     assert maxima == {
-        "ag_max": 0.050, "ag_max_candidate": "head.in",
-        "ag_max_per_example": 0.30, "ag_max_per_example_candidate": "block2.in",
-        "ag_max_blocks": 0.030, "ag_max_blocks_candidate": "block1.in",
-    }  # fmt: skip
+        "ag_max": 0.050,
+        "ag_max_candidate": "head.in",
+        "ag_max_per_example": 0.30,
+        "ag_max_per_example_candidate": "block2.in",
+        "ag_max_blocks": 0.030,
+        "ag_max_blocks_candidate": "block1.in",
+    }
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))
@@ -94,12 +97,15 @@ def test_pooled_cross_gradient_and_contribution_covariance_match_autograd_on_an_
         grown = copy.deepcopy(model)
         v = insert_zero_block(grown, score.index, seed=5).terminal.weight  # V_l
         pooled = torch.autograd.grad(F.cross_entropy(grown(x), y), v)[0]
-        each = torch.stack([torch.autograd.grad(F.cross_entropy(grown(x[i : i + 1]), y[i : i + 1]), v)[0] for i in range(6)])
+        each = torch.stack(
+            [torch.autograd.grad(F.cross_entropy(grown(x[i : i + 1]), y[i : i + 1]), v)[0] for i in range(6)]
+        )
         assert score.cross_gradient_norm_pooled == pytest.approx(float(pooled.norm()), rel=RTOL)
         assert score.contribution_cov_trace == pytest.approx(float((each - pooled).square().sum()) / 5, rel=RTOL)
     exact = probe_activation_gradients(model, split_batches(x, y, 3), exact=True, seed=5)  # C_l from the Gram route
     assert [s.cross_gradient_norm_pooled for s in exact.scores] == pytest.approx(
-        [s.cross_gradient_norm_pooled for s in result.scores], rel=RTOL)
+        [s.cross_gradient_norm_pooled for s in result.scores], rel=RTOL
+    )
 
 
 def test_contribution_moments_stream_to_the_sample_mean_and_covariance_trace():
@@ -198,8 +204,16 @@ def gpt_case(seed: int, batch: int = 5, length: int = 6):
     return model, torch.randint(0, 17, (batch, length), generator=g), torch.randint(0, 17, (batch, length), generator=g)
 
 
-EXACT_KEYS = ("ag_norm", "per_example_rms", "ag_norm_pooled", "growth_value", "cross_gradient_norm", "growth_value_pooled",
-              "cross_gradient_norm_pooled", "growth_fraction_pooled")  # fmt: skip
+EXACT_KEYS = (
+    "ag_norm",
+    "per_example_rms",
+    "ag_norm_pooled",
+    "growth_value",
+    "cross_gradient_norm",
+    "growth_value_pooled",
+    "cross_gradient_norm_pooled",
+    "growth_fraction_pooled",
+)
 CONTRIBUTION_KEYS = ("cross_gradient_norm_pooled", "contribution_cov_trace")
 
 
@@ -241,7 +255,9 @@ def test_a_tiny_decoders_probe_peak_memory_falls_with_the_sub_batch_size():
     """Peak resident memory of fresh forked processes (tests/memory_jobs.py): one batch of 16 sequences, then sub-batches
     of 4 and 1. The probe's own memory (above a process that built the same model and batch) must shrink with the
     sub-batch: the saved activations and the logits' gradient are those of one sub-batch at a time."""
-    proc = subprocess.run([sys.executable, "-m", "tests.memory_jobs"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.memory_jobs"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     peaks = json.loads(proc.stdout.strip().splitlines()[-1])
     base = peaks.pop("base")

@@ -30,9 +30,13 @@ def sweep_out(tmp_path_factory) -> Path:
     """Two trained depths (N = 0, 1) of a 16x16 synthetic sweep, one epoch each."""
     out = tmp_path_factory.mktemp("sweep")
     configs = sweep_configs(
-        preset="smoke", dataset="synthetic", depths=[0, 1], epochs=1, device="cpu",
+        preset="smoke",
+        dataset="synthetic",
+        depths=[0, 1],
+        epochs=1,
+        device="cpu",
         synthetic={"num_train": 128, "num_test": 64, "image_size": 16},
-    )  # fmt: skip
+    )
     launch(train_resnet_run, make_specs(configs, out))
     return out
 
@@ -46,22 +50,56 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
     lines = capsys.readouterr().out.strip().splitlines()
     header = lines[0].split()
     assert header[:9] == ["N", "model", "seed", "AGmax", "argmax", "<5e-03", "AGmax/ex", "argmax", "<5e-03"]
-    assert header[-8:] == ["max||C_l||", "Gamma", "interval", "t", "cands", "App.", "G", "verdict"] and "ResNet-9" in "\n".join(lines)
+    assert header[-8:] == [
+        "max||C_l||",
+        "Gamma",
+        "interval",
+        "t",
+        "cands",
+        "App.",
+        "G",
+        "verdict",
+    ] and "ResNet-9" in "\n".join(lines)
     summary = Path(lines[-1])  # the last line is the summary CSV's path
     table = pd.read_csv(summary)
-    required = ["depth_n", "depth_label", "ag_max", "ag_max_candidate", "ag_max_per_example", "ag_max_per_example_candidate",
-                "ag_max_blocks", "ag_max_blocks_candidate", "batch_size", "n_batches", "split", "v_max", "saturation_verdict",
-                "saturation_gamma_hat", "saturation_lower", "saturation_upper", "saturation_delta", "saturation_t",
-                "saturation_n_candidates", "saturation_n_cal", "saturation_n_test", "saturation_split_seed"]
+    required = [
+        "depth_n",
+        "depth_label",
+        "ag_max",
+        "ag_max_candidate",
+        "ag_max_per_example",
+        "ag_max_per_example_candidate",
+        "ag_max_blocks",
+        "ag_max_blocks_candidate",
+        "batch_size",
+        "n_batches",
+        "split",
+        "v_max",
+        "saturation_verdict",
+        "saturation_gamma_hat",
+        "saturation_lower",
+        "saturation_upper",
+        "saturation_delta",
+        "saturation_t",
+        "saturation_n_candidates",
+        "saturation_n_cal",
+        "saturation_n_test",
+        "saturation_split_seed",
+    ]
     assert set(required) <= set(table.columns)
     for line, row in zip(lines[2:4], table.itertuples(), strict=True):  # the printed rows show both readings
         assert f" {row.ag_max:.3e} {row.ag_max_candidate} " in line
         assert f" {row.ag_max_per_example:.3e} {row.ag_max_per_example_candidate} " in line
-        assert f" {row.saturation_gamma_hat:.3e} [{row.saturation_lower:.3e}, {row.saturation_upper:.3e}] {row.saturation_t:.3e} " in line
+        assert (
+            f" {row.saturation_gamma_hat:.3e} [{row.saturation_lower:.3e}, {row.saturation_upper:.3e}] {row.saturation_t:.3e} "
+            in line
+        )
         assert line.endswith(f" {row.saturation_n_candidates} {row.saturation_verdict}")
     assert table["depth_n"].tolist() == [0, 1] and table["depth_label"].tolist() == [8, 9]
     assert (table["batch_size"] == 16).all() and (table["n_batches"] == 2).all() and (table["split"] == "train").all()
-    assert (table["v_max"] <= table["ag_max"] * (1 + PROJECTION_SLACK)).all()  # V_S,l <= AG_l, per batch (AG_l is float32: the report's slack)
+    assert (
+        table["v_max"] <= table["ag_max"] * (1 + PROJECTION_SLACK)
+    ).all()  # V_S,l <= AG_l, per batch (AG_l is float32: the report's slack)
 
     found = probe_runs(sweep_out)
     assert len(found) == 2
@@ -81,7 +119,12 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
         assert (sat["split"], sat["reused_training_data"], sat["delta"]) == ("test", False, None)
         assert sat["statistic"] == runs.read_json(run / "config.json")["saturation"]["statistic"]
         # Every test example, split with the recorded seed: 16 calibrate the traces, 48 give C_l.
-        assert (sat["n_cal"], sat["n_test"], sat["n_candidates"], sat["statistic_source"]) == (16, 48, 4 + n, "calibration split")
+        assert (sat["n_cal"], sat["n_test"], sat["n_candidates"], sat["statistic_source"]) == (
+            16,
+            48,
+            4 + n,
+            "calibration split",
+        )
         samples = runs.read_json(run / "samples.json")
         cal, test = (samples[k]["indices"] for k in ("calibration", "test"))
         assert sorted(cal + test) == sorted(samples["saturation"]["indices"]) and not set(cal) & set(test)
@@ -115,29 +158,56 @@ def test_saturation_sample_is_disjoint_from_test_analysis_batches_and_flags_trai
     assert (result["saturation"]["n_cal"], result["saturation"]["n_test"]) == (8, 24)
     analysis, held_out = set(samples["analysis"]["indices"]), set(samples["saturation"]["indices"])
     assert len(analysis) == len(held_out) == 32 and not analysis & held_out
-    assert result["saturation"]["disjoint_from_analysis_batches"] and result["saturation"]["shared_examples_with_analysis"] == 0
+    assert (
+        result["saturation"]["disjoint_from_analysis_batches"]
+        and result["saturation"]["shared_examples_with_analysis"] == 0
+    )
     # The recorded indices are the examples probed: AG_l recomputed on them matches the result.
     assert [c["ag_norm"] for c in result["candidates"]] == pytest.approx(independent_ag(run, "analysis"), rel=1e-5)
-    assert script.main([*PROBE, "--no-exact", "--saturation-split", "train", "--seeds", "0", "--out", str(sweep_out)]) == 0
-    reused = [runs.read_result(r)["saturation"] for r in probe_runs(sweep_out) if runs.read_json(r / "config.json")["saturation"]["split"] == "train"]
+    assert (
+        script.main([*PROBE, "--no-exact", "--saturation-split", "train", "--seeds", "0", "--out", str(sweep_out)]) == 0
+    )
+    reused = [
+        runs.read_result(r)["saturation"]
+        for r in probe_runs(sweep_out)
+        if runs.read_json(r / "config.json")["saturation"]["split"] == "train"
+    ]
     assert len(reused) == 2 and all(s["reused_training_data"] for s in reused)
 
 
 def test_given_t_uses_the_whole_sample_and_reports_the_implied_alpha(sweep_out, capsys):
     t = 1e-3
-    assert script.main([*PROBE, "--no-exact", "--saturation-t", str(t), "--saturation-delta", "0.5", "--out", str(sweep_out)]) == 0
+    assert (
+        script.main(
+            [*PROBE, "--no-exact", "--saturation-t", str(t), "--saturation-delta", "0.5", "--out", str(sweep_out)]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "t given, no split" in out
     for run in probe_runs(sweep_out):
         if runs.read_json(run / "config.json")["saturation"]["t"] != t:
             continue
         sat = runs.read_result(run)["saturation"]
-        assert (sat["n_cal"], sat["n_test"], sat["split_seed"], sat["statistic_source"]) == (0, 64, None, "given t, whole sample")
+        assert (sat["n_cal"], sat["n_test"], sat["split_seed"], sat["statistic_source"]) == (
+            0,
+            64,
+            None,
+            "given t, whole sample",
+        )
         assert "calibration" not in runs.read_json(run / "samples.json")
         norms, traces = independent_app_g(run, "saturation")
-        assert sat["alpha_source"] == "implied by t" and sat["alpha"] == pytest.approx(sum(traces) / (64 * t * t), rel=1e-4)
+        assert sat["alpha_source"] == "implied by t" and sat["alpha"] == pytest.approx(
+            sum(traces) / (64 * t * t), rel=1e-4
+        )
         assert sat["gamma_hat"] == pytest.approx(max(norms), rel=1e-4) and sat["t"] == t and sat["delta"] == 0.5
-        assert sat["verdict"] == ("saturated within delta" if max(norms) + t <= 0.5 else "not saturated" if max(norms) - t > 0.5 else "undecided")
+        assert sat["verdict"] == (
+            "saturated within delta"
+            if max(norms) + t <= 0.5
+            else "not saturated"
+            if max(norms) - t > 0.5
+            else "undecided"
+        )
 
 
 def test_train_mode_batchnorm_gives_no_interval_and_no_verdict(sweep_out):
@@ -146,7 +216,12 @@ def test_train_mode_batchnorm_gives_no_interval_and_no_verdict(sweep_out):
     assert len(found) == 2
     for run in found:
         sat = runs.read_result(run)["saturation"]
-        assert (sat["verdict"], sat["lower"], sat["upper"], sat["examples_independent"]) == ("no verdict", None, None, False)
+        assert (sat["verdict"], sat["lower"], sat["upper"], sat["examples_independent"]) == (
+            "no verdict",
+            None,
+            None,
+            False,
+        )
 
 
 def independent_ag(run: Path, sample: str) -> list[float]:

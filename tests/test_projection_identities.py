@@ -51,7 +51,7 @@ def test_projection_never_exceeds_ag_norm(kind, seed):
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_projection_equals_ag_norm_when_features_have_full_row_rank(kind, seed):
     # Realizability: rows <= k and Psi of full row rank, so every G is in Range(Psi).
-    model, x, y = (resnet_case(seed, batch=1, size=2) if kind == "resnet" else mlp_case(seed, batch=8))
+    model, x, y = resnet_case(seed, batch=1, size=2) if kind == "resnet" else mlp_case(seed, batch=8)
     for c in model.candidates():
         psi, g_rows, g = tangent_rows(model, x, y, c.index)
         acc = GramAccumulator(psi.shape[1], g_rows.shape[1])

@@ -28,18 +28,64 @@ from tests.hf_jobs import torchrun_runs_worker
 from tests.test_gpt_script import free_port, one_error_line
 
 script = importlib.import_module("04_pythia_cpt")
-TINY = ["--preset", "smoke", "--tokenizer", "byte", "--block-size", "32", "--batch-tokens", "256", "--micro-batch-size", "4",
-        "--steps", "8", "--n-evals", "2", "--val-tokens", "1024", "--probe-batch-size", "4", "--probe-batches", "2",
-        "--lr", "0.01", "--warmup-steps", "2", "--device", "cpu", "--source", "python-docs"]  # fmt: skip
+TINY = [
+    "--preset",
+    "smoke",
+    "--tokenizer",
+    "byte",
+    "--block-size",
+    "32",
+    "--batch-tokens",
+    "256",
+    "--micro-batch-size",
+    "4",
+    "--steps",
+    "8",
+    "--n-evals",
+    "2",
+    "--val-tokens",
+    "1024",
+    "--probe-batch-size",
+    "4",
+    "--probe-batches",
+    "2",
+    "--lr",
+    "0.01",
+    "--warmup-steps",
+    "2",
+    "--device",
+    "cpu",
+    "--source",
+    "python-docs",
+]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-RESULT_KEYS = {"model", "revision", "commit_hash", "weight_files", "n_layer", "d_model", "val_loss_before", "val_loss_after",
-               "cpt_tokens", "ag_max", "ag_max_per_example", "ag_max_blocks", "candidates"}  # fmt: skip
+RESULT_KEYS = {
+    "model",
+    "revision",
+    "commit_hash",
+    "weight_files",
+    "n_layer",
+    "d_model",
+    "val_loss_before",
+    "val_loss_after",
+    "cpt_tokens",
+    "ag_max",
+    "ag_max_per_example",
+    "ag_max_blocks",
+    "candidates",
+}
 
 
 def save_tiny_neox(folder) -> None:
     torch.manual_seed(0)
-    config = GPTNeoXConfig(vocab_size=257, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                           max_position_embeddings=64)  # fmt: skip
+    config = GPTNeoXConfig(
+        vocab_size=257,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     GPTNeoXForCausalLM(config).save_pretrained(folder)
 
 
@@ -63,8 +109,17 @@ def offline(hub_cache, monkeypatch):
 
 def test_a_cached_hub_model_is_trained_probed_and_recorded_with_its_revision_and_hashes(offline, tmp_path, capsys):
     out = tmp_path / "runs"
-    args = [*TINY, "--model", "tests/tiny-neox", "--revision", "step7", "--data-root", str(tmp_path / "tok"),
-            "--out", str(out)]  # fmt: skip
+    args = [
+        *TINY,
+        "--model",
+        "tests/tiny-neox",
+        "--revision",
+        "step7",
+        "--data-root",
+        str(tmp_path / "tok"),
+        "--out",
+        str(out),
+    ]
     assert script.main(args) == 0
     printed = capsys.readouterr().out.strip().splitlines()
     [run] = (out / "pythia_cpt").glob("tiny-neox-step7-*")
@@ -83,11 +138,26 @@ def test_a_cached_hub_model_is_trained_probed_and_recorded_with_its_revision_and
     assert result["ag_max_per_example"] == max(c["per_example_rms"] for c in candidates)
     summary = pd.read_csv(printed[-1])
     assert printed[-1].endswith("pythia_cpt/summary-smoke.csv")
-    assert {"model", "n_layer", "d_model", "ag_max", "ag_max_per_example", "val_loss_before", "val_loss_after"} <= set(summary.columns)
+    assert {"model", "n_layer", "d_model", "ag_max", "ag_max_per_example", "val_loss_before", "val_loss_after"} <= set(
+        summary.columns
+    )
 
 
 def test_a_hub_id_requested_offline_is_one_line_and_exit_2(offline, tmp_path, capsys):
-    assert script.main([*TINY, "--model", "nobody/never-cached", "--out", str(tmp_path / "runs"), "--data-root", str(tmp_path / "tok")]) == 2
+    assert (
+        script.main(
+            [
+                *TINY,
+                "--model",
+                "nobody/never-cached",
+                "--out",
+                str(tmp_path / "runs"),
+                "--data-root",
+                str(tmp_path / "tok"),
+            ]
+        )
+        == 2
+    )
     line = one_error_line(capsys)
     assert "--model-path" in line and "HF_HUB_OFFLINE" in line
     assert not list(tmp_path.glob("runs/**/result.json"))
@@ -104,7 +174,12 @@ class FlatLM(PreTrainedModel):
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.embed, self.first, self.second, self.head = nn.Embedding(257, 8), nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 257)
+        self.embed, self.first, self.second, self.head = (
+            nn.Embedding(257, 8),
+            nn.Linear(8, 8),
+            nn.Linear(8, 8),
+            nn.Linear(8, 257),
+        )
         self.post_init()
 
     def forward(self, input_ids=None, **kwargs):
@@ -115,22 +190,52 @@ def test_a_model_without_a_layer_list_is_one_line_and_exit_2(tmp_path, capsys):
     AutoConfig.register(FlatConfig.model_type, FlatConfig, exist_ok=True)
     AutoModelForCausalLM.register(FlatConfig, FlatLM, exist_ok=True)
     FlatLM(FlatConfig()).save_pretrained(tmp_path / "flat")
-    assert script.main([*TINY, "--model-path", str(tmp_path / "flat"), "--out", str(tmp_path / "runs"), "--data-root", str(tmp_path / "tok")]) == 2
+    assert (
+        script.main(
+            [
+                *TINY,
+                "--model-path",
+                str(tmp_path / "flat"),
+                "--out",
+                str(tmp_path / "runs"),
+                "--data-root",
+                str(tmp_path / "tok"),
+            ]
+        )
+        == 2
+    )
     assert "cannot find its decoder layers" in one_error_line(capsys)
     assert not list(tmp_path.glob("runs/**/result.json"))
 
 
 def test_two_ranks_under_torchrun_train_each_run_like_one_process_with_ddp_and_with_fsdp(tmp_path):
     save_tiny_neox(tmp_path / "neox")
-    common_args = [*TINY, "--model-path", str(tmp_path / "neox"), "--data-root", str(tmp_path / "tok"), "--no-exact", "--probe-batches", "1"]
+    common_args = [
+        *TINY,
+        "--model-path",
+        str(tmp_path / "neox"),
+        "--data-root",
+        str(tmp_path / "tok"),
+        "--no-exact",
+        "--probe-batches",
+        "1",
+    ]
     alone = tmp_path / "alone"
     assert script.main([*common_args, "--out", str(alone)]) == 0  # 8 sequences per step: 2 micro-batches of 4
     outs = [tmp_path / "ddp", tmp_path / "fsdp"]
     for out in outs:
         out.mkdir()
     # Micro-batches of 2: each rank accumulates 2 of them per step (DDP's no_sync, FSDP's deferred gradient reduction).
-    argvs = [[*common_args, "--micro-batch-size", "2", "--out", str(outs[0])], [*common_args, "--micro-batch-size", "2", "--fsdp", "--out", str(outs[1])]]
-    mp.spawn(torchrun_runs_worker, args=([free_port(), free_port()], argvs, [str(o) for o in outs], "04_pythia_cpt"), nprocs=2, join=True)
+    argvs = [
+        [*common_args, "--micro-batch-size", "2", "--out", str(outs[0])],
+        [*common_args, "--micro-batch-size", "2", "--fsdp", "--out", str(outs[1])],
+    ]
+    mp.spawn(
+        torchrun_runs_worker,
+        args=([free_port(), free_port()], argvs, [str(o) for o in outs], "04_pythia_cpt"),
+        nprocs=2,
+        join=True,
+    )
     [one] = (alone / "pythia_cpt").glob("neox-*")
     a = load_weights(one)
     for out in outs:
@@ -152,7 +257,9 @@ def test_two_ranks_under_torchrun_train_each_run_like_one_process_with_ddp_and_w
 
 def test_the_paper_preset_plans_six_pythia_models_at_step143000_without_touching_anything(tmp_path, capsys):
     configs = cpt_configs(preset="paper")
-    assert [c["model"]["model"] for c in configs] == [f"EleutherAI/pythia-{s}-deduped" for s in ("70m", "160m", "410m", "1b", "1.4b", "2.8b")]
+    assert [c["model"]["model"] for c in configs] == [
+        f"EleutherAI/pythia-{s}-deduped" for s in ("70m", "160m", "410m", "1b", "1.4b", "2.8b")
+    ]
     assert {c["model"]["revision"] for c in configs} == {"step143000"} and len(PYTHIA_MODELS) == 6
     assert [c["train"]["lr"] for c in configs] == pytest.approx([1e-4, 6e-5, 3e-5, 3e-5, 2e-5, 1.6e-5])
     assert {c["data"]["tokenizer"] for c in configs} == {f"hf:{c['model']['model']}@step143000" for c in configs}
@@ -165,10 +272,15 @@ def test_the_paper_preset_plans_six_pythia_models_at_step143000_without_touching
 # must not move them (finished runs would train again).
 PINNED_RUN_DIRS = {
     "smoke": ["tiny-neox-L2-d32-local-seed0-91696590", "tiny-neox-L4-d64-local-seed0-2a4f5676"],
-    "paper": ["pythia-70m-deduped-step143000-seed0-6d8138a5", "pythia-160m-deduped-step143000-seed0-1525b5ee",
-              "pythia-410m-deduped-step143000-seed0-afac6f12", "pythia-1b-deduped-step143000-seed0-622f5cfe",
-              "pythia-1.4b-deduped-step143000-seed0-acfd19e3", "pythia-2.8b-deduped-step143000-seed0-e837e941"],
-}  # fmt: skip
+    "paper": [
+        "pythia-70m-deduped-step143000-seed0-6d8138a5",
+        "pythia-160m-deduped-step143000-seed0-1525b5ee",
+        "pythia-410m-deduped-step143000-seed0-afac6f12",
+        "pythia-1b-deduped-step143000-seed0-622f5cfe",
+        "pythia-1.4b-deduped-step143000-seed0-acfd19e3",
+        "pythia-2.8b-deduped-step143000-seed0-e837e941",
+    ],
+}
 
 
 @pytest.mark.parametrize("preset", sorted(PINNED_RUN_DIRS))

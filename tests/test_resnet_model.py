@@ -75,6 +75,7 @@ def option_a_reference(z, out_channels):
 
 def residual_reference(z, conv1, bn1, conv2, bn2):
     """conv3x3 (stride of ``conv1``) - BN - ReLU - conv3x3 - BN, in eval mode, from the raw tensors."""
+
     def bn(x, m):
         return F.batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias, training=False, eps=m.eps)
 
@@ -124,8 +125,12 @@ def test_block_is_rebuilt_from_the_folded_kernels_weight_scaling_reads():
     model = random_eval_batchnorms(ResNet(ResNetConfig(extra_blocks=2)).double(), g, bias_free=True)
     read = stage_sequences(model, 16)
     assert [b["downsample"] for b in read] == [False, False, True, False, True]
-    for (block, z), b in zip(block_inputs(model, torch.randn(2, 3, 16, 16, generator=g, dtype=torch.float64)), read, strict=True):
+    for (block, z), b in zip(
+        block_inputs(model, torch.randn(2, 3, 16, 16, generator=g, dtype=torch.float64)), read, strict=True
+    ):
         stride = 2 if b["downsample"] else 1
         shortcut = option_a_reference(z, b["delta"].shape[0]) if b["downsample"] else z
         h = F.relu(F.conv2d(z, b["A"], stride=stride, padding=1))
-        torch.testing.assert_close(block(z), F.relu(F.conv2d(h, b["delta"], padding=1) + shortcut), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(
+            block(z), F.relu(F.conv2d(h, b["delta"], padding=1) + shortcut), rtol=1e-12, atol=1e-12
+        )

@@ -64,7 +64,9 @@ def test_smoke_sweep_trains_reports_reloads_and_skips_finished_runs(tmp_path, ca
 
 
 def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path, capsys):
-    assert script.main([*SMOKE, "--depths", "1:3", "--seeds", "0,1", "--dry-run", "--out", str(tmp_path / "never")]) == 0
+    assert (
+        script.main([*SMOKE, "--depths", "1:3", "--seeds", "0,1", "--dry-run", "--out", str(tmp_path / "never")]) == 0
+    )
     out = capsys.readouterr().out
     assert "6 planned runs" in out and "synthetic-resnet11-n3-seed1" in out
     assert not (tmp_path / "never").exists()
@@ -79,7 +81,9 @@ def test_paper_preset_plans_the_papers_grids():
 
 
 def test_help_runs_as_a_script():
-    proc = subprocess.run([sys.executable, "01_train_resnet_sweep.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "01_train_resnet_sweep.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and "--depths" in proc.stdout and "imagenet100" in proc.stdout
 
 
@@ -107,7 +111,18 @@ def test_missing_cifar_offline_is_one_line_naming_how_to_get_it(tmp_path, capsys
 def test_npz_without_required_keys_is_one_line_and_exit_2(tmp_path, capsys):
     path = tmp_path / "partial.npz"
     np.savez(path, x_train=np.zeros((4, 8, 8, 3), np.uint8), y_train=np.zeros(4, np.int64))
-    argv = ["--dataset", "npz", "--data-root", str(path), "--depths", "0", "--device", "cpu", "--out", str(tmp_path / "runs")]
+    argv = [
+        "--dataset",
+        "npz",
+        "--data-root",
+        str(path),
+        "--depths",
+        "0",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "runs"),
+    ]
     assert script.main(argv) == 2
     assert "lacks the keys x_test, y_test" in one_error_line(capsys)
 
@@ -128,8 +143,17 @@ def test_run_identities_are_pinned_and_the_recipe_is_rebuilt_from_the_config(key
     [config] = sweep_configs(preset=preset, dataset=dataset, depths=[n], data_root=root, epochs=epochs)
     assert runs.run_dir("runs", config).name == PINNED_RUN_DIRS[key]
     assert set(config["train"]) == {
-        "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov", "warmup_epochs", "label_smoothing", "crop_pad", "flip",
-    }  # fmt: skip
+        "epochs",
+        "batch_size",
+        "lr",
+        "momentum",
+        "weight_decay",
+        "nesterov",
+        "warmup_epochs",
+        "label_smoothing",
+        "crop_pad",
+        "flip",
+    }
     chosen = sweep_preset(preset, dataset)
     expected = replace(chosen.recipe, epochs=epochs) if epochs else chosen.recipe
     assert SGDRecipe.from_config(config["train"]) == expected  # built from the declaration, rebuilt from the config

@@ -67,8 +67,9 @@ def draw(net, n: int, seed: int, *, self_labelled: bool) -> tuple[torch.Tensor, 
 def statistic(net, n: int, seed: int, *, self_labelled: bool, batch: int = BATCH) -> tuple[float, float, list, list]:
     """``(max_l ||C_l||, se(n), values, traces)`` from the probe on ``n`` fresh examples."""
     x, y = draw(net, n, seed, self_labelled=self_labelled)
-    result = probe_activation_gradients(net, [(x[i : i + batch], y[i : i + batch]) for i in range(0, n, batch)],
-                                        contributions=True)
+    result = probe_activation_gradients(
+        net, [(x[i : i + batch], y[i : i + batch]) for i in range(0, n, batch)], contributions=True
+    )
     values = [s.cross_gradient_norm_pooled for s in result.scores]
     traces = [s.contribution_cov_trace for s in result.scores]
     return max(values), math.sqrt(sum(traces) / n), values, traces
@@ -228,8 +229,10 @@ def rates(pop: Population, draws, gamma: float, delta: float | None, *, n_for_t:
     gamma_hat = np.sqrt(pop.per_candidate(c_hat**2)).max(axis=1)
     lower, upper = gamma_interval(gamma_hat, separation_margin(cal_traces, n_for_t, alpha))
     verdicts = saturation_verdict(lower, upper, delta)
-    return {"coverage": float(np.mean((lower <= gamma) & (gamma <= upper))),
-            **{v: float(np.mean(verdicts == v)) for v in (SATURATED, NOT_SATURATED, UNDECIDED)}}  # fmt: skip
+    return {
+        "coverage": float(np.mean((lower <= gamma) & (gamma <= upper))),
+        **{v: float(np.mean(verdicts == v)) for v in (SATURATED, NOT_SATURATED, UNDECIDED)},
+    }
 
 
 def coverage_floor(alpha: float) -> float:
@@ -245,7 +248,12 @@ def test_interval_covers_gamma_and_verdicts_are_wrong_at_most_alpha_of_the_time(
     t = separation_margin(THREE.traces, n_test, alpha)  # t_alpha from the true traces and n_test
     delta = 4 * t  # so that delta / 2 = delta - 2t: the power point below delta is one of the issue's four
     measured = {}
-    for name, gamma in (("delta/2", delta / 2), ("delta", delta), ("delta+0.1t", delta + 0.1 * t), ("delta+2t", delta + 2 * t)):
+    for name, gamma in (
+        ("delta/2", delta / 2),
+        ("delta", delta),
+        ("delta+0.1t", delta + 0.1 * t),
+        ("delta+2t", delta + 2 * t),
+    ):
         r = measured[name] = rates(THREE, draws, gamma, delta, n_for_t=n_test, alpha=alpha)
         assert r["coverage"] >= coverage_floor(alpha), (name, r)
         if gamma > delta:  # a true Gamma above delta: "saturated within delta" at most alpha of the time
@@ -257,7 +265,11 @@ def test_interval_covers_gamma_and_verdicts_are_wrong_at_most_alpha_of_the_time(
     # Without a tolerance: at Gamma = 0 "not saturated" at most alpha of the time, "saturated" never.
     exact = rates(THREE, draws, 0.0, None, n_for_t=n_test, alpha=alpha)
     assert exact[NOT_SATURATED] <= alpha and exact[SATURATED] == 0.0 and exact["coverage"] >= coverage_floor(alpha)
-    print(law, alpha, {k: {v: round(x, 4) for v, x in r.items()} for k, r in {**measured, "Gamma=0, no delta": exact}.items()})
+    print(
+        law,
+        alpha,
+        {k: {v: round(x, 4) for v, x in r.items()} for k, r in {**measured, "Gamma=0, no delta": exact}.items()},
+    )
 
 
 def test_coverage_check_catches_t_computed_from_the_whole_samples_n():

@@ -113,14 +113,20 @@ def test_smooth_weights_recover_beta_nu_and_rss_slope_within_derived_tolerances(
     L = np.array(DEPTHS, dtype=float)
     # Relative deviation of each statistic from its limit, L^p * (limit):
     dev_max = [log_bound((m1_up / depth + gap * m1_up) / sup_f) for depth in L]  # grid k/L, spacing 1/L
-    dev_cum = [log_bound((m1_up / (2 * depth) + m0_up / depth + gap * m0_up) / sup_big_f) for depth in L]  # Riemann sum + grid
-    dev_rss = [log_bound((m0_up * m1_up / depth) / l2_f) for depth in L]  # Riemann sum of ||f||^2, |(||f||^2)'| <= 2 M0 M1
+    dev_cum = [
+        log_bound((m1_up / (2 * depth) + m0_up / depth + gap * m0_up) / sup_big_f) for depth in L
+    ]  # Riemann sum + grid
+    dev_rss = [
+        log_bound((m0_up * m1_up / depth) / l2_f) for depth in L
+    ]  # Riemann sum of ||f||^2, |(||f||^2)'| <= 2 M0 M1
     # L (f((k+1)/L) - f(k/L)) is f' at the midpoint (k + 1/2)/L within M3 / (24 L^2); the midpoints
     # k = 0..L-2 come within 3 / (2L) of every t in [0, 1].
     dev_inc = [log_bound((1.5 * m2_up / depth + m3_up / (24 * depth**2) + gap * m2_up) / sup_fp) for depth in L]
 
-    tol = {name: slope_error_bound(DEPTHS, d) for name, d in
-           (("max", dev_max), ("cum", dev_cum), ("rss", dev_rss), ("inc", dev_inc))}  # fmt: skip
+    tol = {
+        name: slope_error_bound(DEPTHS, d)
+        for name, d in (("max", dev_max), ("cum", dev_cum), ("rss", dev_rss), ("inc", dev_inc))
+    }
     assert max(tol.values()) < 0.05, tol  # the bounds are tight enough to mean something
 
     beta_hat = fitted("beta", DEPTHS, col["cumsum_norm"])
@@ -165,8 +171,10 @@ def test_iid_gaussian_weights_scaled_by_inverse_sqrt_depth_are_diffusive():
     # Root sum of squares: chi2_n / n within 1 - 2 sqrt(x/n) .. 1 + 2 sqrt(x/n) + 2x/n, n = L D,
     # with probability >= 1 - 2 exp(-x) (Laurent & Massart 2000).
     x = 12.0
-    dev_rss = [0.5 * max(-math.log1p(-2 * math.sqrt(x / (L * D))), math.log1p(2 * math.sqrt(x / (L * D)) + 2 * x / (L * D)))
-               for L in DEPTHS]  # fmt: skip
+    dev_rss = [
+        0.5 * max(-math.log1p(-2 * math.sqrt(x / (L * D))), math.log1p(2 * math.sqrt(x / (L * D)) + 2 * x / (L * D)))
+        for L in DEPTHS
+    ]
     tol_rss = slope_error_bound(DEPTHS, dev_rss)
     assert tol_rss < 0.02
     assert abs(fitted("rss_slope", DEPTHS, col["root_sum_squares"])) <= tol_rss
@@ -246,9 +254,13 @@ def test_folded_batchnorm_conv_equals_conv_then_batchnorm_in_eval_mode():
     bn.eval()
     x = torch.randn(2, 3, 7, 7, dtype=torch.float64)
     weight, bias = scaling.fold_batchnorm(
-        conv.weight.detach(), running_mean=bn.running_mean, running_var=bn.running_var, gamma=bn.weight.detach(),
-        beta=bn.bias.detach(), eps=bn.eps,
-    )  # fmt: skip
+        conv.weight.detach(),
+        running_mean=bn.running_mean,
+        running_var=bn.running_var,
+        gamma=bn.weight.detach(),
+        beta=bn.bias.detach(),
+        eps=bn.eps,
+    )
     with torch.no_grad():  # 27-term float64 sums of the same products, scaled before or after: no solve
         assert torch.allclose(F.conv2d(x, weight, bias, padding=1), bn(conv(x)), rtol=1e-12, atol=1e-12)
 
@@ -258,13 +270,20 @@ def test_torch_batchnorm_folding_equals_the_earlier_formula_to_float64_rounding(
     # fuse_conv_bn_weights rounds differently (rsqrt, then times gamma): a few ulps apart, no more. Bound:
     # 8 ulps of each term's magnitude (each side rounds at most 4 times).
     g = torch.Generator().manual_seed(11)
-    weight, conv_bias = torch.randn(6, 4, 3, 3, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64)
+    weight, conv_bias = (
+        torch.randn(6, 4, 3, 3, generator=g, dtype=torch.float64),
+        torch.randn(6, generator=g, dtype=torch.float64),
+    )
     mean, gamma, beta = (torch.randn(6, generator=g, dtype=torch.float64) for _ in range(3))
     var, eps = torch.rand(6, generator=g, dtype=torch.float64) * 3 + 0.01, 1e-5
     scale = gamma / torch.sqrt(var + eps)
     ulps = 8 * torch.finfo(torch.float64).eps
-    folded, bias = scaling.fold_batchnorm(weight, running_mean=mean, running_var=var, gamma=gamma, beta=beta, eps=eps, bias=conv_bias)
+    folded, bias = scaling.fold_batchnorm(
+        weight, running_mean=mean, running_var=var, gamma=gamma, beta=beta, eps=eps, bias=conv_bias
+    )
     old = weight * scale.reshape(-1, 1, 1, 1)
     assert ((folded - old).abs() <= ulps * old.abs()).all()
-    assert ((bias - (beta + scale * (conv_bias - mean))).abs() <= ulps * (beta.abs() + (scale * (conv_bias - mean)).abs())).all()
+    assert (
+        (bias - (beta + scale * (conv_bias - mean))).abs() <= ulps * (beta.abs() + (scale * (conv_bias - mean)).abs())
+    ).all()
     assert not folded.requires_grad and type(folded) is torch.Tensor  # plain tensors, not nn.Parameter

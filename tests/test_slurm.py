@@ -131,14 +131,21 @@ def preempted(tmp_path_factory, slurm_cluster) -> dict[str, Preempted]:
     ``train_resnet_run``. Sharing one requeue round trip (~25 s) keeps the file under 3 minutes."""
     base = tmp_path_factory.mktemp("preempt")
     resnet = sweep_configs(
-        preset="smoke", dataset="synthetic", depths=[0], epochs=5, device="cpu", compile="off",
+        preset="smoke",
+        dataset="synthetic",
+        depths=[0],
+        epochs=5,
+        device="cpu",
+        compile="off",
         synthetic={"num_train": 256, "num_test": 64, "image_size": 16},
-    )  # fmt: skip
+    )
     paced = [{**c, "runtime": {**c["runtime"], "pause_s": 1.5}} for c in resnet]
     cases = {
-        "tiny": Preempted(epoch_train_job, epoch_train_job, epoch_configs([3], epochs=6), epoch_configs([3], epochs=6, sleep_s=1.5), 6),
+        "tiny": Preempted(
+            epoch_train_job, epoch_train_job, epoch_configs([3], epochs=6), epoch_configs([3], epochs=6, sleep_s=1.5), 6
+        ),
         "resnet": Preempted(train_resnet_run, paced_resnet_run, resnet, paced, 5),
-    }  # fmt: skip
+    }
     for name, case in cases.items():
         case.specs = make_specs(case.slurm_configs, base / name / "slurm")
         assert launch(case.slurm_fn, case.specs, launcher="slurm", executor_params=params(), wait=False) is None
@@ -207,7 +214,12 @@ def test_distributed_job_runs_one_process_per_task(tmp_path):
 def test_a_failing_rank_ends_every_task_of_a_distributed_job(tmp_path):
     specs = make_specs([{"experiment": "dist", "name": "rank1fails", "hang_s": 600}], tmp_path)
     distributed = slurm.resolve(slurm.load_profile(PROFILE), "gpt2", distributed=True).executor_params()
-    assert launch(rank_failure_job, specs, launcher="slurm", executor_params={**distributed, "tasks_per_node": 2}, wait=False) is None
+    assert (
+        launch(
+            rank_failure_job, specs, launcher="slurm", executor_params={**distributed, "tasks_per_node": 2}, wait=False
+        )
+        is None
+    )
     job = slurm.attach(record(specs[0]))
 
     def ended() -> bool:

@@ -84,7 +84,15 @@ def test_a_distributed_profile_whose_tasks_differ_from_its_gpus_is_refused_namin
 
 @pytest.mark.parametrize(
     "gres, gpus",
-    [("gpu", 1), ("gpu:a100", 1), ("gpu:4", 4), ("gpu:a100:4", 4), ("gres/gpu:2", 2), ("nvme:1,gpu:h100:8(S:0-1)", 8), ("nvme:1", 0)],
+    [
+        ("gpu", 1),
+        ("gpu:a100", 1),
+        ("gpu:4", 4),
+        ("gpu:a100:4", 4),
+        ("gres/gpu:2", 2),
+        ("nvme:1,gpu:h100:8(S:0-1)", 8),
+        ("nvme:1", 0),
+    ],
 )
 def test_gpus_requested_through_sbatch_gres_start_one_task_each(tmp_path, gres, gpus):
     assert slurm.gres_gpus(gres) == gpus
@@ -138,9 +146,18 @@ def test_bad_profile_or_flag_on_the_command_line_exits_2_with_one_line(tmp_path)
 def test_dry_run_prints_job_count_and_resolved_sbatch_lines_without_submitting(tmp_path):
     launch(square_job, make_specs(demo_configs([1]), tmp_path), launcher="inline")  # one run finished
     proc = run_demo(
-        "--launcher", "slurm", "--slurm-profile", str(EXAMPLE), "--dry-run", "--out", str(tmp_path),
-        "--partition", "big", "--mem-gb", "1.5",
-    )  # fmt: skip
+        "--launcher",
+        "slurm",
+        "--slurm-profile",
+        str(EXAMPLE),
+        "--dry-run",
+        "--out",
+        str(tmp_path),
+        "--partition",
+        "big",
+        "--mem-gb",
+        "1.5",
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "3 planned runs: 1 finished, 2 to run" in out
@@ -230,10 +247,16 @@ def test_slurm_tests_skip_with_a_reason_where_no_cluster_can_be_had_and_fail_in_
 
 
 def test_a_job_ended_by_one_failing_task_is_reported_with_that_tasks_error_and_log(tmp_path):
-    paths = [SimpleNamespace(result_pickle=tmp_path / f"8_{t}_result.pkl", stderr=tmp_path / f"8_{t}_log.err") for t in range(2)]
+    paths = [
+        SimpleNamespace(result_pickle=tmp_path / f"8_{t}_result.pkl", stderr=tmp_path / f"8_{t}_log.err")
+        for t in range(2)
+    ]
     job = SimpleNamespace(job_id="8", num_tasks=2, task=lambda t: SimpleNamespace(paths=paths[t]))
     traceback = "Traceback (most recent call last):\n  File 'x.py'\nRuntimeError: deliberate failure on rank 1\n"
     cloudpickle_dump(("error", traceback), paths[1].result_pickle)  # task 0 was killed: no outcome
     [spec] = make_specs(demo_configs([1]), tmp_path)
-    with pytest.raises(UserError, match=r"x1-\w+: job 8 ended: task 1 failed: RuntimeError: deliberate failure on rank 1 \(log: \S+8_1_log\.err\)"):
+    with pytest.raises(
+        UserError,
+        match=r"x1-\w+: job 8 ended: task 1 failed: RuntimeError: deliberate failure on rank 1 \(log: \S+8_1_log\.err\)",
+    ):
         launch_module._raise_failures([(spec, job)], {"8": "left the queue in state FAILED without a result"})

@@ -66,7 +66,12 @@ def test_truncated_or_foreign_shards_are_refused_with_one_line(tmp_path):
     (tmp_path / "foreign.bin").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(2000))
     (tmp_path / "tiny.bin").write_bytes(b"DS")
     (tmp_path / "future.bin").write_bytes(data[:8] + (2).to_bytes(4, "little") + data[12:])
-    for name, needle in [("cut", "truncated"), ("foreign", "not a token shard"), ("tiny", "not a token shard"), ("future", "version-2")]:
+    for name, needle in [
+        ("cut", "truncated"),
+        ("foreign", "not a token shard"),
+        ("tiny", "not a token shard"),
+        ("future", "version-2"),
+    ]:
         with pytest.raises(UserError, match=needle) as info:
             read_shard(tmp_path / f"{name}.bin")
         assert "\n" not in str(info.value) and "prepare the data again" in str(info.value), name
@@ -95,7 +100,11 @@ def test_validation_documents_come_first_then_the_training_budget_cut_exactly(tm
     bigger = text_data_spec("text", "byte", val_tokens=20, train_tokens=None, text_path=folder)
     assert bigger.dirname() != spec.dirname()
     everything = TokenData.open(prepare_tokens(bigger, tmp_path / "tok", text_path=folder, progress=False))
-    assert np.array_equal(everything.val, data.val) and everything.train_tokens == len(stream) - 20 and everything.meta["exhausted"]
+    assert (
+        np.array_equal(everything.val, data.val)
+        and everything.train_tokens == len(stream) - 20
+        and everything.meta["exhausted"]
+    )
     # A changed file changes the identity, and an old spec refuses the new files.
     (folder / "001.txt").write_text("changed")
     assert text_data_spec("text", "byte", val_tokens=20, train_tokens=70, text_path=folder) != spec
@@ -106,7 +115,9 @@ def test_validation_documents_come_first_then_the_training_budget_cut_exactly(tm
 def local_fineweb(n: int, seed: int = 0) -> datasets.Dataset:
     rng = np.random.default_rng(seed)
     words = ["learn", "depth", "residual", "gradient", "token", "block", "saturation"]
-    return datasets.Dataset.from_dict({"text": [" ".join(rng.choice(words, rng.integers(3, 30))) for _ in range(n)], "id": list(range(n))})
+    return datasets.Dataset.from_dict(
+        {"text": [" ".join(rng.choice(words, rng.integers(3, 30))) for _ in range(n)], "id": list(range(n))}
+    )
 
 
 class Flaky:
@@ -144,21 +155,29 @@ def test_fineweb_streams_from_a_named_sample_until_the_budget(tmp_path, monkeypa
     assert np.array_equal(np.concatenate([data.val, *data.train]), expected[: len(data.val) + 2000])
     assert data.train_tokens == 2000 and len(pulled) < 400  # stopped reading once the budget was met
 
-    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: (_ for _ in ()).throw(ConnectionError("offline (test)")))
+    monkeypatch.setattr(
+        datasets, "load_dataset", lambda *a, **k: (_ for _ in ()).throw(ConnectionError("offline (test)"))
+    )
     with pytest.raises(UserError, match="--source python-docs") as info:
         prepare_tokens(text_data_spec("fineweb-edu", "byte", val_tokens=10, train_tokens=10, subset="other"), tmp_path)
     assert "\n" not in str(info.value)
 
 
 def test_an_interrupted_preparation_resumes_to_the_same_shards(tmp_path, monkeypatch):
-    monkeypatch.setattr(text_sources, "ENCODE_DOCS", 16)  # documents per tokenizer call: several calls before the failure
+    monkeypatch.setattr(
+        text_sources, "ENCODE_DOCS", 16
+    )  # documents per tokenizer call: several calls before the failure
     rows = local_fineweb(300, seed=1)
     spec = text_data_spec("fineweb-edu", "byte", val_tokens=500, train_tokens=None)
     keys = {"shard_tokens": 1500, "progress": False}
     with pytest.raises(UserError, match="rerun the same command to resume"):
         prepare_tokens(spec, tmp_path / "a", dataset=Flaky(rows, fail_after=200), **keys)
     partial = sorted(p.name for p in (tmp_path / "a" / spec.dirname()).glob("*.bin"))
-    assert "val_000000.bin" in partial and len(partial) >= 3 and not (tmp_path / "a" / spec.dirname() / "meta.json").exists()
+    assert (
+        "val_000000.bin" in partial
+        and len(partial) >= 3
+        and not (tmp_path / "a" / spec.dirname() / "meta.json").exists()
+    )
     seen = []
 
     class Recorder:
@@ -199,14 +218,20 @@ def test_tiktoken_offline_is_one_line_naming_the_byte_tokenizer(tmp_path, monkey
 
 def test_tiktoken_and_hugging_face_tokenizers_fill_the_interface(tmp_path):
     ranks = {bytes([i]): i for i in range(256)}
-    tik = TiktokenTokenizer(tiktoken.Encoding("bytes-bpe", pat_str=r50k_pat_str, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 256}))
+    tik = TiktokenTokenizer(
+        tiktoken.Encoding(
+            "bytes-bpe", pat_str=r50k_pat_str, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 256}
+        )
+    )
     assert (tik.name, tik.vocab_size, tik.eot_id) == ("bytes-bpe", 257, 256)
     assert [list(t) for t in tik.encode_batch(["ab", "c"])] == [[97, 98], [99]]
 
     vocab = {"<unk>": 0, "<eos>": 1, "the": 2, "cat": 3, "sat": 4}
     raw = RawTokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     raw.pre_tokenizer = pre_tokenizers.Whitespace()
-    hf = HFTokenizer(PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<eos>", unk_token="<unk>"), name="toy-words")
+    hf = HFTokenizer(
+        PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<eos>", unk_token="<unk>"), name="toy-words"
+    )
     assert (hf.name, hf.vocab_size, hf.eot_id) == ("toy-words", 5, 1)
     folder = write_docs(tmp_path / "docs", ["the cat", "cat sat the", "the the cat sat dog"])
     spec = text_data_spec("text", "toy-words", val_tokens=3, train_tokens=None, text_path=folder)
@@ -220,7 +245,10 @@ def test_token_batches_shift_by_one_and_split_one_global_batch_over_ranks_and_mi
     windows = TokenWindows(arrays, block_size=16)
     assert len(windows) == 999 // 16 + 599 // 16
     whole = TokenLoader(windows, global_batch=8, micro_batch=8, steps_per_epoch=5, seed=3)
-    split = [TokenLoader(windows, global_batch=8, micro_batch=2, steps_per_epoch=5, seed=3, rank=r, world_size=2) for r in (0, 1)]
+    split = [
+        TokenLoader(windows, global_batch=8, micro_batch=2, steps_per_epoch=5, seed=3, rank=r, world_size=2)
+        for r in (0, 1)
+    ]
     assert whole.accum == 1 and split[0].accum == 2 and len(split[0]) == 10
     for epoch in (0, 7):  # any epoch, entered directly (a resumed run)
         for loader in (whole, *split):
@@ -235,7 +263,9 @@ def test_token_batches_shift_by_one_and_split_one_global_batch_over_ranks_and_mi
     epoch0, epoch1 = (TokenLoader(windows, global_batch=8, micro_batch=8, steps_per_epoch=5, seed=3) for _ in range(2))
     epoch1.set_epoch(1)
     first = np.concatenate([x.numpy() for x, _ in epoch0] + [x.numpy() for x, _ in epoch1])
-    assert len({tuple(r) for r in first[: len(windows)]}) == min(len(first), len(windows))  # a pass visits each window once
+    assert len({tuple(r) for r in first[: len(windows)]}) == min(
+        len(first), len(windows)
+    )  # a pass visits each window once
     val = TokenBatches(windows, 10)
     assert len(val) == 10 and sum(len(x) for x, _ in val) == len(windows)
 
@@ -252,7 +282,9 @@ def pins(path: Path) -> dict[str, str]:
 
 def test_npu_requirements_differ_from_the_main_pins_only_in_torch():
     main, npu = pins(ROOT / "requirements.txt"), pins(ROOT / "requirements-npu.txt")
-    assert npu.pop("torch-npu") == "==2.14.0" and npu.pop("torch") == "==2.14.0" and npu.pop("torchvision") == "==0.29.0"
+    assert (
+        npu.pop("torch-npu") == "==2.14.0" and npu.pop("torch") == "==2.14.0" and npu.pop("torchvision") == "==0.29.0"
+    )
     main.pop("torch"), main.pop("torchvision")
     assert npu == main
 
@@ -271,12 +303,16 @@ def test_npu_requirements_resolve_on_the_package_index():
         pytest.skip(f"the package index is not reachable from here: {reason}")
     torch_pin = npu["torch"].removeprefix("==")
     available = re.search(r"Available versions: (.*)", index.stdout)
-    assert available and torch_pin in [v.strip() for v in available.group(1).split(",")], f"torch {torch_pin} is not on the index"
+    assert available and torch_pin in [v.strip() for v in available.group(1).split(",")], (
+        f"torch {torch_pin} is not on the index"
+    )
     wanted = [f"torch_npu{npu['torch-npu']}", f"torchvision{npu['torchvision']}"]
     proc = subprocess.run(
         [*pip, "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet", "--report", "-", *wanted],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr.strip().splitlines()[-1:]
     report = json.loads(proc.stdout)
     found = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"] for i in report["install"]}

@@ -49,7 +49,9 @@ class Killed(Exception):
 
 def test_cosine_schedule_warms_up_linearly_then_decays_to_zero():
     lrs = [cosine_lr(s, 10, 1.0, warmup_steps=2) for s in range(10)]
-    assert lrs[:3] == [0.5, 1.0, 1.0] and lrs[-1] == pytest.approx(0.5 * (1 + torch.cos(torch.tensor(7 / 8 * torch.pi)).item()))
+    assert lrs[:3] == [0.5, 1.0, 1.0] and lrs[-1] == pytest.approx(
+        0.5 * (1 + torch.cos(torch.tensor(7 / 8 * torch.pi)).item())
+    )
     assert all(a >= b for a, b in zip(lrs[1:], lrs[2:]))
     assert cosine_lr(10, 10, 1.0) == 0.0
 
@@ -101,14 +103,23 @@ def test_token_shaped_batches_train_and_evaluate(tmp_path):
     torch.manual_seed(0)
     vocab, batches = 11, [(torch.randint(0, 11, (4, 6)), torch.randint(0, 11, (4, 6))) for _ in range(3)]
     model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab))  # (B, T) -> (B, T, V)
-    summary = train(model, batches, {"val": batches}, run_dir=tmp_path, settings=TrainSettings(SGDRecipe(epochs=2, lr=0.1)), device=torch.device("cpu"))
+    summary = train(
+        model,
+        batches,
+        {"val": batches},
+        run_dir=tmp_path,
+        settings=TrainSettings(SGDRecipe(epochs=2, lr=0.1)),
+        device=torch.device("cpu"),
+    )
     assert summary["epochs"] == 2 and summary["steps"] == 6
     # The last evaluation saw the trained model: accuracy is the fraction of the 3 x 4 x 6 tokens whose argmax
     # over the vocabulary is the target, the loss the mean token cross-entropy (float32 sums, hence 1e-6).
     with torch.no_grad():
         logits, targets = torch.cat([model(x) for x, _ in batches]), torch.cat([y for _, y in batches])
     assert summary["val_acc"] == (logits.argmax(-1) == targets).sum().item() / targets.numel()
-    assert summary["val_loss"] == pytest.approx(torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item(), rel=1e-6)
+    assert summary["val_loss"] == pytest.approx(
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item(), rel=1e-6
+    )
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
     assert {"lr", "train_loss", "train_acc", "val_loss", "images_per_s"} <= json.loads(lines[0]).keys()
@@ -125,8 +136,20 @@ def test_constant_schedule_keeps_the_peak_rate_after_warm_up():
     # The decay is a config key only when it is not the cosine every earlier run used: their identities stay.
     assert "decay" not in AdamRecipe(epochs=3, lr=0.1).to_config()
     assert AdamRecipe.from_config(AdamRecipe(epochs=3, lr=0.1, decay="constant").to_config()).decay == "constant"
-    assert AdamRecipe.from_config({"epochs": 3, "lr": 0.1, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0,
-                                   "warmup_epochs": 0.0}).decay == "cosine"  # fmt: skip
+    assert (
+        AdamRecipe.from_config(
+            {
+                "epochs": 3,
+                "lr": 0.1,
+                "beta1": 0.9,
+                "beta2": 0.999,
+                "eps": 1e-8,
+                "weight_decay": 0.0,
+                "warmup_epochs": 0.0,
+            }
+        ).decay
+        == "cosine"
+    )
 
 
 def test_early_stopping_counts_epochs_without_a_one_percent_gain_and_stops_below_the_threshold():
@@ -147,10 +170,21 @@ def regression_run(run_dir, *, on_epoch_end=None, model_seed=0):
     y = x @ torch.randn(3, 3, generator=g) + 0.3 * torch.randn(64, 3, generator=g)  # noise: the loss levels off
     device.seed_everything(model_seed)
     model = nn.Linear(3, 3)
-    settings = TrainSettings(AdamRecipe(epochs=60, lr=0.05, decay="constant"), amp=False, loss="mse",
-                             stopping=EarlyStopping(below=1e-4, patience=3, min_improvement=0.05))  # fmt: skip
-    return train(model, BatchLoader(x, y, 16, shuffle=True, seed=1), {}, run_dir=run_dir, settings=settings,
-                 device=torch.device("cpu"), on_epoch_end=on_epoch_end)  # fmt: skip
+    settings = TrainSettings(
+        AdamRecipe(epochs=60, lr=0.05, decay="constant"),
+        amp=False,
+        loss="mse",
+        stopping=EarlyStopping(below=1e-4, patience=3, min_improvement=0.05),
+    )
+    return train(
+        model,
+        BatchLoader(x, y, 16, shuffle=True, seed=1),
+        {},
+        run_dir=run_dir,
+        settings=settings,
+        device=torch.device("cpu"),
+        on_epoch_end=on_epoch_end,
+    )
 
 
 def test_killed_run_resumes_and_stops_at_the_same_epoch(tmp_path, deterministic):
@@ -163,6 +197,7 @@ def test_killed_run_resumes_and_stops_at_the_same_epoch(tmp_path, deterministic)
         def hook(epoch, record):
             if epoch == epoch_to_kill:
                 raise Killed
+
         return hook
 
     # Killed in the middle (the stopping state must come back from the checkpoint, or the count restarts) and

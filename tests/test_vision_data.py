@@ -42,7 +42,10 @@ def write_fake_cifar10(root, per_batch=4):
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        entry = {"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8), "labels": list(rng.integers(0, 10, per_batch))}
+        entry = {
+            "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+            "labels": list(rng.integers(0, 10, per_batch)),
+        }
         with open(folder / name, "wb") as handle:
             pickle.dump(entry, handle)
 
@@ -120,7 +123,10 @@ def test_synthetic_is_a_function_of_its_seed():
     assert torch.equal(a.x_train, b.x_train) and not torch.equal(a.x_train, c.x_train)
 
 
-@pytest.mark.parametrize("dataset, needles", [("cifar10", ["cifar-10-python.tar.gz", "data_batch_1"]), ("cifar100", ["cifar-100-python.tar.gz"])])
+@pytest.mark.parametrize(
+    "dataset, needles",
+    [("cifar10", ["cifar-10-python.tar.gz", "data_batch_1"]), ("cifar100", ["cifar-100-python.tar.gz"])],
+)
 def test_missing_cifar_offline_names_what_where_and_how(dataset, needles, tmp_path, offline):
     with pytest.raises(UserError) as info:
         load_vision(dataset, tmp_path / "empty")
@@ -179,7 +185,9 @@ def test_runs_started_together_decode_imagenet100_once(tmp_path, monkeypatch):
         decoded.append(Path(dataset.root).name)
         time.sleep(0.3)
         n = len(dataset)
-        return torch.full((n, 3, image_size, image_size), len(decoded), dtype=torch.uint8), torch.zeros(n, dtype=torch.int64)
+        return torch.full((n, 3, image_size, image_size), len(decoded), dtype=torch.uint8), torch.zeros(
+            n, dtype=torch.int64
+        )
 
     monkeypatch.setattr(vision, "_decode_folder", slow_decode)
     loaded = load_together(3, "imagenet100", tmp_path, image_size=16)

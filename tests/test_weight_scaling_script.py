@@ -34,7 +34,9 @@ def fc_tanh_out(tmp_path_factory) -> Path:
 
 
 def fc_runs(out: Path) -> list[Path]:
-    return sorted((p for p in (out / "weight_scaling").iterdir() if p.is_dir()), key=lambda p: runs.read_result(p)["depth"])
+    return sorted(
+        (p for p in (out / "weight_scaling").iterdir() if p.is_dir()), key=lambda p: runs.read_result(p)["depth"]
+    )
 
 
 def test_fc_tanh_smoke_training_lowers_the_loss_at_every_depth(fc_tanh_out):
@@ -50,12 +52,18 @@ def test_fc_tanh_smoke_training_lowers_the_loss_at_every_depth(fc_tanh_out):
     d = config["data"]
     data = make_neural_ode_data(dim=d["dim"], num_train=d["num_train"], num_test=d["num_test"], seed=d["data_seed"])
     with torch.no_grad():
-        assert torch.nn.functional.mse_loss(fresh(data.x_train), data.y_train).item() == pytest.approx(results[0]["initial_train_loss"], rel=1e-5)
+        assert torch.nn.functional.mse_loss(fresh(data.x_train), data.y_train).item() == pytest.approx(
+            results[0]["initial_train_loss"], rel=1e-5
+        )
         # The regression hook of common.train: the recorded test loss is the MSE of the saved weights.
         fresh.load_state_dict(load_weights(found[0]))
-        assert torch.nn.functional.mse_loss(fresh(data.x_test), data.y_test).item() == pytest.approx(results[0]["test_loss"], rel=1e-5)
+        assert torch.nn.functional.mse_loss(fresh(data.x_test), data.y_test).item() == pytest.approx(
+            results[0]["test_loss"], rel=1e-5
+        )
     metrics = runs.read_metrics(found[0])
-    assert len(metrics) == FC_PRESETS["smoke"].recipe.epochs and all(m["train_acc"] is None and "test_acc" not in m for m in metrics)
+    assert len(metrics) == FC_PRESETS["smoke"].recipe.epochs and all(
+        m["train_acc"] is None and "test_acc" not in m for m in metrics
+    )
 
 
 @pytest.mark.parametrize(("activation", "delta"), [("tanh", "shared"), ("relu", "per_layer")])
@@ -105,8 +113,10 @@ def test_records_and_exponents_come_from_the_saved_weights(fc_tanh_out, capsys):
     assert alpha_row.paper == 0.7
     # Step 3 with either beta: nu = -(beta + slope of the max increment); the max norm's is the verdict's.
     increment = scaling.fit_power_law(fro.depth, fro.max_increment).slope
-    row = {e: exponents[(exponents.tensor == "A") & (exponents.norm == "fro") & (exponents.exponent == e)].iloc[0]
-           for e in ("beta", "max_norm_exponent", "nu", "nu_max_norm")}  # fmt: skip
+    row = {
+        e: exponents[(exponents.tensor == "A") & (exponents.norm == "fro") & (exponents.exponent == e)].iloc[0]
+        for e in ("beta", "max_norm_exponent", "nu", "nu_max_norm")
+    }
     assert row["nu"].estimate == pytest.approx(-(row["beta"].estimate + increment))
     assert row["nu_max_norm"].estimate == pytest.approx(-(row["max_norm_exponent"].estimate + increment))
     assert [row[e].estimator for e in row] == [scaling.STEP2_ESTIMATOR, scaling.MAX_NORM_ESTIMATOR] * 2
@@ -118,8 +128,9 @@ def test_records_and_exponents_come_from_the_saved_weights(fc_tanh_out, capsys):
     capsys.readouterr()
     assert script.main(["--family", "fc-tanh", "--preset", "smoke", "--device", "cpu", "--out", str(fc_tanh_out)]) == 0
     assert [(r / "result.json").stat().st_mtime_ns for r in fc_runs(fc_tanh_out)] == stamps
-    assert capsys.readouterr().out.strip().splitlines()[-3:] == [str(folder / f) for f in
-                                                                 ("exponents-fc-tanh.csv", "exponents-fc-tanh.md", "records-fc-tanh.csv")]  # fmt: skip
+    assert capsys.readouterr().out.strip().splitlines()[-3:] == [
+        str(folder / f) for f in ("exponents-fc-tanh.csv", "exponents-fc-tanh.md", "records-fc-tanh.csv")
+    ]
 
 
 def test_paper_preset_is_cohen_et_al_protocol_and_smoke_run_identities_stay():
@@ -129,13 +140,29 @@ def test_paper_preset_is_cohen_et_al_protocol_and_smoke_run_identities_stay():
     cosine = fc_configs("fc-relu", preset="paper", depths=[4], schedule="cosine")[0]["train"]
     assert "decay" not in cosine and "early_stopping" not in cosine  # the option: cosine to 0, every epoch
     # The smoke preset stays on the cosine schedule, with the run directories it had before the option existed.
-    hashes = {family: runs.config_hash(fc_configs(family, preset="smoke", depths=[4])[0]) for family in ("fc-tanh", "fc-relu")}
+    hashes = {
+        family: runs.config_hash(fc_configs(family, preset="smoke", depths=[4])[0]) for family in ("fc-tanh", "fc-relu")
+    }
     assert hashes == {"fc-tanh": "583057bd", "fc-relu": "d66707d2"}
 
 
 def test_constant_schedule_records_the_schedule_and_the_stopping_state(tmp_path, capsys):
-    argv = ["--family", "fc-relu", "--preset", "smoke", "--schedule", "constant", "--depths", "4,8", "--epochs", "4",
-            "--device", "cpu", "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "--family",
+        "fc-relu",
+        "--preset",
+        "smoke",
+        "--schedule",
+        "constant",
+        "--depths",
+        "4,8",
+        "--epochs",
+        "4",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+    ]
     assert script.main(argv) == 0
     printed = capsys.readouterr().out
     for run in fc_runs(tmp_path):
@@ -150,7 +177,9 @@ def test_constant_schedule_records_the_schedule_and_the_stopping_state(tmp_path,
 # ----------------------------------------------------------------------------- the sweep family
 def store_sweep_runs(out: Path, depths: list[int]) -> None:
     """Finished sweep runs as script 01 leaves them, with untrained weights and random BatchNorms."""
-    for config in sweep_configs(preset="smoke", dataset="synthetic", depths=depths, device="cpu", synthetic={"image_size": 8}):
+    for config in sweep_configs(
+        preset="smoke", dataset="synthetic", depths=depths, device="cpu", synthetic={"image_size": 8}
+    ):
         path = runs.prepare_run(out, config)
         torch.manual_seed(config["depth_n"])
         model = build_resnet(config, num_classes=10)
@@ -183,10 +212,15 @@ def test_sweep_statistics_fold_batchnorm_per_stage_without_the_downsampling_bloc
     model = build_resnet(runs.read_json(sweep_dir / runs.CONFIG), num_classes=10)
     model.load_state_dict(state)
     stage2 = [b for b, s in zip(model.blocks, model.stage_of_block, strict=True) if s == 1][1:]
-    folded = torch.stack([
-        b.residual[0].weight.double() * (b.residual[1].weight.double() / (b.residual[1].running_var.double() + b.residual[1].eps).sqrt()).view(-1, 1, 1, 1)
-        for b in stage2
-    ]).detach()  # fmt: skip
+    folded = torch.stack(
+        [
+            b.residual[0].weight.double()
+            * (b.residual[1].weight.double() / (b.residual[1].running_var.double() + b.residual[1].eps).sqrt()).view(
+                -1, 1, 1, 1
+            )
+            for b in stage2
+        ]
+    ).detach()
     row = records[(records.depth_n == 12) & (records.stage == 2) & (records.tensor == "A")]
     fro, spectral = row[row.norm == "fro"].iloc[0], row[row.norm == "spectral"].iloc[0]
     assert fro.max_norm == pytest.approx(folded.flatten(1).norm(dim=1).max().item(), rel=1e-9)
@@ -212,4 +246,6 @@ def test_too_few_blocks_per_stage_reports_insufficient_depths_and_fits_nothing(t
 def test_sweep_family_without_runs_is_one_line_naming_script_01(tmp_path, capsys):
     assert script.main(["--family", "sweep", "--dataset", "cifar10", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no finished sweep runs" in err[0] and "01_train_resnet_sweep.py --dataset cifar10" in err[0]
+    assert (
+        len(err) == 1 and "no finished sweep runs" in err[0] and "01_train_resnet_sweep.py --dataset cifar10" in err[0]
+    )

@@ -53,9 +53,16 @@ class BatchLoader:
     epoch ``e`` follows from ``(seed, e)`` alone (:meth:`set_epoch`), so a resumed run sees the same batches."""
 
     def __init__(
-        self, x: torch.Tensor, y: torch.Tensor, batch_size: int, *, shuffle: bool, device: torch.device | str = "cpu",
-        seed: int = 0, drop_last: bool | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        drop_last: bool | None = None,
+    ) -> None:
         self.device = torch.device(device)
         self.x, self.y = x.to(self.device), y.to(self.device)
         self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, 0
@@ -70,7 +77,9 @@ class BatchLoader:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self.shuffle:
-            order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch)))
+            order = torch.randperm(
+                len(self.x), generator=torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+            )
             order = order.to(self.device)
         for i in range(len(self)):
             sl = slice(i * self.batch_size, (i + 1) * self.batch_size)

@@ -63,7 +63,9 @@ FINEWEB_SUBSET = "sample-10BT"  # the smallest named sample of FineWeb-Edu that 
 TEXT_SUFFIXES = (".txt", ".md", ".rst")
 SHARD_TOKENS = 100_000_000  # tokens per training shard (whole documents, so a little more)
 ENCODE_DOCS = 256  # documents per encode_batch call
-MAX_UNDECODABLE = 1e-3  # a --text-file with more undecodable UTF-8 bytes than this fraction is refused (binary, not text)
+MAX_UNDECODABLE = (
+    1e-3  # a --text-file with more undecodable UTF-8 bytes than this fraction is refused (binary, not text)
+)
 
 
 @dataclass(frozen=True)
@@ -120,10 +122,17 @@ def text_files(path: str | os.PathLike) -> list[Path]:
     path = Path(path).expanduser()
     if not path.is_file() and not path.is_dir():
         raise UserError(f"--text-file {path}: no such file or folder; give a text file or a folder of text files")
-    files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*")
-        if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES and not any(part.startswith(".") for part in p.relative_to(path).parts)
-    )  # fmt: skip
+    files = (
+        [path]
+        if path.is_file()
+        else sorted(
+            p
+            for p in path.rglob("*")
+            if p.is_file()
+            and p.suffix.lower() in TEXT_SUFFIXES
+            and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
+    )
     if not files:
         raise UserError(f"--text-file {path}: the folder holds no {'/'.join(TEXT_SUFFIXES)} files")
     for f in files:
@@ -212,7 +221,9 @@ def download_text(remote: RemoteText, folder: str | os.PathLike = TEXT_DIR) -> P
         raise UserError(f"{remote.name}: the download failed ({type(exc).__name__}: {reason}); {fix}") from None
     digest = hashlib.sha256(payload).hexdigest()
     if digest != remote.sha256:
-        raise UserError(f"{remote.name}: the download from {remote.url} has sha256 {digest}, not {remote.sha256}; nothing was saved; {fix}")
+        raise UserError(
+            f"{remote.name}: the download from {remote.url} has sha256 {digest}, not {remote.sha256}; nothing was saved; {fix}"
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_file(path) as handle:
@@ -222,7 +233,9 @@ def download_text(remote: RemoteText, folder: str | os.PathLike = TEXT_DIR) -> P
     return path
 
 
-def preset_text_path(text_path: str | os.PathLike | None, source: str, remote: RemoteText | None) -> str | os.PathLike | None:
+def preset_text_path(
+    text_path: str | os.PathLike | None, source: str, remote: RemoteText | None
+) -> str | os.PathLike | None:
     """``text_path``, or for a ``text`` source without one the preset's ``remote`` text, downloaded (:func:`download_text`)."""
     if text_path is not None or source != "text" or remote is None:
         return text_path
@@ -237,7 +250,9 @@ def python_docs() -> list[str]:
 def load_fineweb(spec: TextDataSpec) -> Iterable[dict]:
     """FineWeb-Edu's sample ``spec.subset`` as a ``datasets`` streaming dataset; offline: one line naming the alternatives."""
     try:
-        return datasets.load_dataset(spec.dataset, name=spec.subset, split="train", streaming=True, revision=spec.revision)
+        return datasets.load_dataset(
+            spec.dataset, name=spec.subset, split="train", streaming=True, revision=spec.revision
+        )
     except Exception as exc:  # ConnectionError, DatasetNotFoundError, offline mode, ...
         reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
         raise UserError(
@@ -247,7 +262,9 @@ def load_fineweb(spec: TextDataSpec) -> Iterable[dict]:
         ) from None
 
 
-def documents(spec: TextDataSpec, *, text_path: str | os.PathLike | None = None, dataset: Iterable[dict] | None = None) -> Iterator[str]:
+def documents(
+    spec: TextDataSpec, *, text_path: str | os.PathLike | None = None, dataset: Iterable[dict] | None = None
+) -> Iterator[str]:
     """The documents of ``spec``'s source in their fixed order.
 
     ``dataset`` replaces the FineWeb-Edu stream by any iterable of rows with a ``text`` column (a
@@ -268,7 +285,6 @@ def documents(spec: TextDataSpec, *, text_path: str | os.PathLike | None = None,
             yield row["text"]
     else:
         raise UserError(f"--source {spec.source}: unknown source; use one of {', '.join(SOURCES)}")
-
 
 
 # ----------------------------------------------------------------------------- preparing
@@ -296,24 +312,36 @@ def prepare_tokens(
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"--data-root {root}: cannot create {directory} ({exc.strerror}); pass a writable --data-root") from None
+        raise UserError(
+            f"--data-root {root}: cannot create {directory} ({exc.strerror}); pass a writable --data-root"
+        ) from None
     with file_lock(directory / ".lock"):
         if (directory / META).is_file():
             return directory
         tokenizer = tokenizer or get_tokenizer(spec.tokenizer)
         if tokenizer.name != spec.tokenizer:
             raise ValueError(f"tokenizer {tokenizer.name!r} does not match the spec's {spec.tokenizer!r}")
-        _prepare(spec, directory, tokenizer, documents(spec, text_path=text_path, dataset=dataset), shard_tokens, progress)
+        _prepare(
+            spec, directory, tokenizer, documents(spec, text_path=text_path, dataset=dataset), shard_tokens, progress
+        )
     return directory
 
 
-def _prepare(spec: TextDataSpec, directory: Path, tokenizer: Tokenizer, docs: Iterator[str], shard_tokens: int, progress: bool) -> None:
+def _prepare(
+    spec: TextDataSpec, directory: Path, tokenizer: Tokenizer, docs: Iterator[str], shard_tokens: int, progress: bool
+) -> None:
     """The token stream ``[EOT] doc0 [EOT] doc1 ...`` cut into the validation shard and the training shards, then ``meta.json``."""
     shards = _Shards.resume(directory, tokenizer, spec, shard_tokens)
     documents_read = shards.start[0]  # the last of them perhaps only in part
     total = spec.val_tokens + spec.train_tokens if spec.train_tokens is not None else None
-    with tqdm(total=total, initial=shards.written, unit="tok", unit_scale=True, desc=f"prepare {directory.name}",
-              disable=not progress) as bar:  # fmt: skip
+    with tqdm(
+        total=total,
+        initial=shards.written,
+        unit="tok",
+        unit_scale=True,
+        desc=f"prepare {directory.name}",
+        disable=not progress,
+    ) as bar:
         stream = _document_tokens(_read_source(docs, spec.source, directory), tokenizer, shards.dtype, shards.start)
         for index, tokens, offset in stream if not shards.finished else ():  # finished: killed just before meta.json
             bar.update(shards.fill(tokens, index, offset))
@@ -329,9 +357,16 @@ def _prepare(spec: TextDataSpec, directory: Path, tokenizer: Tokenizer, docs: It
     if shards.held:
         shards.flush((documents_read, 0))
     if shards.train_tokens == 0:
-        raise UserError(f"the {spec.source} source has no tokens left for training after the {spec.val_tokens:,} validation tokens; lower --val-tokens")
+        raise UserError(
+            f"the {spec.source} source has no tokens left for training after the {spec.val_tokens:,} validation tokens; lower --val-tokens"
+        )
     if spec.train_tokens is not None and shards.train_tokens < spec.train_tokens:
-        log.warning("%s: the source ran out at %d training tokens (budget %d)", directory, shards.train_tokens, spec.train_tokens)
+        log.warning(
+            "%s: the source ran out at %d training tokens (budget %d)",
+            directory,
+            shards.train_tokens,
+            spec.train_tokens,
+        )
     meta = {
         "spec": spec.identity(),
         "tokenizer": tokenizer.name,
@@ -345,7 +380,13 @@ def _prepare(spec: TextDataSpec, directory: Path, tokenizer: Tokenizer, docs: It
         "version": VERSION,
     }
     atomic_write_json(directory / META, meta)  # last: the directory is complete
-    log.info("%s: %d validation and %d training tokens from %d documents", directory, spec.val_tokens, shards.train_tokens, documents_read)
+    log.info(
+        "%s: %d validation and %d training tokens from %d documents",
+        directory,
+        spec.val_tokens,
+        shards.train_tokens,
+        documents_read,
+    )
 
 
 @dataclass
@@ -357,7 +398,10 @@ class _Shards:
     val_tokens: int  # the validation shard's size
     train_budget: int | None  # training tokens in all (None: until the source runs out)
     shard_tokens: int  # a training shard's size
-    start: tuple[int, int] = (0, 0)  # stream position (document, token offset in it) where the shard being filled starts
+    start: tuple[int, int] = (
+        0,
+        0,
+    )  # stream position (document, token offset in it) where the shard being filled starts
     val: Path | None = None  # the validation shard, once written
     train: list[Path] = field(default_factory=list)  # the finished training shards
     train_tokens: int = 0  # tokens in them
@@ -373,12 +417,19 @@ class _Shards:
         val, train = directory / VAL_SHARD, sorted(directory.glob("train_*.bin"))
         if not val.exists():
             if train:
-                raise UserError(f"{directory} has training shards but no validation shard; delete {directory} and prepare again")
+                raise UserError(
+                    f"{directory} has training shards but no validation shard; delete {directory} and prepare again"
+                )
             return shards
         headers = [read_shard(p)[0] for p in [val, *train]]
         for i, (p, h) in enumerate(zip(train, headers[1:], strict=True)):
-            if p.name != train_shard_name(i) or (h.doc_start, h.start_offset) != (headers[i].doc_end, headers[i].end_offset):
-                raise UserError(f"{directory}: the training shards are not consecutive at {p.name}; delete {directory} and prepare again")
+            if p.name != train_shard_name(i) or (h.doc_start, h.start_offset) != (
+                headers[i].doc_end,
+                headers[i].end_offset,
+            ):
+                raise UserError(
+                    f"{directory}: the training shards are not consecutive at {p.name}; delete {directory} and prepare again"
+                )
         shards.start = (headers[-1].doc_end, headers[-1].end_offset)
         shards.val, shards.train, shards.train_tokens = val, train, sum(h.count for h in headers[1:])
         log.info("%s: resuming at document %d (%d finished shards)", directory, shards.start[0], len(headers))
@@ -426,8 +477,11 @@ class _Shards:
         split, name = ("val", VAL_SHARD) if self.val is None else ("train", train_shard_name(len(self.train)))
         tokens = np.concatenate(self.buffer) if self.buffer else np.zeros(0, self.dtype)
         t = self.tokenizer
-        write_shard(self.directory / name, tokens, ShardHeader(len(tokens), self.dtype.name, t.name, t.vocab_size, t.eot_id, split,
-                                                               *self.start, *end))  # fmt: skip
+        write_shard(
+            self.directory / name,
+            tokens,
+            ShardHeader(len(tokens), self.dtype.name, t.name, t.vocab_size, t.eot_id, split, *self.start, *end),
+        )
         if split == "val":
             self.val = self.directory / name
         else:
@@ -446,14 +500,18 @@ def _read_source(docs: Iterator[str], source: str, directory: Path) -> Iterator[
             read += 1
     except UserError:
         raise
-    except Exception as exc:  # only the source's own iteration is guarded here: datasets', requests' or fsspec's errors alike
+    except (
+        Exception
+    ) as exc:  # only the source's own iteration is guarded here: datasets', requests' or fsspec's errors alike
         raise UserError(
             f"reading the {source} documents failed after {read:,} documents ({type(exc).__name__}: {exc}); "
             f"rerun the same command to resume after the last finished shard in {directory}"
         ) from None
 
 
-def _document_tokens(docs: Iterable[str], tokenizer: Tokenizer, dtype: np.dtype, start: tuple[int, int]) -> Iterator[tuple[int, np.ndarray, int]]:
+def _document_tokens(
+    docs: Iterable[str], tokenizer: Tokenizer, dtype: np.dtype, start: tuple[int, int]
+) -> Iterator[tuple[int, np.ndarray, int]]:
     """``(index, [EOT] + tokens, offset)`` of every document from stream position ``start``: earlier documents are
     skipped untokenised, and ``offset`` is where the last finished shard cut document ``start[0]`` (0 for the rest)."""
     first, cut = start

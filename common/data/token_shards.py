@@ -111,7 +111,9 @@ def read_shard(path: str | os.PathLike) -> tuple[ShardHeader, np.memmap]:
 def read_meta(directory: str | os.PathLike) -> dict:
     """The ``meta.json`` of a prepared token directory; a corrupt one is one line saying to delete the directory."""
     directory = Path(directory)
-    return read_record(directory / META, META_KEYS, fix=f"delete {directory} and rerun the command to prepare the tokens again")
+    return read_record(
+        directory / META, META_KEYS, fix=f"delete {directory} and rerun the command to prepare the tokens again"
+    )
 
 
 @dataclass
@@ -127,13 +129,17 @@ class TokenData:
     def open(cls, directory: str | os.PathLike) -> TokenData:
         directory = Path(directory)
         if not (directory / META).is_file():
-            raise UserError(f"{directory} holds no prepared tokens ({META} missing); prepare them first (--prepare-only)")
+            raise UserError(
+                f"{directory} holds no prepared tokens ({META} missing); prepare them first (--prepare-only)"
+            )
         meta = read_meta(directory)
         arrays = {}
         for name in [*meta["val"]["files"], *meta["train"]["files"]]:
             header, tokens = read_shard(directory / name)
             if (header.tokenizer, header.dtype) != (meta["tokenizer"], meta["dtype"]):
-                raise UserError(f"{directory / name} was written with {header.tokenizer}/{header.dtype}, not {meta['tokenizer']}/{meta['dtype']}; delete {directory} and prepare again")
+                raise UserError(
+                    f"{directory / name} was written with {header.tokenizer}/{header.dtype}, not {meta['tokenizer']}/{meta['dtype']}; delete {directory} and prepare again"
+                )
             arrays[name] = tokens
         return cls(directory, meta, arrays[meta["val"]["files"][0]], [arrays[n] for n in meta["train"]["files"]])
 
@@ -161,7 +167,10 @@ class TokenWindows:
         """Windows ``indices`` as one int64 tensor (n, T + 1)."""
         t = self.block_size
         which = np.searchsorted(self.starts, indices, side="right") - 1
-        rows = [self.arrays[a][(i - self.starts[a]) * t : (i - self.starts[a]) * t + t + 1] for a, i in zip(which, indices, strict=True)]
+        rows = [
+            self.arrays[a][(i - self.starts[a]) * t : (i - self.starts[a]) * t + t + 1]
+            for a, i in zip(which, indices, strict=True)
+        ]
         return torch.from_numpy(np.stack(rows).astype(np.int64))
 
 
@@ -198,7 +207,9 @@ class TokenLoader:
         device: torch.device | str = "cpu",
     ) -> None:
         if len(windows) == 0:
-            raise UserError(f"the training tokens hold no window of {windows.block_size + 1} tokens; use a shorter --block-size")
+            raise UserError(
+                f"the training tokens hold no window of {windows.block_size + 1} tokens; use a shorter --block-size"
+            )
         if global_batch % (micro_batch * world_size):
             raise UserError(
                 f"a step of {global_batch} sequences does not split into micro-batches of {micro_batch} on "
@@ -243,7 +254,12 @@ class TokenBatches:
     """Fixed batches of windows (validation, probe): all windows in order, or the given ``indices``, ``batch_size`` at a time."""
 
     def __init__(
-        self, windows: TokenWindows, batch_size: int, *, indices: Sequence[int] | None = None, device: torch.device | str = "cpu"
+        self,
+        windows: TokenWindows,
+        batch_size: int,
+        *,
+        indices: Sequence[int] | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.windows, self.batch_size, self.device = windows, int(batch_size), torch.device(device)
         self.indices = np.arange(len(windows)) if indices is None else np.asarray(indices, dtype=np.int64)

@@ -106,7 +106,12 @@ DATA_ROOT_DATASETS = ("cifar10", "cifar100", "imagenet100", "npz")  # the source
 def warn_unused_data_root(dataset: str, data_root: str | os.PathLike | None) -> None:
     """Log a warning when ``--data-root`` is given for a source that does not read it (digits, synthetic)."""
     if data_root and dataset not in DATA_ROOT_DATASETS:
-        log.warning("--data-root %s is not used: --dataset %s reads no files (only %s do)", data_root, dataset, ", ".join(DATA_ROOT_DATASETS))
+        log.warning(
+            "--data-root %s is not used: --dataset %s reads no files (only %s do)",
+            data_root,
+            dataset,
+            ", ".join(DATA_ROOT_DATASETS),
+        )
 
 
 def load_vision(
@@ -212,7 +217,9 @@ def _read_cifar_pickles(paths: list[Path], label_key: str) -> tuple[torch.Tensor
             images.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
             labels.append(np.asarray(entry[label_key], dtype=np.int64))
         except Exception as exc:
-            raise UserError(f"{path} is not a readable CIFAR batch ({type(exc).__name__}); delete it to download again") from None
+            raise UserError(
+                f"{path} is not a readable CIFAR batch ({type(exc).__name__}); delete it to download again"
+            ) from None
     return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
 
 
@@ -240,14 +247,27 @@ def _load_imagenet100(data_root: str | Path | None, image_size: int) -> VisionDa
     try:
         folders = {name: torchvision.datasets.ImageFolder(str(path)) for name, path in splits.items()}
     except (FileNotFoundError, OSError) as exc:
-        raise UserError(f"ImageNet-100 under {root}: {exc}; every class folder of train/ and val/ needs images") from None
+        raise UserError(
+            f"ImageNet-100 under {root}: {exc}; every class folder of train/ and val/ needs images"
+        ) from None
     classes = folders["train"].classes
     if folders["val"].classes != classes:
-        raise UserError(f"ImageNet-100: {splits['val']} and {splits['train']} hold different class folders; make them match")
+        raise UserError(
+            f"ImageNet-100: {splits['val']} and {splits['train']} hold different class folders; make them match"
+        )
     unknown = sorted(set(classes) - set(imagenet100_classes()))
     if unknown:
-        log.warning("ImageNet-100: %d of %d class folders are not in the standard list (e.g. %s)", len(unknown), len(classes), unknown[0])
-    meta = {"classes": classes, "counts": [len(folders["train"].samples), len(folders["val"].samples)], "size": image_size}
+        log.warning(
+            "ImageNet-100: %d of %d class folders are not in the standard list (e.g. %s)",
+            len(unknown),
+            len(classes),
+            unknown[0],
+        )
+    meta = {
+        "classes": classes,
+        "counts": [len(folders["train"].samples), len(folders["val"].samples)],
+        "size": image_size,
+    }
     caches = _imagenet100_caches(root, image_size)
     tensors = _first_cache(caches, meta)  # caches are written atomically: read without the lock
     if tensors is None:
@@ -260,7 +280,14 @@ def _load_imagenet100(data_root: str | Path | None, image_size: int) -> VisionDa
                 _write_cache(caches, meta, tensors)
     mean, std = IMAGENET_STATS
     return VisionData(
-        tensors["x_train"], tensors["y_train"], tensors["x_val"], tensors["y_val"], len(classes), mean, std, "imagenet100"
+        tensors["x_train"],
+        tensors["y_train"],
+        tensors["x_val"],
+        tensors["y_val"],
+        len(classes),
+        mean,
+        std,
+        "imagenet100",
     )
 
 
@@ -313,7 +340,9 @@ NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
 def _load_npz(data_root: str | Path | None) -> VisionData:
-    hint = "pass --data-root path/to/file.npz holding x_train, y_train, x_test, y_test (uint8 NHWC images, integer labels)"
+    hint = (
+        "pass --data-root path/to/file.npz holding x_train, y_train, x_test, y_test (uint8 NHWC images, integer labels)"
+    )
     if data_root is None or not Path(data_root).is_file():
         raise UserError(f"--dataset npz: no .npz file at --data-root {data_root}; {hint}")
     path = Path(data_root)
@@ -324,7 +353,9 @@ def _load_npz(data_root: str | Path | None) -> VisionData:
     with archive:
         missing = [k for k in NPZ_KEYS if k not in archive.files]
         if missing:
-            raise UserError(f"{path} lacks the keys {', '.join(missing)} (it has {', '.join(archive.files) or 'none'}); {hint}")
+            raise UserError(
+                f"{path} lacks the keys {', '.join(missing)} (it has {', '.join(archive.files) or 'none'}); {hint}"
+            )
         arrays = {k: archive[k] for k in NPZ_KEYS}
         names = archive["class_names"] if "class_names" in archive.files else None
     xs = {k: _npz_images(path, k, arrays[k], hint) for k in ("x_train", "x_test")}
@@ -399,13 +430,17 @@ def class_balanced_indices(labels: torch.Tensor, k: int, seed: int) -> torch.Ten
     classes = torch.unique(labels)
     per_class, rest = divmod(k, len(classes))
     if k <= 0 or rest:
-        raise UserError(f"--train-subset {k}: give a positive multiple of the {len(classes)} classes (K / {len(classes)} images per class)")
+        raise UserError(
+            f"--train-subset {k}: give a positive multiple of the {len(classes)} classes (K / {len(classes)} images per class)"
+        )
     generator = torch.Generator().manual_seed(seed)
     chosen = []
     for c in classes.tolist():
         members = torch.nonzero(labels == c).flatten()
         if len(members) < per_class:
-            raise UserError(f"--train-subset {k}: class {c} has {len(members)} training images, fewer than the {per_class} asked; lower K")
+            raise UserError(
+                f"--train-subset {k}: class {c} has {len(members)} training images, fewer than the {per_class} asked; lower K"
+            )
         chosen.append(members[torch.randperm(len(members), generator=generator)[:per_class]])
     return torch.cat(chosen).sort().values
 

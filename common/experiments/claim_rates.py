@@ -66,10 +66,12 @@ class Design:
 
     def describe(self) -> str:
         sweep = self.sweep_depths
-        return (f"sweep N = {sweep[0]}..{sweep[-1]} ({len(sweep)} depths) x {self.sweep_seeds} seeds; growth "
-                f"{self.growth_architectures} architectures x {self.growth_seeds} seeds; matched insertion ResNet-"
-                f"{', -'.join(map(str, self.matched_depths))} x {self.matched_seeds} seeds; weight scaling "
-                f"L = {self.scaling_depths[0]}..{self.scaling_depths[-1]} ({len(self.scaling_depths)} depths)")  # fmt: skip
+        return (
+            f"sweep N = {sweep[0]}..{sweep[-1]} ({len(sweep)} depths) x {self.sweep_seeds} seeds; growth "
+            f"{self.growth_architectures} architectures x {self.growth_seeds} seeds; matched insertion ResNet-"
+            f"{', -'.join(map(str, self.matched_depths))} x {self.matched_seeds} seeds; weight scaling "
+            f"L = {self.scaling_depths[0]}..{self.scaling_depths[-1]} ({len(self.scaling_depths)} depths)"
+        )
 
 
 def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = "cifar10") -> Design:
@@ -80,12 +82,18 @@ def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = 
     else:  # 06 probes every finished depth of the sweep outside the paper preset
         matched = tuple(n + 8 for n in sweep)
     if preset not in weight_scaling.FC_PRESETS:
-        raise UserError(f"--preset {preset}: no weight-scaling preset of that name ({', '.join(weight_scaling.FC_PRESETS)})")
+        raise UserError(
+            f"--preset {preset}: no weight-scaling preset of that name ({', '.join(weight_scaling.FC_PRESETS)})"
+        )
     return Design(
-        sweep_depths=tuple(sweep), sweep_seeds=seeds,
-        growth_architectures=len(growth_vs_scratch.default_depths(preset)), growth_seeds=seeds,
-        matched_depths=matched, matched_seeds=seeds, scaling_depths=tuple(weight_scaling.FC_PRESETS[preset].depths),
-    )  # fmt: skip
+        sweep_depths=tuple(sweep),
+        sweep_seeds=seeds,
+        growth_architectures=len(growth_vs_scratch.default_depths(preset)),
+        growth_seeds=seeds,
+        matched_depths=matched,
+        matched_seeds=seeds,
+        scaling_depths=tuple(weight_scaling.FC_PRESETS[preset].depths),
+    )
 
 
 # ----------------------------------------------------------------------------- cases
@@ -174,9 +182,13 @@ def sim_explained(design: Design, rng: np.random.Generator, reps: int, k: float,
     var_t, resid_z = 1.25, 1.0 - 1.0 / 1.25  # var(log train) and var(z | log train)
     noise = k * math.sqrt(var_t)  # effect: log AGmax's change over one sd of the training loss
     r = spearman_to_pearson(claims.EXPLAINED_MARGIN)
-    c = 0.0 if world == "true" else r * noise / math.sqrt(resid_z * (1.0 - r * r))  # partial corr(log AG, z | log train) = r
+    c = (
+        0.0 if world == "true" else r * noise / math.sqrt(resid_z * (1.0 - r * r))
+    )  # partial corr(log AG, z | log train) = r
     log_ag = log_train + c * z + noise * rng.normal(size=shape)
-    return _verdicts(claims.explained_by_training_loss(depths, np.exp(a), np.exp(t)) for a, t in zip(log_ag, log_train, strict=True))
+    return _verdicts(
+        claims.explained_by_training_loss(depths, np.exp(a), np.exp(t)) for a, t in zip(log_ag, log_train, strict=True)
+    )
 
 
 # --- growth vs scratch: paired differences (scratch - growth at one seed) per architecture and seed
@@ -187,7 +199,9 @@ def _reductions(design: Design, rng: np.random.Generator, reps: int, effects: np
 
 def _summaries(d: np.ndarray) -> list[dict[str, tuple[float, float, int]]]:
     means, stds, n = d.mean(axis=2), d.std(axis=2, ddof=1), d.shape[2]
-    return [{f"a{a}": (float(m[a]), float(s[a]), n) for a in range(d.shape[1])} for m, s in zip(means, stds, strict=True)]
+    return [
+        {f"a{a}": (float(m[a]), float(s[a]), n) for a in range(d.shape[1])} for m, s in zip(means, stds, strict=True)
+    ]
 
 
 def _over_seeds(d: np.ndarray) -> list[claims.Estimate | None]:
@@ -247,7 +261,9 @@ def paper_drops(depths: Sequence[int]) -> np.ndarray:
     return np.interp(np.asarray(depths, float), [d for d, _ in known], [v for _, v in known])
 
 
-def _matched(design: Design, rng: np.random.Generator, reps: int, drops: np.ndarray, noise: float) -> list[dict[int, np.ndarray]]:
+def _matched(
+    design: Design, rng: np.random.Generator, reps: int, drops: np.ndarray, noise: float
+) -> list[dict[int, np.ndarray]]:
     sample = drops[None, :, None] + noise * rng.normal(size=(reps, len(drops), design.matched_seeds))
     return [{d: -row[i] for i, d in enumerate(design.matched_depths)} for row in sample]
 
@@ -263,7 +279,9 @@ def sim_not_increasing(design: Design, rng: np.random.Generator, reps: int, k: f
 
 def sim_precision(design: Design, rng: np.random.Generator, reps: int, k: float, world: str) -> list[str]:
     reported = paper.MATCHED_INSERTION_REDUCTION
-    drops = np.array([reported.get(d, v) for d, v in zip(design.matched_depths, paper_drops(design.matched_depths), strict=True)])
+    drops = np.array(
+        [reported.get(d, v) for d, v in zip(design.matched_depths, paper_drops(design.matched_depths), strict=True)]
+    )
     first = next(i for i, d in enumerate(design.matched_depths) if d in reported)
     band = claims.PRECISION_UNITS * claims.precision_unit(drops[first])
     if world == "false":  # the first depth the paper reports, off by exactly the paper's precision
@@ -286,9 +304,13 @@ def power_law_fits(depths: Sequence[int], log_values: np.ndarray, level: float =
     return np.column_stack([slope, slope - half, slope + half])
 
 
-def _fits(design: Design, rng: np.random.Generator, reps: int, slope: float, k: float) -> list[tuple[float, float, float]]:
+def _fits(
+    design: Design, rng: np.random.Generator, reps: int, slope: float, k: float
+) -> list[tuple[float, float, float]]:
     x = np.log(np.asarray(design.scaling_depths, float))
-    noise = k * claims.EXPONENT_TOLERANCE * (x.max() - x.min())  # effect: the tolerance's change over the range of log L
+    noise = (
+        k * claims.EXPONENT_TOLERANCE * (x.max() - x.min())
+    )  # effect: the tolerance's change over the range of log L
     ys = slope * x + noise * rng.normal(size=(reps, len(x)))
     return [tuple(row) for row in power_law_fits(design.scaling_depths, ys).tolist()]
 
@@ -309,42 +331,128 @@ def sim_sign(design: Design, rng: np.random.Generator, reps: int, k: float, worl
 
 STAT = "statistical"
 CASES: tuple[Case, ...] = (
-    Case(claims.falls_with_depth, "", STAT, "log AGmax's fall over the grid (log 2)",
-         "AGmax halves over the depth grid (log-linear in N)", "AGmax independent of N", sim_falls),
-    Case(claims.stays_below_line, "", STAT, f"log {claims.LINE_FACTOR:g} (the line to {claims.LINE_FACTOR:g}x the line)",
-         "AGmax from 4x the line to the line over the first quarter of the grid, half the line from 3/8 on (the low-signal world)",
-         f"as true, with the depth 3/4 into the grid at {claims.LINE_FACTOR:g}x the line", sim_stays),
-    Case(claims.plateau_within_margin, "", STAT, f"the margin ({claims.PLATEAU_MARGIN:.0%} of the test loss)",
-         "N* a quarter into the grid; the test loss exactly flat from N* on",
-         "the test loss still falling linearly after N*, the last quarter's mean the margin below the first quarter's", sim_plateau),
-    Case(claims.explained_by_training_loss, "", STAT, "log AGmax's change over one sd of the log training loss",
-         "log train loss = -z + noise (z: standardised N); log AGmax = log train loss + noise: depth acts through the loss",
-         f"as true plus a depth term giving a partial Spearman rho of {claims.EXPLAINED_MARGIN:g} (latent Pearson "
-         f"{spearman_to_pearson(claims.EXPLAINED_MARGIN):.3f})", sim_explained),
-    Case(claims.growth_lower_mean, "mean over the architectures", STAT, "the reduction",
-         "every architecture's reduction (scratch - growth) equal to the effect", "no reduction (effect 0)", sim_growth_mean),
-    Case(claims.growth_wins_everywhere, "every architecture", STAT, "the reduction",
-         "every architecture's reduction equal to the effect", "one architecture's reduction 0, the others the effect",
-         sim_everywhere),
-    Case(claims.paper_direction, "one architecture, spread pooled", STAT, "the reduction",
-         "every architecture's reduction equal to the effect", "that architecture's reduction 0", sim_direction),
-    Case(claims.paper_size, "relative reduction of the means", STAT, "half the paper's value (its distance to the nearer bound)",
-         f"every architecture's reduction at the paper's {paper.GROWTH_TEST_RELATIVE_REDUCTION:.1%}",
-         f"every reduction at 1/{claims.SIZE_FACTOR:g}x or {claims.SIZE_FACTOR:g}x the paper's", sim_size_mean, ("half", "double")),
-    Case(claims.paper_size, "one architecture, spread pooled", STAT, "half the paper's value",
-         "every architecture's reduction at the paper's 0.0242 (ResNet-12)",
-         f"that architecture's at 1/{claims.SIZE_FACTOR:g}x or {claims.SIZE_FACTOR:g}x it", sim_size_one, ("half", "double")),
-    Case(claims.drop_not_increasing, "", STAT, "the tolerance (half a unit of the drop's leading digit)",
-         "the paper's drops (7, 4, 2, 2 x 1e-4 at ResNet-8, -14, -20, -34; interpolated at other depths)",
-         "as true, the deepest drop above the one before by the tolerance", sim_not_increasing),
-    Case(claims.matches_paper_precision, "", STAT, "the band (half a unit of the paper's digit)",
-         "the paper's drops", "as true, ResNet-8's drop off by the band", sim_precision),
-    Case(claims.exponent_within_tolerance, "", STAT, f"±{claims.EXPONENT_TOLERANCE:g} over the range of log L",
-         f"log statistic linear in log L with the paper's exponent ({paper.COHEN_TANH_BETA:g})",
-         f"the exponent {claims.EXPONENT_TOLERANCE:g} above or below it", sim_exponent, ("above", "below")),
-    Case(claims.sign_within_tolerance, "'<= 0'", STAT, f"{claims.EXPONENT_TOLERANCE:g} over the range of log L",
-         "exponent 0 (bounded)", f"exponent +{claims.EXPONENT_TOLERANCE:g}", sim_sign),
-)  # fmt: skip
+    Case(
+        claims.falls_with_depth,
+        "",
+        STAT,
+        "log AGmax's fall over the grid (log 2)",
+        "AGmax halves over the depth grid (log-linear in N)",
+        "AGmax independent of N",
+        sim_falls,
+    ),
+    Case(
+        claims.stays_below_line,
+        "",
+        STAT,
+        f"log {claims.LINE_FACTOR:g} (the line to {claims.LINE_FACTOR:g}x the line)",
+        "AGmax from 4x the line to the line over the first quarter of the grid, half the line from 3/8 on (the low-signal world)",
+        f"as true, with the depth 3/4 into the grid at {claims.LINE_FACTOR:g}x the line",
+        sim_stays,
+    ),
+    Case(
+        claims.plateau_within_margin,
+        "",
+        STAT,
+        f"the margin ({claims.PLATEAU_MARGIN:.0%} of the test loss)",
+        "N* a quarter into the grid; the test loss exactly flat from N* on",
+        "the test loss still falling linearly after N*, the last quarter's mean the margin below the first quarter's",
+        sim_plateau,
+    ),
+    Case(
+        claims.explained_by_training_loss,
+        "",
+        STAT,
+        "log AGmax's change over one sd of the log training loss",
+        "log train loss = -z + noise (z: standardised N); log AGmax = log train loss + noise: depth acts through the loss",
+        f"as true plus a depth term giving a partial Spearman rho of {claims.EXPLAINED_MARGIN:g} (latent Pearson "
+        f"{spearman_to_pearson(claims.EXPLAINED_MARGIN):.3f})",
+        sim_explained,
+    ),
+    Case(
+        claims.growth_lower_mean,
+        "mean over the architectures",
+        STAT,
+        "the reduction",
+        "every architecture's reduction (scratch - growth) equal to the effect",
+        "no reduction (effect 0)",
+        sim_growth_mean,
+    ),
+    Case(
+        claims.growth_wins_everywhere,
+        "every architecture",
+        STAT,
+        "the reduction",
+        "every architecture's reduction equal to the effect",
+        "one architecture's reduction 0, the others the effect",
+        sim_everywhere,
+    ),
+    Case(
+        claims.paper_direction,
+        "one architecture, spread pooled",
+        STAT,
+        "the reduction",
+        "every architecture's reduction equal to the effect",
+        "that architecture's reduction 0",
+        sim_direction,
+    ),
+    Case(
+        claims.paper_size,
+        "relative reduction of the means",
+        STAT,
+        "half the paper's value (its distance to the nearer bound)",
+        f"every architecture's reduction at the paper's {paper.GROWTH_TEST_RELATIVE_REDUCTION:.1%}",
+        f"every reduction at 1/{claims.SIZE_FACTOR:g}x or {claims.SIZE_FACTOR:g}x the paper's",
+        sim_size_mean,
+        ("half", "double"),
+    ),
+    Case(
+        claims.paper_size,
+        "one architecture, spread pooled",
+        STAT,
+        "half the paper's value",
+        "every architecture's reduction at the paper's 0.0242 (ResNet-12)",
+        f"that architecture's at 1/{claims.SIZE_FACTOR:g}x or {claims.SIZE_FACTOR:g}x it",
+        sim_size_one,
+        ("half", "double"),
+    ),
+    Case(
+        claims.drop_not_increasing,
+        "",
+        STAT,
+        "the tolerance (half a unit of the drop's leading digit)",
+        "the paper's drops (7, 4, 2, 2 x 1e-4 at ResNet-8, -14, -20, -34; interpolated at other depths)",
+        "as true, the deepest drop above the one before by the tolerance",
+        sim_not_increasing,
+    ),
+    Case(
+        claims.matches_paper_precision,
+        "",
+        STAT,
+        "the band (half a unit of the paper's digit)",
+        "the paper's drops",
+        "as true, ResNet-8's drop off by the band",
+        sim_precision,
+    ),
+    Case(
+        claims.exponent_within_tolerance,
+        "",
+        STAT,
+        f"±{claims.EXPONENT_TOLERANCE:g} over the range of log L",
+        f"log statistic linear in log L with the paper's exponent ({paper.COHEN_TANH_BETA:g})",
+        f"the exponent {claims.EXPONENT_TOLERANCE:g} above or below it",
+        sim_exponent,
+        ("above", "below"),
+    ),
+    Case(
+        claims.sign_within_tolerance,
+        "'<= 0'",
+        STAT,
+        f"{claims.EXPONENT_TOLERANCE:g} over the range of log L",
+        "exponent 0 (bounded)",
+        f"exponent +{claims.EXPONENT_TOLERANCE:g}",
+        sim_sign,
+    ),
+)
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -361,7 +469,10 @@ class Rates:
 
     def meets(self, power_at: float = 0.5) -> bool:
         """Issue 21's requirements: power >= 0.8 at ``power_at``, P(holds | false) <= 0.05 at every noise level."""
-        return self.holds_true[power_at] >= claims.POWER_TARGET and max(self.holds_false.values()) <= claims.FALSE_HOLDS_LIMIT
+        return (
+            self.holds_true[power_at] >= claims.POWER_TARGET
+            and max(self.holds_false.values()) <= claims.FALSE_HOLDS_LIMIT
+        )
 
 
 def _rng(seed: int, case: Case, world: str, k: float) -> np.random.Generator:
@@ -379,13 +490,15 @@ def measure(case: Case, design: Design, reps: int = REPS, seed: int = 0, noise: 
         rates.holds_true[k] = true.count(claims.HOLDS) / reps
         rates.fails_true[k] = true.count(claims.FAILS) / reps
         rates.holds_false[k] = max(
-            case.simulate(design, _rng(seed, case, w, k), reps, k, w).count(claims.HOLDS) / reps for w in case.false_worlds
+            case.simulate(design, _rng(seed, case, w, k), reps, k, w).count(claims.HOLDS) / reps
+            for w in case.false_worlds
         )
     return replace(rates, seconds=time.perf_counter() - start)
 
 
-def measure_all(design: Design, reps: int = REPS, seed: int = 0, noise: Sequence[float] = NOISE,
-                rules: Sequence[str] | None = None) -> list[Rates]:  # fmt: skip
+def measure_all(
+    design: Design, reps: int = REPS, seed: int = 0, noise: Sequence[float] = NOISE, rules: Sequence[str] | None = None
+) -> list[Rates]:
     """Every case (or those of ``rules``, by function name) at ``design``."""
     chosen = [c for c in CASES if rules is None or c.rule.__name__ in rules]
     return [measure(c, design, reps, seed, noise) for c in chosen]
@@ -400,22 +513,39 @@ def markdown(rates: Sequence[Rates], design: Design) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rates:
         c = r.case
-        cells = [f"`{c.rule.__name__}`" + (f" ({c.label})" if c.label else ""), c.kind, c.effect, c.true_world, c.false_world]
+        cells = [
+            f"`{c.rule.__name__}`" + (f" ({c.label})" if c.label else ""),
+            c.kind,
+            c.effect,
+            c.true_world,
+            c.false_world,
+        ]
         cells += [f"{r.holds_true[k]:.3f}" for k in noise] + [f"{r.fails_true[k]:.3f}" for k in noise]
         cells += [f"{r.holds_false[k]:.3f}" for k in noise] + ["yes" if r.meets(noise[0]) else "**no**"]
         lines.append("| " + " | ".join(x.replace("|", "/") for x in cells) + " |")
-    lines.append(f"\nDesign: {design.describe()}; {rates[0].reps if rates else REPS} repetitions per world and noise level.")
+    lines.append(
+        f"\nDesign: {design.describe()}; {rates[0].reps if rates else REPS} repetitions per world and noise level."
+    )
     return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
     """Flags of ``python -m common.experiments.claim_rates`` (plain argparse: a job module stays clear of the launcher's CLI)."""
-    parser = argparse.ArgumentParser(prog="python -m common.experiments.claim_rates", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
-    parser.add_argument("--preset", default="paper", help="take the default depths of this preset (scripts 01, 03, 06, 07)")
+    parser = argparse.ArgumentParser(
+        prog="python -m common.experiments.claim_rates",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--preset", default="paper", help="take the default depths of this preset (scripts 01, 03, 06, 07)"
+    )
     parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds of every experiment")
-    parser.add_argument("--noise", default=",".join(f"{k:g}" for k in NOISE), help="noise levels in units of the effect; the first is the power's")
+    parser.add_argument(
+        "--noise",
+        default=",".join(f"{k:g}" for k in NOISE),
+        help="noise levels in units of the effect; the first is the power's",
+    )
     parser.add_argument("--reps", type=int, default=REPS, help="repetitions per world and noise level")
     parser.add_argument("--seed", type=int, default=0, help="base seed of the simulations")
     parser.add_argument("--rules", default=None, help="comma-separated rule names (default: every rule)")
@@ -427,7 +557,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.seeds < 2 or args.reps < 1:
-            raise UserError(f"--seeds {args.seeds} --reps {args.reps}: give at least 2 seeds (a spread) and 1 repetition")
+            raise UserError(
+                f"--seeds {args.seeds} --reps {args.reps}: give at least 2 seeds (a spread) and 1 repetition"
+            )
         try:
             noise = [float(k) for k in args.noise.split(",") if k.strip()]
         except ValueError:
@@ -435,7 +567,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rules = args.rules.split(",") if args.rules else None
         known = {c.rule.__name__ for c in CASES}
         if rules and set(rules) - known:
-            raise UserError(f"--rules {args.rules}: unknown {sorted(set(rules) - known)}; known: {', '.join(sorted(known))}")
+            raise UserError(
+                f"--rules {args.rules}: unknown {sorted(set(rules) - known)}; known: {', '.join(sorted(known))}"
+            )
         design = design_for_preset(args.preset, args.seeds)
     except UserError as exc:
         print(f"{build_parser().prog}: error: {exc}", file=sys.stderr)

@@ -66,11 +66,14 @@ def commands(preset: str, out: str | Path) -> dict[str, str]:
 
 def describe(preset: str, dataset: str, seeds: Iterable, n_runs: int, extra: str = "") -> str:
     seeds = sorted({int(s) for s in seeds})
-    return f"{preset}, {dataset}, seeds {','.join(map(str, seeds)) or '-'}, {n_runs} runs" + (f", {extra}" if extra else "")
+    return f"{preset}, {dataset}, seeds {','.join(map(str, seeds)) or '-'}, {n_runs} runs" + (
+        f", {extra}" if extra else ""
+    )
 
 
-def claim_row(claim: str, said: str, fn: Callable, outcome: claims.Outcome | None, records: str, preset: str,
-              kind: str = CLAIM) -> dict:  # fmt: skip
+def claim_row(
+    claim: str, said: str, fn: Callable, outcome: claims.Outcome | None, records: str, preset: str, kind: str = CLAIM
+) -> dict:
     """One row of the report; ``outcome`` None means not run (``records`` then names the command).
 
     ``kind``: a paper's ``claim`` (counted) or an ``identity check`` (shown apart). The rule text ends with
@@ -80,8 +83,16 @@ def claim_row(claim: str, said: str, fn: Callable, outcome: claims.Outcome | Non
     if preset in SCALE_NOTES and outcome is not None:
         verdict = f"{verdict} ({SCALE_NOTES[preset]})"
     text = " ".join(t for t in (fn.rule, claims.power_note(fn)) if t)
-    return {"kind": kind, "claim": claim, "paper": said, "reproduced": "-" if outcome is None else outcome.value,
-            "records": records, "verdict": verdict, "rule": text, "scale": preset}  # fmt: skip
+    return {
+        "kind": kind,
+        "claim": claim,
+        "paper": said,
+        "reproduced": "-" if outcome is None else outcome.value,
+        "records": records,
+        "verdict": verdict,
+        "rule": text,
+        "scale": preset,
+    }
 
 
 def resnet_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
@@ -93,23 +104,41 @@ def resnet_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         for column, reading in READINGS:
             where = f"ResNet sweep, {dataset or 'any dataset'}, {reading}"
             specs = [
-                (f"AGmax falls with depth ({where})", paper.AG_DEPTH_TREND, claims.falls_with_depth,
-                 lambda g, c=column: claims.falls_with_depth(g["depth_n"], g[c])),
-                (f"once below {paper.LOW_SIGNAL_AG:g}, AGmax stays below it ({where})", paper.LOW_SIGNAL_PLATEAU, claims.stays_below_line,
-                 lambda g, c=column: claims.stays_below_line(g["depth_n"], g[c], paper.LOW_SIGNAL_AG)),
-                (f"low-signal plateau: past N*, test loss gains less than {claims.PLATEAU_MARGIN:.0%} ({where})", paper.LOW_SIGNAL_PLATEAU,
-                 claims.plateau_within_margin,
-                 lambda g, c=column: claims.plateau_within_margin(g["depth_n"], g[c], g["test_loss"], paper.LOW_SIGNAL_AG)),
-                (f"beyond the paper: AGmax is explained by the training loss alone ({where})",
-                 "not claimed by the paper (reviewers' question)", claims.explained_by_training_loss,
-                 lambda g, c=column: claims.explained_by_training_loss(g["depth_n"], g[c], g["train_loss"])),
-            ]  # fmt: skip
+                (
+                    f"AGmax falls with depth ({where})",
+                    paper.AG_DEPTH_TREND,
+                    claims.falls_with_depth,
+                    lambda g, c=column: claims.falls_with_depth(g["depth_n"], g[c]),
+                ),
+                (
+                    f"once below {paper.LOW_SIGNAL_AG:g}, AGmax stays below it ({where})",
+                    paper.LOW_SIGNAL_PLATEAU,
+                    claims.stays_below_line,
+                    lambda g, c=column: claims.stays_below_line(g["depth_n"], g[c], paper.LOW_SIGNAL_AG),
+                ),
+                (
+                    f"low-signal plateau: past N*, test loss gains less than {claims.PLATEAU_MARGIN:.0%} ({where})",
+                    paper.LOW_SIGNAL_PLATEAU,
+                    claims.plateau_within_margin,
+                    lambda g, c=column: claims.plateau_within_margin(
+                        g["depth_n"], g[c], g["test_loss"], paper.LOW_SIGNAL_AG
+                    ),
+                ),
+                (
+                    f"beyond the paper: AGmax is explained by the training loss alone ({where})",
+                    "not claimed by the paper (reviewers' question)",
+                    claims.explained_by_training_loss,
+                    lambda g, c=column: claims.explained_by_training_loss(g["depth_n"], g[c], g["train_loss"]),
+                ),
+            ]
             for claim, said, fn, run in specs:
                 if group is None:
                     rows.append(claim_row(claim, said, fn, None, f"none: {cmd['probe']}", rec.preset))
                     continue
                 usable = group.dropna(subset=[column, "test_loss", "train_loss"])
-                records = describe(rec.preset, dataset, usable["seed"], len(usable), f"probe {rec.probe_settings[dataset]}")
+                records = describe(
+                    rec.preset, dataset, usable["seed"], len(usable), f"probe {rec.probe_settings[dataset]}"
+                )
                 rows.append(claim_row(claim, said, fn, run(usable), records, rec.preset))
     return rows
 
@@ -122,24 +151,36 @@ def projection_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     c = rec.exact_candidates
     sources = ", ".join(f"{s} ({n} candidates)" for s, n in c.groupby("source").size().items())
     records = f"{rec.preset}, exact runs of 02/05: {sources}"
-    return [claim_row(claim, paper.PROJECTION_BOUND, fn, fn(c["growth_value"], c["ag_norm"]), records, rec.preset, IDENTITY)]
+    return [
+        claim_row(claim, paper.PROJECTION_BOUND, fn, fn(c["growth_value"], c["ag_norm"]), records, rec.preset, IDENTITY)
+    ]
 
 
 def saturation_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     """App. G at the deepest depth probed, per dataset: every seed's interval, t, number of candidates and verdict."""
-    claim, fn = "the deepest models probed are first-order saturated within delta (App. G)", claims.saturated_within_delta
+    claim, fn = (
+        "the deepest models probed are first-order saturated within delta (App. G)",
+        claims.saturated_within_delta,
+    )
     if rec.probe.empty:
         return [claim_row(claim, paper.SEPARATED_TEST, fn, None, f"none: {cmd['probe']}", rec.preset)]
     rows = []
     for dataset, group in rec.probe.groupby("dataset"):
         deepest = group[group["depth_n"] == group["depth_n"].max()]
         found = deepest.dropna(subset=["saturation"]) if "saturation" in deepest else deepest.iloc[:0]
-        summaries = {f"ResNet-{r['depth_label']} seed {r['seed']}": probe_ag.saturation_summary(r["saturation"])
-                     for r in found.to_dict("records")}  # fmt: skip
+        summaries = {
+            f"ResNet-{r['depth_label']} seed {r['seed']}": probe_ag.saturation_summary(r["saturation"])
+            for r in found.to_dict("records")
+        }
         n_test = sorted({s["n_test"] for s in summaries.values()})
-        records = describe(rec.preset, dataset, found["seed"], len(found),
-                           f"ResNet-{int(BACKBONE_DEPTH + deepest['depth_n'].iloc[0])}, probe {rec.probe_settings[dataset]}, "
-                           f"n_test {', '.join(map(str, n_test)) or '-'}")  # fmt: skip
+        records = describe(
+            rec.preset,
+            dataset,
+            found["seed"],
+            len(found),
+            f"ResNet-{int(BACKBONE_DEPTH + deepest['depth_n'].iloc[0])}, probe {rec.probe_settings[dataset]}, "
+            f"n_test {', '.join(map(str, n_test)) or '-'}",
+        )
         rows.append(claim_row(f"{claim} ({dataset})", paper.SEPARATED_TEST, fn, fn(summaries), records, rec.preset))
     return rows
 
@@ -147,12 +188,18 @@ def saturation_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
 def decoder_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     """AGmax falls with depth: the GPT-2 sweep (over L) and the probed Pythia models (across models)."""
     rows = []
-    for df, depth, what, key in ((rec.gpt, "n_layer", "GPT-2 sweep, over L", "gpt2"),
-                                 (rec.pythia, "n_layer", "Pythia models, across models", "pythia")):  # fmt: skip
+    for df, depth, what, key in (
+        (rec.gpt, "n_layer", "GPT-2 sweep, over L", "gpt2"),
+        (rec.pythia, "n_layer", "Pythia models, across models", "pythia"),
+    ):
         for column, reading in READINGS:
             claim = f"AGmax falls with depth ({what}, {reading})"
             if df.empty:
-                rows.append(claim_row(claim, paper.AG_DEPTH_TREND, claims.falls_with_depth, None, f"none: {cmd[key]}", rec.preset))
+                rows.append(
+                    claim_row(
+                        claim, paper.AG_DEPTH_TREND, claims.falls_with_depth, None, f"none: {cmd[key]}", rec.preset
+                    )
+                )
                 continue
             usable = df.dropna(subset=[column])
             label = gpt_data_label(usable)
@@ -169,7 +216,9 @@ def gpt_data_label(df: pd.DataFrame) -> str:
     return str(data.get("source", "?")) if isinstance(data, dict) else "?"
 
 
-def reduction_summaries(t: pd.DataFrame, models: Iterable[str], metric: str) -> tuple[dict[str, tuple[float, float, int]], bool]:
+def reduction_summaries(
+    t: pd.DataFrame, models: Iterable[str], metric: str
+) -> tuple[dict[str, tuple[float, float, int]], bool]:
     """Per architecture, (mean, sample std, seeds) of the per-seed ``scratch - growth`` ``metric`` from 03's table.
 
     Paired: its ``<metric>_reduction`` and ``_std`` columns. A table written before 03 kept the paired training-loss
@@ -197,12 +246,25 @@ def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         ("growth's mean training loss is below scratch's", mean_train, claims.growth_lower_mean),
         ("growth's mean test loss is below scratch's", mean_test, claims.growth_lower_mean),
         ("relative test-loss reduction of the means", f"{paper.GROWTH_TEST_RELATIVE_REDUCTION:.1%}", claims.paper_size),
-        ("growth's test loss is lower for all four architectures", ", ".join(paper.GROWTH_LOWER_TEST_LOSS), claims.growth_wins_everywhere),
-        ("growth's training loss is lower at ResNet-10, -11 and -13", ", ".join(paper.GROWTH_LOWER_TRAIN_LOSS), claims.growth_wins_everywhere),
-        *(spec for m, v in paper.GROWTH_TEST_ABS_REDUCTION_RANGE.items()
-          for spec in ((f"absolute test-loss reduction at {m}: direction", f"{v} (growth lower)", claims.paper_direction),
-                       (f"absolute test-loss reduction at {m}: size", f"{v}", claims.paper_size))),
-    ]  # fmt: skip
+        (
+            "growth's test loss is lower for all four architectures",
+            ", ".join(paper.GROWTH_LOWER_TEST_LOSS),
+            claims.growth_wins_everywhere,
+        ),
+        (
+            "growth's training loss is lower at ResNet-10, -11 and -13",
+            ", ".join(paper.GROWTH_LOWER_TRAIN_LOSS),
+            claims.growth_wins_everywhere,
+        ),
+        *(
+            spec
+            for m, v in paper.GROWTH_TEST_ABS_REDUCTION_RANGE.items()
+            for spec in (
+                (f"absolute test-loss reduction at {m}: direction", f"{v} (growth lower)", claims.paper_direction),
+                (f"absolute test-loss reduction at {m}: size", f"{v}", claims.paper_size),
+            )
+        ),
+    ]
     if not rec.growth:
         return [claim_row(c, p, fn, None, f"none: {cmd['growth']}", rec.preset) for c, p, fn in specs]
     rows = []
@@ -212,13 +274,22 @@ def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         present = [m for m in t.index if m != "mean"]
         test, _ = reduction_summaries(t, present, "test_loss")
         train, paired = reduction_summaries(t, present, "train_loss")
-        records = describe(rec.preset, table.dataset, table.seeds, 2 * len(present) * len(table.seeds),
-                           f"{', '.join(present)}; {table.budget()}; {table.path.name}"
-                           + ("" if paired else "; training-loss spread unpaired (table without train_loss_reduction_std)"))  # fmt: skip
+        records = describe(
+            rec.preset,
+            table.dataset,
+            table.seeds,
+            2 * len(present) * len(table.seeds),
+            f"{', '.join(present)}; {table.budget()}; {table.path.name}"
+            + ("" if paired else "; training-loss spread unpaired (table without train_loss_reduction_std)"),
+        )
         mean_train_est = claims.over_seeds(*reduction_summaries(t, ["mean"], "train_loss")[0]["mean"])
         mean_test_est = claims.over_seeds(*reduction_summaries(t, ["mean"], "test_loss")[0]["mean"])
         scale = float(mean["scratch_test_loss"])
-        relative = None if mean_test_est is None else claims.Estimate(mean_test_est.mean / scale, mean_test_est.se / scale, mean_test_est.df)
+        relative = (
+            None
+            if mean_test_est is None
+            else claims.Estimate(mean_test_est.mean / scale, mean_test_est.se / scale, mean_test_est.df)
+        )
         pooled = claims.pooled_estimates(test) or {}
         outcomes = [
             claims.growth_lower_mean(mean["growth_train_loss"], mean["scratch_train_loss"], mean_train_est),
@@ -229,7 +300,10 @@ def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         ]
         for model, value in paper.GROWTH_TEST_ABS_REDUCTION_RANGE.items():
             if model in t.index:
-                outcomes += [claims.paper_direction(pooled.get(model), value), claims.paper_size(pooled.get(model), value)]
+                outcomes += [
+                    claims.paper_direction(pooled.get(model), value),
+                    claims.paper_size(pooled.get(model), value),
+                ]
             else:
                 outcomes += [claims.Outcome(claims.UNDECIDABLE, f"{model} not run")] * 2
         where = f"{table.dataset}, scratch at equal total epochs" if table.equal_budget else table.dataset
@@ -245,10 +319,17 @@ def matched_rows(matched: pd.DataFrame) -> pd.DataFrame:
     if matched.empty:
         return matched
     at_stage1 = matched["candidate"] == matched["depth_n"].map(lambda n: matched_insertion.stage_end_candidate(int(n)))
-    chosen = matched[at_stage1 & (matched["fit"] == "closed-form")
-                     & matched["alpha"].map(lambda a: math.isclose(a, paper.MATCHED_INSERTION_ALPHA))]  # fmt: skip
+    chosen = matched[
+        at_stage1
+        & (matched["fit"] == "closed-form")
+        & matched["alpha"].map(lambda a: math.isclose(a, paper.MATCHED_INSERTION_ALPHA))
+    ]
     preferred = chosen.assign(_rank=(chosen["candidate_rule"] != matched_insertion.DEFAULT_CANDIDATE).astype(int))
-    return preferred.sort_values(["_rank", "run"]).drop_duplicates(["dataset", "depth_label", "seed"]).drop(columns="_rank")
+    return (
+        preferred.sort_values(["_rank", "run"])
+        .drop_duplicates(["dataset", "depth_label", "seed"])
+        .drop(columns="_rank")
+    )
 
 
 def matched_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
@@ -263,37 +344,80 @@ def matched_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     rows_df = matched_rows(rec.matched)
     where = f"candidate: end of stage 1 (input of stage 2's first block), alpha {paper.MATCHED_INSERTION_ALPHA:g}"
     if rows_df.empty:
-        return [claim_row(c, p, fn, None, f"none at the {where}: {cmd['matched']}", rec.preset, kind) for c, p, fn, kind in specs]
+        return [
+            claim_row(c, p, fn, None, f"none at the {where}: {cmd['matched']}", rec.preset, kind)
+            for c, p, fn, kind in specs
+        ]
     out = []
     for dataset, group in rows_df.groupby("dataset"):
         per_seed = {int(d): g["measured_change"].astype(float).tolist() for d, g in group.groupby("depth_label")}
         means = {d: sum(v) / len(v) for d, v in per_seed.items()}
-        records = describe(rec.preset, dataset, group["seed"], group["run"].nunique(),
-                           f"ResNet-{', -'.join(map(str, sorted(per_seed)))}, {where}")  # fmt: skip
-        outcomes = [claims.lowers_loss_everywhere(means), claims.drop_not_increasing(per_seed),
-                    claims.matches_paper_precision(per_seed, paper.MATCHED_INSERTION_REDUCTION)]  # fmt: skip
+        records = describe(
+            rec.preset,
+            dataset,
+            group["seed"],
+            group["run"].nunique(),
+            f"ResNet-{', -'.join(map(str, sorted(per_seed)))}, {where}",
+        )
+        outcomes = [
+            claims.lowers_loss_everywhere(means),
+            claims.drop_not_increasing(per_seed),
+            claims.matches_paper_precision(per_seed, paper.MATCHED_INSERTION_REDUCTION),
+        ]
         exact = group.get("predicted_change_exact_targets")
         if exact is not None and exact.notna().any():  # another reading of H.1's scale (docs/decisions.md; not judged)
             drops = group.assign(x=-exact).groupby("depth_label")["x"].mean()
             beside = ", ".join(f"ResNet-{int(d)}: {v:.1e}" for d, v in drops.items())
-            outcomes[2] = claims.Outcome(outcomes[2].verdict, f"{outcomes[2].value}; beside it, the exact-target reading: {beside}")
-        out += [claim_row(f"{c} ({dataset})", p, fn, o, records, rec.preset, kind)
-                for (c, p, fn, kind), o in zip(specs, outcomes, strict=True)]  # fmt: skip
+            outcomes[2] = claims.Outcome(
+                outcomes[2].verdict, f"{outcomes[2].value}; beside it, the exact-target reading: {beside}"
+            )
+        out += [
+            claim_row(f"{c} ({dataset})", p, fn, o, records, rec.preset, kind)
+            for (c, p, fn, kind), o in zip(specs, outcomes, strict=True)
+        ]
     return out
 
 
 SCALING_CLAIMS = (  # (claim, family, tensor, exponent of the verdict, Step 2's exponent beside it, paper value, side or None for ±0.1)
     ("fc-tanh: beta", "fc-tanh", "A", "max_norm_exponent", "beta", paper.COHEN_TANH_BETA, None),
     ("fc-tanh: alpha from max |delta_k|", "fc-tanh", "delta", "alpha", None, paper.COHEN_TANH_ALPHA, None),
-    ("fc-relu: alpha + beta from |delta_k| A_k", "fc-relu", "delta_A", "alpha_plus_beta_max_norm", "alpha_plus_beta",
-     paper.COHEN_RELU_ALPHA_PLUS_BETA, None),
-    ("ResNet sweep (BatchNorm folded): max norm exponent ~0", "sweep", None, "max_norm_exponent", None,
-     paper.COHEN_CONV_MAX_NORM_EXPONENT, None),
-    ("ResNet sweep (BatchNorm folded): scaled increments bounded, nu >= 0", "sweep", None, "nu_max_norm", "nu",
-     paper.COHEN_CONV_BOUNDED["nu"], ">= 0"),
-    ("ResNet sweep (BatchNorm folded): root sum of squares bounded", "sweep", None, "rss_slope", None,
-     paper.COHEN_CONV_BOUNDED["rss_slope"], "<= 0"),
-)  # fmt: skip
+    (
+        "fc-relu: alpha + beta from |delta_k| A_k",
+        "fc-relu",
+        "delta_A",
+        "alpha_plus_beta_max_norm",
+        "alpha_plus_beta",
+        paper.COHEN_RELU_ALPHA_PLUS_BETA,
+        None,
+    ),
+    (
+        "ResNet sweep (BatchNorm folded): max norm exponent ~0",
+        "sweep",
+        None,
+        "max_norm_exponent",
+        None,
+        paper.COHEN_CONV_MAX_NORM_EXPONENT,
+        None,
+    ),
+    (
+        "ResNet sweep (BatchNorm folded): scaled increments bounded, nu >= 0",
+        "sweep",
+        None,
+        "nu_max_norm",
+        "nu",
+        paper.COHEN_CONV_BOUNDED["nu"],
+        ">= 0",
+    ),
+    (
+        "ResNet sweep (BatchNorm folded): root sum of squares bounded",
+        "sweep",
+        None,
+        "rss_slope",
+        None,
+        paper.COHEN_CONV_BOUNDED["rss_slope"],
+        "<= 0",
+    ),
+)
 
 
 def scaling_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
@@ -317,17 +441,29 @@ def scaling_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         for dataset, both in mine.groupby("dataset"):
             group = both[both["exponent"] == exponent]
             runs_used = rec.scaling[(rec.scaling["family"] == family) & (rec.scaling["dataset"] == dataset)]
-            records = describe(rec.preset, dataset, runs_used["seed"], runs_used["run"].nunique(),
-                               f"depths {sorted(runs_used['depth'].unique().tolist())}")  # fmt: skip
+            records = describe(
+                rec.preset,
+                dataset,
+                runs_used["seed"],
+                runs_used["run"].nunique(),
+                f"depths {sorted(runs_used['depth'].unique().tolist())}",
+            )
             fits = {exponent_label(r, family): (r["estimate"], r["ci_low"], r["ci_high"]) for _, r in group.iterrows()}
-            outcome = fn(fits, said if side is None else side)  # the fit's intervals, so the sign rows' verdicts are statistical too
+            outcome = fn(
+                fits, said if side is None else side
+            )  # the fit's intervals, so the sign rows' verdicts are statistical too
             if step2 is not None:
                 beside = both[both["exponent"] == step2]
-                shown = ", ".join(f"{exponent_label(r, family) + ': ' if exponent_label(r, family) else ''}{r['estimate']:.3f}"
-                                  + (f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if side is None else "")
-                                  for _, r in beside.iterrows() if r["status"] == "ok")  # fmt: skip
-                outcome = claims.Outcome(outcome.verdict, f"{outcome.value}; {scaling.STEP2_ESTIMATOR}, not used for the "
-                                                          f"verdict: {shown or 'not fitted'}")  # fmt: skip
+                shown = ", ".join(
+                    f"{exponent_label(r, family) + ': ' if exponent_label(r, family) else ''}{r['estimate']:.3f}"
+                    + (f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if side is None else "")
+                    for _, r in beside.iterrows()
+                    if r["status"] == "ok"
+                )
+                outcome = claims.Outcome(
+                    outcome.verdict,
+                    f"{outcome.value}; {scaling.STEP2_ESTIMATOR}, not used for the verdict: {shown or 'not fitted'}",
+                )
             rows.append(claim_row(f"{claim} ({dataset})", paper_text, fn, outcome, records, rec.preset))
     return rows
 
@@ -340,8 +476,15 @@ def exponent_label(row, family: str) -> str:
 def claim_rows(rec: Records) -> list[dict]:
     """Every row of the claims report, in the paper's order (``kind``: claim or identity check)."""
     cmd = commands(rec.preset, rec.out)
-    rows = [*resnet_claims(rec, cmd), *projection_claims(rec, cmd), *saturation_claims(rec, cmd), *decoder_claims(rec, cmd),
-            *growth_claims(rec, cmd), *matched_claims(rec, cmd), *scaling_claims(rec, cmd)]  # fmt: skip
+    rows = [
+        *resnet_claims(rec, cmd),
+        *projection_claims(rec, cmd),
+        *saturation_claims(rec, cmd),
+        *decoder_claims(rec, cmd),
+        *growth_claims(rec, cmd),
+        *matched_claims(rec, cmd),
+        *scaling_claims(rec, cmd),
+    ]
     return [{"id": i + 1, **r} for i, r in enumerate(rows)]
 
 

@@ -76,8 +76,9 @@ class DecoderPreset:
 P = TypeVar("P", bound=DecoderPreset)
 
 
-def choose_preset(presets: dict[str, P], name: str, overrides: dict | None, text_path: str | os.PathLike | None
-                  ) -> tuple[P, str | os.PathLike | None]:  # fmt: skip
+def choose_preset(
+    presets: dict[str, P], name: str, overrides: dict | None, text_path: str | os.PathLike | None
+) -> tuple[P, str | os.PathLike | None]:
     """Preset ``name`` of ``presets`` (``--preset``) with the flags' values (``overrides``: preset fields, None meaning
     "the preset's"), and the text it reads: ``text_path`` (which implies ``--source text``), or for a ``text`` source
     without one the preset's own text, downloaded (mini: Tiny Shakespeare, as if ``--text-file data/tinyshakespeare.txt``)."""
@@ -95,8 +96,16 @@ def choose_preset(presets: dict[str, P], name: str, overrides: dict | None, text
 def check_preset(p: DecoderPreset, *positive: str) -> None:
     """The sizes, ``positive`` (an experiment's own fields), ``lr`` and ``grad_clip`` must be > 0, ``warmup_steps`` >= 0
     and a step whole windows; else one line naming the flag and its value (the parsers refuse most of these already)."""
-    sizes = ("block_size", "val_tokens", "batch_tokens", "micro_batch_size", "n_evals", "probe_batch_size", "probe_batches",
-             "eval_batch_size")  # fmt: skip
+    sizes = (
+        "block_size",
+        "val_tokens",
+        "batch_tokens",
+        "micro_batch_size",
+        "n_evals",
+        "probe_batch_size",
+        "probe_batches",
+        "eval_batch_size",
+    )
     for name in (*positive, *sizes, "lr", "grad_clip"):
         value = getattr(p, name)
         if value is not None and not value > 0:
@@ -114,17 +123,32 @@ def make_recipe(p: DecoderPreset, lr: float) -> AdamWRecipe:
         raise UserError("without a --train-tokens budget give --steps")
     interval = steps // p.n_evals
     if interval == 0:
-        raise UserError(f"{steps} optimizer steps cannot hold {p.n_evals} evaluations; raise --steps / --train-tokens or lower --n-evals")
+        raise UserError(
+            f"{steps} optimizer steps cannot hold {p.n_evals} evaluations; raise --steps / --train-tokens or lower --n-evals"
+        )
     return AdamWRecipe(
-        steps=interval * p.n_evals, lr=lr, eval_interval=interval, warmup_steps=p.warmup_steps,
-        min_lr_ratio=p.min_lr_ratio, weight_decay=p.weight_decay, beta1=p.beta1, beta2=p.beta2, grad_clip=p.grad_clip,
-    )  # fmt: skip
+        steps=interval * p.n_evals,
+        lr=lr,
+        eval_interval=interval,
+        warmup_steps=p.warmup_steps,
+        min_lr_ratio=p.min_lr_ratio,
+        weight_decay=p.weight_decay,
+        beta1=p.beta1,
+        beta2=p.beta2,
+        grad_clip=p.grad_clip,
+    )
 
 
 def probe_config(p: DecoderPreset, seed: int) -> dict:
     """The ``probe`` part of a run's identity: ``B`` batches of held-out validation windows, drawn with ``seed``."""
-    return {"split": "val", "batch_size": p.probe_batch_size, "n_batches": p.probe_batches, "exact": p.exact, "seed": seed,
-            "loss": PROBE_LOSS}  # fmt: skip
+    return {
+        "split": "val",
+        "batch_size": p.probe_batch_size,
+        "n_batches": p.probe_batches,
+        "exact": p.exact,
+        "seed": seed,
+        "loss": PROBE_LOSS,
+    }
 
 
 # ----------------------------------------------------------------------------- data
@@ -134,7 +158,9 @@ def data_dir(config: dict) -> Path:
     return Path(root) / TextDataSpec(**config["data"]).dirname()
 
 
-def prepare_data(config: dict, *, tokenizer: Callable[[dict], Tokenizer] | None = None, dataset=None, progress: bool = True) -> Path:
+def prepare_data(
+    config: dict, *, tokenizer: Callable[[dict], Tokenizer] | None = None, dataset=None, progress: bool = True
+) -> Path:
     """Tokenise the run's data under its data root (resumable; once prepared, a check of ``meta.json`` only).
 
     ``tokenizer(config)`` gives the tokenizer (None: the one the data identity names); it is not
@@ -146,9 +172,13 @@ def prepare_data(config: dict, *, tokenizer: Callable[[dict], Tokenizer] | None 
         return directory
     runtime = config.get("runtime", {})
     return prepare_tokens(
-        TextDataSpec(**config["data"]), runtime.get("data_root") or DEFAULT_DATA_ROOT, text_path=runtime.get("text_path"),
-        dataset=dataset, tokenizer=tokenizer(config) if tokenizer else None, progress=progress,
-    )  # fmt: skip
+        TextDataSpec(**config["data"]),
+        runtime.get("data_root") or DEFAULT_DATA_ROOT,
+        text_path=runtime.get("text_path"),
+        dataset=dataset,
+        tokenizer=tokenizer(config) if tokenizer else None,
+        progress=progress,
+    )
 
 
 def require_prepared(config: dict, script: str) -> Path:
@@ -183,10 +213,15 @@ def train_loader(config: dict, data: TokenData, block_size: int, device: torch.d
     runtime, hp = config.get("runtime", {}), config["train"]
     sequences = hp["batch_tokens"] // block_size
     return TokenLoader(
-        TokenWindows(data.train, block_size), global_batch=sequences, micro_batch=runtime.get("micro_batch_size", sequences),
-        steps_per_epoch=AdamWRecipe.from_config(hp).eval_interval, seed=config["seed"], rank=info.rank, world_size=info.world_size,
+        TokenWindows(data.train, block_size),
+        global_batch=sequences,
+        micro_batch=runtime.get("micro_batch_size", sequences),
+        steps_per_epoch=AdamWRecipe.from_config(hp).eval_interval,
+        seed=config["seed"],
+        rank=info.rank,
+        world_size=info.world_size,
         device=device,
-    )  # fmt: skip
+    )
 
 
 def val_batches(data: TokenData, block_size: int, batch_size: int, device: torch.device) -> TokenBatches:
@@ -194,16 +229,34 @@ def val_batches(data: TokenData, block_size: int, batch_size: int, device: torch
     return TokenBatches(TokenWindows([data.val], block_size), batch_size, device=device)
 
 
-def train_decoder(model: nn.Module, config: dict, loader: TokenLoader, val: TokenBatches, settings: TrainSettings, path: Path,
-                  device: torch.device) -> dict:  # fmt: skip
+def train_decoder(
+    model: nn.Module,
+    config: dict,
+    loader: TokenLoader,
+    val: TokenBatches,
+    settings: TrainSettings,
+    path: Path,
+    device: torch.device,
+) -> dict:
     """:func:`common.train.train` on tokens: one round per evaluation interval, each round's rate in ``tokens_per_s``."""
-    return train(model, loader, {"val": val}, run_dir=path, settings=settings, device=device, desc=config["name"], counts="tokens")
+    return train(
+        model,
+        loader,
+        {"val": val},
+        run_dir=path,
+        settings=settings,
+        device=device,
+        desc=config["name"],
+        counts="tokens",
+    )
 
 
 def token_rates(path: Path, block_size: int) -> tuple[float | None, list[float]]:
     """The median tokens per second of a run's training rounds after the first (which holds compilation and warm-up), and
     every round's; metrics lines written before ``tokens_per_s`` hold sequences per second as ``images_per_s``."""
-    rounds = [r["tokens_per_s"] if "tokens_per_s" in r else r["images_per_s"] * block_size for r in runs.read_metrics(path)]
+    rounds = [
+        r["tokens_per_s"] if "tokens_per_s" in r else r["images_per_s"] * block_size for r in runs.read_metrics(path)
+    ]
     steady = rounds[1:] or rounds
     return (statistics.median(steady) if steady else None), rounds
 
@@ -218,7 +271,9 @@ def renamed(record: dict) -> dict:
     return {RENAMED_KEYS.get(k, k): v for k, v in record.items()}
 
 
-def probe_windows(config: dict, data: TokenData, block_size: int, device: torch.device) -> tuple[np.ndarray, TokenBatches]:
+def probe_windows(
+    config: dict, data: TokenData, block_size: int, device: torch.device
+) -> tuple[np.ndarray, TokenBatches]:
     """The probe's seeded sample of validation windows and its ``B`` batches."""
     probe = config["probe"]
     windows = TokenWindows([data.val], block_size)
@@ -230,14 +285,17 @@ def probe_decoder(model: nn.Module, batches: Iterable, config: dict, sub_batch: 
     """``AG_l`` at every candidate of ``model`` over ``batches`` (and ``V_S,l`` with ``exact``)."""
     probe = config["probe"]
     # classification_loss: mean token cross-entropy = mean over sequences of each sequence's mean token loss.
-    return probe_activation_gradients(model, batches, loss_fn=classification_loss, exact=probe["exact"], seed=probe["seed"],
-                                      sub_batch=sub_batch)  # fmt: skip
+    return probe_activation_gradients(
+        model, batches, loss_fn=classification_loss, exact=probe["exact"], seed=probe["seed"], sub_batch=sub_batch
+    )
 
 
 def write_probe_records(path: Path, candidates: list[dict], chosen: np.ndarray, block_size: int) -> None:
     """``candidates.csv`` (one row per candidate) and ``samples.json`` (the probed validation windows)."""
     runs.atomic_write_csv(path / "candidates.csv", candidates)
-    runs.atomic_write_json(path / "samples.json", {"split": "val", "block_size": block_size, "windows": chosen.tolist()})
+    runs.atomic_write_json(
+        path / "samples.json", {"split": "val", "block_size": block_size, "windows": chosen.tolist()}
+    )
 
 
 def finish_on_main(info: DistInfo, device: torch.device, path: Path, probe_and_finish: Callable[[], dict]) -> dict:
@@ -254,8 +312,10 @@ def finish_on_main(info: DistInfo, device: torch.device, path: Path, probe_and_f
 
 def ag_columns(r: dict, low_signal: float) -> str:
     """A summary row's AGmax (batch mean) and AGmax/seq (per-sequence RMS), each with ``*`` below ``low_signal``."""
-    return (f"{r['ag_max']:>10.3e} {'*' if r['ag_max'] < low_signal else '':>6} "
-            f"{r['ag_max_per_example']:>10.3e} {'*' if r['ag_max_per_example'] < low_signal else '':>6}")  # fmt: skip
+    return (
+        f"{r['ag_max']:>10.3e} {'*' if r['ag_max'] < low_signal else '':>6} "
+        f"{r['ag_max_per_example']:>10.3e} {'*' if r['ag_max_per_example'] < low_signal else '':>6}"
+    )
 
 
 def ag_header(low_signal: float) -> str:

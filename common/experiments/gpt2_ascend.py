@@ -83,23 +83,63 @@ class GPTPreset(DecoderPreset):
 
 
 PAPER = GPTPreset(
-    depths=PAPER_DEPTHS, n_embd=GPT2_WIDTH, n_head=GPT2_HEADS, block_size=1024,
-    source="fineweb-edu", tokenizer="gpt2", val_tokens=1 << 21, train_tokens=FINEWEB_EDU_TOKENS,
-    batch_tokens=1 << 17, micro_batch_size=16, steps=None, n_evals=10, lr=6e-4, warmup_steps=100,
-)  # fmt: skip
+    depths=PAPER_DEPTHS,
+    n_embd=GPT2_WIDTH,
+    n_head=GPT2_HEADS,
+    block_size=1024,
+    source="fineweb-edu",
+    tokenizer="gpt2",
+    val_tokens=1 << 21,
+    train_tokens=FINEWEB_EDU_TOKENS,
+    batch_tokens=1 << 17,
+    micro_batch_size=16,
+    steps=None,
+    n_evals=10,
+    lr=6e-4,
+    warmup_steps=100,
+)
 SMOKE = GPTPreset(
-    depths=(1, 2, 4), n_embd=64, n_head=4, block_size=128,
-    source="python-docs", tokenizer="byte", val_tokens=1 << 14, train_tokens=None,
-    batch_tokens=16 * 128, micro_batch_size=8, steps=60, n_evals=3, lr=3e-3, warmup_steps=6,
-    probe_batch_size=8, probe_batches=4, exact=True, eval_batch_size=32,
-)  # fmt: skip
+    depths=(1, 2, 4),
+    n_embd=64,
+    n_head=4,
+    block_size=128,
+    source="python-docs",
+    tokenizer="byte",
+    val_tokens=1 << 14,
+    train_tokens=None,
+    batch_tokens=16 * 128,
+    micro_batch_size=8,
+    steps=60,
+    n_evals=3,
+    lr=3e-3,
+    warmup_steps=6,
+    probe_batch_size=8,
+    probe_batches=4,
+    exact=True,
+    eval_batch_size=32,
+)
 # mini (docs/decisions.md, section "Mini preset"): Tiny Shakespeare with the byte tokenizer, five depths, one seed.
 MINI = GPTPreset(
-    depths=(1, 2, 3, 4, 6), n_embd=64, n_head=4, block_size=128,
-    source="text", tokenizer="byte", val_tokens=1 << 15, train_tokens=None,
-    batch_tokens=16 * 128, micro_batch_size=16, steps=300, n_evals=4, lr=3e-3, warmup_steps=30,
-    probe_batch_size=8, probe_batches=4, exact=True, eval_batch_size=32, text=TINY_SHAKESPEARE,
-)  # fmt: skip
+    depths=(1, 2, 3, 4, 6),
+    n_embd=64,
+    n_head=4,
+    block_size=128,
+    source="text",
+    tokenizer="byte",
+    val_tokens=1 << 15,
+    train_tokens=None,
+    batch_tokens=16 * 128,
+    micro_batch_size=16,
+    steps=300,
+    n_evals=4,
+    lr=3e-3,
+    warmup_steps=30,
+    probe_batch_size=8,
+    probe_batches=4,
+    exact=True,
+    eval_batch_size=32,
+    text=TINY_SHAKESPEARE,
+)
 PRESETS = {"paper": PAPER, "smoke": SMOKE, "mini": MINI}
 
 
@@ -125,15 +165,27 @@ def gpt_configs(
         raise UserError(f"--depths {depths}: give decoder depths L >= 1, e.g. 1,2,4 or 1:24")
     decoder_runs.check_preset(p, "n_embd", "n_head")
     if p.n_embd % p.n_head:
-        raise UserError(f"--n-head {p.n_head}: must divide the width --n-embd {p.n_embd} (each head gets n_embd / n_head)")
+        raise UserError(
+            f"--n-head {p.n_head}: must divide the width --n-embd {p.n_embd} (each head gets n_embd / n_head)"
+        )
     spec = text_data_spec(
-        p.source, p.tokenizer, val_tokens=p.val_tokens, train_tokens=p.train_tokens, text_path=text_path, subset=fineweb_subset
+        p.source,
+        p.tokenizer,
+        val_tokens=p.val_tokens,
+        train_tokens=p.train_tokens,
+        text_path=text_path,
+        subset=fineweb_subset,
     )
     recipe = decoder_runs.make_recipe(p, p.lr)
     model = {
-        "n_embd": p.n_embd, "n_head": p.n_head, "n_inner": 4 * p.n_embd, "block_size": p.block_size,
-        "vocab_size": tokenizer_vocab_size(p.tokenizer), "dropout": p.dropout, "bias": True,
-    }  # fmt: skip
+        "n_embd": p.n_embd,
+        "n_head": p.n_head,
+        "n_inner": 4 * p.n_embd,
+        "block_size": p.block_size,
+        "vocab_size": tokenizer_vocab_size(p.tokenizer),
+        "dropout": p.dropout,
+        "bias": True,
+    }
     GPTConfig(n_layer=1, **model)  # a bad --n-head is one line here, before anything runs
     runtime = {
         "device": device,
@@ -185,7 +237,9 @@ def train_gpt_run(spec: RunSpec) -> dict:
     outside the collective watchdog (:func:`common.distributed.wait_for_all`).
     """
     config, path = spec.config, spec.dir
-    info, device = decoder_runs.join_run(spec, resolve_device(config.get("runtime", {}).get("device") or "auto"), lambda: prepare_data(config))
+    info, device = decoder_runs.join_run(
+        spec, resolve_device(config.get("runtime", {}).get("device") or "auto"), lambda: prepare_data(config)
+    )
     wait_for_all()
     data = TokenData.open(require_prepared(config))
     seed_everything(config["seed"])
@@ -197,11 +251,26 @@ def train_gpt_run(spec: RunSpec) -> dict:
         summary["trained_in"] = twin.name
     else:
         summary = _train(model, config, data, path, device, info)
-    return decoder_runs.finish_on_main(info, device, path, lambda: _probe_and_finish(model.to(device), config, data, path, device, summary, info))
+    return decoder_runs.finish_on_main(
+        info, device, path, lambda: _probe_and_finish(model.to(device), config, data, path, device, summary, info)
+    )
 
 
-TRAINING_KEYS = ("val_loss", "val_acc", "train_loss", "train_acc", "steps", "eval_rounds", "wall_s", "tokens_per_s",
-                 "tokens_per_s_rounds", "train_tokens_seen", "world_size", "device_name", "settings")  # fmt: skip
+TRAINING_KEYS = (
+    "val_loss",
+    "val_acc",
+    "train_loss",
+    "train_acc",
+    "steps",
+    "eval_rounds",
+    "wall_s",
+    "tokens_per_s",
+    "tokens_per_s_rounds",
+    "train_tokens_seen",
+    "world_size",
+    "device_name",
+    "settings",
+)
 
 
 def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.device, info: DistInfo) -> dict:
@@ -210,7 +279,9 @@ def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.
     loader = decoder_runs.train_loader(config, data, t, device, info)
     val = decoder_runs.val_batches(data, t, runtime.get("eval_batch_size", 16), device)
     use_compile = {"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda")
-    settings = TrainSettings(recipe=AdamWRecipe.from_config(hp), amp=runtime.get("amp", True), compile=use_compile, accum_steps=loader.accum)
+    settings = TrainSettings(
+        recipe=AdamWRecipe.from_config(hp), amp=runtime.get("amp", True), compile=use_compile, accum_steps=loader.accum
+    )
     summary = decoder_runs.train_decoder(model, config, loader, val, settings, path, device)
     tokens_per_s, rounds = decoder_runs.token_rates(path, t)
     return {
@@ -223,7 +294,9 @@ def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.
     }
 
 
-def _probe_and_finish(model: GPT, config: dict, data: TokenData, path: Path, device: torch.device, summary: dict, info) -> dict:
+def _probe_and_finish(
+    model: GPT, config: dict, data: TokenData, path: Path, device: torch.device, summary: dict, info
+) -> dict:
     t = config["model"]["block_size"]
     chosen, batches = decoder_runs.probe_windows(config, data, t, device)
     result = decoder_runs.probe_decoder(model, batches, config)
@@ -253,6 +326,7 @@ def _probe_and_finish(model: GPT, config: dict, data: TokenData, path: Path, dev
 
 def trained_twin(spec: RunSpec) -> Path | None:
     """A finished run of the same training (identity equal but for ``probe``) with saved weights, if any."""
+
     def training(config: dict) -> dict:
         return {k: v for k, v in runs.identity(config).items() if k != "probe"}
 
@@ -277,8 +351,22 @@ def peak_flops(name: str | None, override_tflops: float | None = None) -> float 
 
 
 # ----------------------------------------------------------------------------- summary
-SUMMARY_KEYS = ("n_layer", "seed", "params", "val_loss", "ag_max", "ag_max_candidate", "ag_max_per_example",
-                "ag_max_blocks", "batch_size", "n_batches", "tokens_per_s", "mfu", "steps", "train_tokens_seen")  # fmt: skip
+SUMMARY_KEYS = (
+    "n_layer",
+    "seed",
+    "params",
+    "val_loss",
+    "ag_max",
+    "ag_max_candidate",
+    "ag_max_per_example",
+    "ag_max_blocks",
+    "batch_size",
+    "n_batches",
+    "tokens_per_s",
+    "mfu",
+    "steps",
+    "train_tokens_seen",
+)
 
 
 def summary_rows(results: Sequence[dict]) -> list[dict]:

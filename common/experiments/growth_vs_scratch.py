@@ -71,10 +71,15 @@ log = logging.getLogger(__name__)
 EXPERIMENT = "growth_vs_scratch"
 PAPER_DEPTHS = tuple(d - depth_label(0) for d in GROWTH_DEPTHS)  # N = 2, 3, 4, 5: ResNet-10 .. -13
 SCRATCH_BUDGETS = ("per-stage", "total")
-SMOKE_DEPTHS = (2, 4)  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs are the scratch rows)
+SMOKE_DEPTHS = (
+    2,
+    4,
+)  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs are the scratch rows)
 SMOKE_STAGE_EPOCHS = 2  # smoke: short stages; scratch keeps the sweep's 6 epochs, so 01's runs are reused
 MINI_STAGE_EPOCHS = 50  # mini: stages of half the sweep's epochs; scratch reuses 01's mini runs (docs/decisions.md)
-INSERTION = "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
+INSERTION = (
+    "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
+)
 ZERO_INIT = "zero-gamma: last BatchNorm weight and bias 0, both convolutions Kaiming-normal"
 CHECK_BATCH = 8  # training images in the run-time function-preservation check
 METRICS = ("train_loss", "test_loss", "test_acc")
@@ -157,7 +162,9 @@ def growth_plan(
     depths = tuple(sorted(set(depths)))
     seeds = tuple(dict.fromkeys(seeds))
     if not depths or min(depths) < 1:
-        raise UserError(f"--depths {list(depths)}: give extra-block counts N >= 1 (N = 0 is the parent ResNet-8), e.g. 2,3,4,5")
+        raise UserError(
+            f"--depths {list(depths)}: give extra-block counts N >= 1 (N = 0 is the parent ResNet-8), e.g. 2,3,4,5"
+        )
     if not seeds:
         raise UserError("--seeds: give at least one seed")
     if scratch_epochs is not None and scratch_budget is not None:
@@ -167,8 +174,15 @@ def growth_plan(
     for flag, value in (("--stage-epochs", stage_epochs), ("--scratch-epochs", scratch_epochs)):
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value}: must be a positive number of epochs")
-    common_keys = {"preset": preset, "dataset": dataset, "data_root": data_root, "device": device, "compile": compile,
-                   "synthetic": synthetic, "train_subset": train_subset}
+    common_keys = {
+        "preset": preset,
+        "dataset": dataset,
+        "data_root": data_root,
+        "device": device,
+        "compile": compile,
+        "synthetic": synthetic,
+        "train_subset": train_subset,
+    }
     parents = {s: c for s, c in zip(seeds, sweep_configs(depths=[0], seeds=seeds, **common_keys), strict=True)}
     sweep_epochs = parents[seeds[0]]["train"]["epochs"]
     if stage_epochs is None:
@@ -182,7 +196,8 @@ def growth_plan(
             parent = chain[-1]
         chains[seed] = chain
     budget = {
-        n: scratch_epochs or {"per-stage": stage_epochs, "total": sweep_epochs + n * stage_epochs}.get(scratch_budget, sweep_epochs)
+        n: scratch_epochs
+        or {"per-stage": stage_epochs, "total": sweep_epochs + n * stage_epochs}.get(scratch_budget, sweep_epochs)
         for n in depths
     }
     scratch = {}
@@ -270,7 +285,9 @@ def train_growth_stage(spec: RunSpec) -> dict:
     """
     parent_dir = Path(spec.out) / spec.config["growth"]["parent"]
     if not runs.is_done(parent_dir):
-        raise UserError(f"{spec.name}: its parent run {parent_dir} is not finished; run the whole chain (03_growth_vs_scratch.py)")
+        raise UserError(
+            f"{spec.name}: its parent run {parent_dir} is not finished; run the whole chain (03_growth_vs_scratch.py)"
+        )
     return fit_resnet(spec, lambda config, data: grown_model(config, data, parent_dir))
 
 
@@ -285,15 +302,30 @@ def grown_model(config: dict, data: VisionData, parent_dir: str | Path) -> tuple
     """
     parent = load_trained_resnet(parent_dir)
     if parent.config.extra_blocks != config["depth_n"] - 1:
-        raise RuntimeError(f"{parent_dir} holds ResNet-{depth_label(parent.config.extra_blocks)}, not the parent of N = {config['depth_n']}")
+        raise RuntimeError(
+            f"{parent_dir} holds ResNet-{depth_label(parent.config.extra_blocks)}, not the parent of N = {config['depth_n']}"
+        )
     model = copy.deepcopy(parent)
     generator = torch.Generator().manual_seed(block_seed(config["seed"], config["depth_n"]))
     index, _ = grow(model, generator)
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     scratch = {k: tuple(v.shape) for k, v in build_resnet(config, data.num_classes).state_dict().items()}
     if shapes != scratch:
-        raise RuntimeError(f"grown model's state_dict differs from ResNet-{config['depth_label']}'s: {sorted(set(shapes) ^ set(scratch))}")
-    x, _ = next(iter(TensorLoader(data.x_train[:CHECK_BATCH], data.y_train[:CHECK_BATCH], CHECK_BATCH, train=False, mean=data.mean, std=data.std)))
+        raise RuntimeError(
+            f"grown model's state_dict differs from ResNet-{config['depth_label']}'s: {sorted(set(shapes) ^ set(scratch))}"
+        )
+    x, _ = next(
+        iter(
+            TensorLoader(
+                data.x_train[:CHECK_BATCH],
+                data.y_train[:CHECK_BATCH],
+                CHECK_BATCH,
+                train=False,
+                mean=data.mean,
+                std=data.std,
+            )
+        )
+    )
     diff = check_function_preserved(parent, model, x, what=f"{config['name']}: inserting block {index}")
     record = {
         "parent": config["growth"]["parent"],
@@ -326,9 +358,16 @@ def collect_records(plan: GrowthPlan, out: str | Path) -> list[dict]:
             for method, config in (("growth", plan.stage(seed, n)), ("scratch", plan.scratch[(seed, n)])):
                 result = finished_result(out, config)
                 records.append(
-                    {"method": method, "depth_n": n, "depth_label": depth_label(n), "seed": seed, "epochs": result["epochs"],
-                     "total_epochs": behind if method == "growth" else result["epochs"], **{k: result[k] for k in METRICS}}
-                )  # fmt: skip
+                    {
+                        "method": method,
+                        "depth_n": n,
+                        "depth_label": depth_label(n),
+                        "seed": seed,
+                        "epochs": result["epochs"],
+                        "total_epochs": behind if method == "growth" else result["epochs"],
+                        **{k: result[k] for k in METRICS},
+                    }
+                )
     return records
 
 
@@ -371,26 +410,42 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
     for n in depths:
         for method in METHODS:
             if set(by.get((n, method), {})) != set(seeds):
-                raise ValueError(f"ResNet-{depth_label(n)} {method}: records for seeds {sorted(by.get((n, method), {}))}, expected {seeds}")
+                raise ValueError(
+                    f"ResNet-{depth_label(n)} {method}: records for seeds {sorted(by.get((n, method), {}))}, expected {seeds}"
+                )
     per_seed = {  # (row, method, metric) -> values over seeds; row "mean" averages the architectures first
-        (n, method, metric): [by[(n, method)][s][metric] for s in seeds] for n in depths for method in METHODS for metric in METRICS
+        (n, method, metric): [by[(n, method)][s][metric] for s in seeds]
+        for n in depths
+        for method in METHODS
+        for metric in METRICS
     }
     for method in METHODS:
         for metric in METRICS:
-            per_seed[("mean", method, metric)] = [statistics.fmean(by[(n, method)][s][metric] for n in depths) for s in seeds]
+            per_seed[("mean", method, metric)] = [
+                statistics.fmean(by[(n, method)][s][metric] for n in depths) for s in seeds
+            ]
     rows = []
     for key in [*depths, "mean"]:
-        row = {"model": f"ResNet-{depth_label(key)}" if key != "mean" else "mean", "depth_n": key if key != "mean" else None, "seeds": len(seeds)}
+        row = {
+            "model": f"ResNet-{depth_label(key)}" if key != "mean" else "mean",
+            "depth_n": key if key != "mean" else None,
+            "seeds": len(seeds),
+        }
         for method in METHODS:
             for metric in METRICS:
                 row[f"{method}_{metric}"], row[f"{method}_{metric}_std"] = _mean_std(per_seed[(key, method, metric)])
         for metric in ("test_loss", "train_loss"):
-            reductions = [s - g for g, s in zip(per_seed[(key, "growth", metric)], per_seed[(key, "scratch", metric)], strict=True)]
+            reductions = [
+                s - g
+                for g, s in zip(per_seed[(key, "growth", metric)], per_seed[(key, "scratch", metric)], strict=True)
+            ]
             row[f"{metric}_reduction"], row[f"{metric}_reduction_std"] = _mean_std(reductions)
         for method in METHODS:
             epochs = {by[(key, method)][s].get("total_epochs") for s in seeds} if key != "mean" else {None}
             row[f"{method}_epochs"] = epochs.pop() if len(epochs) == 1 else max(e for e in epochs if e is not None)
-        row["test_loss_reduction_rel"] = row["test_loss_reduction"] / row["scratch_test_loss"] if row["scratch_test_loss"] else math.nan
+        row["test_loss_reduction_rel"] = (
+            row["test_loss_reduction"] / row["scratch_test_loss"] if row["scratch_test_loss"] else math.nan
+        )
         row["train_winner"] = _winner(row["growth_train_loss"], row["scratch_train_loss"])
         row["test_winner"] = _winner(row["growth_test_loss"], row["scratch_test_loss"])
         row.update(paper_columns(row["model"]))
@@ -401,18 +456,28 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
 def paper_columns(model: str) -> dict:
     """The paper's values for one row (``ResNet-d`` or ``mean``); None where it reports none."""
     out = dict.fromkeys(
-        ("paper_growth_train_loss", "paper_scratch_train_loss", "paper_growth_test_loss", "paper_scratch_test_loss",
-         "paper_test_loss_reduction", "paper_test_loss_reduction_rel", "paper_train_winner", "paper_test_winner")
-    )  # fmt: skip
+        (
+            "paper_growth_train_loss",
+            "paper_scratch_train_loss",
+            "paper_growth_test_loss",
+            "paper_scratch_test_loss",
+            "paper_test_loss_reduction",
+            "paper_test_loss_reduction_rel",
+            "paper_train_winner",
+            "paper_test_winner",
+        )
+    )
     if model == "mean":
         out.update(
-            paper_growth_train_loss=GROWTH_MEAN_TRAIN_LOSS["growth"], paper_scratch_train_loss=GROWTH_MEAN_TRAIN_LOSS["scratch"],
-            paper_growth_test_loss=GROWTH_MEAN_TEST_LOSS["growth"], paper_scratch_test_loss=GROWTH_MEAN_TEST_LOSS["scratch"],
+            paper_growth_train_loss=GROWTH_MEAN_TRAIN_LOSS["growth"],
+            paper_scratch_train_loss=GROWTH_MEAN_TRAIN_LOSS["scratch"],
+            paper_growth_test_loss=GROWTH_MEAN_TEST_LOSS["growth"],
+            paper_scratch_test_loss=GROWTH_MEAN_TEST_LOSS["scratch"],
             paper_test_loss_reduction=GROWTH_MEAN_TEST_LOSS["scratch"] - GROWTH_MEAN_TEST_LOSS["growth"],
             paper_test_loss_reduction_rel=GROWTH_TEST_RELATIVE_REDUCTION,
             paper_train_winner=_winner(GROWTH_MEAN_TRAIN_LOSS["growth"], GROWTH_MEAN_TRAIN_LOSS["scratch"]),
             paper_test_winner=_winner(GROWTH_MEAN_TEST_LOSS["growth"], GROWTH_MEAN_TEST_LOSS["scratch"]),
-        )  # fmt: skip
+        )
     elif model in {f"ResNet-{d}" for d in GROWTH_DEPTHS}:
         out["paper_train_winner"] = "growth" if model in GROWTH_LOWER_TRAIN_LOSS else "scratch"
         out["paper_test_winner"] = "growth" if model in GROWTH_LOWER_TEST_LOSS else "scratch"

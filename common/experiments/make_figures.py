@@ -75,13 +75,15 @@ CLAIMS = "claims.md"
 SWEEP, PROBE, PYTHIA = resnet_sweep.EXPERIMENT, probe_ag.EXPERIMENT, pythia_cpt.EXPERIMENT  # scripts 01, 02, 04
 SCALE_BANNERS = {  # the banner atop a report of a marked preset (claim_rows.SCALE_NOTES); mini's is mini_banner
     "smoke": "> **Smoke scale.** Every record below comes from `--preset smoke` (tiny offline data, minutes on a CPU). "
-             f"The verdicts test the code path, not the paper: {SMOKE_NOTE}.",
-}  # fmt: skip
+    f"The verdicts test the code path, not the paper: {SMOKE_NOTE}.",
+}
 MINI_DATA_TITLES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "npz": "CIFAR-10", "imagenet100": "ImageNet-100"}
 DATASET_ORDER = ("cifar10", "cifar100", "imagenet100")  # figure 2's dataset: the first present, else the first by name
 PROBE_KEYS = ("split", "batch_size", "n_batches", "bn_mode", "probe_seed")
 DEFAULT_PROBE = ("train", DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, "eval", 0)
-GROWTH_TABLE = re.compile(r"^table-(?P<dataset>.+)-stage(?P<stage>\d+)-scratch(?P<scratch>[\d-]+)-seeds(?P<seeds>[\d-]+)$")
+GROWTH_TABLE = re.compile(
+    r"^table-(?P<dataset>.+)-stage(?P<stage>\d+)-scratch(?P<scratch>[\d-]+)-seeds(?P<seeds>[\d-]+)$"
+)
 
 
 # ----------------------------------------------------------------------------- reading the records
@@ -101,8 +103,9 @@ class GrowthTable:
     def equal_budget(self) -> bool:
         """Scratch trained as many epochs in all as growth at every row (``--scratch-budget total``)."""
         models = list(self.growth_epochs)
-        return bool(models) and all(self.growth_epochs[m] is not None and self.growth_epochs[m] == self.scratch_epochs.get(m)
-                                    for m in models)  # fmt: skip
+        return bool(models) and all(
+            self.growth_epochs[m] is not None and self.growth_epochs[m] == self.scratch_epochs.get(m) for m in models
+        )
 
     @property
     def stem(self) -> str:
@@ -111,12 +114,15 @@ class GrowthTable:
 
     def budget(self) -> str:
         """Each side's total epochs in words (growth restarts the schedule at every stage)."""
+
         def span(epochs: dict[str, int | None]) -> str:
             known = sorted({e for e in epochs.values() if e is not None})
             return "?" if not known else str(known[0]) if len(known) == 1 else f"{known[0]}-{known[-1]}"
 
-        return (f"epochs in all: growth {span(self.growth_epochs)} (ResNet-8's plus {self.stage_epochs} per stage), "
-                f"scratch {span(self.scratch_epochs)}")  # fmt: skip
+        return (
+            f"epochs in all: growth {span(self.growth_epochs)} (ResNet-8's plus {self.stage_epochs} per stage), "
+            f"scratch {span(self.scratch_epochs)}"
+        )
 
 
 @dataclass
@@ -181,34 +187,55 @@ def load_records(out: str | Path, preset: str) -> Records:
     out = Path(out)
     rec = Records(out=out, preset=preset)
     all_sweep = collect(out, SWEEP)
-    sweep_presets = dict(zip(all_sweep["run_dir"].map(lambda p: Path(p).name), all_sweep["preset"], strict=True)) if len(all_sweep) else {}
+    sweep_presets = (
+        dict(zip(all_sweep["run_dir"].map(lambda p: Path(p).name), all_sweep["preset"], strict=True))
+        if len(all_sweep)
+        else {}
+    )
     rec.sweep = select_preset(all_sweep, preset, SWEEP, rec.elsewhere)
     probe = select_preset(with_sweep_preset(collect(out, PROBE), sweep_presets), preset, PROBE, rec.elsewhere)
     rec.probe, rec.probe_settings = choose_probe_setting(probe)
     if len(rec.probe):
         losses = rec.sweep.assign(sweep_run=rec.sweep["run_dir"].map(lambda p: Path(p).name))[
-            ["sweep_run", "train_loss", "test_loss", "test_acc"]]  # fmt: skip
+            ["sweep_run", "train_loss", "test_loss", "test_acc"]
+        ]
         rec.probe = rec.probe.drop(columns=[c for c in ("train_loss", "test_loss", "test_acc") if c in rec.probe])
         rec.probe = rec.probe.merge(losses, on="sweep_run", how="left")
         rec.probe_candidates = candidate_rows(rec.probe, ("dataset", "depth_n", "seed"))
     gpt = select_preset(collect(out, gpt2_ascend.EXPERIMENT), preset, gpt2_ascend.EXPERIMENT, rec.elsewhere)
     rec.gpt = largest_group(gpt, gpt_group)
-    exact = [candidate_rows(probe[probe["exact"].astype(bool)], ("dataset", "depth_n", "seed")).assign(source=lambda d: "ResNet " + d["dataset"])
-             if len(probe) else pd.DataFrame()]  # fmt: skip
+    exact = [
+        candidate_rows(probe[probe["exact"].astype(bool)], ("dataset", "depth_n", "seed")).assign(
+            source=lambda d: "ResNet " + d["dataset"]
+        )
+        if len(probe)
+        else pd.DataFrame()
+    ]
     if len(gpt):
         exact.append(candidate_rows(gpt[gpt["exact"].astype(bool)], ("n_layer", "seed")).assign(source="GPT-2"))
     exact = [e for e in exact if len(e) and "growth_value" in e]
-    rec.exact_candidates = pd.concat(exact, ignore_index=True).dropna(subset=["growth_value"]) if exact else pd.DataFrame()
+    rec.exact_candidates = (
+        pd.concat(exact, ignore_index=True).dropna(subset=["growth_value"]) if exact else pd.DataFrame()
+    )
     pythia = select_preset(collect(out, PYTHIA), preset, PYTHIA, rec.elsewhere)
     if len(pythia):
-        rec.pythia = decoder_labels(pythia.sort_values(["n_layer", "d_model", "run_dir"]).drop_duplicates(["model", "n_layer", "d_model"]))
+        rec.pythia = decoder_labels(
+            pythia.sort_values(["n_layer", "d_model", "run_dir"]).drop_duplicates(["model", "n_layer", "d_model"])
+        )
         rec.pythia_candidates = candidate_rows(rec.pythia, ("model", "n_layer"))
     rec.growth = growth_tables(out, preset, rec.elsewhere)
-    matched = select_preset(with_sweep_preset(collect(out, matched_insertion.EXPERIMENT), sweep_presets), preset,
-                            matched_insertion.EXPERIMENT, rec.elsewhere)  # fmt: skip
+    matched = select_preset(
+        with_sweep_preset(collect(out, matched_insertion.EXPERIMENT), sweep_presets),
+        preset,
+        matched_insertion.EXPERIMENT,
+        rec.elsewhere,
+    )
     if len(matched):
-        rows = [{**row, "dataset": r["dataset"], "candidate_rule": r["candidate_rule"], "run": Path(r["run_dir"]).name}
-                for r in matched.to_dict("records") for row in r["rows"]]  # fmt: skip
+        rows = [
+            {**row, "dataset": r["dataset"], "candidate_rule": r["candidate_rule"], "run": Path(r["run_dir"]).name}
+            for r in matched.to_dict("records")
+            for row in r["rows"]
+        ]
         rec.matched = pd.DataFrame(rows)
     scaling_runs = collect(out, weight_scaling.EXPERIMENT)
     if len(scaling_runs):
@@ -250,7 +277,9 @@ def choose_probe_setting(probe: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, s
         rows = group[keys == best].sort_values(["exact", "run_dir"], ascending=[False, True])
         chosen.append(rows.drop_duplicates("sweep_run"))
         settings[str(dataset)] = probe_tag(best[0], int(best[1]), int(best[2]), False, best[3])
-    return pd.concat(chosen, ignore_index=True).sort_values(["dataset", "depth_n", "seed"]).reset_index(drop=True), settings
+    return pd.concat(chosen, ignore_index=True).sort_values(["dataset", "depth_n", "seed"]).reset_index(
+        drop=True
+    ), settings
 
 
 def gpt_group(row: dict) -> str:
@@ -284,7 +313,9 @@ def growth_tables(out: Path, preset: str, elsewhere: dict[str, set[str]]) -> lis
             presets.setdefault(key, set()).add(r.get("preset"))
             chain = r.get("runtime.chain") if isinstance(r.get("runtime.chain"), list) else None
             if chain is not None:
-                behind[(*key, int(r["depth_n"]))] = int(r["train"]["epochs"]) + sum(int(c["train"]["epochs"]) for c in chain)
+                behind[(*key, int(r["depth_n"]))] = int(r["train"]["epochs"]) + sum(
+                    int(c["train"]["epochs"]) for c in chain
+                )
     best: dict[tuple[str, bool], GrowthTable] = {}
     for path in sorted(folder.glob("table-*.csv")):
         match = GROWTH_TABLE.match(path.stem)
@@ -374,15 +405,24 @@ def mini_banner(rec: Records) -> str:
     sources = []
     for dataset, group in sweep.groupby("dataset"):
         if dataset == "npz":
-            files = ", ".join(sorted({f"`{d.get('file')}`" for d in group.get("data", []) if isinstance(d, dict)})) or "an `.npz` file"
-            sources.append(f"The images are a class-balanced subset of {files} (`--dataset npz`), a copy of CIFAR-10: the "
-                           "committed `results/mini` used one decoded from a JPEG re-encoding, which differs slightly from the "
-                           "official files, so runs on the official files give slightly different numbers.")
+            files = (
+                ", ".join(sorted({f"`{d.get('file')}`" for d in group.get("data", []) if isinstance(d, dict)}))
+                or "an `.npz` file"
+            )
+            sources.append(
+                f"The images are a class-balanced subset of {files} (`--dataset npz`), a copy of CIFAR-10: the "
+                "committed `results/mini` used one decoded from a JPEG re-encoding, which differs slightly from the "
+                "official files, so runs on the official files give slightly different numbers."
+            )
         else:
-            sources.append(f"The images are a class-balanced subset of the official {MINI_DATA_TITLES.get(dataset, dataset)} files.")
+            sources.append(
+                f"The images are a class-balanced subset of the official {MINI_DATA_TITLES.get(dataset, dataset)} files."
+            )
     seeds = sweep["seed"].nunique()
-    return (f"**Mini scale.** {MINI_NOTE}: {images} real {title} training images, {seeds} seed{'s' if seeds != 1 else ''}; "
-            f"evidence at reduced scale, not the paper's. {' '.join(sources)}")
+    return (
+        f"**Mini scale.** {MINI_NOTE}: {images} real {title} training images, {seeds} seed{'s' if seeds != 1 else ''}; "
+        f"evidence at reduced scale, not the paper's. {' '.join(sources)}"
+    )
 
 
 def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | None = None) -> str:
@@ -397,8 +437,8 @@ def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | 
     lines += [
         f"Records: `{out}`, preset `{preset}`. Paper values come from `common/paper.py` only; each verdict comes from "
         "the rule in its row (`common/claims.py`), whose error rates are measured by simulation in "
-        "`docs/claim-rules.md`. \"holds\" needs the records to show the claim at the 5% level, \"does not hold\" "
-        "its negation; failing to show either is \"not decidable\". A claim that does not reproduce is reported as "
+        '`docs/claim-rules.md`. "holds" needs the records to show the claim at the 5% level, "does not hold" '
+        'its negation; failing to show either is "not decidable". A claim that does not reproduce is reported as '
         "such; nothing is tuned to make a claim hold.",
         "",
         "## Claims",
@@ -497,67 +537,124 @@ def build(out: str | Path, figures_dir: str | Path, preset: str) -> Report:
 
     # 1, 2, 9: the ResNet sweep and its probe
     if rec.probe.empty:
-        for what in ("figure 1 (AGmax against depth)", "figure 2 (AG per candidate heat map)",
-                     "figure 9 (AGmax against training loss)"):  # fmt: skip
+        for what in (
+            "figure 1 (AGmax against depth)",
+            "figure 2 (AG per candidate heat map)",
+            "figure 9 (AGmax against training loss)",
+        ):
             report.skipped.append(skip_line(what, "probed sweep runs", cmd["probe"], rec, (SWEEP, PROBE)))
     else:
         datasets = sorted(rec.probe["dataset"].unique())
         for dataset in datasets:
             probe = rec.probe[rec.probe["dataset"] == dataset]
             sweep = rec.sweep[rec.sweep["dataset"] == dataset]
-            figure(f"fig1_ag_vs_depth-{dataset}",
-                   plots.ag_vs_depth(probe, sweep, dataset=dataset, line=paper.LOW_SIGNAL_AG, setting=rec.probe_settings[dataset]))  # fmt: skip
-            report.written += write_table(table_dir, f"ag_vs_depth-{dataset}", depth_table(probe, sweep, paper.LOW_SIGNAL_AG))
+            figure(
+                f"fig1_ag_vs_depth-{dataset}",
+                plots.ag_vs_depth(
+                    probe, sweep, dataset=dataset, line=paper.LOW_SIGNAL_AG, setting=rec.probe_settings[dataset]
+                ),
+            )
+            report.written += write_table(
+                table_dir, f"ag_vs_depth-{dataset}", depth_table(probe, sweep, paper.LOW_SIGNAL_AG)
+            )
         shown = next((d for d in DATASET_ORDER if d in datasets), datasets[0])
         cands = rec.probe_candidates[rec.probe_candidates["dataset"] == shown]
         figure(f"fig2_ag_heatmap-{shown}", plots.ag_heatmap(cands, dataset=shown))
         figure("fig9_ag_vs_train_loss", plots.ag_vs_train_loss(rec.probe.dropna(subset=["train_loss"])))
     # 3: GPT-2
     if rec.gpt.empty:
-        report.skipped.append(skip_line("figure 3 (GPT-2 depth sweep)", "GPT-2 runs", cmd["gpt2"], rec, (gpt2_ascend.EXPERIMENT,)))
+        report.skipped.append(
+            skip_line("figure 3 (GPT-2 depth sweep)", "GPT-2 runs", cmd["gpt2"], rec, (gpt2_ascend.EXPERIMENT,))
+        )
     else:
         figure("fig3_gpt2_depth", plots.gpt2_depth(rec.gpt, line=paper.LOW_SIGNAL_AG))
         report.written += write_table(table_dir, "gpt2_depth", gpt2_ascend.summary_rows(rec.gpt.to_dict("records")))
     # 4: Pythia
     if rec.pythia.empty:
-        report.skipped.append(skip_line("figure 4 (Pythia AG per layer, Block Influence)", "Pythia runs", cmd["pythia"], rec,
-                                        (PYTHIA,)))  # fmt: skip
+        report.skipped.append(
+            skip_line("figure 4 (Pythia AG per layer, Block Influence)", "Pythia runs", cmd["pythia"], rec, (PYTHIA,))
+        )
     else:
         figure("fig4_pythia", plots.pythia(rec.pythia, rec.pythia_candidates, line=paper.LOW_SIGNAL_AG))
-        columns = ["model", "model_id", "revision", "n_layer", "d_model", "ag_max", "ag_max_per_example", "ag_max_blocks", "val_loss_before", "val_loss_after"]
+        columns = [
+            "model",
+            "model_id",
+            "revision",
+            "n_layer",
+            "d_model",
+            "ag_max",
+            "ag_max_per_example",
+            "ag_max_blocks",
+            "val_loss_before",
+            "val_loss_after",
+        ]
         report.written += write_table(table_dir, "pythia", rec.pythia.reindex(columns=columns).to_dict("records"))
     # 5: growth vs scratch
     if not rec.growth:
-        report.skipped.append(skip_line("figure 5 (growth vs scratch)", "growth-vs-scratch table", cmd["growth"], rec,
-                                        (growth_vs_scratch.EXPERIMENT,)))  # fmt: skip
+        report.skipped.append(
+            skip_line(
+                "figure 5 (growth vs scratch)",
+                "growth-vs-scratch table",
+                cmd["growth"],
+                rec,
+                (growth_vs_scratch.EXPERIMENT,),
+            )
+        )
     for table in rec.growth:
         figure(f"fig5_growth_vs_scratch-{table.stem}", plots.growth_bars(table.rows, dataset=table.stem))
-        rows = [{k: None if k.startswith("paper_") and pd.isna(v) else v for k, v in r.items()}  # as 03 wrote them:
-                for r in table.rows.to_dict("records")]  # NaN std for one seed, None where the paper reports nothing  # fmt: skip
-        report.written += write_table(table_dir, f"growth_vs_scratch-{table.stem}", rows, growth_vs_scratch.markdown_table(rows))
+        rows = [
+            {k: None if k.startswith("paper_") and pd.isna(v) else v for k, v in r.items()}  # as 03 wrote them:
+            for r in table.rows.to_dict("records")
+        ]  # NaN std for one seed, None where the paper reports nothing
+        report.written += write_table(
+            table_dir, f"growth_vs_scratch-{table.stem}", rows, growth_vs_scratch.markdown_table(rows)
+        )
     # 6: matched insertion
     if rec.matched.empty:
-        report.skipped.append(skip_line("figure 6 (matched insertion)", "matched-insertion runs", cmd["matched"], rec,
-                                        (matched_insertion.EXPERIMENT,)))  # fmt: skip
+        report.skipped.append(
+            skip_line(
+                "figure 6 (matched insertion)",
+                "matched-insertion runs",
+                cmd["matched"],
+                rec,
+                (matched_insertion.EXPERIMENT,),
+            )
+        )
     for dataset, group in rec.matched.groupby("dataset") if len(rec.matched) else []:
-        figure(f"fig6_matched_insertion-{dataset}",
-               plots.matched_insertion(group, paper=paper.MATCHED_INSERTION_REDUCTION, alpha=paper.MATCHED_INSERTION_ALPHA))
+        figure(
+            f"fig6_matched_insertion-{dataset}",
+            plots.matched_insertion(
+                group, paper=paper.MATCHED_INSERTION_REDUCTION, alpha=paper.MATCHED_INSERTION_ALPHA
+            ),
+        )
         rows = matched_insertion.summary_rows([{"rows": group.to_dict("records")}])
-        report.written += write_table(table_dir, f"matched_insertion-{dataset}", rows, matched_insertion.summary_markdown(rows))
+        report.written += write_table(
+            table_dir, f"matched_insertion-{dataset}", rows, matched_insertion.summary_markdown(rows)
+        )
     # 7: weight scaling
     if rec.scaling.empty:
-        report.skipped.append(skip_line("figure 7 (weight scaling)", "weight-scaling runs", cmd["scaling"], rec,
-                                        (weight_scaling.EXPERIMENT,)))  # fmt: skip
+        report.skipped.append(
+            skip_line(
+                "figure 7 (weight scaling)", "weight-scaling runs", cmd["scaling"], rec, (weight_scaling.EXPERIMENT,)
+            )
+        )
     else:
-        panels = sorted({(f, d) for f, d in zip(rec.scaling["family"], rec.scaling["dataset"], strict=True)},
-                        key=lambda p: (p[0] == "sweep", p))  # fmt: skip
+        panels = sorted(
+            {(f, d) for f, d in zip(rec.scaling["family"], rec.scaling["dataset"], strict=True)},
+            key=lambda p: (p[0] == "sweep", p),
+        )
         figure("fig7_weight_scaling", plots.weight_scaling(rec.scaling, rec.exponents, panels=panels))
         rows = rec.exponents.to_dict("records")
-        report.written += write_table(table_dir, "weight_scaling_exponents", rows, weight_scaling.exponent_markdown(rows))
+        report.written += write_table(
+            table_dir, "weight_scaling_exponents", rows, weight_scaling.exponent_markdown(rows)
+        )
     # 8: V_S,l against AG_l
     if rec.exact_candidates.empty:
-        report.skipped.append(skip_line("figure 8 (V_S,l against AG_l)", "exact probe runs", cmd["exact"], rec,
-                                        (PROBE, gpt2_ascend.EXPERIMENT)))  # fmt: skip
+        report.skipped.append(
+            skip_line(
+                "figure 8 (V_S,l against AG_l)", "exact probe runs", cmd["exact"], rec, (PROBE, gpt2_ascend.EXPERIMENT)
+            )
+        )
     else:
         figure("fig8_growth_value_vs_ag", plots.growth_value_vs_ag(rec.exact_candidates))
     # the claims report
@@ -565,7 +662,9 @@ def build(out: str | Path, figures_dir: str | Path, preset: str) -> Report:
     report.written += write_table(table_dir, "claims", report.claims)
     report.claims_path = folder / CLAIMS
     banner = mini_banner(rec) if preset == "mini" else None
-    runs.atomic_write_bytes(report.claims_path, (claims_markdown(report.claims, preset, rec.out, banner) + "\n").encode())
+    runs.atomic_write_bytes(
+        report.claims_path, (claims_markdown(report.claims, preset, rec.out, banner) + "\n").encode()
+    )
     report.written.append(report.claims_path)
     return report
 

@@ -78,19 +78,42 @@ FITS = ("closed-form", "gradient-descent")
 EVAL_BATCH_SIZE = 500
 GD_MAX_EXAMPLES = 4096  # the gradient-descent check caches z and g: small cases only
 ROW_COLUMNS = (
-    "depth_label", "depth_n", "seed", "candidate", "candidate_name", "alpha", "train_loss_before", "train_loss_after",
-    "measured_change", "predicted_change", "ratio", "relative_residual", "predicted_change_pooled_targets",
-    "predicted_change_exact_targets", "predicted_change_unit_targets", "growth_value_pooled", "test_loss_before", "test_loss_after", "test_change", "paper_change", "fit",
-)  # fmt: skip
+    "depth_label",
+    "depth_n",
+    "seed",
+    "candidate",
+    "candidate_name",
+    "alpha",
+    "train_loss_before",
+    "train_loss_after",
+    "measured_change",
+    "predicted_change",
+    "ratio",
+    "relative_residual",
+    "predicted_change_pooled_targets",
+    "predicted_change_exact_targets",
+    "predicted_change_unit_targets",
+    "growth_value_pooled",
+    "test_loss_before",
+    "test_loss_after",
+    "test_change",
+    "paper_change",
+    "fit",
+)
 
 Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 
 
 # ----------------------------------------------------------------------------- the construction
 def fit_by_gradient_descent(
-    model: nn.Module, batches: Batches, regression: TangentRegression, *, seed: int, steps: int,
+    model: nn.Module,
+    batches: Batches,
+    regression: TangentRegression,
+    *,
+    seed: int,
+    steps: int,
     loss_fn=F.cross_entropy,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """``W`` fitted by plain gradient descent on ``(1 / 2n) sum_r ||psi_r W - g_r||^2``, a check of ``P^+ X``.
 
     An independent route: the inserted block's real ``psi`` and ``V`` under autograd, on ``z`` and the
@@ -269,7 +292,11 @@ def matched_configs(
     for directory in found:
         config = runs.read_config(directory, SWEEP_CONFIG_KEYS)
         by_depth.setdefault((config["depth_n"], config["seed"]), directory)
-    wanted = list(depths) if depths is not None else (list(PAPER_DEPTHS) if preset == "paper" else sorted({n for n, _ in by_depth}))
+    wanted = (
+        list(depths)
+        if depths is not None
+        else (list(PAPER_DEPTHS) if preset == "paper" else sorted({n for n, _ in by_depth}))
+    )
     seed_list = list(seeds) if seeds is not None else sorted({s for _, s in by_depth}) or [0]
     missing = [n for n in wanted for s in seed_list if (n, s) not in by_depth]
     if not wanted:  # nothing finished to default to (the parser refuses an empty --depths)
@@ -331,13 +358,28 @@ def matched_insertion_run(spec: runs.RunSpec) -> dict:
     test_loader = TensorLoader(data.x_test, data.y_test, batch, train=False, **keys)
     rows = []
     for index in config["candidates"]:
-        log.info("%s: matched insertion at candidate %d (%d training examples)", config["name"], index, len(data.y_train))
+        log.info(
+            "%s: matched insertion at candidate %d (%d training examples)", config["name"], index, len(data.y_train)
+        )
         for row in matched_insertion(
-            model, lambda: train_loader, index, config["alphas"], seed=config["block_seed"],
-            test_batches=lambda: test_loader, fit=config["fit"], gd_steps=config.get("gd_steps", 2000),
-        ):  # fmt: skip
-            rows.append({"depth_label": config["depth_label"], "depth_n": config["depth_n"], "seed": config["seed"], **row,
-                         "paper_change": paper_change(config["depth_label"], row["alpha"])})  # fmt: skip
+            model,
+            lambda: train_loader,
+            index,
+            config["alphas"],
+            seed=config["block_seed"],
+            test_batches=lambda: test_loader,
+            fit=config["fit"],
+            gd_steps=config.get("gd_steps", 2000),
+        ):
+            rows.append(
+                {
+                    "depth_label": config["depth_label"],
+                    "depth_n": config["depth_n"],
+                    "seed": config["seed"],
+                    **row,
+                    "paper_change": paper_change(config["depth_label"], row["alpha"]),
+                }
+            )
     runs.atomic_write_csv(path / "rows.csv", rows)
     result = {k: config[k] for k in ("dataset", "depth_n", "depth_label", "seed", "sweep_run", "fit")}
     result.update(rows=rows, device=device.type)

@@ -51,7 +51,11 @@ SATURATION_CAL_FRACTION = 0.25  # App. G: the calibration part's share of the in
 
 def probe_tag(split: str, batch_size: int, n_batches: int, exact: bool, bn_mode: str) -> str:
     """Readable name of the probe settings, e.g. ``train-b128x10-exact`` (run names, summary CSV)."""
-    return f"{split}-b{batch_size}x{n_batches}" + ("-exact" if exact else "") + ("" if bn_mode == "eval" else f"-bn{bn_mode}")
+    return (
+        f"{split}-b{batch_size}x{n_batches}"
+        + ("-exact" if exact else "")
+        + ("" if bn_mode == "eval" else f"-bn{bn_mode}")
+    )
 
 
 def summary_stem(config: dict) -> str:
@@ -87,9 +91,13 @@ def probe_configs(
     if bn_mode not in BN_MODES:
         raise UserError(f"--bn-mode {bn_mode}: use one of {', '.join(BN_MODES)}")
     if saturation_delta is not None and saturation_delta < 0:
-        raise UserError(f"--saturation-delta {saturation_delta}: must be >= 0 (or leave it out: no tolerance, no 'saturated' verdict)")
+        raise UserError(
+            f"--saturation-delta {saturation_delta}: must be >= 0 (or leave it out: no tolerance, no 'saturated' verdict)"
+        )
     if saturation_t is not None and saturation_t <= 0:
-        raise UserError(f"--saturation-t {saturation_t}: the half-width must be > 0 (or leave it out: set from --saturation-alpha)")
+        raise UserError(
+            f"--saturation-t {saturation_t}: the half-width must be > 0 (or leave it out: set from --saturation-alpha)"
+        )
     if not 0 < saturation_alpha < 1:
         raise UserError(f"--saturation-alpha {saturation_alpha}: must be strictly between 0 and 1")
     if not 0 < saturation_cal_fraction < 1:
@@ -129,7 +137,9 @@ def probe_configs(
                     "alpha": saturation_alpha if saturation_t is None else None,
                     "n": saturation_n,  # None: every example of the split outside the analysis batches
                     "split": saturation_split,
-                    "cal_fraction": saturation_cal_fraction if saturation_t is None else None,  # no split with a given t
+                    "cal_fraction": saturation_cal_fraction
+                    if saturation_t is None
+                    else None,  # no split with a given t
                 },
                 "runtime": {
                     "device": device,
@@ -184,19 +194,28 @@ def probe_sweep_run(spec) -> dict:
 
     def seeded_order(split: str) -> torch.Tensor:
         """The split's examples in the probe seed's random order (analysis batches first, then the App. G sample)."""
-        return torch.randperm(len(examples(split)[1]), generator=torch.Generator().manual_seed(_selection_seed(config["probe_seed"], split)))
+        return torch.randperm(
+            len(examples(split)[1]),
+            generator=torch.Generator().manual_seed(_selection_seed(config["probe_seed"], split)),
+        )
 
     def loader(split: str, idx: torch.Tensor, size: int) -> tuple[TensorLoader, dict]:
         """Un-augmented batches of ``size`` over the examples ``idx`` (the last one smaller), and their record."""
         images, labels = examples(split)
-        out = TensorLoader(images[idx], labels[idx], size, train=False, drop_last=False, mean=data.mean, std=data.std, device=device)
+        out = TensorLoader(
+            images[idx], labels[idx], size, train=False, drop_last=False, mean=data.mean, std=data.std, device=device
+        )
         return out, {"split": split, "batch_size": size, "n_batches": len(out), "n": len(idx), "indices": idx.tolist()}
 
     size, count = _fit_batches(len(examples(config["split"])[1]), b, nb, config["split"])
     analysis, used = loader(config["split"], seeded_order(config["split"])[: size * count], size)
-    result = probe_activation_gradients(model, analysis, bn_mode=config["bn_mode"], exact=config["exact"], seed=config["probe_seed"])
+    result = probe_activation_gradients(
+        model, analysis, bn_mode=config["bn_mode"], exact=config["exact"], seed=config["probe_seed"]
+    )
     sat = config["saturation"]
-    sample = app_g_sample(seeded_order(sat["split"]), used["n"] if sat["split"] == config["split"] else 0, sat["n"], sat["split"])
+    sample = app_g_sample(
+        seeded_order(sat["split"]), used["n"] if sat["split"] == config["split"] else 0, sat["n"], sat["split"]
+    )
     shared = len(set(used["indices"]) & set(sample.tolist())) if sat["split"] == config["split"] else 0
     split_seed = app_g_split_seed(config["probe_seed"])
     if sat["t"] is None:  # calibration part for the traces, test part for C_hat_l
@@ -211,18 +230,33 @@ def probe_sweep_run(spec) -> dict:
     def contributions(idx: torch.Tensor):
         """Per candidate ``C_hat_l`` and ``tr(Sigma_hat_l)`` over the examples ``idx`` (psi_l only, no Gram matrix)."""
         batches = loader(sat["split"], idx, b)[0]
-        return probe_activation_gradients(model, batches, bn_mode=config["bn_mode"], seed=config["probe_seed"], contributions=True).scores
+        return probe_activation_gradients(
+            model, batches, bn_mode=config["bn_mode"], seed=config["probe_seed"], contributions=True
+        ).scores
 
     test_scores = contributions(test)
     trace_scores = test_scores if cal is None else contributions(cal)
     interval = saturation_interval(
-        [s.cross_gradient_norm_pooled for s in test_scores], [s.contribution_cov_trace for s in trace_scores],
-        n=len(test), alpha=sat["alpha"], t=sat["t"], delta=sat["delta"], names=[s.name for s in test_scores],
-    )  # fmt: skip
+        [s.cross_gradient_norm_pooled for s in test_scores],
+        [s.contribution_cov_trace for s in trace_scores],
+        n=len(test),
+        alpha=sat["alpha"],
+        t=sat["t"],
+        delta=sat["delta"],
+        names=[s.name for s in test_scores],
+    )
     if config["bn_mode"] != "eval":  # train-mode BatchNorm couples a batch: c_i(l) are not per-example gradients
         interval = dataclasses.replace(interval, lower=None, upper=None, verdict=NO_VERDICT)
-    records = [{"depth_n": config["depth_n"], "depth_label": config["depth_label"], "seed": config["seed"], "split": used["split"], **r}
-               for r in result.records()]
+    records = [
+        {
+            "depth_n": config["depth_n"],
+            "depth_label": config["depth_label"],
+            "seed": config["seed"],
+            "split": used["split"],
+            **r,
+        }
+        for r in result.records()
+    ]
     runs.atomic_write_csv(path / "candidates.csv", records)
     out = {
         "dataset": config["dataset"],
@@ -240,15 +274,19 @@ def probe_sweep_run(spec) -> dict:
             "n_test": len(test),
             "split_seed": None if cal is None else split_seed,
             "statistic_source": "given t, whole sample" if cal is None else "calibration split",
-            "test_covariance_traces": {s.name: s.contribution_cov_trace for s in test_scores},  # beside the calibration's
+            "test_covariance_traces": {
+                s.name: s.contribution_cov_trace for s in test_scores
+            },  # beside the calibration's
             "split": sat["split"],
             "reused_training_data": sat["split"] == "train",
             "bn_mode": config["bn_mode"],
             "examples_independent": config["bn_mode"] == "eval",  # train-mode BN couples the examples of a batch
             "shared_examples_with_analysis": shared,  # counted from the indices in samples.json
             "disjoint_from_analysis_batches": shared == 0,
-            "statistic_note": ("max_l ||C_l||, C_l = mean_i c_i(l) the gradient of the mean loss over the n_test examples "
-                               "w.r.t. V_l at 0 (App. G, Theorem 3)"),
+            "statistic_note": (
+                "max_l ||C_l||, C_l = mean_i c_i(l) the gradient of the mean loss over the n_test examples "
+                "w.r.t. V_l at 0 (App. G, Theorem 3)"
+            ),
         },
     }
     runs.write_result(path, out)
@@ -259,22 +297,48 @@ def summary_rows(results: Iterable[dict]) -> list[dict]:
     """One row per probed model (depth, seed) for the summary CSV of script 02."""
     rows = []
     for r in sorted(results, key=lambda r: (r["depth_n"], r["seed"])):
-        row = {k: r[k] for k in ("depth_n", "depth_label", "ag_max", "ag_max_candidate", "ag_max_per_example",
-                                 "ag_max_per_example_candidate", "ag_max_blocks", "ag_max_blocks_candidate",
-                                 "batch_size", "n_batches", "split")}
+        row = {
+            k: r[k]
+            for k in (
+                "depth_n",
+                "depth_label",
+                "ag_max",
+                "ag_max_candidate",
+                "ag_max_per_example",
+                "ag_max_per_example_candidate",
+                "ag_max_blocks",
+                "ag_max_blocks_candidate",
+                "batch_size",
+                "n_batches",
+                "split",
+            )
+        }
         if r.get("exact"):
             row["v_max"] = r["v_max"]
             row["v_max_candidate"] = r["v_max_candidate"]
         sat = r["saturation"]
         row.update(
-            seed=r["seed"], n_examples=r["n_examples"], bn_mode=r["bn_mode"], mean_loss=r["mean_loss"],
-            saturation_verdict=sat["verdict"], saturation_statistic=sat["statistic"], saturation_gamma_hat=sat["gamma_hat"],
-            saturation_argmax=sat["argmax"], saturation_lower=sat["lower"], saturation_upper=sat["upper"],
-            saturation_delta=sat["delta"], saturation_t=sat["t"], saturation_alpha=sat["alpha"],
-            saturation_alpha_source=sat["alpha_source"], saturation_n_candidates=sat["n_candidates"],
-            saturation_n_cal=sat["n_cal"], saturation_n_test=sat["n_test"], saturation_split_seed=sat["split_seed"],
-            saturation_split=sat["split"], saturation_reused_training_data=sat["reused_training_data"],
-        )  # fmt: skip
+            seed=r["seed"],
+            n_examples=r["n_examples"],
+            bn_mode=r["bn_mode"],
+            mean_loss=r["mean_loss"],
+            saturation_verdict=sat["verdict"],
+            saturation_statistic=sat["statistic"],
+            saturation_gamma_hat=sat["gamma_hat"],
+            saturation_argmax=sat["argmax"],
+            saturation_lower=sat["lower"],
+            saturation_upper=sat["upper"],
+            saturation_delta=sat["delta"],
+            saturation_t=sat["t"],
+            saturation_alpha=sat["alpha"],
+            saturation_alpha_source=sat["alpha_source"],
+            saturation_n_candidates=sat["n_candidates"],
+            saturation_n_cal=sat["n_cal"],
+            saturation_n_test=sat["n_test"],
+            saturation_split_seed=sat["split_seed"],
+            saturation_split=sat["split"],
+            saturation_reused_training_data=sat["reused_training_data"],
+        )
         rows.append(row)
     return rows
 
@@ -283,20 +347,28 @@ def summary_table(rows: list[dict], low_signal: float) -> str:
     """Depth vs AGmax in both normalisations (each marked below the paper's low-signal line) and App. G."""
     exact = any("v_max" in r for r in rows)
     mark = "<" + format(low_signal, ".0e")
-    header = (f"{'N':>4} {'model':<11} {'seed':>4} {'AGmax':>10} {'argmax':<10} {mark:>6} "
-              f"{'AGmax/ex':>10} {'argmax':<10} {mark:>6}")
+    header = (
+        f"{'N':>4} {'model':<11} {'seed':>4} {'AGmax':>10} {'argmax':<10} {mark:>6} "
+        f"{'AGmax/ex':>10} {'argmax':<10} {mark:>6}"
+    )
     header += f" {'V_S,max':>10}" if exact else ""
     header += f" {'max||C_l||':>10} {'Gamma interval':>21} {'t':>9} {'cands':>5} App. G verdict"
     lines = [header, "-" * len(header)]
     for r in rows:
-        line = (f"{r['depth_n']:>4} {'ResNet-' + str(r['depth_label']):<11} {r['seed']:>4} "
-                f"{r['ag_max']:>10.3e} {r['ag_max_candidate']:<10} {'*' if r['ag_max'] < low_signal else '':>6} "
-                f"{r['ag_max_per_example']:>10.3e} {r['ag_max_per_example_candidate']:<10} "
-                f"{'*' if r['ag_max_per_example'] < low_signal else '':>6}")
+        line = (
+            f"{r['depth_n']:>4} {'ResNet-' + str(r['depth_label']):<11} {r['seed']:>4} "
+            f"{r['ag_max']:>10.3e} {r['ag_max_candidate']:<10} {'*' if r['ag_max'] < low_signal else '':>6} "
+            f"{r['ag_max_per_example']:>10.3e} {r['ag_max_per_example_candidate']:<10} "
+            f"{'*' if r['ag_max_per_example'] < low_signal else '':>6}"
+        )
         line += f" {r['v_max']:>10.3e}" if exact else ""
-        interval = "-" if r["saturation_lower"] is None else f"[{r['saturation_lower']:.3e}, {r['saturation_upper']:.3e}]"
-        line += (f" {r['saturation_gamma_hat']:>10.3e} {interval:>21} {r['saturation_t']:>9.3e} "
-                 f"{r['saturation_n_candidates']:>5} {r['saturation_verdict']}")
+        interval = (
+            "-" if r["saturation_lower"] is None else f"[{r['saturation_lower']:.3e}, {r['saturation_upper']:.3e}]"
+        )
+        line += (
+            f" {r['saturation_gamma_hat']:>10.3e} {interval:>21} {r['saturation_t']:>9.3e} "
+            f"{r['saturation_n_candidates']:>5} {r['saturation_verdict']}"
+        )
         lines.append(line)
     if rows:
         first, b = rows[0], rows[0]["batch_size"]
@@ -307,13 +379,17 @@ def summary_table(rows: list[dict], low_signal: float) -> str:
                 continue
             one = split_rows[0]
             if one["saturation_n_cal"]:
-                sources.append(f"t = sqrt(sum_l tr_l / (n_test alpha)), alpha = {one['saturation_alpha']:g}, tr_l from a "
-                               f"calibration part of {one['saturation_n_cal']} examples, C_l from a test part of n_test = "
-                               f"{one['saturation_n_test']} (split seed {one['saturation_split_seed']}); coverage is "
-                               "conditional on the calibration traces")
+                sources.append(
+                    f"t = sqrt(sum_l tr_l / (n_test alpha)), alpha = {one['saturation_alpha']:g}, tr_l from a "
+                    f"calibration part of {one['saturation_n_cal']} examples, C_l from a test part of n_test = "
+                    f"{one['saturation_n_test']} (split seed {one['saturation_split_seed']}); coverage is "
+                    "conditional on the calibration traces"
+                )
             else:
-                sources.append(f"t given, no split: C_l and tr_l from all n = {one['saturation_n_test']} examples; implied "
-                               f"alpha = sum_l tr_l / (n t^2) = {one['saturation_alpha']:.3g} in the first such row")
+                sources.append(
+                    f"t given, no split: C_l and tr_l from all n = {one['saturation_n_test']} examples; implied "
+                    f"alpha = sum_l tr_l / (n t^2) = {one['saturation_alpha']:.3g} in the first such row"
+                )
         source = "; for other rows, ".join(sources)
         lines += [
             f"* below {low_signal:g}, the paper's low-signal line (common.paper.LOW_SIGNAL_AG), in either reading: AGmax is "
@@ -337,14 +413,39 @@ def saturation_summary(sat: dict) -> dict:
     with ``statistic_source`` saying where t came from.
     """
     if "verdict" in sat:
-        return {k: sat.get(k) for k in ("gamma_hat", "lower", "upper", "t", "alpha", "n_candidates", "delta", "verdict",
-                                        "n_cal", "n_test", "split_seed", "statistic_source")}  # fmt: skip
+        return {
+            k: sat.get(k)
+            for k in (
+                "gamma_hat",
+                "lower",
+                "upper",
+                "t",
+                "alpha",
+                "n_candidates",
+                "delta",
+                "verdict",
+                "n_cal",
+                "n_test",
+                "split_seed",
+                "statistic_source",
+            )
+        }
     lower, upper = gamma_interval(sat["max_value"], sat["t"])
     delta = sat.get("delta")  # 0 by default then: the same verdicts as no delta
-    return {"gamma_hat": sat["max_value"], "lower": lower, "upper": upper, "t": sat["t"], "alpha": sat.get("error_bound"),
-            "n_candidates": len(sat["values"]), "delta": delta, "verdict": saturation_verdict(lower, upper, delta),
-            "n_cal": 0, "n_test": sat["n"], "split_seed": None,
-            "statistic_source": "older record: t from the sample it judges"}  # fmt: skip
+    return {
+        "gamma_hat": sat["max_value"],
+        "lower": lower,
+        "upper": upper,
+        "t": sat["t"],
+        "alpha": sat.get("error_bound"),
+        "n_candidates": len(sat["values"]),
+        "delta": delta,
+        "verdict": saturation_verdict(lower, upper, delta),
+        "n_cal": 0,
+        "n_test": sat["n"],
+        "split_seed": None,
+        "statistic_source": "older record: t from the sample it judges",
+    }
 
 
 def app_g_sample(order: torch.Tensor, start: int, limit: int | None, split: str) -> torch.Tensor:
@@ -352,7 +453,9 @@ def app_g_sample(order: torch.Tensor, start: int, limit: int | None, split: str)
     (the analysis batches' examples), every one left when ``limit`` is None."""
     idx = order[start:] if limit is None else order[start : start + limit]
     if len(idx) < 2:
-        raise UserError(f"the {split} split has {len(idx)} examples left for the App. G sample; use another --saturation-split")
+        raise UserError(
+            f"the {split} split has {len(idx)} examples left for the App. G sample; use another --saturation-split"
+        )
     if limit is not None and len(idx) < limit:
         log.warning("the %s split has %d examples left for the App. G sample instead of %d", split, len(idx), limit)
     return idx

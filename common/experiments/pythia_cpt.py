@@ -83,7 +83,9 @@ class ModelEntry:
 
 def pythia(size: str, pythia_max_lr: float) -> ModelEntry:
     """A deduplicated Pythia model at step143000; CPT peak lr = 0.1 x its pretraining peak (where its cosine ended)."""
-    return ModelEntry(f"pythia-{size}-deduped", f"EleutherAI/pythia-{size}-deduped", PYTHIA_REVISION, round(0.1 * pythia_max_lr, 10))
+    return ModelEntry(
+        f"pythia-{size}-deduped", f"EleutherAI/pythia-{size}-deduped", PYTHIA_REVISION, round(0.1 * pythia_max_lr, 10)
+    )
 
 
 # The six smallest deduplicated Pythia models (B.5 says "six"; layers x d_model in docs/04_pythia_cpt.md),
@@ -98,13 +100,20 @@ PYTHIA_MODELS = (
 )
 
 
-def tiny_gpt_neox(n_layer: int, d_model: int, n_head: int = 4, vocab_size: int = ByteTokenizer.vocab_size, context: int = 128) -> dict:
+def tiny_gpt_neox(
+    n_layer: int, d_model: int, n_head: int = 4, vocab_size: int = ByteTokenizer.vocab_size, context: int = 128
+) -> dict:
     """GPTNeoXConfig keys of a tiny Pythia-like model (parallel residual, partial rotary as Pythia)."""
     return {
-        "vocab_size": vocab_size, "hidden_size": d_model, "num_hidden_layers": n_layer, "num_attention_heads": n_head,
-        "intermediate_size": 4 * d_model, "max_position_embeddings": context, "use_parallel_residual": True,
+        "vocab_size": vocab_size,
+        "hidden_size": d_model,
+        "num_hidden_layers": n_layer,
+        "num_attention_heads": n_head,
+        "intermediate_size": 4 * d_model,
+        "max_position_embeddings": context,
+        "use_parallel_residual": True,
         "tie_word_embeddings": False,
-    }  # fmt: skip
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,29 +127,67 @@ class CPTPreset(DecoderPreset):
     models: tuple[ModelEntry, ...]
     lr: float | None = None  # peak AdamW learning rate of every model; None: each model's own (ModelEntry.lr)
     eval_batch_size: int = 8
-    probe_sub_batch: int | None = 1  # sequences per probe pass (None: the whole batch); runtime, the scores do not depend on it
+    probe_sub_batch: int | None = (
+        1  # sequences per probe pass (None: the whole batch); runtime, the scores do not depend on it
+    )
     gradient_checkpointing: bool = True
     cpu_threads: int | None = None  # intra-op threads of a CPU run (None: torch's default); runtime, not identity
 
 
 PAPER = CPTPreset(
-    models=PYTHIA_MODELS, source="fineweb-edu", tokenizer="model", block_size=2048, val_tokens=1 << 21,
-    train_tokens=1 << 27, batch_tokens=1 << 19, micro_batch_size=4, steps=None, n_evals=4, warmup_steps=25,
-)  # fmt: skip
+    models=PYTHIA_MODELS,
+    source="fineweb-edu",
+    tokenizer="model",
+    block_size=2048,
+    val_tokens=1 << 21,
+    train_tokens=1 << 27,
+    batch_tokens=1 << 19,
+    micro_batch_size=4,
+    steps=None,
+    n_evals=4,
+    warmup_steps=25,
+)
 SMOKE = CPTPreset(
-    models=(ModelEntry("tiny-neox-L2-d32", None, None, 3e-3, tiny_gpt_neox(2, 32)),
-            ModelEntry("tiny-neox-L4-d64", None, None, 3e-3, tiny_gpt_neox(4, 64))),
-    source="python-docs", tokenizer="byte", block_size=64, val_tokens=1 << 13, train_tokens=None,
-    batch_tokens=16 * 64, micro_batch_size=8, steps=16, n_evals=2, warmup_steps=2,
-    probe_batch_size=4, probe_batches=2, exact=True, eval_batch_size=32, cpu_threads=1,
-)  # fmt: skip
+    models=(
+        ModelEntry("tiny-neox-L2-d32", None, None, 3e-3, tiny_gpt_neox(2, 32)),
+        ModelEntry("tiny-neox-L4-d64", None, None, 3e-3, tiny_gpt_neox(4, 64)),
+    ),
+    source="python-docs",
+    tokenizer="byte",
+    block_size=64,
+    val_tokens=1 << 13,
+    train_tokens=None,
+    batch_tokens=16 * 64,
+    micro_batch_size=8,
+    steps=16,
+    n_evals=2,
+    warmup_steps=2,
+    probe_batch_size=4,
+    probe_batches=2,
+    exact=True,
+    eval_batch_size=32,
+    cpu_threads=1,
+)
 # mini: the two smallest Pythia models probed frozen (steps = 0: no continued pretraining), 32 sequences of
 # 256 tokens of Tiny Shakespeare with each model's own tokenizer; offline, 04 says so and stops (mini_hub_check).
 MINI = CPTPreset(
-    models=PYTHIA_MODELS[:2], source="text", tokenizer="model", block_size=256, val_tokens=32 * 256 + 1,
-    train_tokens=1 << 13, batch_tokens=256, micro_batch_size=1, steps=0, n_evals=1, warmup_steps=0,
-    probe_batch_size=8, probe_batches=4, eval_batch_size=8, gradient_checkpointing=False, text=TINY_SHAKESPEARE,
-)  # fmt: skip
+    models=PYTHIA_MODELS[:2],
+    source="text",
+    tokenizer="model",
+    block_size=256,
+    val_tokens=32 * 256 + 1,
+    train_tokens=1 << 13,
+    batch_tokens=256,
+    micro_batch_size=1,
+    steps=0,
+    n_evals=1,
+    warmup_steps=0,
+    probe_batch_size=8,
+    probe_batches=4,
+    eval_batch_size=8,
+    gradient_checkpointing=False,
+    text=TINY_SHAKESPEARE,
+)
 PRESETS = {"paper": PAPER, "smoke": SMOKE, "mini": MINI}
 
 
@@ -166,15 +213,24 @@ def cpt_configs(
     preset's when given); ``overrides``: :class:`CPTPreset` fields. ``fsdp_bf16``: FSDP2 with bf16 unsharded
     parameters (``runtime.fsdp_bf16_params``, present only when asked for)."""
     p, text_path = decoder_runs.choose_preset(PRESETS, preset, overrides, text_path)
-    chosen = [user_model(m, revision) for m in models or ()] + [user_model(m, revision, flag="--model-path") for m in model_paths]
+    chosen = [user_model(m, revision) for m in models or ()] + [
+        user_model(m, revision, flag="--model-path") for m in model_paths
+    ]
     entries = chosen or [e if revision is None else replace(e, revision=revision) for e in p.models]
     decoder_runs.check_preset(p)
     recipe_keys = {"batch_tokens": p.batch_tokens, "block_size": p.block_size}
     runtime = {
-        "device": device, "amp": amp, "fsdp": fsdp, "micro_batch_size": p.micro_batch_size, "eval_batch_size": p.eval_batch_size,
-        "gradient_checkpointing": p.gradient_checkpointing, "cpu_threads": p.cpu_threads, "text_path": str(Path(text_path).expanduser().resolve()) if text_path else None,
-        "data_root": str(Path(data_root or DEFAULT_DATA_ROOT).expanduser().resolve()), "probe_sub_batch": p.probe_sub_batch,
-    }  # fmt: skip
+        "device": device,
+        "amp": amp,
+        "fsdp": fsdp,
+        "micro_batch_size": p.micro_batch_size,
+        "eval_batch_size": p.eval_batch_size,
+        "gradient_checkpointing": p.gradient_checkpointing,
+        "cpu_threads": p.cpu_threads,
+        "text_path": str(Path(text_path).expanduser().resolve()) if text_path else None,
+        "data_root": str(Path(data_root or DEFAULT_DATA_ROOT).expanduser().resolve()),
+        "probe_sub_batch": p.probe_sub_batch,
+    }
     if fsdp_bf16:
         if not fsdp:
             raise UserError("--fsdp-bf16 sets FSDP2's parameter dtype; add --fsdp")
@@ -182,20 +238,32 @@ def cpt_configs(
     configs = []
     for seed in seeds:
         for e in entries:
-            spec = text_data_spec(p.source, tokenizer_name(e, p.tokenizer), val_tokens=p.val_tokens, train_tokens=p.train_tokens,
-                                  text_path=text_path, subset=fineweb_subset)  # fmt: skip
-            train = {"steps": 0, **recipe_keys} if p.steps == 0 else {**decoder_runs.make_recipe(p, p.lr or e.lr).to_config(), **recipe_keys}
-            configs.append({
-                "experiment": EXPERIMENT,
-                "name": f"{e.name}-{e.revision or 'local'}-seed{seed}",
-                "preset": preset,
-                "seed": seed,
-                "model": {"model": e.model, "revision": e.revision, "tiny": e.tiny},
-                "data": spec.identity(),
-                "train": train,  # steps 0 (mini): the frozen model is probed as loaded
-                "probe": decoder_runs.probe_config(p, seed),
-                "runtime": dict(runtime),
-            })  # fmt: skip
+            spec = text_data_spec(
+                p.source,
+                tokenizer_name(e, p.tokenizer),
+                val_tokens=p.val_tokens,
+                train_tokens=p.train_tokens,
+                text_path=text_path,
+                subset=fineweb_subset,
+            )
+            train = (
+                {"steps": 0, **recipe_keys}
+                if p.steps == 0
+                else {**decoder_runs.make_recipe(p, p.lr or e.lr).to_config(), **recipe_keys}
+            )
+            configs.append(
+                {
+                    "experiment": EXPERIMENT,
+                    "name": f"{e.name}-{e.revision or 'local'}-seed{seed}",
+                    "preset": preset,
+                    "seed": seed,
+                    "model": {"model": e.model, "revision": e.revision, "tiny": e.tiny},
+                    "data": spec.identity(),
+                    "train": train,  # steps 0 (mini): the frozen model is probed as loaded
+                    "probe": decoder_runs.probe_config(p, seed),
+                    "runtime": dict(runtime),
+                }
+            )
     return configs
 
 
@@ -223,7 +291,9 @@ def user_model(model: str, revision: str | None, *, flag: str = "--model") -> Mo
         folder = Path(model).expanduser().resolve()
         if not (folder / "config.json").is_file():
             other = "" if flag == "--model-path" else "a Hub id (owner/name) or "
-            raise UserError(f"{flag} {model}: no save_pretrained folder there (no config.json); give {other}such a folder")
+            raise UserError(
+                f"{flag} {model}: no save_pretrained folder there (no config.json); give {other}such a folder"
+            )
         return ModelEntry(folder.name, str(folder), revision, DEFAULT_LR)  # revision: recorded as the user declares it
     lr = known[model].lr if model in known else DEFAULT_LR
     return ModelEntry(model.rpartition("/")[2], model, revision, lr)
@@ -258,7 +328,9 @@ def config_tokenizer(config: dict) -> Tokenizer:
     try:
         return HFTokenizer(AutoTokenizer.from_pretrained(folder), name=name)
     except (OSError, ValueError) as exc:
-        raise UserError(f"{m['model']}: no tokenizer could be loaded from it ({str(exc).splitlines()[0][:160]}); pass --tokenizer byte") from None
+        raise UserError(
+            f"{m['model']}: no tokenizer could be loaded from it ({str(exc).splitlines()[0][:160]}); pass --tokenizer byte"
+        ) from None
 
 
 def prepare_data(config: dict, *, dataset=None, progress: bool = True) -> Path:
@@ -316,8 +388,14 @@ def load_run_model(config: dict, run_dir: Path, *, hash_weights: bool = True, lo
     """
     m = config["model"]
     if m["tiny"] is not None:
-        return load_causal_lm(str(save_tiny_model(m["tiny"], config["seed"], run_dir / BASE_DIR)), tokenizer=False, hash_weights=hash_weights)
-    return load_causal_lm(m["model"], revision=m["revision"], tokenizer=False, hash_weights=hash_weights, local_only=local_only)
+        return load_causal_lm(
+            str(save_tiny_model(m["tiny"], config["seed"], run_dir / BASE_DIR)),
+            tokenizer=False,
+            hash_weights=hash_weights,
+        )
+    return load_causal_lm(
+        m["model"], revision=m["revision"], tokenizer=False, hash_weights=hash_weights, local_only=local_only
+    )
 
 
 # ----------------------------------------------------------------------------- the job
@@ -347,19 +425,25 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
     info, device = decoder_runs.join_run(spec, device, lambda: _prepare(config, path))
     fetch_on_each_node(config, info)  # also the barrier after rank 0's preparation
     data = TokenData.open(require_prepared(config))
-    loaded = load_run_model(config, path, hash_weights=info.is_main, local_only=info.world_size > 1)  # only rank 0 writes the record
+    loaded = load_run_model(
+        config, path, hash_weights=info.is_main, local_only=info.world_size > 1
+    )  # only rank 0 writes the record
     decoder = HFDecoder(loaded.model)
     loaded.model.config.use_cache = False
     t = config["train"]["block_size"]
     val = decoder_runs.val_batches(data, t, runtime.get("eval_batch_size", 8), device)
-    loader = decoder_runs.train_loader(config, data, t, device, info) if config["train"]["steps"] else None  # steps 0: probe only (mini)
+    loader = (
+        decoder_runs.train_loader(config, data, t, device, info) if config["train"]["steps"] else None
+    )  # steps 0: probe only (mini)
     settings = _train_settings(config, loader) if loader is not None else None
     if settings is not None:
         place_model(decoder, device, settings)  # under --fsdp: sharded before anything reaches the device
     else:
         decoder.to(device)
     before = path / "before.json"
-    if _first_time(before, info):  # the loaded model's validation loss, once (float32, eval mode, split over the processes)
+    if _first_time(
+        before, info
+    ):  # the loaded model's validation loss, once (float32, eval mode, split over the processes)
         loss = _val_loss(decoder, val, device)
         if info.is_main:
             runs.atomic_write_json(before, {"val_loss_before": loss})
@@ -367,13 +451,24 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
     if loader is not None and settings is not None:
         summary = _train(decoder, config, loader, settings, val, path, device, info)
     else:  # no continued pretraining: the loaded model is the probed one
-        summary = {"val_loss_after": runs.read_json(before)["val_loss_before"], "steps": 0, "cpt_tokens": 0, "train_loss": None,
-                   "lr": None, "wall_s": 0.0, **decoder_runs.trained_on(info, device)}  # fmt: skip
-    if info.is_main and runtime.get("fsdp") and info.world_size > 1:  # sharded over the processes: probe an unsharded copy
+        summary = {
+            "val_loss_after": runs.read_json(before)["val_loss_before"],
+            "steps": 0,
+            "cpt_tokens": 0,
+            "train_loss": None,
+            "lr": None,
+            "wall_s": 0.0,
+            **decoder_runs.trained_on(info, device),
+        }
+    if (
+        info.is_main and runtime.get("fsdp") and info.world_size > 1
+    ):  # sharded over the processes: probe an unsharded copy
         decoder = _unsharded(decoder, config, path)
 
     def probe_and_finish() -> dict:
-        return _probe_and_finish(decoder.to(device), loaded.record, config, data, path, device, {**runs.read_json(before), **summary})
+        return _probe_and_finish(
+            decoder.to(device), loaded.record, config, data, path, device, {**runs.read_json(before), **summary}
+        )
 
     return decoder_runs.finish_on_main(info, device, path, probe_and_finish)
 
@@ -407,35 +502,57 @@ def _val_loss(decoder: HFDecoder, val: TokenBatches, device: torch.device) -> fl
 def _train_settings(config: dict, loader: TokenLoader) -> TrainSettings:
     runtime = config.get("runtime", {})
     return TrainSettings(
-        recipe=AdamWRecipe.from_config(config["train"]), amp=runtime.get("amp", True), compile=False, accum_steps=loader.accum,
-        fsdp=runtime.get("fsdp", False), fsdp_bf16_params=runtime.get("fsdp_bf16_params", False),
-    )  # fmt: skip
+        recipe=AdamWRecipe.from_config(config["train"]),
+        amp=runtime.get("amp", True),
+        compile=False,
+        accum_steps=loader.accum,
+        fsdp=runtime.get("fsdp", False),
+        fsdp_bf16_params=runtime.get("fsdp_bf16_params", False),
+    )
 
 
-def _train(decoder: HFDecoder, config: dict, loader: TokenLoader, settings: TrainSettings, val: TokenBatches, path: Path, device,
-           info: DistInfo) -> dict:  # fmt: skip
+def _train(
+    decoder: HFDecoder,
+    config: dict,
+    loader: TokenLoader,
+    settings: TrainSettings,
+    val: TokenBatches,
+    path: Path,
+    device,
+    info: DistInfo,
+) -> dict:
     runtime, hp = config.get("runtime", {}), config["train"]
     checkpointing = runtime.get("gradient_checkpointing", True) and decoder.lm.supports_gradient_checkpointing
     if checkpointing:
         decoder.lm.activation_checkpointing_enable({"use_reentrant": False})  # layer hooks stay outside the recompute
     elif runtime.get("gradient_checkpointing", True):
-        log.warning("%s: %s has no gradient checkpointing; training without it", config["name"], type(decoder.lm).__name__)
+        log.warning(
+            "%s: %s has no gradient checkpointing; training without it", config["name"], type(decoder.lm).__name__
+        )
     summary = decoder_runs.train_decoder(decoder, config, loader, val, settings, path, device)
     if checkpointing:
         decoder.lm.activation_checkpointing_disable()
     return {
         "val_loss_after": summary["val_loss"],
-        **{k: summary[k] for k in ("train_loss", "steps", "wall_s", "autocast_dtype", "final_eval_dtype", "final_eval_math_mode")},
+        **{
+            k: summary[k]
+            for k in ("train_loss", "steps", "wall_s", "autocast_dtype", "final_eval_dtype", "final_eval_math_mode")
+        },
         "lr": settings.recipe.lr,
         "cpt_tokens": summary["steps"] * hp["batch_tokens"],
         "tokens_per_s": decoder_runs.token_rates(path, hp["block_size"])[0],
         **decoder_runs.trained_on(info, device),
-        "settings": {**asdict(settings), "micro_batch_size": loader.micro_batch,
-                     "gradient_checkpointing": checkpointing},
-    }  # fmt: skip
+        "settings": {
+            **asdict(settings),
+            "micro_batch_size": loader.micro_batch,
+            "gradient_checkpointing": checkpointing,
+        },
+    }
 
 
-def _probe_and_finish(decoder: HFDecoder, record: dict, config: dict, data: TokenData, path: Path, device, summary: dict) -> dict:
+def _probe_and_finish(
+    decoder: HFDecoder, record: dict, config: dict, data: TokenData, path: Path, device, summary: dict
+) -> dict:
     t = config["train"]["block_size"]
     chosen, batches = decoder_runs.probe_windows(config, data, t, device)
     sub_batch = config.get("runtime", {}).get("probe_sub_batch")  # memory only: every score is the whole batch's
@@ -464,18 +581,37 @@ def _probe_and_finish(decoder: HFDecoder, record: dict, config: dict, data: Toke
 
 
 # ----------------------------------------------------------------------------- summary
-SUMMARY_KEYS = ("name", "model", "n_layer", "d_model", "ag_max", "ag_max_per_example", "ag_max_blocks", "val_loss_before", "val_loss_after",
-                "cpt_tokens", "lr", "seed", "revision", "commit_hash")  # fmt: skip
+SUMMARY_KEYS = (
+    "name",
+    "model",
+    "n_layer",
+    "d_model",
+    "ag_max",
+    "ag_max_per_example",
+    "ag_max_blocks",
+    "val_loss_before",
+    "val_loss_after",
+    "cpt_tokens",
+    "lr",
+    "seed",
+    "revision",
+    "commit_hash",
+)
 
 
 def summary_rows(results: Sequence[dict]) -> list[dict]:
     """One row per run, by depth then width: the cross-model table of B.5."""
-    return [{k: r.get(k) for k in SUMMARY_KEYS} for r in sorted(results, key=lambda r: (r["n_layer"], r["d_model"], r["seed"]))]
+    return [
+        {k: r.get(k) for k in SUMMARY_KEYS}
+        for r in sorted(results, key=lambda r: (r["n_layer"], r["d_model"], r["seed"]))
+    ]
 
 
 def summary_table(rows: Sequence[dict], low_signal: float) -> str:
     """Model, layers, width, AGmax (both readings) and the losses before and after CPT; ``*``: below the low-signal line."""
-    header = f"{'run':<28} {'L':>3} {'d':>5} {decoder_runs.ag_header(low_signal)} {'loss before':>11} {'loss after':>10}"
+    header = (
+        f"{'run':<28} {'L':>3} {'d':>5} {decoder_runs.ag_header(low_signal)} {'loss before':>11} {'loss after':>10}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         name = str(r["name"])[:28]
@@ -483,7 +619,9 @@ def summary_table(rows: Sequence[dict], low_signal: float) -> str:
             f"{name:<28} {r['n_layer']:>3} {r['d_model']:>5} {decoder_runs.ag_columns(r, low_signal)} "
             f"{r['val_loss_before']:>11.4f} {r['val_loss_after']:>10.4f}"
         )
-    lines.append(f"Cross-model evidence: width changes with depth. * below {low_signal:g}, the paper's low-signal line.")
+    lines.append(
+        f"Cross-model evidence: width changes with depth. * below {low_signal:g}, the paper's low-signal line."
+    )
     return "\n".join(lines)
 
 

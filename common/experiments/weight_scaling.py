@@ -82,10 +82,28 @@ FC_DATASET = "neural-ode"
 MIN_BLOCKS = 3  # a depth enters the fits only with at least 3 layers (blocks) in the sequence
 LAYERS = "layers.csv"
 RECORD_COLUMNS = (  # the per-depth records, in this order (module docstring)
-    "family", "dataset", "seed", "run", "stage", "tensor", "norm", "depth", "network_depth", "depth_n", "max_norm",
-    "max_increment", "cumsum_norm", "root_sum_squares", "noise_max", "trend_max", "noise_fraction", "trend_window",
-    "input_size", "train_loss", "test_loss",
-)  # fmt: skip
+    "family",
+    "dataset",
+    "seed",
+    "run",
+    "stage",
+    "tensor",
+    "norm",
+    "depth",
+    "network_depth",
+    "depth_n",
+    "max_norm",
+    "max_increment",
+    "cumsum_norm",
+    "root_sum_squares",
+    "noise_max",
+    "trend_max",
+    "noise_fraction",
+    "trend_window",
+    "input_size",
+    "train_loss",
+    "test_loss",
+)
 
 # Which exponents each tensor gets (common.scaling.STEPS), and the name a row reports.
 TENSOR_EXPONENTS = {
@@ -138,15 +156,22 @@ FC_PRESETS = {
     # Cohen et al.'s protocol: scaling_run.DEFAULT_PARAMS with scaling_experiments.train_final_net (d = 10,
     # 1,024 / 256 examples, Adam at a constant lr 1e-3, batch 50, at most 200 epochs, early stopping:
     # docs/decisions.md), 17 depths from 4 to 1,024 (ratio sqrt 2).
-    "paper": FCPreset(depths=geometric_depths(4, 1024, 17), recipe=AdamRecipe(epochs=200, lr=1e-3, decay="constant"),
-                      batch_size=50),  # fmt: skip
+    "paper": FCPreset(
+        depths=geometric_depths(4, 1024, 17), recipe=AdamRecipe(epochs=200, lr=1e-3, decay="constant"), batch_size=50
+    ),
     # Minutes on a CPU: 5 depths from 4 to 64, 256 examples, 20 epochs of 8 steps at lr 1e-2.
     "smoke": FCPreset(
-        depths=geometric_depths(4, 64, 5), recipe=AdamRecipe(epochs=20, lr=1e-2), batch_size=32, num_train=256, num_test=128
+        depths=geometric_depths(4, 64, 5),
+        recipe=AdamRecipe(epochs=20, lr=1e-2),
+        batch_size=32,
+        num_train=256,
+        num_test=128,
     ),
     # mini: Cohen et al.'s data and protocol (constant Adam lr 1e-3, batch 50, early stopping) at 7 depths from 4 to 256
     # (ratio 2), at most 100 epochs (docs/decisions.md, section "Mini preset").
-    "mini": FCPreset(depths=geometric_depths(4, 256, 7), recipe=AdamRecipe(epochs=100, lr=1e-3, decay="constant"), batch_size=50),
+    "mini": FCPreset(
+        depths=geometric_depths(4, 256, 7), recipe=AdamRecipe(epochs=100, lr=1e-3, decay="constant"), batch_size=50
+    ),
 }
 
 
@@ -183,8 +208,12 @@ def fc_configs(
     if schedule is not None and schedule not in SCHEDULES:
         raise UserError(f"--schedule {schedule}: use one of {', '.join(SCHEDULES)}")
     activation, delta = FC_FAMILIES[family]
-    recipe = replace(settings.recipe, epochs=epochs or settings.recipe.epochs, lr=lr or settings.recipe.lr,
-                     decay=schedule or settings.recipe.decay)  # fmt: skip
+    recipe = replace(
+        settings.recipe,
+        epochs=epochs or settings.recipe.epochs,
+        lr=lr or settings.recipe.lr,
+        decay=schedule or settings.recipe.decay,
+    )
     stopping = {"early_stopping": COHEN_STOPPING.to_config()} if recipe.decay == "constant" else {}
     return [
         {
@@ -194,13 +223,23 @@ def fc_configs(
             "preset": preset,
             "depth": depth,
             "seed": seed,
-            "data": {"kind": FC_DATASET, "dim": settings.dim, "num_train": settings.num_train,
-                     "num_test": settings.num_test, "steps": 100, "noise": 0.0, "data_seed": seed},
-            "model": asdict(FCResNetConfig(depth=depth, dim=settings.dim, activation=activation, delta=delta,
-                                           init_scale=settings.init_scale)),
+            "data": {
+                "kind": FC_DATASET,
+                "dim": settings.dim,
+                "num_train": settings.num_train,
+                "num_test": settings.num_test,
+                "steps": 100,
+                "noise": 0.0,
+                "data_seed": seed,
+            },
+            "model": asdict(
+                FCResNetConfig(
+                    depth=depth, dim=settings.dim, activation=activation, delta=delta, init_scale=settings.init_scale
+                )
+            ),
             "train": {**recipe.to_config(), "batch_size": batch, **stopping},
             "runtime": {"device": device},
-        }  # fmt: skip
+        }
         for seed in seeds
         for depth in depths
     ]
@@ -224,23 +263,46 @@ def _train_fc_run(spec: runs.RunSpec, device: torch.device) -> dict:
     hp = config["train"]
     seed_everything(config["seed"])
     d = config["data"]
-    data = make_neural_ode_data(dim=d["dim"], num_train=d["num_train"], num_test=d["num_test"], seed=d["data_seed"],
-                                steps=d["steps"], noise=d["noise"])  # fmt: skip
+    data = make_neural_ode_data(
+        dim=d["dim"],
+        num_train=d["num_train"],
+        num_test=d["num_test"],
+        seed=d["data_seed"],
+        steps=d["steps"],
+        noise=d["noise"],
+    )
     model = FCResNet(FCResNetConfig(**config["model"])).to(device)
-    train_loader = BatchLoader(data.x_train, data.y_train, hp["batch_size"], shuffle=True, device=device, seed=config["seed"])
+    train_loader = BatchLoader(
+        data.x_train, data.y_train, hp["batch_size"], shuffle=True, device=device, seed=config["seed"]
+    )
     clean_train = BatchLoader(data.x_train, data.y_train, 512, shuffle=False, device=device)
     test_loader = BatchLoader(data.x_test, data.y_test, 512, shuffle=False, device=device)
     initial = evaluate(model, clean_train, device, amp=False, loss="mse")["loss"]  # the fresh init, also on resume
     stopping = EarlyStopping.from_config(hp["early_stopping"]) if "early_stopping" in hp else None
     settings = TrainSettings(recipe=AdamRecipe.from_config(hp), amp=False, loss="mse", stopping=stopping)  # type: ignore[arg-type]
     summary = train(
-        model, train_loader, {"test": test_loader}, final_eval_loaders={"train": clean_train}, run_dir=path,
-        settings=settings, device=device, desc=config["name"],
-    )  # fmt: skip
+        model,
+        train_loader,
+        {"test": test_loader},
+        final_eval_loaders={"train": clean_train},
+        run_dir=path,
+        settings=settings,
+        device=device,
+        desc=config["name"],
+    )
     model = model.cpu()
     losses = {"train_loss": summary["train_loss"], "test_loss": summary["test_loss"]}
-    base = {"family": config["family"], "dataset": FC_DATASET, "seed": config["seed"], "run": path.name, "stage": 0,
-            "network_depth": config["depth"], "depth_n": None, "input_size": None, **losses}  # fmt: skip
+    base = {
+        "family": config["family"],
+        "dataset": FC_DATASET,
+        "seed": config["seed"],
+        "run": path.name,
+        "stage": 0,
+        "network_depth": config["depth"],
+        "depth_n": None,
+        "input_size": None,
+        **losses,
+    }
     records, layers = fc_statistics(model, base)
     runs.atomic_write_csv(path / LAYERS, layers)
     result = {
@@ -252,7 +314,9 @@ def _train_fc_run(spec: runs.RunSpec, device: torch.device) -> dict:
         "train_loss_running": summary["train_loss_running"],
         "epochs": summary["epochs"],  # trained (with early stopping, at most the recipe's)
         "schedule": settings.recipe.decay,  # type: ignore[union-attr]
-        "stopping": summary.get("stopping"),  # best running loss, bad epochs, why it stopped; None without early stopping
+        "stopping": summary.get(
+            "stopping"
+        ),  # best running loss, bad epochs, why it stopped; None without early stopping
         "steps": summary["steps"],
         "wall_s": summary["wall_s"],
         "device": device.type,
@@ -276,7 +340,14 @@ def fc_statistics(model: FCResNet, base: dict) -> tuple[list[dict], list[dict]]:
     for name, seq in fc_tensors(model).items():
         records.append({**base, "tensor": name, "norm": "fro", **scaling.weight_statistics(seq)})
         if seq.dim() == 3:  # matrices: also the spectral norm (no trend/noise split: that is a Frobenius statistic)
-            records.append({**base, "tensor": name, "norm": "spectral", **scaling.weight_statistics(seq, "spectral", trend_noise=False)})
+            records.append(
+                {
+                    **base,
+                    "tensor": name,
+                    "norm": "spectral",
+                    **scaling.weight_statistics(seq, "spectral", trend_noise=False),
+                }
+            )
         split = scaling.trend_noise_split(seq)
         entry = (slice(None), *(0, 1)[: seq.dim() - 1])  # A_k[0, 1], b_k[0], delta_k
         stat = {f"entry_{part}": getattr(split, part)[1:][entry] for part in ("path", "trend", "noise")}
@@ -285,8 +356,16 @@ def fc_statistics(model: FCResNet, base: dict) -> tuple[list[dict], list[dict]]:
         stat["spectral"] = scaling.layer_norms(seq, "spectral")
         L = len(seq)
         for k in range(L):
-            layers.append({"stage": 0, "tensor": name, "k": k, "t": k / L, "entry": float(seq[entry][k]),
-                           **{key: float(v[k]) for key, v in stat.items()}})  # fmt: skip
+            layers.append(
+                {
+                    "stage": 0,
+                    "tensor": name,
+                    "k": k,
+                    "t": k / L,
+                    "entry": float(seq[entry][k]),
+                    **{key: float(v[k]) for key, v in stat.items()},
+                }
+            )
     return records, layers
 
 
@@ -318,9 +397,13 @@ def sweep_analysis_configs(sweep_dirs: Iterable[Path], *, input_size: int | None
 def folded_conv(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> torch.Tensor:
     """The kernel of ``bn(conv(.))`` in eval mode as one conv (:func:`common.scaling.fold_batchnorm`), float64."""
     weight, _ = scaling.fold_batchnorm(
-        conv.weight.detach().double(), running_mean=bn.running_mean.double(), running_var=bn.running_var.double(),
-        gamma=bn.weight.detach().double(), beta=bn.bias.detach().double(), eps=bn.eps,
-    )  # fmt: skip
+        conv.weight.detach().double(),
+        running_mean=bn.running_mean.double(),
+        running_var=bn.running_var.double(),
+        gamma=bn.weight.detach().double(),
+        beta=bn.bias.detach().double(),
+        eps=bn.eps,
+    )
     return weight
 
 
@@ -330,8 +413,9 @@ def stage_sequences(model: nn.Module, input_size: int) -> list[dict]:
     sizes: dict[int, int] = {}
     hooks = [
         conv.register_forward_hook(lambda m, args, out: sizes.__setitem__(id(m), args[0].shape[-1]))
-        for block in model.blocks for conv in (block.residual[0], block.residual[3])
-    ]  # fmt: skip
+        for block in model.blocks
+        for conv in (block.residual[0], block.residual[3])
+    ]
     try:
         with torch.no_grad():
             model(torch.zeros(1, model.config.in_channels, input_size, input_size, dtype=model.stem[0].weight.dtype))
@@ -341,13 +425,15 @@ def stage_sequences(model: nn.Module, input_size: int) -> list[dict]:
     blocks = []
     for block, stage in zip(model.blocks, model.stage_of_block, strict=True):
         first, last = block.residual[0], block.residual[3]
-        blocks.append({
-            "stage": stage + 1,
-            "downsample": not isinstance(block.shortcut, nn.Identity),
-            "A": folded_conv(first, block.residual[1]),
-            "delta": folded_conv(last, block.residual[4]),
-            "size": {"A": sizes[id(first)], "delta": sizes[id(last)]},
-        })  # fmt: skip
+        blocks.append(
+            {
+                "stage": stage + 1,
+                "downsample": not isinstance(block.shortcut, nn.Identity),
+                "A": folded_conv(first, block.residual[1]),
+                "delta": folded_conv(last, block.residual[4]),
+                "size": {"A": sizes[id(first)], "delta": sizes[id(last)]},
+            }
+        )
     return blocks
 
 
@@ -365,9 +451,16 @@ def _analyse_sweep_run(spec: runs.RunSpec) -> dict:
     model = load_trained_resnet(sweep_dir).double()
     sweep_result = runs.read_result(sweep_dir)
     blocks = stage_sequences(model, config["input_size"])
-    base = {"family": "sweep", "dataset": config["dataset"], "seed": config["seed"], "run": path.name,
-            "network_depth": config["depth_label"], "depth_n": config["depth_n"],
-            "train_loss": sweep_result.get("train_loss"), "test_loss": sweep_result.get("test_loss")}  # fmt: skip
+    base = {
+        "family": "sweep",
+        "dataset": config["dataset"],
+        "seed": config["seed"],
+        "run": path.name,
+        "network_depth": config["depth_label"],
+        "depth_n": config["depth_n"],
+        "train_loss": sweep_result.get("train_loss"),
+        "test_loss": sweep_result.get("test_loss"),
+    }
     records, layers = [], []
     for stage in sorted({b["stage"] for b in blocks}):
         in_stage = [b for b in blocks if b["stage"] == stage]
@@ -375,15 +468,32 @@ def _analyse_sweep_run(spec: runs.RunSpec) -> dict:
         for tensor in ("A", "delta"):
             for b in in_stage:  # k: position in the analysed sequence; the downsampling block has k = -1
                 k = next((i for i, x in enumerate(kept) if x is b), -1)
-                layers.append({"stage": stage, "tensor": tensor, "k": k, "t": k / len(kept) if k >= 0 else math.nan,
-                               "downsample": b["downsample"], "fro": float(b[tensor].norm()), "input_size": b["size"][tensor],
-                               "spectral": float(scaling.conv_spectral_norms(b[tensor], b["size"][tensor])[0])})  # fmt: skip
+                layers.append(
+                    {
+                        "stage": stage,
+                        "tensor": tensor,
+                        "k": k,
+                        "t": k / len(kept) if k >= 0 else math.nan,
+                        "downsample": b["downsample"],
+                        "fro": float(b[tensor].norm()),
+                        "input_size": b["size"][tensor],
+                        "spectral": float(scaling.conv_spectral_norms(b[tensor], b["size"][tensor])[0]),
+                    }
+                )
             if not kept:
                 continue
             seq, size = torch.stack([b[tensor] for b in kept]), kept[0]["size"][tensor]
             for norm in ("fro", "spectral"):  # the trend/noise split in the Frobenius norm only
-                records.append({**base, "stage": stage, "tensor": tensor, "norm": norm, "input_size": size,
-                                **scaling.weight_statistics(seq, norm, size, trend_noise=norm == "fro")})  # fmt: skip
+                records.append(
+                    {
+                        **base,
+                        "stage": stage,
+                        "tensor": tensor,
+                        "norm": norm,
+                        "input_size": size,
+                        **scaling.weight_statistics(seq, norm, size, trend_noise=norm == "fro"),
+                    }
+                )
     runs.atomic_write_csv(path / LAYERS, layers)
     result = {k: config[k] for k in ("family", "dataset", "depth_n", "depth_label", "seed", "sweep_run", "input_size")}
     result["blocks_per_stage"] = [sum(1 for b in blocks if b["stage"] == s and not b["downsample"]) for s in (1, 2, 3)]
@@ -402,18 +512,32 @@ def exponent_rows(records: Iterable[dict], level: float = scaling.DEFAULT_LEVEL)
     for (family, dataset, stage, tensor, norm), group in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         points = [r for r in group if r["depth"] >= MIN_BLOCKS]
         depths = [r["depth"] for r in points]
-        names = TENSOR_EXPONENTS["A"] if (family == "sweep" or tensor not in TENSOR_EXPONENTS) else TENSOR_EXPONENTS[tensor]
+        names = (
+            TENSOR_EXPONENTS["A"] if (family == "sweep" or tensor not in TENSOR_EXPONENTS) else TENSOR_EXPONENTS[tensor]
+        )
         fitted: dict[str, float] = {}
         for name in names:
             step = scaling.STEPS[name]
             if step.statistic not in group[0]:  # e.g. no trend/noise split in the spectral norm
                 continue
             shown = RENAMED.get((tensor, name), name)
-            row = {"family": family, "dataset": dataset, "stage": stage, "tensor": tensor, "norm": norm,
-                   "exponent": shown, "estimator": scaling.ESTIMATORS.get(name, ""), "statistic": step.statistic,
-                   "rule": step.rule, "level": level,
-                   "estimate": math.nan, "ci_low": math.nan, "ci_high": math.nan, "status": "ok",
-                   "paper": PAPER_EXPONENTS.get((family, tensor, shown), "")}  # fmt: skip
+            row = {
+                "family": family,
+                "dataset": dataset,
+                "stage": stage,
+                "tensor": tensor,
+                "norm": norm,
+                "exponent": shown,
+                "estimator": scaling.ESTIMATORS.get(name, ""),
+                "statistic": step.statistic,
+                "rule": step.rule,
+                "level": level,
+                "estimate": math.nan,
+                "ci_low": math.nan,
+                "ci_high": math.nan,
+                "status": "ok",
+                "paper": PAPER_EXPONENTS.get((family, tensor, shown), ""),
+            }
             try:
                 fit = scaling.fit_power_law(depths, [r[step.statistic] for r in points], level)
             except scaling.FitUnavailable as exc:
@@ -427,7 +551,9 @@ def exponent_rows(records: Iterable[dict], level: float = scaling.DEFAULT_LEVEL)
                 offset = -fitted[offset.lstrip("-")]
             estimate, low, high = scaling.exponent(fit, step.sign, offset)
             fitted[name] = estimate
-            rows.append({**row, **fit.as_record(), "level": level, "estimate": estimate, "ci_low": low, "ci_high": high})
+            rows.append(
+                {**row, **fit.as_record(), "level": level, "estimate": estimate, "ci_low": low, "ci_high": high}
+            )
     return rows
 
 
@@ -466,8 +592,17 @@ def exponent_markdown(rows: Sequence[dict]) -> str:
         stage_rows = by_stage[(r["family"], r["dataset"], r["stage"])]
         if all(x["status"] == scaling.INSUFFICIENT_DEPTHS for x in stage_rows):
             if r is stage_rows[0]:
-                shown.append({**r, "tensor": "*", "norm": "*", "exponent": "*", "estimator": "", "paper": "",
-                              "n": max(x.get("n", 0) for x in stage_rows)})  # fmt: skip
+                shown.append(
+                    {
+                        **r,
+                        "tensor": "*",
+                        "norm": "*",
+                        "exponent": "*",
+                        "estimator": "",
+                        "paper": "",
+                        "n": max(x.get("n", 0) for x in stage_rows),
+                    }
+                )
             continue
         shown.append(r)
     level = rows[0]["level"] if rows else scaling.DEFAULT_LEVEL
@@ -499,8 +634,10 @@ def summary_tag(family: str, dataset: str | None = None) -> str:
 
 def fc_training_table(results: Sequence[dict]) -> str:
     """Depth vs initial and final MSE of the FC runs, with the schedule that ran and the epochs it took."""
-    header = (f"{'family':<8} {'L':>5} {'seed':>4} {'initial MSE':>11} {'train MSE':>10} {'test MSE':>10} "
-              f"{'schedule':<8} {'epochs':>6} stopped")  # fmt: skip
+    header = (
+        f"{'family':<8} {'L':>5} {'seed':>4} {'initial MSE':>11} {'train MSE':>10} {'test MSE':>10} "
+        f"{'schedule':<8} {'epochs':>6} stopped"
+    )
     lines = [header, "-" * len(header)]
     for r in sorted(results, key=lambda r: (r["family"], r["depth"], r["seed"])):
         stopped = (r.get("stopping") or {}).get("stopped") or "-"

@@ -52,7 +52,13 @@ TANGENT_FAMILY = "linear"  # the protocol's zero-output block at every candidate
 # GPT-NeoX dense / dense_4h_to_h, GPT-2 c_proj, Llama / Qwen2 / Mistral o_proj / down_proj, Phi dense / fc2.
 OUTPUT_PROJECTIONS = ("dense", "dense_4h_to_h", "c_proj", "o_proj", "down_proj", "fc2", "out_proj")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
-SNAPSHOT_FILES = ["*.json", "*.txt", "*.model", "*.tiktoken", "*.safetensors"]  # the weights as safetensors when the repo has them
+SNAPSHOT_FILES = [
+    "*.json",
+    "*.txt",
+    "*.model",
+    "*.tiktoken",
+    "*.safetensors",
+]  # the weights as safetensors when the repo has them
 FAMILIES = "GPT-NeoX, GPT-2, Llama, Qwen2, Mistral, Phi"
 
 
@@ -156,7 +162,9 @@ def zero_output_layer(layer: nn.Module) -> nn.Module:
                     module.bias.zero_()
                 zeroed += 1
     if zeroed < 2:
-        raise ValueError(f"{type(layer).__name__}: found {zeroed} of its two output projections ({', '.join(OUTPUT_PROJECTIONS)})")
+        raise ValueError(
+            f"{type(layer).__name__}: found {zeroed} of its two output projections ({', '.join(OUTPUT_PROJECTIONS)})"
+        )
     return new
 
 
@@ -247,7 +255,9 @@ class HubUnavailable(UserError):
 
 def hub_offline() -> bool:
     """``HF_HUB_OFFLINE`` as huggingface_hub reads it (now, or when it was imported)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE") or bool(huggingface_hub.constants.HF_HUB_OFFLINE)
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE") or bool(
+        huggingface_hub.constants.HF_HUB_OFFLINE
+    )
 
 
 def is_local(model: str) -> bool:
@@ -265,9 +275,17 @@ def resolve_snapshot(repo: str, revision: str | None, *, local_only: bool = Fals
     """
     offline = hub_offline() or local_only
     try:
-        folder = Path(huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=SNAPSHOT_FILES, local_files_only=offline))
+        folder = Path(
+            huggingface_hub.snapshot_download(
+                repo, revision=revision, allow_patterns=SNAPSHOT_FILES, local_files_only=offline
+            )
+        )
         if not weight_files(folder):
-            folder = Path(huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=["*.bin"], local_files_only=offline))
+            folder = Path(
+                huggingface_hub.snapshot_download(
+                    repo, revision=revision, allow_patterns=["*.bin"], local_files_only=offline
+                )
+            )
     except Exception as exc:  # LocalEntryNotFoundError offline, connection errors, unknown repo or revision
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         if not offline:
@@ -307,7 +325,9 @@ def check_weight_files(folder: str | os.PathLike) -> list[Path]:
                 pass
         except Exception as exc:  # SafetensorError (a bad header), OSError
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-            raise UserError(f"{path} is not a readable safetensors file ({reason}); replace it with the model's own file") from None
+            raise UserError(
+                f"{path} is not a readable safetensors file ({reason}); replace it with the model's own file"
+            ) from None
     return files
 
 
@@ -320,7 +340,12 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 def load_causal_lm(
-    model: str, *, revision: str | None = None, tokenizer: bool = True, dtype: torch.dtype = torch.float32, hash_weights: bool = True,
+    model: str,
+    *,
+    revision: str | None = None,
+    tokenizer: bool = True,
+    dtype: torch.dtype = torch.float32,
+    hash_weights: bool = True,
     local_only: bool = False,
 ) -> LoadedLM:
     """``AutoModelForCausalLM`` (and ``AutoTokenizer``) from a Hub id at ``revision`` or a local directory.
@@ -334,7 +359,9 @@ def load_causal_lm(
     if is_local(model):
         folder = Path(model).expanduser().resolve()
         if not folder.is_dir():
-            raise UserError(f"--model-path {model}: no such directory; give a folder written by save_pretrained (config.json and weights)")
+            raise UserError(
+                f"--model-path {model}: no such directory; give a folder written by save_pretrained (config.json and weights)"
+            )
         commit = folder.name if folder.parent.name == "snapshots" else None
         name = str(folder)
     else:
@@ -344,9 +371,16 @@ def load_causal_lm(
     try:
         lm = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
         tok = AutoTokenizer.from_pretrained(folder) if tokenizer else None
-    except (OSError, ValueError, KeyError, safetensors.SafetensorError) as exc:  # unknown architecture, missing tokenizer files, ...
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        safetensors.SafetensorError,
+    ) as exc:  # unknown architecture, missing tokenizer files, ...
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise UserError(f"{name}: transformers cannot load it as a causal LM with its tokenizer ({reason}); pass a causal LM's folder or Hub id") from None
+        raise UserError(
+            f"{name}: transformers cannot load it as a causal LM with its tokenizer ({reason}); pass a causal LM's folder or Hub id"
+        ) from None
     record = {
         "model": name,
         "revision": revision,
@@ -355,4 +389,3 @@ def load_causal_lm(
         "model_class": type(lm).__name__,
     }
     return LoadedLM(lm, tok, record)
-
