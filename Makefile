@@ -58,7 +58,7 @@ mini: $(STAMP)
 mini-readme: $(STAMP)
 	$(PY) -c 'from common.experiments.make_figures import update_readme; update_readme("README.md", "results/mini/figures/claims.md")'
 
-## test: install, then run the whole test suite (ruff included, as a test)
+## test: install, then run the whole test suite (ruff check and ruff format --check included, as tests)
 test: $(STAMP)
 	$(PY) -m pytest
 
@@ -76,6 +76,7 @@ slurm-status:
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean-smoke:
 	rm -rf $(OUT)

@@ -1,4 +1,4 @@
-"""ruff is part of the test command: the tree stays lint-clean."""
+"""ruff is part of the test command: the tree stays lint-clean and formatted (`ruff format`)."""
 
 import shutil
 import subprocess
@@ -13,3 +13,10 @@ def test_ruff_check_is_clean():
     cmd = [str(ruff)] if ruff.exists() else [shutil.which("ruff") or "ruff"]
     proc = subprocess.run([*cmd, "check", "."], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ruff_format_leaves_the_tree_unchanged():
+    ruff = Path(sys.executable).with_name("ruff")
+    cmd = [str(ruff)] if ruff.exists() else [shutil.which("ruff") or "ruff"]
+    proc = subprocess.run([*cmd, "format", "--check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, "run `ruff format .`:\n" + proc.stdout + proc.stderr
