@@ -73,6 +73,12 @@ class DecoderPreset:
     text: RemoteText | None = None  # a text source without --text-file: this file, downloaded into data/
 
 
+# What the smoke preset of both decoder experiments shares: CPython's bundled help texts (offline) with the
+# byte tokenizer, the whole stream as the training budget, 8-sequence micro-batches and the exact V_S,l.
+SMOKE_SETTINGS = dict(
+    source="python-docs", tokenizer="byte", train_tokens=None, micro_batch_size=8, exact=True, eval_batch_size=32
+)
+
 P = TypeVar("P", bound=DecoderPreset)
 
 

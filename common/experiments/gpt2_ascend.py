@@ -103,20 +103,15 @@ SMOKE = GPTPreset(
     n_embd=64,
     n_head=4,
     block_size=128,
-    source="python-docs",
-    tokenizer="byte",
     val_tokens=1 << 14,
-    train_tokens=None,
     batch_tokens=16 * 128,
-    micro_batch_size=8,
     steps=60,
     n_evals=3,
     lr=3e-3,
     warmup_steps=6,
     probe_batch_size=8,
     probe_batches=4,
-    exact=True,
-    eval_batch_size=32,
+    **decoder_runs.SMOKE_SETTINGS,
 )
 # mini (docs/decisions.md, section "Mini preset"): Tiny Shakespeare with the byte tokenizer, five depths, one seed.
 MINI = GPTPreset(

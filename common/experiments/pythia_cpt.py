@@ -152,21 +152,16 @@ SMOKE = CPTPreset(
         ModelEntry("tiny-neox-L2-d32", None, None, 3e-3, tiny_gpt_neox(2, 32)),
         ModelEntry("tiny-neox-L4-d64", None, None, 3e-3, tiny_gpt_neox(4, 64)),
     ),
-    source="python-docs",
-    tokenizer="byte",
     block_size=64,
     val_tokens=1 << 13,
-    train_tokens=None,
     batch_tokens=16 * 64,
-    micro_batch_size=8,
     steps=16,
     n_evals=2,
     warmup_steps=2,
     probe_batch_size=4,
     probe_batches=2,
-    exact=True,
-    eval_batch_size=32,
     cpu_threads=1,
+    **decoder_runs.SMOKE_SETTINGS,
 )
 # mini: the two smallest Pythia models probed frozen (steps = 0: no continued pretraining), 32 sequences of
 # 256 tokens of Tiny Shakespeare with each model's own tokenizer; offline, 04 says so and stops (mini_hub_check).
