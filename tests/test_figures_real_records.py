@@ -25,7 +25,7 @@ import torch
 from scipy import stats
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from common import claims, paper
+from common import claims, paper, resnet_sweep
 from common.data.vision import make_synthetic
 from common.experiments import (
     claim_rows,
@@ -35,7 +35,6 @@ from common.experiments import (
     matched_insertion,
     probe_ag,
     pythia_cpt,
-    train_resnet_sweep,
     weight_scaling,
 )
 from common.models.resnet import depth_label
@@ -223,7 +222,7 @@ def test_the_projection_check_covers_every_exact_candidate_of_02_and_05_and_hold
 @pytest.mark.parametrize("metric, text", [("train_loss", "training"), ("test_loss", "test")])
 def test_growths_mean_rows_compare_03s_grown_model_with_the_sweeps_run_of_its_depth(pipeline, metric, text):
     grown = [r for r in records(pipeline.out, growth_vs_scratch.EXPERIMENT) if r["depth_label"] == DEEPEST]
-    scratch = [r for r in records(pipeline.out, train_resnet_sweep.EXPERIMENT) if r["depth_label"] == DEEPEST]
+    scratch = [r for r in records(pipeline.out, resnet_sweep.EXPERIMENT) if r["depth_label"] == DEEPEST]
     assert len(grown) == len(scratch) == len(SEEDS)  # 03 reused the sweep's runs as its scratch runs
     g, s = mean(r[metric] for r in grown), mean(r[metric] for r in scratch)
     value = claim(pipeline, f"growth's mean {text} loss is below scratch's")["reproduced"]
