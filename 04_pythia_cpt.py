@@ -30,7 +30,14 @@ import argparse
 from common import runs
 from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
 from common.data.text_sources import SOURCES
-from common.decoder_flags import add_preset_flags, prepare_once, prepare_only, preset_fields, preset_flags
+from common.decoder_flags import (
+    add_preset_flags,
+    data_and_device_kwargs,
+    prepare_once,
+    prepare_only,
+    preset_fields,
+    preset_flags,
+)
 from common.device import resolve_device
 from common.experiments.pythia_cpt import (
     DEFAULT_DATA_ROOT,
@@ -155,13 +162,8 @@ def main(argv=None) -> int:
         models=models or None,
         model_paths=args.model_path or (),
         revision=args.revision,
-        seeds=args.seeds if args.seeds is not None else [args.seed],
         overrides=overrides,
-        text_path=args.text_file,
-        data_root=args.data_root,
-        fineweb_subset=args.fineweb_subset,
-        device=args.device,
-        amp=args.amp,
+        **data_and_device_kwargs(args),
         fsdp=args.fsdp,
         fsdp_bf16=args.fsdp_bf16,
     )

@@ -27,7 +27,14 @@ from common import runs
 from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_float, positive_int
 from common.data.text_sources import SOURCES
 from common.data.tokenizers import TOKENIZERS
-from common.decoder_flags import add_preset_flags, prepare_once, prepare_only, preset_fields, preset_flags
+from common.decoder_flags import (
+    add_preset_flags,
+    data_and_device_kwargs,
+    prepare_once,
+    prepare_only,
+    preset_fields,
+    preset_flags,
+)
 from common.device import resolve_device
 from common.experiments.gpt2_ascend import (
     DEFAULT_DATA_ROOT,
@@ -108,14 +115,9 @@ def main(argv=None) -> int:
     configs = gpt_configs(
         preset=args.preset,
         depths=args.depths,
-        seeds=args.seeds if args.seeds is not None else [args.seed],
         overrides=overrides,
-        text_path=args.text_file,
-        data_root=args.data_root,
-        fineweb_subset=args.fineweb_subset,
-        device=args.device,
+        **data_and_device_kwargs(args),
         compile=args.compile,
-        amp=args.amp,
         peak_tflops=args.peak_tflops,
     )
     if args.prepare_only:  # tokenise into shards, nothing else (one process)

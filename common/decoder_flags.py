@@ -69,6 +69,19 @@ def preset_fields(flags: dict[str, PresetFlag]) -> tuple[str, ...]:
     return tuple(field for field, _, _ in flags.values())
 
 
+def data_and_device_kwargs(args) -> dict:
+    """The config keywords that scripts 04 and 05 take from the same flags: seeds, text source, token directory,
+    FineWeb-Edu subset, device and autocast (``--seeds``, else ``--seed`` alone)."""
+    return {
+        "seeds": args.seeds if args.seeds is not None else [args.seed],
+        "text_path": args.text_file,
+        "data_root": args.data_root,
+        "fineweb_subset": args.fineweb_subset,
+        "device": args.device,
+        "amp": args.amp,
+    }
+
+
 def prepare_once(
     configs: Iterable[dict], prepare: Callable[[dict], Path], require: Callable[[dict], Path]
 ) -> list[Path]:
