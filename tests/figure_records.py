@@ -57,20 +57,24 @@ def sweep_and_probe(
     test_loss=lambda n, s: 0.6 + 0.001 * s,
     exact: bool = True,
     app_g=app_g_shrinking,
+    sweep_config: dict | None = None,
+    sweep_result: dict | None = None,
 ) -> None:
     """Script 01's runs and script 02's probes of them: AGmax ``ag(n, seed)``; candidates 0..4+N; App. G's
-    ``saturation`` record ``app_g(n, seed)``."""
+    ``saturation`` record ``app_g(n, seed)``; ``sweep_config`` / ``sweep_result``: more keys of each sweep run."""
     for seed in seeds:
         for n in depths:
             sweep_name = write_run(
                 out,
                 sweep.EXPERIMENT,
                 f"{dataset}-resnet{8 + n}-n{n}-seed{seed}",
-                {"preset": preset, "dataset": dataset, "depth_n": n, "seed": seed},
+                {"preset": preset, "dataset": dataset, "depth_n": n, "seed": seed, **(sweep_config or {})},
                 {
                     "train_loss": train_loss(n, seed),
                     "test_loss": test_loss(n, seed),
                     "test_acc": 0.9 - 0.1 * test_loss(n, seed),
+                    "seed": seed,
+                    **(sweep_result or {}),
                 },
             ).name
             top = ag(n, seed)
