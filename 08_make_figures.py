@@ -99,7 +99,10 @@ def main(argv=None) -> int:
     )
     checks = sum(1 for r in report.claims if r["kind"] == IDENTITY)
     print(f"claims: {verdict_counts(report.claims)}; identity checks apart: {checks}")
-    print(f"read the {preset} records under {args.out}: {len(rec.dropped)} finished runs left out")
+    used = sum(int((df["preset"] == preset).sum()) for df in scan.frames.values() if "preset" in df)
+    print(
+        f"read the {preset} records under {args.out}: {used} finished runs used, {len(rec.dropped)} finished runs left out"
+    )
     print(f"figures and tables: {report.figures_dir}/")
     print(f"claims report: {report.claims_path}")
     return 0
