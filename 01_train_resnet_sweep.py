@@ -26,7 +26,7 @@ from common.cli import (
 from common.data.vision import DATASETS
 from common.experiments.train_resnet_sweep import summary_table
 from common.launch import launch_from_args
-from common.resnet_sweep import check_sweep_data, preset_seeds, sweep_configs, train_resnet_run
+from common.resnet_sweep import check_sweep_plan, preset_seeds, sweep_configs, train_resnet_run
 from common.runs import make_specs
 
 PLANNER_FLAGS = (
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     configs = sweep_configs(**flags_for(sweep_configs, args, PLANNER_FLAGS, seeds=seeds))
     specs = make_specs(configs, args.out)
     results = launch_from_args(
-        train_resnet_run, specs, args, job_kind="train", desc="resnet sweep", check=check_sweep_data
+        train_resnet_run, specs, args, job_kind="train", desc="resnet sweep", check=check_sweep_plan
     )
     if results is not None:
         print(summary_table(results))

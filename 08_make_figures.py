@@ -1,17 +1,20 @@
 """Every figure and table, and the paper-against-reproduction claims report, from the run records alone.
 
 Reads the finished runs of 01-07 under ``--out`` (``result.json``, ``config.json`` and the summary
-tables; no training, no probing, seconds) for one ``--preset``, and writes into ``--figures-dir``
-(default ``<out>/figures``): ``figN_<name>.png`` and ``.pdf`` per figure, ``tables/<name>.md`` and
-``.csv`` per table, and ``claims.md``, one row per quantitative claim of the paper with the rule
+tables; no training, no probing, seconds; ``--out`` is only read) for one preset, and writes into
+``--figures-dir`` (default ``<out>/figures``): ``figN_<name>.png`` and ``.pdf`` per figure, ``tables/<name>.md``
+and ``.csv`` per table, and ``claims.md``, one row per quantitative claim of the paper with the rule
 that gave its verdict (:mod:`common.claims`; its error rates: ``docs/claim-rules.md``), then the
-identity checks apart (never counted among the claims). A figure whose records are missing is skipped with
-one line naming the command that makes them; the exit code stays 0. The record formats and the
-choices of which records to use are documented in :mod:`common.experiments.make_figures`.
+identity checks apart (never counted among the claims). Without ``--preset`` the preset is the records'
+own; a ``--preset`` the records do not hold is refused rather than replace their report. A figure whose
+records are missing is skipped with one line naming the command that makes them; the exit code stays 0.
+A finished run that cannot be used (a malformed record) is named in one warning line and in the report's
+banner, and ``--strict`` makes it an error. The record formats and the choices of which records to use are
+documented in :mod:`common.experiments.make_figures`.
 
-    python 08_make_figures.py --preset smoke --out runs/smoke
+    python 08_make_figures.py --out runs/smoke
     python 08_make_figures.py --preset mini --out results/mini --figures-dir results/mini/figures
-    python 08_make_figures.py --out runs --figures-dir figures
+    python 08_make_figures.py --out runs --figures-dir figures --strict
 """
 
 from __future__ import annotations
@@ -22,11 +25,21 @@ import time
 from pathlib import Path
 
 from common.cli import check_flag_use, ensure_writable_dir, entry_point, make_parser, parse_args
-from common.experiments.make_figures import FIGURES, IDENTITY, build, verdict_counts
+from common.errors import UserError
+from common.experiments.make_figures import (
+    FIGURES,
+    IDENTITY,
+    build,
+    dropped_line,
+    load_records,
+    records_preset,
+    scan_records,
+    verdict_counts,
+)
 
 log = logging.getLogger("08_make_figures")
 
-SCRIPT_FLAGS = ("preset", "figures_dir", "dry_run")  # it reads records and launches nothing
+SCRIPT_FLAGS = ("preset", "figures_dir", "dry_run", "strict")  # it reads records and launches nothing
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,22 +52,45 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"where the figures, tables/ and claims.md go; None: <out>/{FIGURES} "
         "(the repository's committed paper-scale figures: --figures-dir figures)",
     )
+    group.add_argument(
+        "--strict",
+        action="store_true",
+        help="a finished run that cannot be used (a malformed record) is an error (exit 2, nothing written), "
+        "not a warning and a report without it",
+    )
     group.add_argument("--dry-run", action="store_true", help="say what would be read and written, and exit")
     return check_flag_use(parser, script=SCRIPT_FLAGS, launches=False)
 
 
 @entry_point
 def main(argv=None) -> int:
-    args = parse_args(build_parser(), argv)
+    args = parse_args(build_parser(), argv, writes_out=False)
     figures_dir = args.figures_dir if args.figures_dir is not None else args.out / FIGURES
+    scan = scan_records(args.out)
+    left_out = dropped_line(args.out, scan.dropped)
+    if left_out and args.strict:
+        raise UserError(f"{left_out}; fix or delete them, or leave out --strict to write the report without them")
+    preset = records_preset(scan, args.preset)
+    rec = load_records(args.out, preset, scan)
     if args.dry_run:
         print(
-            f"would read the {args.preset} records under {args.out} and write figures, tables and claims.md into {figures_dir}"
+            f"would read the {preset} records under {args.out} and write figures, tables and claims.md into {figures_dir}"
         )
         return 0
-    ensure_writable_dir(figures_dir, flag="--figures-dir" if args.figures_dir is not None else "--out")
+    if left_out:
+        log.warning("%s; fix or delete them (the report's banner names them; --strict makes this an error)", left_out)
+    if args.figures_dir is not None:
+        ensure_writable_dir(figures_dir, flag="--figures-dir")
+    else:
+        try:
+            ensure_writable_dir(figures_dir, flag="--out")
+        except UserError:
+            raise UserError(
+                f"--out {args.out}: the figures go to {figures_dir} by default, which cannot be written (08 only "
+                "reads --out); pass --figures-dir a writable directory"
+            ) from None
     start = time.perf_counter()
-    report = build(args.out, figures_dir, args.preset)
+    report = build(args.out, figures_dir, preset, records=rec)
     for line in report.skipped:
         print(line)
     print(
@@ -63,6 +99,10 @@ def main(argv=None) -> int:
     )
     checks = sum(1 for r in report.claims if r["kind"] == IDENTITY)
     print(f"claims: {verdict_counts(report.claims)}; identity checks apart: {checks}")
+    used = sum(int((df["preset"] == preset).sum()) for df in scan.frames.values() if "preset" in df)
+    print(
+        f"read the {preset} records under {args.out}: {used} finished runs used, {len(rec.dropped)} finished runs left out"
+    )
     print(f"figures and tables: {report.figures_dir}/")
     print(f"claims report: {report.claims_path}")
     return 0

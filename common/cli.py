@@ -14,9 +14,11 @@ Every flag has exactly one consumer: the planner (the flags a script lists for i
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import inspect
 import math
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -79,22 +81,23 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
     shared.add_argument(
         "--preset",
         choices=PRESETS,
-        default="paper",
+        default="paper" if launches else None,
         help="'paper': the paper's settings (GPU cluster scale, real datasets); "
         "'smoke': minutes on a laptop CPU with offline data, same code paths; "
         "'mini': real CIFAR-10 images and real text at reduced scale (about 100 minutes on a 2-core CPU; "
-        'README, section "Results")',
+        'README, section "Results")' + ("" if launches else "; None: the preset of the records under --out"),
     )
     shared.add_argument(
         "--out",
         type=Path,
         default=Path("runs"),
-        help="root directory of run directories (config.json, metrics.jsonl, result.json, checkpoints)",
+        help="root directory of run directories (config.json, metrics.jsonl, result.json, checkpoints)"
+        + ("" if launches else ", read only"),
     )
     shared.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     if not launches:
         return parser
-    shared.add_argument("--seed", type=int, default=0, help="base random seed of every planned run")
+    shared.add_argument("--seed", type=non_negative_int, default=0, help="base random seed of every planned run")
     shared.add_argument(
         "--device",
         choices=DEVICES,
@@ -184,27 +187,48 @@ def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse ``argv``, set up logging, and check ``--out`` unless this is a dry run."""
+def parse_args(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, *, writes_out: bool = True
+) -> argparse.Namespace:
+    """Parse ``argv``, set up logging, and check ``--out`` unless this is a dry run: writable (``writes_out``; it is
+    not created yet, so a call refused later leaves no empty folder behind), else an existing folder to read."""
     args = parser.parse_args(argv)
     setup_logging(verbose=getattr(args, "verbose", False))
     if getattr(args, "slurm_profile", None) is not None:  # a bad profile fails before any planning
         load_profile(args.slurm_profile)
-    if not getattr(args, "dry_run", False):
+    if not writes_out:
+        args.out = ensure_readable_dir(args.out, flag="--out")
+    elif not getattr(args, "dry_run", False):
         args.out = ensure_writable_dir(args.out, flag="--out")
     return args
 
 
-def ensure_writable_dir(path: Path, *, flag: str) -> Path:
-    """Create ``path`` if needed and prove it is writable by writing a probe file."""
+def ensure_writable_dir(path: Path, *, flag: str, create: bool = False) -> Path:
+    """Prove that ``path`` can be written, with a probe file in it or, while it does not exist yet, in its nearest
+    existing parent (which it would be created in); ``create``: create it now."""
     path = Path(path)
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+        where = next(p for p in (path, *path.parents) if p.exists() or p == Path(p.anchor or "."))
+        if not where.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "a file is in the way", str(where))
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".write-probe-"):
             pass
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise UserError(f"{flag} {path}: cannot write there ({reason}); pass {flag} a writable directory") from None
+    return path
+
+
+def ensure_readable_dir(path: Path, *, flag: str) -> Path:
+    """``path``, an existing directory this process can list; else a :class:`UserError` (nothing is created)."""
+    path = Path(path)
+    if not path.is_dir():
+        what = "is a file" if path.exists() else "does not exist"
+        raise UserError(f"{flag} {path}: {what}; pass {flag} the folder the scripts wrote their runs into")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: cannot be read (permission denied); make it readable, or pass another {flag}")
     return path
 
 
@@ -242,7 +266,7 @@ def flags_for(fn: Callable, args: argparse.Namespace, flags: Iterable[str], **gi
 
 
 def comma_ints(text: str) -> list[int]:
-    """Parse ``"0,1,2"`` or ``"1:100"`` (inclusive range) or ``"1:49:4"`` into a non-empty list of ints."""
+    """Parse ``"0,1,2"`` or ``"1:100"`` (inclusive range) or ``"1:49:4"`` into a non-empty list of distinct ints >= 0."""
     try:
         if ":" in text:
             parts = [int(p) for p in text.split(":")]
@@ -260,6 +284,13 @@ def comma_ints(text: str) -> list[int]:
     if not values:
         raise argparse.ArgumentTypeError(
             f"{text!r} gives no values; give a list like 0,1,2 or a range start:stop with start <= stop"
+        )
+    if min(values) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} holds a negative value; depths and seeds are >= 0")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:  # the same run planned twice (docs/runs.md, section "Runs and records")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} repeats {','.join(map(str, repeated))}; give each value once (each value is one run)"
         )
     return values
 

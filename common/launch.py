@@ -23,6 +23,7 @@ A script whose runs are one process each refuses to be started several times by 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import re
@@ -70,7 +71,12 @@ class RunJob(submitit.helpers.Checkpointable):
             export_submitit_env()
         if runs.is_done(spec.dir):
             return runs.read_result(spec.dir)
-        return self.fn(spec)
+        if env_info().rank != 0:  # a multi-task job: its rank 0 holds the run's lock for every task
+            return self.fn(spec)
+        with runs.RunLock(spec.dir):  # another live process training this run: RunLocked (one line)
+            if runs.is_done(spec.dir):  # another process finished it since the plan was made
+                return runs.read_result(spec.dir)
+            return self.fn(spec)
 
     def checkpoint(self, spec: RunSpec) -> submitit.helpers.DelayedSubmission:
         """Requeue the same call; the job function resumes from ``spec.dir``'s checkpoint."""
@@ -106,9 +112,15 @@ class Plan:
 
     @classmethod
     def of(cls, specs: Sequence[RunSpec]) -> Plan:
+        """Each spec finished or to run; a finished run's records are read back first (:func:`common.runs.read_run`):
+        a malformed one, or one whose config was edited since, is a :class:`UserError`, never counted finished."""
         plan = cls(specs=list(specs))
         for spec in plan.specs:
-            (plan.done if runs.is_done(spec.dir) else plan.todo).append(spec)
+            if runs.is_done(spec.dir):
+                runs.read_run(spec.dir)
+                plan.done.append(spec)
+            else:
+                plan.todo.append(spec)
         return plan
 
     def describe(self, queued: Mapping[Path, submitit.Job] | None = None) -> str:
@@ -167,8 +179,16 @@ def launch(
     job = RunJob(fn)
     folder = Path(log_folder) if log_folder else default_log_folder(specs)
     if launcher == "inline":
+        busy = []
         for spec in tqdm(plan.todo, desc=desc, unit="run", disable=not plan.todo):
-            job(spec)
+            try:
+                job(spec)
+            except runs.RunLocked as exc:
+                if len(plan.todo) == 1:
+                    raise
+                log.warning("%s; skipped here, the other runs go on", exc)
+                busy.append(spec)
+        _refuse_busy([spec for spec in busy if not runs.is_done(spec.dir)], len(plan.specs))
     elif launcher == "local":
         if plan.todo:
             slots = slots if slots is not None else local_slots("auto", distributed=False)
@@ -180,6 +200,17 @@ def launch(
     else:
         raise UserError(f"--launcher {launcher}: unknown launcher; use inline, local or slurm")
     return [runs.read_result(spec.dir) for spec in plan.specs]
+
+
+def _refuse_busy(busy: Sequence[RunSpec], planned: int) -> None:
+    """After an inline sweep: the runs it skipped because another process trains them, and which are still
+    unfinished, are one :class:`UserError` (the others ran; rerunning collects them once they are finished)."""
+    if busy:
+        raise UserError(
+            f"{len(busy)} of {planned} planned runs are being trained by another process and were skipped here "
+            f"({', '.join(spec.name for spec in busy)}); the others are finished: rerun this command when that "
+            "process is done to collect them (finished runs are skipped)"
+        )
 
 
 def launch_from_args(
@@ -302,6 +333,7 @@ def launch_torchrun_ranks(fn: JobFn, specs: Sequence[RunSpec], args, *, desc: st
     info = init_distributed(resolve_device(getattr(args, "device", "auto")))
     todo: list[RunSpec] | None = None
     error = None
+    locks = contextlib.ExitStack()  # rank 0 holds every planned run's lock while the processes train them
     if info.is_main:
         try:
             plan = Plan.of(specs)
@@ -310,6 +342,8 @@ def launch_torchrun_ranks(fn: JobFn, specs: Sequence[RunSpec], args, *, desc: st
             else:
                 for spec in plan.todo:  # a config mismatch stops every rank before anything starts
                     runs.prepare_run(spec.out, spec.config)
+                for spec in plan.todo:  # so does a run another process is training
+                    locks.enter_context(runs.RunLock(spec.dir))
                 todo = plan.todo
                 log.info(
                     "%s: %d planned, %d to run on %d processes (torchrun)",
@@ -319,14 +353,16 @@ def launch_torchrun_ranks(fn: JobFn, specs: Sequence[RunSpec], args, *, desc: st
                     info.world_size,
                 )
         except UserError as exc:
+            locks.close()
             error = str(exc)
     message = broadcast_from_main({"todo": todo, "error": error})
     if message["error"] is not None:
         raise UserError(message["error"])
     if message["todo"] is None:
         return None
-    for spec in tqdm(message["todo"], desc=desc, unit="run", disable=not info.is_main or not message["todo"]):
-        fn(spec)
+    with locks:
+        for spec in tqdm(message["todo"], desc=desc, unit="run", disable=not info.is_main or not message["todo"]):
+            fn(spec)
     destroy_distributed()
     return [runs.read_result(spec.dir) for spec in specs] if info.is_main else None
 
@@ -355,9 +391,19 @@ def make_executor(launcher: str, folder: str | Path, params: dict[str, Any]) -> 
 
 
 def _submit(job: RunJob, todo: list[RunSpec], launcher: str, params: dict, folder: Path) -> list[submitit.Job]:
+    """Submit ``todo`` as one job array; a cluster that does not answer (``sbatch`` failing, or missing) is one
+    :class:`UserError` carrying sbatch's own message (which submitit would print apart)."""
     executor = make_executor(launcher, folder, params)
-    with executor.batch():
-        jobs = [executor.submit(job, spec) for spec in todo]
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), executor.batch():
+            jobs = [executor.submit(job, spec) for spec in todo]
+    except (submitit.core.utils.FailedJobError, OSError) as exc:
+        text = " ".join((str(exc).strip() or said.getvalue().strip() or type(exc).__name__).split())
+        raise UserError(
+            f"--launcher {launcher}: sbatch could not submit the jobs ({text[:300]}); check that the cluster "
+            "answers (sinfo, squeue) and the profile's partition and account, or use --launcher local or inline"
+        ) from None
     log.info(
         "submitted %d jobs (%s): ids %s; logs under %s", len(jobs), launcher, ", ".join(j.job_id for j in jobs), folder
     )

@@ -30,9 +30,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from common import runs
 from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision, warn_unused_data_root, with_train_subset
@@ -346,12 +350,22 @@ def fit_resnet(spec: RunSpec, make_model: ModelFn) -> dict:
     return result
 
 
+RESULT_KEYS = ("train_loss", "test_loss")  # what every reader of a finished sweep run needs in its result.json
+
+
+def read_sweep_run(run_dir: str | Path) -> runs.Run:
+    """A finished sweep run's records, read the one way every script reads them (:func:`common.runs.read_run`:
+    :data:`CONFIG_KEYS` in the config, whose identity must match the directory; :data:`RESULT_KEYS` as finite
+    numbers in the result); anything else is a :class:`UserError` naming the file and the fix."""
+    return runs.read_run(run_dir, config_keys=CONFIG_KEYS, result_keys=RESULT_KEYS, numbers=RESULT_KEYS)
+
+
 def load_trained_resnet(run_dir: str | Path, map_location="cpu") -> ResNet:
     """The trained model of a finished sweep run, in eval mode (from config.json + model.pt)."""
     run_dir = Path(run_dir)
     if not runs.is_done(run_dir):
         raise UserError(f"{run_dir} is not a finished sweep run (no result.json); run 01_train_resnet_sweep.py first")
-    config = runs.read_config(run_dir, CONFIG_KEYS)
+    config = read_sweep_run(run_dir).config
     state = load_weights(run_dir, map_location)
     if "head.fc.weight" not in state:
         raise UserError(
@@ -389,14 +403,113 @@ def check_sweep_data(configs: Sequence[dict]) -> None:
     launching")."""
     seen = set()
     for config in configs:
-        key = json.dumps(
-            [config["dataset"], config.get("data"), config.get("runtime", {}).get("data_root")],
-            sort_keys=True,
-            default=str,
-        )
+        key = _data_key(config)
         if key not in seen:
             seen.add(key)
             load_sweep_data(config)
+
+
+def _data_key(config: dict) -> str:
+    """What identifies a sweep config's data source (configs with one key load the same images)."""
+    return json.dumps(
+        [config["dataset"], config.get("data"), config.get("runtime", {}).get("data_root")], sort_keys=True, default=str
+    )
+
+
+def check_sweep_plan(configs: Sequence[dict]) -> None:
+    """Script 01's check before any run directory exists: every data source loads (:func:`check_sweep_data`), and a
+    ``--preset paper`` plan that would train on a CPU is warned about with its estimated time (:func:`warn_cpu_time`)."""
+    check_sweep_data(configs)
+    warn_cpu_time(configs)
+
+
+def warn_cpu_time(configs: Sequence[dict]) -> None:
+    """One warning line when runs of ``--preset paper`` would train on this machine's CPU: how long, estimated.
+
+    Not a refusal (a CPU may be what one has), but the paper preset is sized for GPUs: 101 depths of 200
+    epochs each on CIFAR. The estimate (:func:`estimate_training_s`) is marked as one in the line.
+    """
+    paper = [c for c in configs if c.get("preset") == "paper"]
+    if not paper or resolve_device(paper[0].get("runtime", {}).get("device") or "auto").type != "cpu":
+        return
+    seconds, step_s, batch = estimate_training_s(paper)
+    log.warning(
+        "--preset paper on a CPU: %d runs to train, about %s on this machine (an estimate: %.2f s per training step "
+        "of ResNet-8 on %d images, measured here, scaled by each depth's FLOP count and step count; evaluation not "
+        "counted); the paper preset is sized for GPUs (--device cuda, --launcher slurm), --preset mini for a CPU",
+        len(paper),
+        _duration(seconds),
+        step_s,
+        batch,
+    )
+
+
+def estimate_training_s(configs: Sequence[dict], *, steps: int = 2) -> tuple[float, float, int]:
+    """Estimated CPU seconds to train ``configs`` (sweep configs), the measured seconds per step and its batch size.
+
+    One measurement: ``steps`` SGD steps of ResNet-8 (after two warm-up steps) on random images of the first
+    config's size and batch. Each run then costs ``epochs * (train images // batch)`` steps, each step that time
+    scaled by the run's forward FLOP count over ResNet-8's (``torch.utils.flop_counter`` on the meta device: no
+    compute). An estimate: it ignores evaluation and data loading, and assumes time follows FLOPs.
+    """
+    first = configs[0]
+    data = load_sweep_data(first)
+    shape = tuple(data.x_train.shape[1:])
+    batch = int(first["train"]["batch_size"])
+    step_s = _measured_step_s(first, shape, batch, data.num_classes, steps)
+    base = _forward_flops(first, shape, data.num_classes, 0)
+    total = 0.0
+    images_of = {_data_key(first): len(data.y_train)}
+    for config in configs:
+        key = _data_key(config)
+        if key not in images_of:
+            images_of[key] = len(load_sweep_data(config).y_train)
+        images = images_of[key]
+        run_steps = config["train"]["epochs"] * max(1, images // config["train"]["batch_size"])
+        ratio = _forward_flops(config, shape, data.num_classes, config["depth_n"]) / base
+        total += run_steps * step_s * ratio * config["train"]["batch_size"] / batch
+    return total, step_s, batch
+
+
+def _measured_step_s(config: dict, shape: tuple, batch: int, num_classes: int, steps: int) -> float:
+    model = build_resnet({**config, "depth_n": 0}, num_classes).to(memory_format=torch.channels_last)
+    optimizer = SGDRecipe.from_config(config["train"]).make_optimizer(model)
+    x = torch.randn(batch, *shape).to(memory_format=torch.channels_last)
+    y = torch.randint(0, num_classes, (batch,))
+    times = []
+    for _ in range(2 + steps):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        times.append(time.perf_counter() - start)
+    return sorted(times[2:])[len(times[2:]) // 2]
+
+
+@functools.cache
+def _block_flops(widths: tuple, shape: tuple, num_classes: int, n: int) -> int:
+    with torch.device("meta"):
+        model = ResNet(ResNetConfig(extra_blocks=n, widths=widths, num_classes=num_classes))
+        x = torch.empty(1, *shape)
+    with FlopCounterMode(display=False) as counter:
+        model(x)
+    return counter.get_total_flops()
+
+
+def _forward_flops(config: dict, shape: tuple, num_classes: int, n: int) -> int:
+    """ResNet-(8+N)'s forward FLOPs per image: blocks are added to the stages in turn, so N = 3q + r costs ResNet-8's
+    plus q cycles of three blocks plus the first r blocks of one (four counts, for any N)."""
+    widths = tuple(config.get("model", {}).get("widths", ResNetConfig.for_dataset(config["dataset"], 0, 1).widths))
+    f = [_block_flops(widths, shape, num_classes, k) for k in range(4)]
+    q, r = divmod(n, 3)
+    return f[0] + q * (f[3] - f[0]) + (f[r] - f[0])
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("years", 365 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.0f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def check_sweep_inputs(configs: Sequence[dict], *, data: bool = True) -> None:
@@ -449,11 +562,10 @@ def finished_sweep_runs(
 ) -> list[Path]:
     """Directories of the finished sweep runs on ``dataset`` under ``out``, sorted by (N, seed)."""
     found = []
-    for directory in sorted((Path(out) / EXPERIMENT).glob("*")):
-        if not runs.is_done(directory) or not (directory / runs.CONFIG).is_file():
+    for directory in runs.run_dirs(Path(out) / EXPERIMENT):
+        if not runs.is_done(directory):
             continue
-        config = runs.read_config(directory, CONFIG_KEYS)
-        runs.read_result(directory)  # a finished run's record must be readable too
+        config = read_sweep_run(directory).config  # a malformed finished run is one line, never left out in silence
         if config.get("dataset") != dataset:
             continue
         if (preset is not None and config.get("preset") != preset) or (seed is not None and config.get("seed") != seed):
@@ -470,6 +582,7 @@ __all__ = [
     "build_resnet",
     "check_sweep_data",
     "check_sweep_inputs",
+    "check_sweep_plan",
     "finished_sweep_runs",
     "fit_resnet",
     "load_sweep_data",
@@ -477,6 +590,7 @@ __all__ = [
     "load_trained_resnet",
     "require_sweep_runs",
     "preset_seeds",
+    "read_sweep_run",
     "sweep_configs",
     "sweep_data_config",
     "sweep_preset",

@@ -566,6 +566,8 @@ def train(
     start_epoch, step, wall = 0, 0, 0.0
     stop = settings.stopping.initial_state() if settings.stopping is not None else None
 
+    if main:  # a crash mid-append left a torn last line: cut it off once, before the lines are counted
+        runs.repair_jsonl(run_dir / runs.METRICS)
     resumed = resume(run_dir, model, optimizer, shard=shard, device=device)
     if resumed is None and main:
         _truncate_metrics(run_dir, 0)  # a fresh start (e.g. after a deleted checkpoint): no earlier epochs remain
@@ -771,7 +773,7 @@ def resume(
         if state is None
         else {
             **{k: v for k, v in state.items() if k not in ("model", "optimizer")},
-            "problem": _fsdp_mismatch(run_dir, state["optimizer"], shard),
+            "problem": _checkpoint_problem(run_dir, state) or _fsdp_mismatch(run_dir, state["optimizer"], shard),
         }
     )
     if world > 1:
@@ -788,11 +790,41 @@ def resume(
     elif world > 1:
         _broadcast_state(model, optimizer, state, device)
     else:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        try:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as exc:  # size mismatch, missing tensors, other parameter groups
+            raise UserError(_misfit(run_dir, exc)) from None
     del state
     devices.set_rng_state(info["rng"], device)
     return info
+
+
+CHECKPOINT_KEYS = ("model", "optimizer", "schedule", "rng", "epoch", "wall_s")  # what train() saves every round
+
+
+def _checkpoint_problem(run_dir: Path, state: dict) -> str | None:
+    """Why a loaded ``checkpoint.pt`` cannot resume this run (keys missing or of the wrong kind), or None."""
+    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    wrong = [k for k in ("model", "optimizer", "schedule") if k in state and not isinstance(state[k], dict)]
+    if (
+        not missing
+        and not wrong
+        and isinstance(state.get("epoch"), int)
+        and isinstance(state["schedule"].get("step"), int)
+    ):
+        return None
+    what = f"lacks the keys {', '.join(missing)}" if missing else "does not hold what this code saves"
+    return f"checkpoint {runs.checkpoint_path(run_dir)} {what}; delete it to restart that run from scratch"
+
+
+def _misfit(run_dir: Path, exc: BaseException) -> str:
+    """The one line for a checkpoint whose tensors do not fit this run's model or optimizer (another depth, ...)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (
+        f"checkpoint {runs.checkpoint_path(run_dir)} does not fit this run's model ({first[:160]}); it was written "
+        "by another run: delete it to restart that run from scratch"
+    )
 
 
 def _broadcast_state(

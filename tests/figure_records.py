@@ -19,9 +19,12 @@ ALL = ("sweep", "probe", "gpt2", "pythia", "growth", "matched", "scaling")
 
 
 def write_run(out: Path, experiment: str, name: str, config: dict, result: dict) -> Path:
-    path = Path(out) / experiment / name
+    """``<out>/<experiment>/<name>-<hash8>`` holding ``config`` and ``result``; the hash is the config's own, as the
+    real jobs name their directories (common.runs.read_run refuses a config that does not hash to its directory)."""
+    config = {"experiment": experiment, "name": name, **config}
+    path = Path(out) / experiment / f"{name}-{runs.config_hash(config)}"
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"experiment": experiment, "name": name, **config}))
+    (path / "config.json").write_text(json.dumps(config))
     (path / "result.json").write_text(json.dumps(result))
     return path
 
@@ -54,23 +57,26 @@ def sweep_and_probe(
     test_loss=lambda n, s: 0.6 + 0.001 * s,
     exact: bool = True,
     app_g=app_g_shrinking,
+    sweep_config: dict | None = None,
+    sweep_result: dict | None = None,
 ) -> None:
     """Script 01's runs and script 02's probes of them: AGmax ``ag(n, seed)``; candidates 0..4+N; App. G's
-    ``saturation`` record ``app_g(n, seed)``."""
+    ``saturation`` record ``app_g(n, seed)``; ``sweep_config`` / ``sweep_result``: more keys of each sweep run."""
     for seed in seeds:
         for n in depths:
-            sweep_name = f"{dataset}-resnet{8 + n}-n{n}-seed{seed}-abcd1234"
-            write_run(
+            sweep_name = write_run(
                 out,
                 sweep.EXPERIMENT,
-                sweep_name,
-                {"preset": preset, "dataset": dataset, "depth_n": n, "seed": seed},
+                f"{dataset}-resnet{8 + n}-n{n}-seed{seed}",
+                {"preset": preset, "dataset": dataset, "depth_n": n, "seed": seed, **(sweep_config or {})},
                 {
                     "train_loss": train_loss(n, seed),
                     "test_loss": test_loss(n, seed),
                     "test_acc": 0.9 - 0.1 * test_loss(n, seed),
+                    "seed": seed,
+                    **(sweep_result or {}),
                 },
-            )
+            ).name
             top = ag(n, seed)
             cands = [
                 {
@@ -164,7 +170,7 @@ def pythia(
         write_run(
             out,
             pythia_cpt.EXPERIMENT,
-            f"{name}-0123abcd",
+            name,
             {"preset": preset, "model": f"EleutherAI/{name}", "revision": "step143000"},
             {
                 "model": f"EleutherAI/{name}",
@@ -262,14 +268,13 @@ def matched(
     drops = drops or {8: 7e-4, 14: 4e-4, 20: 2e-4}
     for i, seed in enumerate(seeds):
         for d, drop in drops.items():
-            sweep_name = f"{dataset}-resnet{d}-n{d - 8}-seed{seed}-ffff0000"
-            write_run(
+            sweep_name = write_run(
                 out,
                 sweep.EXPERIMENT,
-                sweep_name,
+                f"{dataset}-resnet{d}-n{d - 8}-seed{seed}-m",
                 {"preset": preset, "dataset": dataset, "depth_n": d - 8, "seed": seed},
                 {"train_loss": 0.1, "test_loss": 0.5, "test_acc": 0.8},
-            )
+            ).name
             (candidate,) = matched_insertion.resolve_candidates(rule, d - 8)
             drop = drop + spread * (-1) ** i
             rows = [

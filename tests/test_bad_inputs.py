@@ -17,24 +17,33 @@ import argparse
 import hashlib
 import importlib
 import json
+import logging
+import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+import torchvision
+from torch.utils.flop_counter import FlopCounterMode
 from transformers import GPTNeoXConfig
 
-from common import cli, runs
+from common import cli, resnet_sweep, runs
 from common.data.text_sources import TextDataSpec
-from common.device import npu_available
+from common.device import npu_available, rng_state
 from common.errors import UserError
 from common.experiments import gpt2_ascend
 from common.experiments.growth_vs_scratch import growth_plan
 from common.launch import check_before_creating, launch_from_args
+from common.models.resnet import ResNet, ResNetConfig
 from common.resnet_sweep import sweep_configs
 from common.runs import RunSpec
 
@@ -127,6 +136,64 @@ def without_depth_n(out: Path) -> None:
         path.write_text(json.dumps(record))
 
 
+def edit_json(name: str, **changes) -> Callable[[Path], None]:
+    """Set-up: change keys of the finished sweep run's ``name`` (``config.json`` or ``result.json``) by hand."""
+
+    def setup(out: Path) -> None:
+        path = sweep_dir(out) / name
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+    return setup
+
+
+def replace_with_folder(name: str) -> Callable[[Path], None]:
+    """Set-up: the finished sweep run's ``name`` is a directory, not a file."""
+
+    def setup(out: Path) -> None:
+        (sweep_dir(out) / name).unlink()
+        (sweep_dir(out) / name).mkdir()
+
+    return setup
+
+
+def delete(name: str) -> Callable[[Path], None]:
+    return lambda out: (sweep_dir(out) / name).unlink()
+
+
+def npz(**arrays) -> Callable[[Path], None]:
+    """Set-up: ``{tmp}/bad.npz`` holding 8x8 images for ``y_train`` / ``y_test`` and any ``arrays`` given."""
+
+    def setup(out: Path) -> None:
+        labels = {"y_train": np.arange(16) % 4, "y_test": np.arange(8) % 4, **arrays}
+        images = {f"x{k[1:]}": np.zeros((len(labels[k]), 8, 8, 3), np.uint8) for k in ("y_train", "y_test")}
+        np.savez(out.parent / "bad.npz", **{**images, **labels})
+
+    return setup
+
+
+def foreign_checkpoint(**state) -> Callable[[Path], None]:
+    """Set-up: the unfinished run of ``--depths 1`` holding its config and a ``checkpoint.pt`` of ResNet-8 (N = 0),
+    with ``state`` replacing keys (``model=None`` drops the key)."""
+
+    def setup(out: Path) -> None:
+        model = ResNet(ResNetConfig(extra_blocks=0, num_classes=10))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        full = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": {"step": 8},
+            "rng": rng_state(),
+            "epoch": 1,
+            "wall_s": 1.0,
+        }
+        full = {k: v for k, v in {**full, **state}.items() if v is not None}
+        unfinished_run(SWEEP_N1, "config.json", json.dumps(SWEEP_N1).encode())(out)
+        path = RunSpec(SWEEP_N1, str(out)).dir / "checkpoint.pt"
+        torch.save(full, path)
+
+    return setup
+
+
 def unfinished_run(config: dict, name: str, data: bytes) -> Callable[[Path], None]:
     """Set-up: the run directory of ``config`` holding only ``name`` = ``data`` (an interrupted or corrupt run)."""
     return write(lambda out: RunSpec(config, str(out)).dir / name, data)
@@ -178,11 +245,17 @@ def no_device() -> str | None:
 
 DEVICE = absent_device() or "cuda"
 NO_DEVICE = no_device
-SWEEP_READERS = {"02": PROBE, "06": SWEEP, "07": [*SWEEP, "--family", "sweep"], "08": ["--preset", "smoke"]}
+SWEEP_READERS = {  # 08 under --strict: without it a malformed run is one warning and a report without it (tested below)
+    "02": PROBE,
+    "06": SWEEP,
+    "07": [*SWEEP, "--family", "sweep"],
+    "08": ["--preset", "smoke", "--strict"],
+}
 NOT_AN_OBJECT = [
     ("config-list", "config.json", b"[]"),
     ("result-string", "result.json", b'"done"'),
     ("config-number", "config.json", b"5"),
+    ("result-empty", "result.json", b"{}"),
 ]
 SMALL_TEXT = ["--text-file", "{tmp}/small.txt"]
 
@@ -307,6 +380,78 @@ CASES: list[Case] = [
             unfinished_run(SWEEP_N1, "checkpoint.pt", noise(500))(out),
         ],
     ),
+    # the same record classes, for every reader: edited, emptied, NaN, deleted, a folder where a file must be
+    *[
+        Case(f"{n}-sweep-{what}", script_of(n), argv, name, setup=setup)
+        for n, argv in SWEEP_READERS.items()
+        for what, name, setup in (
+            ("config-edited", "config.json", edit_json("config.json", train={"lr": 9.0})),
+            ("result-nan-train-loss", "result.json", edit_json("result.json", train_loss=float("nan"))),
+            ("config-deleted", "config.json", delete("config.json")),
+            ("result-is-a-folder", "result.json", replace_with_folder("result.json")),
+        )
+    ],
+    *each(
+        "01", "finished-config-edited", SWEEP_FLAGS[len(SWEEP) :], "config.json", setup=edit_json("config.json", seed=5)
+    ),
+    *each(
+        "01",
+        "finished-result-is-a-folder",
+        SWEEP_FLAGS[len(SWEEP) :],
+        "result.json",
+        setup=replace_with_folder("result.json"),
+    ),
+    # 08: a --preset the records do not hold would replace their report; a mistyped --out
+    *each("08", "preset-not-in-the-records", ["--preset", "paper"], "--preset paper"),
+    *each("08", "out-missing", ["--out", "{tmp}/no-such-runs"], "--out"),
+    # repeated or negative values: the same run planned twice, a seed numpy refuses
+    *each("01 02 03 04 05 06 07", "seeds-repeated", ["--seeds", "0,0"], "--seeds"),
+    *each("01 03 05 06 07", "depths-repeated", ["--depths", "1,1"], "--depths"),
+    *each("01 02 03 04 05 06 07", "seed-negative", ["--seed", "-1"], "--seed"),
+    # degenerate or unsafe .npz data
+    *[
+        Case(
+            f"{n}-npz-{what}",
+            script_of(n),
+            [*BASE[n], "--dataset", "npz", "--data-root", "{tmp}/bad.npz"],
+            names,
+            setup=setup,
+        )
+        for n in ("01", "03")
+        for what, names, setup in (
+            ("one-class", "y_train holds 1 class", npz(y_train=np.zeros(16, np.int64))),
+            ("label-only-in-test", "only in y_test", npz(y_test=np.arange(8) % 5)),
+            ("object-arrays", "object arrays", npz(y_train=np.array([0, 1, "x"] * 5 + [0], dtype=object))),
+        )
+    ],
+    # a checkpoint of another run, or without what train() saves; metrics lines that are not JSON objects
+    *each(
+        "01",
+        "checkpoint-of-another-depth",
+        ["--depths", "1", "--epochs", "1"],
+        "checkpoint.pt",
+        setup=foreign_checkpoint(),
+    ),
+    *each(
+        "01",
+        "checkpoint-without-model",
+        ["--depths", "1", "--epochs", "1"],
+        "lacks the keys model",
+        setup=foreign_checkpoint(model=None),
+    ),
+    *[
+        Case(
+            f"01-metrics-{what}",
+            script_of("01"),
+            [*SWEEP, "--depths", "1", "--epochs", "1"],
+            "metrics.jsonl",
+            setup=lambda out, data=data: [
+                unfinished_run(SWEEP_N1, "config.json", json.dumps(SWEEP_N1).encode())(out),
+                unfinished_run(SWEEP_N1, "metrics.jsonl", data)(out),
+            ],
+        )
+        for what, data in (("binary", b'{"epoch": 1}\n' + noise(300) + b"\n"), ("not-an-object", b"[1, 2]\n"))
+    ],
     *each(
         "05",
         "corrupt-token-meta",
@@ -576,3 +721,249 @@ def test_an_empty_run_set_is_an_error_and_the_device_is_checked_where_the_job_ru
         check_before_creating(specs, "inline")
     check_before_creating(specs, "slurm")  # the login node need not have the compute node's device
     assert not (tmp_path / "demo").exists()
+
+
+# ----------------------------------------------------------------------------- what 08 reads, and what it leaves out
+def second_sweep_run(out: Path, **changes) -> Path:
+    """A second finished sweep run beside the records' one: its config with ``changes`` (in its own, correctly hashed
+    directory) and its result, whose keys ``result.<key>`` changes replace."""
+    good = sweep_dir(out)
+    config = json.loads((good / "config.json").read_text())
+    result = json.loads((good / "result.json").read_text())
+    config.update({k: v for k, v in changes.items() if not k.startswith("result.")})
+    result.update({k.removeprefix("result."): v for k, v in changes.items() if k.startswith("result.")})
+    path = runs.run_dir(out, config)
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "result.json").write_text(json.dumps(result))
+    return path
+
+
+def read_only(root: Path, writable: bool = False) -> None:
+    for path in [root, *root.rglob("*")]:
+        path.chmod((0o755 if path.is_dir() else 0o644) if writable else (0o555 if path.is_dir() else 0o444))
+
+
+def test_08_names_each_run_it_cannot_use_in_one_warning_and_the_banner_and_only_reads_the_records(
+    records, tmp_path, capsys
+):
+    out = tmp_path / "runs"
+    shutil.copytree(records, out)
+    bad = second_sweep_run(out, seed=7, **{"result.train_loss": float("nan")})
+    main = importlib.import_module("08_make_figures").main
+    before = digests(out)
+    read_only(out)  # 08 only reads --out (a real refusal to write for a user who is not root)
+    try:
+        capsys.readouterr()
+        assert main(["--out", str(out), "--figures-dir", str(tmp_path / "figs")]) == 0  # no --preset: the records'
+        printed = capsys.readouterr()
+        strict = main(["--out", str(out), "--figures-dir", str(tmp_path / "strict"), "--strict"])
+        refused = capsys.readouterr().err
+    finally:
+        read_only(out, writable=True)
+    warnings = [line for line in printed.err.splitlines() if "could not be used" in line]
+    assert len(warnings) == 1 and bad.name in warnings[0] and "train_loss is nan" in warnings[0], printed.err
+    assert "read the smoke records" in printed.out and "1 finished runs left out" in printed.out
+    report = tmp_path / "figs" / "claims.md"
+    text = report.read_text()
+    assert "**Smoke scale.**" in text and "**Runs left out.**" in text and bad.name in text
+    assert report.stat().st_mode & 0o777 == runs.file_mode()  # the umask's mode, not mkstemp's 0600
+    lines = [line for line in refused.splitlines() if line.startswith("08_make_figures.py: error:")]
+    assert strict == 2 and len(lines) == 1 and bad.name in lines[0] and not (tmp_path / "strict").exists()
+    assert digests(out) == before  # nothing under --out written, changed or added
+
+
+def test_08_takes_the_records_preset_and_refuses_records_that_mix_presets(records, tmp_path, capsys):
+    out = tmp_path / "runs"
+    shutil.copytree(records, out)
+    second_sweep_run(out, preset="mini")
+    main = importlib.import_module("08_make_figures").main
+    capsys.readouterr()
+    assert main(["--out", str(out)]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("08_make_figures.py: error:")]
+    assert "mix the presets mini, smoke" in line and "--preset" in line
+    assert not (out / "figures").exists()
+
+
+def test_a_mistyped_out_or_a_failed_download_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
+    for script, argv in (("08_make_figures", ["--preset", "smoke"]), ("02_probe_ag", PROBE)):
+        typo = tmp_path / f"typo-{script}"
+        assert importlib.import_module(script).main([*argv, "--out", str(typo)]) == 2
+        assert not typo.exists(), script
+    capsys.readouterr()
+
+    def offline(*args, **kwargs):
+        raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR100", offline)
+    data, out = tmp_path / "data", tmp_path / "runs"
+    argv = ["--preset", "smoke", "--dataset", "cifar100", "--data-root", str(data), "--depths", "0", "--out", str(out)]
+    assert importlib.import_module("01_train_resnet_sweep").main(argv) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("01_train_resnet_sweep.py: error:")]
+    assert "download failed" in line
+    assert not data.exists() and not out.exists()  # no .cifar100.lock, no empty data/ or runs/
+
+
+def test_an_unreadable_record_is_never_advised_deleted(records, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "runs"
+    shutil.copytree(records, out)
+    read_bytes = Path.read_bytes
+
+    def denied(path: Path) -> bytes:
+        if path.name == "config.json" and path.parent.parent.name == "resnet_sweep":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    capsys.readouterr()
+    assert importlib.import_module("02_probe_ag").main([*PROBE, "--out", str(out)]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("02_probe_ag.py: error:")]
+    assert "permission denied" in line and "delete its run directory" not in line
+    monkeypatch.setattr(torch, "load", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    with pytest.raises(UserError, match="permission denied") as refused:
+        runs.load_checkpoint(sweep_dir(out) / "model.pt")
+    assert "delete it" not in str(refused.value)
+
+
+def test_records_take_the_umasks_mode(records, tmp_path):
+    for name in ("config.json", "result.json", "model.pt"):  # written by 01 under this process's umask
+        assert (sweep_dir(records) / name).stat().st_mode & 0o777 == runs.file_mode(), name
+    previous = os.umask(0o007)  # a group sharing a cluster folder
+    try:
+        runs.atomic_write_json(tmp_path / "config.json", {"a": 1})
+        assert runs.file_mode() == 0o660 and (tmp_path / "config.json").stat().st_mode & 0o777 == 0o660
+    finally:
+        os.umask(previous)
+
+
+# ----------------------------------------------------------------------------- the launcher and the plan
+def test_slurm_without_a_cluster_answering_is_one_line(tmp_path, capsys, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sbatch", "srun", "squeue", "sacct"):  # installed, but no slurmctld answers
+        (bin_dir / tool).write_text(
+            "#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+            "(connect failure)' >&2\nexit 1\n"
+        )
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    argv = [*SWEEP, "--depths", "1", "--epochs", "1", "--launcher", "slurm", "--out", str(tmp_path / "runs")]
+    capsys.readouterr()
+    assert importlib.import_module("01_train_resnet_sweep").main(argv) == 2
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("01_train_resnet_sweep.py: error:")]
+    assert "Unable to contact slurm controller" in line and "--launcher local" in line
+    assert "Traceback" not in err and not [x for x in err.splitlines() if x.startswith("sbatch:")]
+    assert not list((tmp_path / "runs").rglob(runs.RESULT))
+
+
+def test_the_paper_preset_on_a_cpu_warns_with_an_estimated_time_from_flop_counts(monkeypatch, caplog):
+    configs = sweep_configs(preset="paper", dataset="synthetic", depths=[0, 40], epochs=2, batch_size=64, device="cpu")
+    assert resnet_sweep._measured_step_s(configs[0], (3, 32, 32), 4, 10, 1) > 0  # the measurement itself runs
+    monkeypatch.setattr(resnet_sweep, "_measured_step_s", lambda *args: 0.5)
+    with caplog.at_level(logging.WARNING):
+        resnet_sweep.warn_cpu_time(configs)
+        resnet_sweep.warn_cpu_time(sweep_configs(preset="smoke", dataset="synthetic", device="cpu"))  # no word
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "--preset paper on a CPU: 2 runs" in warning and "an estimate" in warning
+    flops = {}
+    for n in (0, 40):  # counted on the real model, not by the shortcut the estimate takes
+        with torch.device("meta"):
+            model, x = ResNet(ResNetConfig(extra_blocks=n, num_classes=10)), torch.empty(1, 3, 32, 32)
+        with FlopCounterMode(display=False) as counter:
+            model(x)
+        flops[n] = counter.get_total_flops()
+    total, step_s, batch = resnet_sweep.estimate_training_s(configs)
+    assert (step_s, batch) == (0.5, 64)
+    assert total == pytest.approx(0.5 * 2 * (512 // 64) * (1 + flops[40] / flops[0]))
+
+
+# ----------------------------------------------------------------------------- faults of real processes
+def tiny_sweep(tmp_path: Path, epochs: int, depths: str = "1") -> tuple[list[str], Path]:
+    """01's flags for a sweep on 64 training images of 8x8 pixels (one step an epoch: the faults, not the training,
+    take the time) under ``tmp_path/runs``, and the run directory of its first depth."""
+    rng = np.random.default_rng(0)
+    labels = {"y_train": np.arange(64) % 4, "y_test": np.arange(32) % 4}
+    images = {f"x{k[1:]}": rng.integers(0, 256, (len(y), 8, 8, 3)).astype(np.uint8) for k, y in labels.items()}
+    data = tmp_path / "tiny.npz"
+    np.savez(data, **images, **labels)
+    out = tmp_path / "runs"
+    flags = ["--preset", "smoke", "--dataset", "npz", "--data-root", str(data), "--device", "cpu", "--out", str(out)]
+    first = int(depths.split(",")[-1])
+    config = sweep_configs(preset="smoke", dataset="npz", data_root=data, depths=[first], epochs=epochs)[0]
+    return [*flags, "--depths", depths, "--epochs", str(epochs)], RunSpec(config, str(out)).dir
+
+
+def test_a_run_a_live_process_holds_is_refused_skipped_in_a_sweep_and_taken_over_once_it_is_gone(tmp_path, capsys):
+    one, run = tiny_sweep(tmp_path, 1)
+    sweep = [*one[:-4], "--depths", "0,1", "--epochs", "1"]
+    holder = subprocess.Popen(  # another process holding the run's lock, as a training process does
+        [
+            sys.executable,
+            "-c",
+            "import sys; from common import runs; runs.RunLock(sys.argv[1]).acquire(); "
+            "print('held', flush=True); sys.stdin.read()",
+            str(run),
+        ],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    train = importlib.import_module("01_train_resnet_sweep").main
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert train(one) == 2  # that one run: refused while its holder lives
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("01_train_resnet_sweep.py: error:")]
+        assert "another process is training this run" in line and f"pid {holder.pid}" in line
+        assert train(sweep) == 2  # a sweep: skips it, trains the other, and says which it left
+        err = capsys.readouterr().err
+        assert "skipped here" in err and "1 of 2 planned runs are being trained by another process" in err
+        assert not runs.is_done(run) and not runs.read_metrics(run)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (run / runs.LOCK).is_file()  # a killed holder cannot remove its lock: the next call takes it over
+    assert train(sweep) == 0
+    assert "taking over the lock" in capsys.readouterr().err
+    assert [m["epoch"] for m in runs.read_metrics(run)] == [1] and not (run / runs.LOCK).exists()
+
+
+def test_a_full_disk_is_one_line_and_leaves_a_run_that_resumes(tmp_path, capsys):
+    argv, run = tiny_sweep(tmp_path, 2)
+    limit = 100_000  # bytes: config.json and a metrics line fit, the first checkpoint does not (ulimit -f)
+    proc = subprocess.run(
+        [sys.executable, "01_train_resnet_sweep.py", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("01_train_resnet_sweep.py: error:")]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "checkpoint.pt could not be written (File too large)" in lines[0] and "resume" in lines[0]
+    assert not runs.is_done(run) and not list(run.glob("*.tmp")) and not (run / runs.LOCK).exists()
+    assert importlib.import_module("01_train_resnet_sweep").main(argv) == 0  # space again: the same command
+    assert [m["epoch"] for m in runs.read_metrics(run)] == [1, 2] and runs.is_done(run)
+
+
+def test_a_torn_metrics_line_after_a_kill_is_cut_once_and_the_resumed_run_has_every_epoch_once(tmp_path, capsys):
+    epochs = 10
+    argv, run = tiny_sweep(tmp_path, epochs)
+    proc = subprocess.Popen([sys.executable, "01_train_resnet_sweep.py", *argv], cwd=ROOT, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not runs.checkpoint_path(run).exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)  # mid-training, after a first checkpoint
+    proc.wait()
+    assert not runs.is_done(run), "the run finished before it could be killed"
+    done = len(runs.read_metrics(run))
+    with open(run / runs.METRICS, "a") as handle:  # what a kill mid-append leaves: a line without its end
+        handle.write(f'{{"epoch": {done + 1}, "step": {done + 1}, "train_lo')
+    capsys.readouterr()
+    assert importlib.import_module("01_train_resnet_sweep").main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count("torn last line") == 1, err
+    assert [m["epoch"] for m in runs.read_metrics(run)] == list(range(1, epochs + 1))

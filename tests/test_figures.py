@@ -52,9 +52,11 @@ def test_every_figure_table_and_the_claims_report_appear(tmp_path, capsys):
     assert f"{folder / 'claims.md'}" in printed
 
 
-def test_no_records_exit_zero_and_name_what_makes_each_figure(tmp_path, capsys):
-    assert script.main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
-    printed = capsys.readouterr().out
+def test_no_records_name_what_makes_each_figure_and_the_script_refuses_an_empty_out(tmp_path, capsys):
+    assert script.main(["--preset", "smoke", "--out", str(tmp_path)]) == 2  # an empty (or mistyped) --out: one line
+    assert "no usable run records" in capsys.readouterr().err and not list(tmp_path.iterdir())  # nothing created
+    report = make_figures.build(tmp_path, tmp_path / "figures", "smoke")  # what each figure needs, named
+    printed = "\n".join(report.skipped)
     skipped = [line for line in printed.splitlines() if ": skipped, no " in line]
     assert len(skipped) == 9, printed  # figures 1, 2, 9 share the probe's records but get a line each
     for needed in (

@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -116,3 +117,51 @@ def test_collect_builds_one_row_per_finished_run(tmp_path):
     assert sorted(frame["depth_n"]) == [1, 2]
     assert set(frame.columns) >= {"depth_n", "test_loss", "runtime.device", "run_dir", "experiment"}
     assert frame.set_index("depth_n").loc[2, "test_loss"] == pytest.approx(0.5)
+
+
+# ----------------------------------------------------------------------------- the run lock's rules
+def holder_file(path, **record):
+    (path / runs.LOCK).write_text(
+        json.dumps({"host": runs.this_host(), "pid": 1, "renewed": time.time(), "lease_s": 300, **record})
+    )
+
+
+def test_a_run_lock_is_refused_while_its_holder_lives_and_taken_over_once_it_is_gone(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    live = {
+        "a live process on this host": {"pid": 1},  # init: alive, and not ours
+        "another host within its lease": {"host": "node-b", "renewed": time.time() - 100},
+    }
+    gone = {
+        "an ended process on this host": {"pid": 2**22 + 7},  # beyond Linux's pid_max: no such process
+        "another host past its lease": {"host": "node-b", "renewed": time.time() - 301},
+        "this SLURM job before its requeue": {"host": "node-b", "job": "4242"},
+        "a torn lock file": None,
+    }
+    for why, record in live.items():
+        holder_file(tmp_path, **record)
+        with pytest.raises(runs.RunLocked, match="another process is training this run"):
+            runs.RunLock(tmp_path).acquire()
+        assert json.loads((tmp_path / runs.LOCK).read_text())["pid"] == record.get("pid", 1), why  # left as it was
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    for why, record in gone.items():
+        if record is None:
+            (tmp_path / runs.LOCK).write_text('{"host": "node-b", "pi')
+        else:
+            holder_file(tmp_path, **record)
+        with runs.RunLock(tmp_path):
+            mine = json.loads((tmp_path / runs.LOCK).read_text())
+            assert (mine["host"], mine["pid"], mine["job"]) == (runs.this_host(), os.getpid(), "4242"), why
+        assert not (tmp_path / runs.LOCK).exists(), why  # released: removed
+
+
+def test_a_run_lock_is_renewed_by_its_holder_and_reentrant(tmp_path):
+    with runs.RunLock(tmp_path, renew_s=0.05) as lock:
+        first = json.loads((tmp_path / runs.LOCK).read_text())["renewed"]
+        time.sleep(0.3)
+        assert json.loads((tmp_path / runs.LOCK).read_text())["renewed"] > first  # the background thread
+        with runs.RunLock(tmp_path):  # a chain job locking its own stage again
+            pass
+        assert (tmp_path / runs.LOCK).is_file() and lock.renew()
+    assert not (tmp_path / runs.LOCK).exists()

@@ -159,13 +159,19 @@ def one_at_a_time(*locks: Path) -> Iterator[None]:
     (a read-only data root and cache), nothing will be written either, so none is needed.
     """
     for path in locks:
+        made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]  # folders this call creates
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch()
         except OSError:
             continue
-        with file_lock(path):
-            yield
+        try:
+            with file_lock(path):  # the lock file goes with the lock
+                yield
+        finally:
+            for folder in made:  # a failed download leaves no empty data folder behind
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
         return
     log.debug("no lock file can be created at %s; preparing the data without one", ", ".join(map(str, locks)))
     yield
@@ -356,15 +362,50 @@ def _load_npz(data_root: str | Path | None) -> VisionData:
             raise UserError(
                 f"{path} lacks the keys {', '.join(missing)} (it has {', '.join(archive.files) or 'none'}); {hint}"
             )
-        arrays = {k: archive[k] for k in NPZ_KEYS}
-        names = archive["class_names"] if "class_names" in archive.files else None
+        try:
+            arrays = {k: archive[k] for k in NPZ_KEYS}
+            names = archive["class_names"] if "class_names" in archive.files else None
+        except ValueError as exc:  # object arrays need pickle, which is never loaded from a data file
+            what = "object arrays (pickled Python objects)" if "allow_pickle" in str(exc) else type(exc).__name__
+            raise UserError(
+                f"{path} holds {what}, which are not loaded; save numeric arrays (np.savez with uint8 images and "
+                f"integer labels, np.asarray(..., dtype=np.uint8)); {hint}"
+            ) from None
+        except Exception as exc:  # a truncated or corrupt member
+            raise UserError(f"{path} is not a readable .npz file ({type(exc).__name__}); {hint}") from None
     xs = {k: _npz_images(path, k, arrays[k], hint) for k in ("x_train", "x_test")}
     ys = {k: _npz_labels(path, k, arrays[k], len(xs["x" + k[1:]]), hint) for k in ("y_train", "y_test")}
     num_classes = int(max(ys["y_train"].max(), ys["y_test"].max())) + 1
     if names is not None:
         num_classes = max(num_classes, len(names))
+    _check_npz_classes(path, ys["y_train"], ys["y_test"], num_classes)
     mean, std = channel_stats(xs["x_train"])
     return VisionData(xs["x_train"], ys["y_train"], xs["x_test"], ys["y_test"], num_classes, mean, std, path.stem)
+
+
+def _check_npz_classes(path: Path, y_train: torch.Tensor, y_test: torch.Tensor, num_classes: int) -> None:
+    """Refuse labels a classifier cannot learn from: fewer than 2 classes in ``y_train``, or a class (0 .. C-1,
+    C from the largest label or ``class_names``) that ``y_train`` never shows; the head would get C outputs
+    regardless, and a test label never trained on is an error the run cannot fix."""
+    seen = set(y_train.unique().tolist())
+    if len(seen) < 2:
+        raise UserError(
+            f"{path}: y_train holds {len(seen)} class{'es' if len(seen) != 1 else ''} ({', '.join(map(str, sorted(seen)))}); "
+            "a classifier needs at least 2: save a file whose training split holds every class"
+        )
+    only_test = sorted(set(y_test.unique().tolist()) - seen)
+    if only_test:
+        raise UserError(
+            f"{path}: label{'s' if len(only_test) > 1 else ''} {', '.join(map(str, only_test[:10]))} "
+            f"appear{'' if len(only_test) > 1 else 's'} only in y_test, never in y_train; save a file whose training "
+            "split holds every class of its test split"
+        )
+    never = sorted(set(range(num_classes)) - seen)
+    if never:
+        raise UserError(
+            f"{path}: classes {', '.join(map(str, never[:10]))} of 0..{num_classes - 1} never appear in y_train "
+            "(the head would get outputs no image trains); number the labels 0..C-1 with every class in y_train"
+        )
 
 
 def _npz_images(path: Path, key: str, x: np.ndarray, hint: str) -> torch.Tensor:

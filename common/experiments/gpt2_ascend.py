@@ -329,7 +329,7 @@ def trained_twin(spec: RunSpec) -> Path | None:
     for directory in sorted(spec.dir.parent.glob("*")):
         if directory == spec.dir or not runs.is_done(directory) or not (directory / WEIGHTS).is_file():
             continue
-        if training(runs.read_json(directory / runs.CONFIG)) == mine:
+        if training(runs.read_run(directory).config) == mine:  # a malformed twin: one line (common.runs.read_run)
             return directory
     return None
 

@@ -269,10 +269,15 @@ def run_growth_chain(spec: RunSpec) -> dict:
             config = {**config, "runtime": runtime}
         link = RunSpec(config=config, out=spec.out)
         if runs.is_done(link.dir):
-            result = runs.read_result(link.dir)
+            result = runs.read_run(link.dir).result  # an edited or malformed link is one line (common.runs.read_run)
             continue
         log.info("growth chain: running %s (%d of %d)", link.name, position + 1, len(links))
-        result = train_growth_stage(link) if is_stage(config) else train_resnet_run(link)
+        runs.prepare_run(link.out, link.config)
+        with runs.RunLock(link.dir):  # another process training this link (the sweep's ResNet-8): one line
+            if runs.is_done(link.dir):  # another process finished it since the look above
+                result = runs.read_result(link.dir)
+            else:
+                result = train_growth_stage(link) if is_stage(config) else train_resnet_run(link)
     return result
 
 
@@ -375,7 +380,7 @@ def finished_result(out: str | Path, config: dict) -> dict:
     path = runs.run_dir(out, config)
     if not runs.is_done(path):
         raise UserError(f"{path} is not finished; rerun 03_growth_vs_scratch.py with the same flags to run it")
-    return runs.read_result(path)
+    return runs.read_run(path).result
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:

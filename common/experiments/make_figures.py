@@ -55,6 +55,7 @@ from pathlib import Path
 import pandas as pd
 
 from common import claims, paper, plots, resnet_sweep, runs, tables
+from common.errors import UserError
 from common.experiments import (
     gpt2_ascend,
     growth_vs_scratch,
@@ -144,24 +145,52 @@ class Records:
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
     exponents: pd.DataFrame = field(default_factory=pd.DataFrame)
     elsewhere: dict[str, set[str]] = field(default_factory=dict)  # experiment -> presets present but not selected
+    dropped: list[tuple[str, str]] = field(default_factory=list)  # (run directory, why): finished runs left out
 
 
-REQUIRED = {  # keys every finished run's config + result must hold for the tables below (else one line naming the file)
-    SWEEP: ("preset", "dataset", "depth_n", "seed"),
-    PROBE: ("dataset", "depth_n", "seed", "sweep_run"),
-    gpt2_ascend.EXPERIMENT: ("preset", "n_layer", "seed"),
-    PYTHIA: ("preset",),
+NUMBERS = {  # result keys that must be finite numbers (NaN or None: the run is left out and named)
+    SWEEP: resnet_sweep.RESULT_KEYS,
+    PROBE: ("ag_max", "ag_max_per_example"),
+    gpt2_ascend.EXPERIMENT: ("ag_max",),
+    PYTHIA: ("ag_max",),
+}
+REQUIRED = {  # keys every finished run's config + result must hold for the tables below (else it is left out and named)
+    SWEEP: ("preset", "dataset", "depth_n", "seed", *NUMBERS[SWEEP]),
+    PROBE: ("dataset", "depth_n", "seed", "sweep_run", *NUMBERS[PROBE]),
+    gpt2_ascend.EXPERIMENT: ("preset", "n_layer", "seed", *NUMBERS[gpt2_ascend.EXPERIMENT]),
+    PYTHIA: ("preset", *NUMBERS[PYTHIA]),
     matched_insertion.EXPERIMENT: ("dataset", "sweep_run", "rows"),
     weight_scaling.EXPERIMENT: ("family",),
     growth_vs_scratch.EXPERIMENT: ("dataset",),
 }
 
 
-def collect(out: Path, experiment: str) -> pd.DataFrame:
-    """Every finished run of ``experiment`` under ``out`` (config and result columns), or an empty frame."""
+EXPERIMENTS = (
+    SWEEP,
+    PROBE,
+    growth_vs_scratch.EXPERIMENT,
+    PYTHIA,
+    gpt2_ascend.EXPERIMENT,
+    matched_insertion.EXPERIMENT,
+    weight_scaling.EXPERIMENT,
+)  # every experiment folder 08 reads, in script order
+
+
+def collect(out: Path, experiment: str, dropped: list[tuple[Path, str]] | None = None) -> pd.DataFrame:
+    """Every usable finished run of ``experiment`` under ``out`` (config and result columns), or an empty frame.
+
+    Each run is read by :func:`common.runs.collect` (:func:`common.runs.read_run`, with :data:`REQUIRED` keys and
+    :data:`NUMBERS` as finite numbers); a malformed run is left out and, with ``dropped``, named there
+    (directory, why): :func:`load_records` reports every one of them.
+    """
     if not (out / experiment).is_dir():
         return pd.DataFrame()
-    return runs.collect(str(out / experiment / "*"), required=REQUIRED.get(experiment, ()))
+    return runs.collect(
+        str(out / experiment / "*"),
+        required=REQUIRED.get(experiment, ()),
+        numbers=NUMBERS.get(experiment, ()),
+        problems=[] if dropped is None else dropped,
+    )
 
 
 def select_preset(df: pd.DataFrame, preset: str, experiment: str, elsewhere: dict[str, set[str]]) -> pd.DataFrame:
@@ -182,18 +211,133 @@ def with_sweep_preset(df: pd.DataFrame, sweep_presets: dict[str, str]) -> pd.Dat
     return df.assign(preset=df["sweep_run"].map(sweep_presets))
 
 
-def load_records(out: str | Path, preset: str) -> Records:
-    """Read every experiment's records under ``out`` for ``preset`` (module docstring)."""
+ANALYSES = (PROBE, matched_insertion.EXPERIMENT, weight_scaling.EXPERIMENT)  # runs that analyse a sweep run
+
+
+@dataclass
+class Scan:
+    """Every finished run under ``out``, all presets, as read once: one frame per experiment (usable runs only; a run
+    that analysed a sweep run carries that run's ``preset``), the runs left out (directory, why) and the preset of
+    each sweep run (by directory name)."""
+
+    out: Path
+    frames: dict[str, pd.DataFrame]
+    dropped: list[tuple[Path, str]]
+    sweep_presets: dict[str, str]
+
+    def presets(self) -> set[str]:
+        """The presets the usable records belong to."""
+        return {str(p) for df in self.frames.values() if "preset" in df for p in df["preset"].dropna().unique()}
+
+
+def scan_records(out: str | Path) -> Scan:
+    """Read every experiment folder under ``out`` once (:func:`collect`), noting each run that cannot be used: a
+    malformed one, and one that analysed a sweep run that is not among the usable ones (its preset, and for a
+    probe its losses, are that run's)."""
     out = Path(out)
-    rec = Records(out=out, preset=preset)
-    all_sweep = collect(out, SWEEP)
+    dropped: list[tuple[Path, str]] = []
+    frames = {experiment: collect(out, experiment, dropped) for experiment in EXPERIMENTS}
+    sweep = frames[SWEEP]
     sweep_presets = (
-        dict(zip(all_sweep["run_dir"].map(lambda p: Path(p).name), all_sweep["preset"], strict=True))
-        if len(all_sweep)
-        else {}
+        dict(zip(sweep["run_dir"].map(lambda p: Path(p).name), sweep["preset"], strict=True)) if len(sweep) else {}
     )
+    for experiment in ANALYSES:
+        df = frames[experiment]
+        if df.empty or "sweep_run" not in df:
+            continue
+        of_sweep = df["family"] == "sweep" if "family" in df else pd.Series(True, index=df.index)
+        orphan = of_sweep & ~df["sweep_run"].isin(list(sweep_presets))
+        for row in df[orphan].to_dict("records"):
+            dropped.append(
+                (
+                    Path(row["run_dir"]),
+                    f"{row['run_dir']} analysed the sweep run {row['sweep_run']}, which is not among the usable "
+                    f"finished runs under {out / SWEEP}; rerun the command that made it once that run is trained again",
+                )
+            )
+        kept = df[~orphan]
+        preset = kept["sweep_run"].map(sweep_presets)
+        own = kept["preset"] if "preset" in kept else pd.Series(None, index=kept.index, dtype=object)
+        frames[experiment] = kept.assign(preset=preset.where(of_sweep[~orphan], own)).reset_index(drop=True)
+    return Scan(out, frames, dropped, sweep_presets)
+
+
+def records_preset(scan: Scan, preset: str | None) -> str:
+    """The preset of the report 08 writes: ``preset`` when the records hold runs of it, else theirs (docs/08_make_figures.md).
+
+    Without ``preset`` the records' own, when they are of one preset. No usable records, records that mix presets
+    (without ``preset``), or a ``preset`` the records do not hold (its report would be all "not run" and replace
+    theirs) are a :class:`UserError`.
+    """
+    found = scan.presets()
+    if not found:
+        left = (
+            f" ({len(scan.dropped)} finished runs there cannot be read: {scan.dropped[0][1]})" if scan.dropped else ""
+        )
+        raise UserError(
+            f"--out {scan.out}: no usable run records there{left}; pass --out the folder scripts 01-07 wrote their "
+            "runs into (default runs/)"
+        )
+    if preset is None:
+        if len(found) > 1:
+            raise UserError(
+                f"the records under {scan.out} mix the presets {', '.join(sorted(found))}; pass --preset one of them "
+                "(and a --figures-dir per preset, so that neither report replaces the other)"
+            )
+        return next(iter(found))
+    if preset not in found:
+        theirs = ", ".join(sorted(found))
+        raise UserError(
+            f"--preset {preset}: the records under {scan.out} are of preset {theirs}, so a {preset} report would only "
+            f"say 'not run' and replace theirs; pass --preset {sorted(found)[0]}, or leave --preset out"
+        )
+    return preset
+
+
+def dropped_line(out: Path, dropped: Sequence[tuple[Path | str, str]]) -> str | None:
+    """One line naming every finished run under ``out`` the report could not use, and why (None when there is none)."""
+    if not dropped:
+        return None
+    n = len(dropped)
+    return (
+        f"{n} finished run{'s' if n != 1 else ''} under {out} could not be used and {'are' if n != 1 else 'is'} "
+        f"left out of the report: " + " | ".join(why for _, why in dropped)
+    )
+
+
+def dropped_banner(rec: Records) -> str | None:
+    """The claims report's paragraph naming the runs left out (:func:`dropped_line`), or None."""
+    if not rec.dropped:
+        return None
+    names = ", ".join(f"`{Path(d).parent.name}/{Path(d).name}`" for d, _ in rec.dropped)
+    n = len(rec.dropped)
+    return (
+        f"**Runs left out.** {n} finished run{'s' if n != 1 else ''} could not be read and {'are' if n != 1 else 'is'} "
+        f"not in this report: {names}. 08_make_figures.py printed why for each (`--strict` makes this an error)."
+    )
+
+
+def report_banner(rec: Records, preset: str) -> str | None:
+    """The banner passed to :func:`claims_markdown`: the preset's (:func:`mini_banner`, :data:`SCALE_BANNERS`), and
+    beside it, as its own paragraph, the runs left out (:func:`dropped_banner`)."""
+    scale = mini_banner(rec) if preset == "mini" else None
+    left_out = dropped_banner(rec)
+    if left_out is None:
+        return scale
+    scale = scale or SCALE_BANNERS.get(preset, "").removeprefix("> ")
+    return f"{scale}\n>\n> {left_out}" if scale else left_out
+
+
+def load_records(out: str | Path, preset: str, scan: Scan | None = None) -> Records:
+    """Read every experiment's records under ``out`` for ``preset`` (module docstring); ``scan``: what
+    :func:`scan_records` read already. ``Records.dropped`` names every finished run that could not be used."""
+    out = Path(out)
+    scan = scan if scan is not None else scan_records(out)
+    rec = Records(out=out, preset=preset, dropped=[(str(d), why) for d, why in scan.dropped])
+    all_sweep = scan.frames[SWEEP]
+    sweep_presets = scan.sweep_presets
     rec.sweep = select_preset(all_sweep, preset, SWEEP, rec.elsewhere)
-    probe = select_preset(with_sweep_preset(collect(out, PROBE), sweep_presets), preset, PROBE, rec.elsewhere)
+    probe = select_preset(with_sweep_preset(scan.frames[PROBE], sweep_presets), preset, PROBE, rec.elsewhere)
     rec.probe, rec.probe_settings = choose_probe_setting(probe)
     if len(rec.probe):
         losses = rec.sweep.assign(sweep_run=rec.sweep["run_dir"].map(lambda p: Path(p).name))[
@@ -202,7 +346,7 @@ def load_records(out: str | Path, preset: str) -> Records:
         rec.probe = rec.probe.drop(columns=[c for c in ("train_loss", "test_loss", "test_acc") if c in rec.probe])
         rec.probe = rec.probe.merge(losses, on="sweep_run", how="left")
         rec.probe_candidates = candidate_rows(rec.probe, ("dataset", "depth_n", "seed"))
-    gpt = select_preset(collect(out, gpt2_ascend.EXPERIMENT), preset, gpt2_ascend.EXPERIMENT, rec.elsewhere)
+    gpt = select_preset(scan.frames[gpt2_ascend.EXPERIMENT], preset, gpt2_ascend.EXPERIMENT, rec.elsewhere)
     rec.gpt = largest_group(gpt, gpt_group)
     exact = [
         candidate_rows(probe[probe["exact"].astype(bool)], ("dataset", "depth_n", "seed")).assign(
@@ -217,7 +361,7 @@ def load_records(out: str | Path, preset: str) -> Records:
     rec.exact_candidates = (
         pd.concat(exact, ignore_index=True).dropna(subset=["growth_value"]) if exact else pd.DataFrame()
     )
-    pythia = select_preset(collect(out, PYTHIA), preset, PYTHIA, rec.elsewhere)
+    pythia = select_preset(scan.frames[PYTHIA], preset, PYTHIA, rec.elsewhere)
     if len(pythia):
         rec.pythia = decoder_labels(
             pythia.sort_values(["n_layer", "d_model", "run_dir"]).drop_duplicates(["model", "n_layer", "d_model"])
@@ -225,7 +369,7 @@ def load_records(out: str | Path, preset: str) -> Records:
         rec.pythia_candidates = candidate_rows(rec.pythia, ("model", "n_layer"))
     rec.growth = growth_tables(out, preset, rec.elsewhere)
     matched = select_preset(
-        with_sweep_preset(collect(out, matched_insertion.EXPERIMENT), sweep_presets),
+        with_sweep_preset(scan.frames[matched_insertion.EXPERIMENT], sweep_presets),
         preset,
         matched_insertion.EXPERIMENT,
         rec.elsewhere,
@@ -237,7 +381,7 @@ def load_records(out: str | Path, preset: str) -> Records:
             for row in r["rows"]
         ]
         rec.matched = pd.DataFrame(rows)
-    scaling_runs = collect(out, weight_scaling.EXPERIMENT)
+    scaling_runs = scan.frames[weight_scaling.EXPERIMENT].copy()
     if len(scaling_runs):
         from_sweep = scaling_runs["family"] == "sweep"
         if from_sweep.any():  # a sweep analysis takes the preset of the sweep run it analysed
@@ -522,9 +666,10 @@ def skip_line(what: str, needs: str, command: str, rec: Records, experiments: Se
     return f"{what}: skipped, no {needs} of preset {rec.preset}{note}; make them with: {command}"
 
 
-def build(out: str | Path, figures_dir: str | Path, preset: str) -> Report:
-    """Read the records of ``preset`` under ``out`` and write every figure, table and the claims report."""
-    rec = load_records(out, preset)
+def build(out: str | Path, figures_dir: str | Path, preset: str, records: Records | None = None) -> Report:
+    """Read the records of ``preset`` under ``out`` (or take ``records``, read already) and write every figure, table
+    and the claims report."""
+    rec = records if records is not None else load_records(out, preset)
     folder = Path(figures_dir)
     table_dir = folder / TABLES
     table_dir.mkdir(parents=True, exist_ok=True)
@@ -661,7 +806,7 @@ def build(out: str | Path, figures_dir: str | Path, preset: str) -> Report:
     report.claims = claim_rows(rec)
     report.written += write_table(table_dir, "claims", report.claims)
     report.claims_path = folder / CLAIMS
-    banner = mini_banner(rec) if preset == "mini" else None
+    banner = report_banner(rec, preset)
     runs.atomic_write_bytes(
         report.claims_path, (claims_markdown(report.claims, preset, rec.out, banner) + "\n").encode()
     )
@@ -678,6 +823,8 @@ __all__ = [
     "claims_markdown",
     "load_records",
     "mini_banner",
+    "records_preset",
+    "scan_records",
     "readme_block",
     "results_block",
     "update_readme",
