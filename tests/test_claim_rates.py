@@ -4,10 +4,11 @@ For each case of :data:`common.experiments.claim_rates.CASES` (every rule of :da
 "claim true" world and a "claim false" world at its least favourable point are simulated 2,000
 times at noise 0.5x and 1x the effect, each record set going through the rule function itself.
 The requirements: P(holds | false) <= 0.05 at both noise levels, and P(holds | true) >= 0.8 at
-0.5x unless the rule is listed in ``claims.LOW_POWER_AT_PAPER_DESIGN`` (whose report rows say it
-cannot reach the rates at this design). The measured rates are stated below (and in
-docs/claim-rules.md); the simulations are seeded, so a change of a rate beyond 0.02 means a rule
-or a world changed and the docs must be regenerated (``python -m common.experiments.claim_rates``).
+0.5x unless the rule is listed in ``LOW_POWER_AT_PAPER_DESIGN`` below (docs/claim-rules.md says why; a
+report gives each row's power at its records' own design, from the committed power table, tested
+here too). The measured rates are stated below (and in docs/claim-rules.md); the simulations are
+seeded, so a change of a rate beyond 0.02 means a rule or a world changed and the docs must be
+regenerated (``python -m common.experiments.claim_rates --write-docs docs/claim-rules.md``).
 
 Design: ResNet sweep N = 0..100 x 3 seeds; growth 4 architectures x 3 seeds; matched insertion
 ResNet-8, -14, -20, -34 x 3 seeds; weight scaling L = 4..1024 (17 depths).
@@ -33,10 +34,18 @@ STATED_RATES = {
     "paper_direction (one architecture, spread pooled)": (0.859, 0.335, 0.022, 0.023),
     "paper_size (relative reduction of the means)": (0.907, 0.465, 0.027, 0.024),
     "paper_size (one architecture, spread pooled)": (0.862, 0.244, 0.025, 0.026),
-    "drop_not_increasing": (0.571, 0.190, 0.023, 0.025),
-    "matches_paper_precision": (0.388, 0.002, 0.020, 0.000),
+    "drop_not_increasing": (0.580, 0.158, 0.016, 0.014),
+    "matches_paper_precision": (0.747, 0.048, 0.026, 0.008),
     "exponent_within_tolerance": (0.317, 0.001, 0.028, 0.001),
     "sign_within_tolerance ('<= 0')": (0.649, 0.213, 0.025, 0.026),
+}
+# Rules that cannot reach 80% power at the paper preset's design (docs/claim-rules.md lists why).
+LOW_POWER_AT_PAPER_DESIGN = {
+    "growth_wins_everywhere",
+    "drop_not_increasing",
+    "matches_paper_precision",
+    "exponent_within_tolerance",
+    "sign_within_tolerance",
 }
 TOLERANCE = 0.02  # the stated rates are rounded; a seeded rerun on another platform may differ in the last digits
 PAPER = claim_rates.design_for_preset("paper")
@@ -61,7 +70,7 @@ def test_every_rule_has_a_simulation_and_stated_rates():
 def test_rule_accepts_noise_at_most_5_percent_and_has_its_stated_power(name):
     rates = claim_rates.measure(CASES[name], PAPER, reps=2000, seed=0)
     assert max(rates.holds_false.values()) <= claims.FALSE_HOLDS_LIMIT, rates.holds_false
-    low_power = CASES[name].rule.__name__ in claims.LOW_POWER_AT_PAPER_DESIGN
+    low_power = CASES[name].rule.__name__ in LOW_POWER_AT_PAPER_DESIGN
     if low_power:
         assert rates.holds_true[0.5] < claims.POWER_TARGET  # its report row says it cannot reach the rates
     else:
@@ -71,15 +80,12 @@ def test_rule_accepts_noise_at_most_5_percent_and_has_its_stated_power(name):
     assert max(rates.fails_true.values()) <= claims.FALSE_HOLDS_LIMIT  # a faithful reproduction is rarely rejected
 
 
-def test_the_report_states_the_power_of_exactly_the_rules_below_80_percent():
+def test_the_rules_below_80_percent_at_the_paper_design_are_exactly_those_listed():
     lowest: dict[str, float] = {}
     for name, (power, *_) in STATED_RATES.items():
         rule = CASES[name].rule.__name__
         lowest[rule] = min(power, lowest.get(rule, 1.0))
-    below = {rule: power for rule, power in lowest.items() if power < claims.POWER_TARGET}
-    assert set(claims.LOW_POWER_AT_PAPER_DESIGN) == set(below)
-    for rule, power in below.items():
-        assert claims.LOW_POWER_AT_PAPER_DESIGN[rule] == pytest.approx(power, abs=0.01)
+    assert {rule for rule, power in lowest.items() if power < claims.POWER_TARGET} == LOW_POWER_AT_PAPER_DESIGN
 
 
 def test_the_harness_runs_at_another_design_and_from_the_command_line(capsys):
