@@ -9,6 +9,7 @@ from the claims.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -19,7 +20,7 @@ from scipy import stats
 
 from common import claims
 from common.claims import FAILS, HOLDS, UNDECIDABLE, Estimate
-from common.experiments import claim_rows, make_figures
+from common.experiments import claim_rates, claim_rows, make_figures, matched_insertion, probe_ag
 from common.projection import saturation_interval
 from tests import figure_records
 
@@ -468,3 +469,178 @@ def test_records_of_the_other_preset_are_not_run(tmp_path):
     rows = claim_rows.claim_rows(make_figures.load_records(tmp_path, "paper"))
     assert rows and all(r["verdict"] == claims.NOT_RUN for r in rows)
     assert "python 02_probe_ag.py" in rows[0]["records"]
+
+
+# ----------------------------------------------------------------------------- issue 29: what the report's rows mean
+def rewrite(out, experiment: str, change) -> None:
+    """Edit every hand-made ``result.json`` of ``experiment`` under ``out`` in place (``change(config, result)``)."""
+    for path in sorted((out / experiment).glob("*/result.json")):
+        result = json.loads(path.read_text())
+        change(json.loads((path.parent / "config.json").read_text()), result)
+        path.write_text(json.dumps(result))
+
+
+def trend_rows(rows: dict[str, dict], start: str) -> list[dict]:
+    return [r for claim, r in rows.items() if claim.startswith(start)]
+
+
+def test_two_readings_with_identical_ranks_give_one_row_and_readings_whose_ranks_differ_keep_two(tmp_path):
+    same, differ = tmp_path / "same", tmp_path / "differ"
+    figure_records.sweep_and_probe(same, seeds=(0, 1))  # per-example = 8 x batch-mean in every run: the same ranks
+    figure_records.sweep_and_probe(differ, seeds=(0, 1))
+
+    def swap(config, result):  # at N = 1 the per-example reading of seed 0 moves below the N = 8 runs': other ranks
+        if config["depth_n"] == 1 and config["seed"] == 0:
+            result["ag_max_per_example"] = 1e-6
+
+    rewrite(differ, probe_ag.EXPERIMENT, swap)
+    for start in ("AGmax falls with depth (ResNet", "beyond the paper: AGmax is explained"):
+        (one,) = trend_rows(rows_of(same), start)
+        assert "batch-mean AG_l and per-example RMS: identical ranks, one test" in one["claim"]
+        assert "AGmax over the runs: batch-mean AG_l " in one["reproduced"] and "per-example RMS " in one["reproduced"]
+        two = trend_rows(rows_of(differ), start)
+        assert [r["claim"].rsplit(", ", 1)[1] for r in two] == ["batch-mean AG_l)", "per-example RMS)"]
+    # the tally counts tests: the merged record set has two rows fewer
+    assert len(rows_of(differ)) == len(rows_of(same)) + 2
+    # rules against a fixed line keep a row per reading either way
+    assert len(trend_rows(rows_of(same), "once below 0.005, AGmax stays below it")) == 2
+
+
+def test_the_line_rows_are_not_comparable_and_give_the_lines_per_example_value_at_the_records_batch_size(tmp_path):
+    figure_records.sweep_and_probe(tmp_path, seeds=(0, 1))  # AGmax crosses 5e-3 at N = 4: the rule itself holds
+    rows = rows_of(tmp_path)
+    for start in ("once below 0.005, AGmax stays below it", "low-signal plateau"):
+        for row in trend_rows(rows, start):
+            assert row["verdict"].startswith(f"{claims.NOT_COMPARABLE}: the paper's normalisation is not given")
+            assert claims.verdict_kind(row["verdict"]) == claims.NOT_COMPARABLE
+            assert "b = 128: 0.005 x sqrt(128) = 0.0566" in row["reproduced"]
+            assert "the rule at 0.005 as read: " in row["reproduced"]
+    stays = next(r for c, r in rows.items() if c.startswith("once below 0.005") and "batch-mean" in c)
+    assert "as read: holds: N* = 4" in stays["reproduced"]  # the rule's own verdict beside the report's
+    counts = make_figures.verdict_counts(list(rows.values()))
+    assert f"{claims.NOT_COMPARABLE}: 4" in counts
+
+
+def table_with(rows: dict[str, dict], case: str, power: float, seeds: int | None) -> claim_rates.PowerTable:
+    """A power table holding ``power`` for the design the row of ``case`` asked for (what power_table computes)."""
+    return claim_rates.PowerTable(
+        [
+            claim_rates.Power(case, key, power, 0.0, seeds, None if seeds is None else 8 * seeds, 10, 0, 0.5)
+            for key in rows
+        ]
+    )
+
+
+def designs_asked(out, preset="smoke") -> claim_rates.PowerTable:
+    asked = claim_rates.PowerTable()
+    claim_rows.claim_rows(make_figures.load_records(out, preset), power=asked)
+    return asked
+
+
+def test_power_at_the_records_design_marks_an_undecided_row_and_leaves_a_decided_verdict_standing(tmp_path):
+    figure_records.sweep_and_probe(tmp_path, seeds=(0, 1))
+    figure_records.growth(tmp_path, seeds=(0, 1), test_gap=lambda n, s: 0.03 if s else -0.03)  # undecided
+    asked = designs_asked(tmp_path)
+    keys = {case: [k for c, k in asked.requested if c == case] for case, _ in asked.requested}
+    falls = "falls_with_depth"
+    growth_mean = "growth_lower_mean (mean over the architectures)"
+    low = claim_rates.PowerTable(
+        [
+            claim_rates.Power(falls, keys[falls][0], 0.4, 0.0, 6, 48, 10, 0, 0.5),
+            *(claim_rates.Power(growth_mean, k, 0.3, 0.0, 4, 32, 10, 0, 0.5) for k in keys[growth_mean]),
+        ]
+    )
+    rows = {r["claim"]: r for r in claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"), power=low)}
+    (trend,) = trend_rows(rows, "AGmax falls with depth (ResNet")
+    assert trend["verdict"].startswith(HOLDS) and "(smoke scale" in trend["verdict"]  # decided: it stands
+    assert trend["power"] == "0.40 (< 0.8: needs about 6 seeds per depth (48 runs))"
+    test_mean = rows["growth's mean test loss is below scratch's (digits)"]
+    assert test_mean["verdict"].startswith("not decidable at this design (needs about 4 seeds (32 runs))")
+    assert claims.verdict_kind(test_mean["verdict"]) == claims.UNDECIDABLE_AT_DESIGN
+    assert test_mean["power"] == "0.30 (< 0.8)"
+    high = claim_rates.PowerTable(
+        [claim_rates.Power(growth_mean, k, 0.9, 0.0, None, None, 10, 0, 0.5) for k in keys[growth_mean]]
+    )
+    rows = {r["claim"]: r for r in claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"), power=high)}
+    test_mean = rows["growth's mean test loss is below scratch's (digits)"]
+    assert claims.verdict_kind(test_mean["verdict"]) == UNDECIDABLE and test_mean["power"] == "0.90"
+
+
+def test_a_design_missing_from_the_power_table_is_said_to_be_so_and_never_guessed(tmp_path):
+    # 5 seeds: a design no committed record set has (the committed table holds results/mini's designs)
+    figure_records.growth(tmp_path, seeds=(0, 1, 2, 3, 4), test_gap=lambda n, s: 0.03 if s % 2 else -0.03)
+    rows = claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"), power=claim_rates.PowerTable())
+    test_mean = next(r for r in rows if r["claim"] == "growth's mean test loss is below scratch's (digits)")
+    assert test_mean["power"].startswith(claim_rows.POWER_NOT_COMPUTED)
+    assert claim_rates.POWER_COMMAND in test_mean["power"]
+    assert claims.verdict_kind(test_mean["verdict"]) == UNDECIDABLE  # not "at this design": no power was computed
+    counts = make_figures.verdict_counts(rows)
+    assert f"with {claim_rows.POWER_NOT_COMPUTED})" in counts
+    # 08 reads the committed table, which does not hold this design either: the same fallback
+    committed = claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"))
+    assert next(r for r in committed if r["claim"] == test_mean["claim"])["power"] == test_mean["power"]
+
+
+def test_rows_about_test_performance_state_the_regime_and_the_trend_rows_name_the_depths_that_did_not_fit(tmp_path):
+    figure_records.sweep_and_probe(
+        tmp_path,
+        seeds=(0, 1),
+        train_loss=lambda n, s: 0.2 if n == 6 else 0.01,  # N = 6 stalls
+        test_loss=lambda n, s: 1.0 + 0.1 * n + 0.001 * s,  # rises with depth: over-fitting
+    )
+    figure_records.growth(tmp_path)
+    rows = rows_of(tmp_path)
+    said = "test loss rises with depth, 1 at N = 0 to 1.8 at N = 8"
+    for claim in ("low-signal plateau", "growth's mean test loss", "relative test-loss reduction"):
+        for row in trend_rows(rows, claim):
+            assert (
+                f"regime of the sweep: {said}" in row["reproduced"]
+                and "the deeper networks over-fit" in row["reproduced"]
+            )
+    assert "regime" not in rows["growth's mean training loss is below scratch's (digits)"]["reproduced"]
+    (trend,) = trend_rows(rows, "AGmax falls with depth (ResNet")
+    assert "did not fit (clean training loss above 0.05): N = 6 (seed 0: 0.2, seed 1: 0.2)" in trend["records"]
+    rec = make_figures.load_records(tmp_path, "smoke")
+    table = make_figures.depth_table(rec.probe, rec.sweep, LINE)
+    assert [r["N"] for r in table if not r["fits"]] == [6]
+
+
+def test_the_app_g_row_reads_02s_asymptotic_interval_and_the_n_test_each_interval_needs(tmp_path):
+    def with_asymptotic(n, seed):
+        record = figure_records.app_g_shrinking(n, seed) | {"delta": None, "verdict": "undecided"}
+        return record | {
+            "split": "held-out",
+            "sources": {"train_unused": 9000, "test": 2000},
+            "n_test_to_exclude_zero": 21000,
+            "asymptotic": {"lower": 0.5, "upper": 2.5, "verdict": "not saturated", "n_test_to_exclude_zero": 640},
+        }
+
+    figure_records.sweep_and_probe(tmp_path, seeds=(0, 1), app_g=with_asymptotic)
+    (row,) = trend_rows(rows_of(tmp_path), "the deepest models probed are first-order saturated")
+    assert (
+        "asymptotic interval (normal, Bonferroni; not used for the verdict) [0.5, 2.5]: not saturated"
+        in row["reproduced"]
+    )
+    assert "n_test to exclude 0: Theorem 3's about 21,000, the asymptotic interval's about 640" in row["reproduced"]
+    assert "(held-out: test 2,000, train_unused 9,000)" in row["records"]
+    # without a delta "saturated within delta" cannot occur: the row says so, whatever the power table holds
+    assert row["verdict"].startswith("not decidable at this design (needs a delta")
+    assert row["power"] == "0.00 (< 0.8)"
+
+
+def test_the_matched_rows_leave_drops_below_the_measurement_floor_out_and_name_them(tmp_path):
+    figure_records.matched(tmp_path, drops={8: 7e-4, 14: 4e-4, 20: 2e-4}, seeds=(0, 1), spread=1e-6)
+
+    def floor(config, result):
+        for row in result["rows"]:
+            below = row["depth_label"] == 20 and row["seed"] == 1
+            row["measured_change_precision"] = claims.BELOW_FLOOR if below else "measured"
+            row["measurement_floor"] = 1e-12
+
+    rewrite(tmp_path, matched_insertion.EXPERIMENT, floor)
+    rows = rows_of(tmp_path)
+    drop = rows["the matched-insertion drop does not increase with depth (digits)"]
+    assert "left out of the log pool: ResNet-20 seed 1: below measurement precision" in drop["reproduced"]
+    assert "no measurement floor recorded" not in drop["records"]
+    every = rows["matched insertion lowers the training loss at every depth (digits)"]
+    assert every["verdict"].startswith(HOLDS)

@@ -461,7 +461,7 @@ def saturation_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         deepest = group[group["depth_n"] == group["depth_n"].max()]
         found = deepest.dropna(subset=["saturation"]) if "saturation" in deepest else deepest.iloc[:0]
         summaries = {
-            f"ResNet-{r['depth_label']} seed {r['seed']}": probe_ag.saturation_summary(r["saturation"])
+            f"ResNet-{r['depth_label']} seed {r['seed']}": app_g_summary(r["saturation"])
             for r in found.to_dict("records")
         }
         n_test = sorted({s["n_test"] for s in summaries.values()})
@@ -474,12 +474,10 @@ def saturation_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
             found["seed"],
             len(found),
             f"ResNet-{int(BACKBONE_DEPTH + deepest_n)}, probe {rec.probe_settings[dataset]}, "
-            f"n_test {', '.join(map(str, n_test)) or '-'}"
+            f"n_test {', '.join(map(str, n_test)) or '-'}{sources_note(summaries)}"
             + (f"; did not fit: {', '.join(f'seed {s}: {v:.3g}' for s, v in unfit)}" if unfit else ""),
         )
         outcome = fn(summaries)
-        if summaries:
-            outcome = claims.Outcome(outcome.verdict, claims.clauses(outcome.value, app_g_needs(summaries)))
         rows.append(
             claim_row(
                 f"{claim} ({dataset})",
@@ -494,18 +492,37 @@ def saturation_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     return rows
 
 
-def app_g_needs(summaries: Mapping[str, Mapping]) -> str:
-    """Per record, about how many test examples Theorem 3's interval would need to exclude delta (0 without one) at
-    the same Gamma_hat and traces: ``t = sqrt(sum_l tr_l / (n alpha))`` falls below ``|Gamma_hat - delta|`` at
-    ``n = n_test t^2 / (Gamma_hat - delta)^2`` (an estimate: the plug-in of this sample's Gamma_hat)."""
-    parts = []
-    for label, s in summaries.items():
-        n = claims.app_g_n_test_needed(s.get("t"), s.get("n_test"), s.get("gamma_hat"), s.get("delta"))
-        if n is not None:
-            parts.append(f"{label} about {n:,}")
-    if not parts:
+APP_G_KEYS = (  # 02's App. G keys the row reads beside saturation_summary's (issue 29; absent from older records)
+    "split",
+    "sources",
+    "n_test_to_exclude_zero",
+    "n_test_to_exclude_delta",
+    "n_test_to_exclude_delta_side",
+    "asymptotic",
+)
+
+
+def app_g_summary(sat: Mapping) -> dict:
+    """:func:`common.experiments.probe_ag.saturation_summary` with 02's n_test projections, asymptotic interval and
+    sample sources where the record has them."""
+    summary = dict(probe_ag.saturation_summary(sat))
+    for key in APP_G_KEYS:
+        if key in sat and key not in summary:
+            summary[key] = sat[key]
+    return summary
+
+
+def sources_note(summaries: Mapping[str, Mapping]) -> str:
+    """`` (held-out: train_unused 9,000, test 2,000)``: where App. G's sample came from, when 02 recorded it."""
+    seen = {
+        (s.get("split"), tuple(sorted((s.get("sources") or {}).items())))
+        for s in summaries.values()
+        if s.get("sources")
+    }
+    if len(seen) != 1:
         return ""
-    return f"n_test at which Theorem 3's interval would exclude delta (0 without one): {', '.join(parts)}"
+    ((split, sources),) = seen
+    return f" ({split}: " + ", ".join(f"{k} {int(v):,}" for k, v in sources) + ")"
 
 
 def app_g_power(summaries: Mapping[str, Mapping]) -> KnownPower | None:
@@ -707,10 +724,11 @@ def matched_rows(matched: pd.DataFrame) -> pd.DataFrame:
 def floor_flags(group: pd.DataFrame) -> pd.Series | None:
     """Per row, whether 06 found its change within the run's measurement floor (None: records without a floor).
 
-    Read from the record's ``below_floor`` flag, or as ``|measured_change| <= measurement_floor``.
+    Read from the record's ``measured_change_precision`` (06's words, :data:`common.claims.BELOW_FLOOR`), or as
+    ``|measured_change| <= measurement_floor`` where only the floor is recorded.
     """
-    if "below_floor" in group and group["below_floor"].notna().any():
-        return group["below_floor"].fillna(False).astype(bool)
+    if "measured_change_precision" in group and group["measured_change_precision"].notna().any():
+        return group["measured_change_precision"] == claims.BELOW_FLOOR
     if "measurement_floor" in group and group["measurement_floor"].notna().any():
         return group["measured_change"].abs() <= group["measurement_floor"].fillna(-math.inf)
     return None
@@ -749,7 +767,10 @@ def matched_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
             if flags is not None
             else None
         )
-        means = {d: sum(v.values()) / len(v) for d, v in per_seed.items()}
+        measured = {
+            d: [c for seed, c in v.items() if not (below and below[d].get(seed))] for d, v in per_seed.items()
+        }  # the identity check reads no sign off a change within the floor
+        means = {d: sum(v) / len(v) for d, v in measured.items() if v}
         records = describe(
             rec.preset,
             dataset,
@@ -759,8 +780,15 @@ def matched_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
             + ("" if flags is not None else "; no measurement floor recorded"),
         )
         drops = claims.log_drops(per_seed, below)
+        unmeasured = [f"ResNet-{d}" for d, v in measured.items() if not v]
+        everywhere = claims.lowers_loss_everywhere(means)
+        if unmeasured:
+            everywhere = claims.Outcome(
+                everywhere.verdict,
+                claims.clauses(everywhere.value, f"{', '.join(unmeasured)}: every seed {claims.BELOW_FLOOR}"),
+            )
         outcomes = [
-            claims.lowers_loss_everywhere(means),
+            everywhere,
             claims.drop_not_increasing(per_seed, below),
             claims.matches_paper_precision(per_seed, paper.MATCHED_INSERTION_REDUCTION, below),
         ]
