@@ -135,7 +135,7 @@ def test_power_names_the_seeds_a_too_small_design_needs_and_keys_designs_by_what
     case = CASES["growth_lower_mean (mean over the architectures)"]
     power = claim_rates.power(case, small, reps=400, seed=0)
     assert power.power < claims.POWER_TARGET and power.seeds_needed == 3 and power.runs_needed == 24
-    assert power.needs() == "about 3 seeds (24 runs)" and power.design == "growth: 4 architectures (4 named) x 2 seeds"
+    assert power.needs() == "about 3 seeds, 24 runs" and power.design == "growth: 4 architectures (4 named) x 2 seeds"
     assert claim_rates.power(case, replace(small, growth_seeds=3), reps=400).seeds_needed is None  # reaches 0.8
     # one seed count per depth where the records have fewer at one depth; a sweep case reads the sweep only
     uneven = replace(PAPER, sweep_depths=(0, 2, 4), sweep_seeds=(2, 1, 2))

@@ -553,9 +553,9 @@ def test_power_at_the_records_design_marks_an_undecided_row_and_leaves_a_decided
     rows = {r["claim"]: r for r in claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"), power=low)}
     (trend,) = trend_rows(rows, "AGmax falls with depth (ResNet")
     assert trend["verdict"].startswith(HOLDS) and "(smoke scale" in trend["verdict"]  # decided: it stands
-    assert trend["power"] == "0.40 (< 0.8: needs about 6 seeds per depth (48 runs))"
+    assert trend["power"] == "0.40 (< 0.8: needs about 6 seeds per depth, 48 runs)"
     test_mean = rows["growth's mean test loss is below scratch's (digits)"]
-    assert test_mean["verdict"].startswith("not decidable at this design (needs about 4 seeds (32 runs))")
+    assert test_mean["verdict"].startswith("not decidable at this design (needs about 4 seeds, 32 runs)")
     assert claims.verdict_kind(test_mean["verdict"]) == claims.UNDECIDABLE_AT_DESIGN
     assert test_mean["power"] == "0.30 (< 0.8)"
     high = claim_rates.PowerTable(

@@ -17,7 +17,14 @@ through the rule function itself; the measured rates are
 Where the paper gives only a figure, the true world is fixed here (issue 21), before any record:
 AGmax halving over the depth grid (the trend), and for the low-signal rules AGmax falling from 4x
 the line to the line over the first quarter of the grid, to half the line at 3/8 and flat after.
-``docs/claim-rules.md`` lists every case with its measured rates at the paper preset's design.
+``docs/claim-rules.md`` lists every case with its measured rates at the paper preset's design (a generated
+table: ``python -m common.experiments.claim_rates --write-docs docs/claim-rules.md``).
+
+**Power at the records' own design** (issue 29): :func:`power` gives P(holds | true) of a case at noise 0.5x
+the effect at any :class:`Design`, such as the one a report row's records have (one seed count per depth
+where they differ), and below :data:`common.claims.POWER_TARGET` the seeds it would need. The report reads
+these from a committed table (:class:`PowerTable`, ``claim_power.csv`` beside this module), regenerated from
+the records by ``python -m common.experiments.power_table`` (:data:`POWER_COMMAND`).
 
 Another design (a preset's default depths, other seeds or noise levels)::
 
@@ -670,17 +677,19 @@ class Power:
 
     @property
     def experiment(self) -> str:
-        return CASES_BY_NAME[self.case].experiment
+        """The part of the design the case reads ("" for a case no longer in :data:`CASES`)."""
+        case = CASES_BY_NAME.get(self.case)
+        return case.experiment if case is not None else ""
 
     def needs(self) -> str:
-        """``about 4 seeds per depth (32 runs)`` (what the design would need to reach the power target)."""
+        """``about 4 seeds per depth, 32 runs`` (what the design would need to reach the power target)."""
         unit = {"sweep": "seeds per depth", "growth": "seeds", "matched": "seeds per depth"}.get(
             self.experiment, "runs per depth"
         )
         if self.seeds_needed is None:
             return f"more than {SEED_STEPS[-1]} {unit}"
         what = "points per fit" if self.experiment == "scaling" else "runs"
-        return f"about {self.seeds_needed} {unit} ({self.runs_needed} {what})"
+        return f"about {self.seeds_needed} {unit}, {self.runs_needed} {what}"
 
     def row(self) -> dict:
         return {c: getattr(self, c) for c in POWER_COLUMNS}

@@ -21,6 +21,17 @@ from (preset, dataset, seeds, number of runs), the verdict and the rule that gav
 
 A claim without records is "not run", its records column naming the command that makes them (:func:`commands`).
 Verdicts of ``--preset smoke`` and ``mini`` records carry the scale (:data:`SCALE_NOTES`).
+
+What a row says beyond its rule (issue 29; docs/decisions.md, section "Figures and the claims report"):
+
+- **its power** at its records' own design (:func:`finish_row`): each row names the case of
+  :mod:`common.experiments.claim_rates` that simulates its rule and the design of its records (:data:`RowDesign`);
+  the power is looked up in the committed table, never guessed ("power not computed for this design"); an
+  undecided row whose rule cannot reach 0.8 there is "not decidable at this design (needs ...)";
+- **one row per test**: a rank-based rule whose two readings of AGmax order the runs identically;
+- **"not comparable"** for the rules at the paper's 5e-3 line, with the line's per-example value at the records'
+  batch size; where AGmax sits (the stem output) and its trend without it; the sweep's test-loss regime in every
+  row about test performance; the depths that did not fit (:data:`FIT_TARGET`) in the rows about AGmax.
 """
 
 from __future__ import annotations
