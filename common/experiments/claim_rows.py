@@ -251,8 +251,10 @@ def unfit_note(sweep: pd.DataFrame, target: float = FIT_TARGET) -> str:
 def regime(sweep: pd.DataFrame) -> str:
     """How test loss and accuracy move with depth over the sweep's runs, in words (Spearman over the runs, the mean
     over seeds at the shallowest and the deepest depth), and what that says: "" with fewer than 2 depths."""
-    usable = sweep.dropna(subset=["depth_n", "test_loss"]) if len(sweep) and "test_loss" in sweep else sweep.iloc[:0]
-    if usable["depth_n"].nunique() < 2 if len(usable) else True:
+    if sweep.empty or "test_loss" not in sweep:
+        return ""
+    usable = sweep.dropna(subset=["depth_n", "test_loss"])
+    if usable["depth_n"].nunique() < 2:
         return ""
     means = usable.groupby("depth_n").mean(numeric_only=True)
     first, last = means.index.min(), means.index.max()
@@ -279,8 +281,9 @@ def regime(sweep: pd.DataFrame) -> str:
 
 
 def about_test_performance(row: dict) -> bool:
-    """A row whose claim is about test performance (the plateau, growth's test losses): it states the regime."""
-    return "test loss" in row["claim"] or "test-loss" in row["claim"]
+    """A row whose claim is about test performance (the plateau, growth's test losses or accuracy): it states the
+    regime."""
+    return any(word in row["claim"] for word in ("test loss", "test-loss", "test accuracy", "test-accuracy"))
 
 
 def line_note(batch_sizes: Iterable, line: float = paper.LOW_SIGNAL_AG) -> str:

@@ -10,8 +10,8 @@ figures folder (its rows: :mod:`common.experiments.claim_rows`, their rules: :mo
 - ``<figures>/tables/<name>.md`` and ``.csv``;
 - ``<figures>/claims.md`` (and ``tables/claims.csv``): one row per quantitative claim of the paper
   and of Cohen et al.: the claim, the paper's value (``common/paper.py`` only), the reproduced
-  value, the records it came from (preset, dataset, seeds, number of runs), the verdict and the
-  rule that gave it.
+  value, the records it came from (preset, dataset, seeds, number of runs), the verdict, its power at
+  the records' own design (``common/experiments/claim_power.csv``) and the rule that gave it.
 
 Which records (docs/decisions.md, section "Figures and the claims report"):
 
