@@ -12,7 +12,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # Every numbered script, in order (01 trains what 02 probes, ...).
 SMOKE_SCRIPTS := $(sort $(wildcard 0[1-8]_*.py))
 
-.PHONY: install smoke mini mini-readme test lint clean-smoke slurm-up slurm-down slurm-status
+.PHONY: install smoke mini mini-readme claim-tables test lint clean-smoke slurm-up slurm-down slurm-status
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ mini: $(STAMP)
 ## mini-readme: copy the claims table of results/mini into the README's Results block (after committing a new make mini)
 mini-readme: $(STAMP)
 	$(PY) -c 'from common.experiments.make_figures import update_readme; update_readme("README.md", "results/mini/figures/claims.md")'
+
+## claim-tables: after a new make mini, regenerate the claims report's power table at results/mini's own design
+## and the generated tables of docs/claim-rules.md (then rebuild the report with 08); about a minute on 2 cores
+claim-tables: $(STAMP)
+	$(PY) -m common.experiments.power_table --out results/mini --preset mini --fresh
+	$(PY) -m common.experiments.claim_rates --write-docs docs/claim-rules.md
 
 ## test: install, then run the whole test suite (ruff check and ruff format --check included, as tests)
 test: $(STAMP)

@@ -9,6 +9,12 @@ and is ``fn.rule``. The verdicts:
 - ``does not hold``: the records show the claim's negation at the same level (the interval outside it);
 - ``not decidable``: neither, or the records cannot decide the rule (one seed where a seed spread
   is needed, too few runs for a test, a constant input). Failing to reject never gives "holds";
+- ``not decidable at this design``: the same, where the rule cannot reach :data:`POWER_TARGET` at the
+  records' own design (depths, seeds, sample sizes), measured by simulation in the claim's own world
+  (:mod:`common.experiments.claim_rates`); the report says how many runs, seeds or test examples it
+  would need. Set by the report builder, never by a rule;
+- ``not comparable``: the paper's value cannot be compared with the records as it stands (the 5e-3
+  line: the paper gives no normalisation, :data:`NOT_COMPARABLE_WHY`). Set by the report builder;
 - ``not run``: no records (set by the report builder, never by a rule).
 
 :data:`RULES` are the paper's claims; their error rates are measured by simulation
@@ -58,8 +64,11 @@ from common.projection import NOT_SATURATED, SATURATED
 HOLDS = "holds"
 FAILS = "does not hold"
 UNDECIDABLE = "not decidable"
+UNDECIDABLE_AT_DESIGN = "not decidable at this design"  # undecided, and the rule cannot reach POWER_TARGET there
+NOT_COMPARABLE = "not comparable"
+NOT_COMPARABLE_WHY = "the paper's normalisation is not given"
 NOT_RUN = "not run"
-VERDICTS = (HOLDS, FAILS, UNDECIDABLE, NOT_RUN)
+VERDICTS = (HOLDS, FAILS, UNDECIDABLE, UNDECIDABLE_AT_DESIGN, NOT_COMPARABLE, NOT_RUN)
 
 # ----------------------------------------------------------------------------- margins and thresholds (fixed in issue 21)
 SIGNIFICANCE = 0.05  # two-sided level of every test: each one-sided bound at 2.5% (a 95% interval), the convention
@@ -89,17 +98,6 @@ PRECISION_UNITS = 0.5  # "at the paper's precision": within half a unit of the l
 POWER_TARGET = 0.8  # P(holds | claim true) at noise 0.5x the effect
 FALSE_HOLDS_LIMIT = 0.05  # P(holds | claim false, least favourable point) at noise 0.5x and 1x
 
-# P(holds | claim true) at noise 0.5x the effect at the paper preset's design, for the rules that cannot reach
-# POWER_TARGET there (measured with common.experiments.claim_rates, 2,000 repetitions, seed 0; tests/test_claim_rates.py
-# checks these numbers). Their report rows say so.
-LOW_POWER_AT_PAPER_DESIGN = {
-    "growth_wins_everywhere": 0.62,  # four architectures, each significant with 3 seeds
-    "drop_not_increasing": 0.57,  # ResNet-20 and -34 equal: a rise of 0 must be shown below half a unit with 3 seeds
-    "matches_paper_precision": 0.39,  # four depths, each within half a unit with 3 seeds
-    "exponent_within_tolerance": 0.32,  # a 95% interval inside ±0.1 from 17 depths
-    "sign_within_tolerance": 0.65,  # the same interval's upper end below +0.1
-}
-
 
 @dataclass(frozen=True)
 class Outcome:
@@ -119,15 +117,28 @@ def rule(text: str) -> Callable[[Callable[..., Outcome]], Callable[..., Outcome]
     return attach
 
 
-def power_note(fn: Callable) -> str:
-    """The report's sentence for a rule that cannot reach 80% power at the paper preset's design ("" otherwise)."""
-    power = LOW_POWER_AT_PAPER_DESIGN.get(fn.__name__)
-    if power is None:
-        return ""
-    return (
-        f"Cannot reach the required rates at the paper preset's design: P(holds | claim true) = {power:.2f} "
-        f"< {POWER_TARGET} at noise 0.5x the effect (docs/claim-rules.md)."
-    )
+def verdict_kind(verdict: str) -> str:
+    """The kind of a report's verdict cell (one of :data:`VERDICTS`): its longest prefix among them, so that
+    "not decidable at this design (needs ...) (mini scale)" is ``UNDECIDABLE_AT_DESIGN``, not ``UNDECIDABLE``."""
+    found = [v for v in VERDICTS if verdict == v or verdict.startswith(v + " ") or verdict.startswith(v + ":")]
+    if not found:
+        raise ValueError(f"verdict {verdict!r} is none of {VERDICTS}")
+    return max(found, key=len)
+
+
+def sentences(*parts: str) -> str:
+    """Text parts joined as sentences: each ends with a full stop (one added where it has none), empty parts dropped.
+
+    Where a report cell is put together from several texts (a rule and what follows it), they never run together:
+    ``sentences("a: not decidable", "Cannot reach ...")`` is ``"a: not decidable. Cannot reach ..."``.
+    """
+    kept = [p.strip() for p in parts if p and p.strip()]
+    return " ".join(p if p.endswith((".", "?", "!")) else f"{p}." for p in kept)
+
+
+def clauses(*parts: str) -> str:
+    """The non-empty parts of a reproduced value joined by "; " (the report's separator within one value)."""
+    return "; ".join(p for p in parts if p)
 
 
 def fmt(x: float | None) -> str:
@@ -292,6 +303,18 @@ def partial_spearman(x: Sequence[float], y: Sequence[float], z: Sequence[float])
     return r, t_two_sided(r * math.sqrt(dof / (1.0 - r * r)), dof)
 
 
+def partial_half_width(n: int, tail: float = TAIL) -> float:
+    """The half-width in z = atanh(r) of Fisher's interval of :func:`partial_interval` at ``n`` points (inf below 5)."""
+    return t_quantile(1.0 - tail, math.inf) * math.sqrt(SPEARMAN_Z_VARIANCE / (n - 4)) if n > 4 else math.inf
+
+
+def partial_min_runs(margin: float, tail: float = TAIL) -> int:
+    """The fewest points at which Fisher's interval (:func:`partial_interval`) fits inside ``±margin`` at all (at r = 0):
+    below it no partial correlation can be shown within the margin, whatever the records."""
+    z = t_quantile(1.0 - tail, math.inf)
+    return 4 + math.floor(SPEARMAN_Z_VARIANCE * (z / math.atanh(margin)) ** 2) + 1
+
+
 def partial_interval(r: float, n: int, tail: float = TAIL) -> tuple[float, float]:
     """Fisher's interval of a partial Spearman correlation with one controlling variable (module docstring)."""
     if n <= 4 or abs(r) >= 1.0:
@@ -357,7 +380,7 @@ def group_spread(groups: Iterable[Sequence[float]]) -> tuple[float, int] | None:
     "Spearman's rho between depth and AGmax over every run present (each depth and seed a point): holds when rho < 0 "
     f"with two-sided p < {SIGNIFICANCE} (exact permutation p up to 8 runs, else scipy.stats.spearmanr's t); does not "
     "hold when rho > 0 with p < 0.05 (AGmax rises); no significant trend either way, fewer than 3 runs, a constant "
-    "input, or too few runs for even a perfect fall to reach p < 0.05 (4 distinct depths: p = 1/12): not decidable"
+    "input, or too few runs for even a perfect fall to reach p < 0.05 (the value then gives that best p): not decidable"
 )
 def falls_with_depth(depths: Sequence[float], ag_max: Sequence[float]) -> Outcome:
     rho, p = spearman(depths, ag_max)
@@ -495,6 +518,11 @@ def explained_by_training_loss(
         return Outcome(UNDECIDABLE, f"{value}; partial correlation undefined: {why}")
     low, high = partial_interval(partial, n)
     value += f"; partial's 95% interval [{low:+.2f}, {high:+.2f}] vs ±{EXPLAINED_MARGIN}"
+    if partial_half_width(n) >= math.atanh(EXPLAINED_MARGIN):  # no r could give "holds" at this n
+        value += (
+            f" (its half-width in z, {partial_half_width(n):.2f} at n = {n}, exceeds the margin's "
+            f"{math.atanh(EXPLAINED_MARGIN):.2f}: 'holds' cannot occur below {partial_min_runs(EXPLAINED_MARGIN)} runs)"
+        )
     if (p < SIGNIFICANCE and rho < 0) or low > EXPLAINED_MARGIN or high < -EXPLAINED_MARGIN:
         return Outcome(FAILS, value)
     if p < SIGNIFICANCE and rho > 0 and low > -EXPLAINED_MARGIN and high < EXPLAINED_MARGIN:
@@ -570,8 +598,8 @@ def paper_size(effect: Estimate | None, paper: float) -> Outcome:
 
 
 # ----------------------------------------------------------------------------- rules: matched insertion
-def _per_seed(changes: Mapping[int, Sequence[float] | float]) -> dict[int, list[float]]:
-    return {int(d): [float(c)] if np.ndim(c) == 0 else [float(x) for x in c] for d, c in sorted(changes.items())}
+BELOW_FLOOR = "below measurement precision"  # a drop within the run's measurement floor (06's record): no sign
+WRONG_SIGN = "wrong sign"  # a rise of the loss where the rule compares drops: no logarithm
 
 
 def precision_unit(value: float) -> float:
@@ -579,78 +607,179 @@ def precision_unit(value: float) -> float:
     return 10.0 ** math.floor(math.log10(abs(value))) if value else 0.0
 
 
+def log_band(value: float) -> tuple[float, float]:
+    """The paper's precision around a positive ``value`` on the log scale: ``value ± PRECISION_UNITS`` units of its
+    leading digit, ``(log(value - u/2), log(value + u/2))``. The same band as on the linear scale, so its relative
+    width depends on the leading digit: 7e-4 gives (-0.074, +0.069) around log 7e-4, 2e-4 gives (-0.29, +0.22)."""
+    half = PRECISION_UNITS * precision_unit(value)
+    return math.log(value - half), math.log(value + half)
+
+
+@dataclass(frozen=True)
+class LogDrops:
+    """Per-seed matched-insertion drops (minus the loss change) on the log scale, per depth, and the values left out
+    of the log pool: a drop within the run's measurement floor (:data:`BELOW_FLOOR`) or of the wrong sign."""
+
+    logs: dict[int, list[float]]  # depth -> log drop of each usable seed
+    left_out: dict[int, list[str]]  # depth -> why each left-out value was left out ("seed 1: below ...")
+    depths: tuple[int, ...]  # every depth run, ascending
+
+    def drop(self, d: int) -> float:
+        """The geometric mean of depth ``d``'s usable drops (exp of their mean log)."""
+        return math.exp(sum(self.logs[d]) / len(self.logs[d]))
+
+    def mean_log(self, d: int) -> float:
+        return sum(self.logs[d]) / len(self.logs[d])
+
+    def spread(self) -> tuple[float, int] | None:
+        """The seed spread of log drops pooled over the depths (:func:`group_spread`)."""
+        return group_spread(self.logs.values())
+
+    def note(self) -> str:
+        """``left out of the log pool: ResNet-17 seed 1 (below measurement precision); ...`` ("" when none)."""
+        parts = [f"ResNet-{d} {why}" for d in self.depths for why in self.left_out.get(d, [])]
+        return f"left out of the log pool: {'; '.join(parts)}" if parts else ""
+
+
+def log_drops(
+    changes: Mapping[int, Sequence[float] | Mapping[int, float] | float],
+    below_floor: Mapping[int, Sequence[bool] | Mapping[int, bool] | bool] | None = None,
+) -> LogDrops:
+    """The usable drops of ``changes`` (depth -> per-seed loss changes: a list, ``{seed: change}``, or one number) on
+    the log scale. ``below_floor`` (the same shape, True where 06 found the change within its measurement floor)
+    and a change >= 0 (a drop of the wrong sign) leave a value out, named in :meth:`LogDrops.note`."""
+
+    def items(v) -> list[tuple[str, object]]:
+        if isinstance(v, Mapping):
+            return [(f"seed {k}", x) for k, x in sorted(v.items())]
+        return [(f"value {i + 1}", x) for i, x in enumerate([v] if np.ndim(v) == 0 else list(v))]
+
+    logs: dict[int, list[float]] = {}
+    left: dict[int, list[str]] = {}
+    for d in sorted(changes):
+        values = items(changes[d])
+        flags = dict(items(below_floor[d])) if below_floor is not None and d in below_floor else {}
+        logs[int(d)] = []
+        for label, change in values:
+            change = float(change)
+            if bool(flags.get(label, False)):
+                left.setdefault(int(d), []).append(f"{label}: {BELOW_FLOOR} (change {change:+.1e})")
+            elif not change < 0:
+                left.setdefault(int(d), []).append(f"{label}: {WRONG_SIGN} (change {change:+.1e})")
+            else:
+                logs[int(d)].append(math.log(-change))
+    return LogDrops(logs, left, tuple(sorted(int(d) for d in changes)))
+
+
 @rule(
-    "ordering the depths run, no deeper depth's drop (minus the change; mean over seeds) exceeds the previous depth's by "
-    f"more than the paper's precision ({PRECISION_UNITS:g} unit of the larger drop's leading digit: 1.9e-4 then 2.1e-4 is "
-    "no rise): holds when each rise's 95% interval (seed spread pooled over the depths) is below that tolerance; does not "
-    "hold when one rise's interval, Bonferroni-corrected over the pairs, is above it; else not decidable. One seed per "
-    "depth: the rises compared at the paper's precision alone (no error rate); fewer than 2 depths: not decidable"
+    "ordering the depths run, no deeper depth's drop (minus the change; geometric mean over seeds) exceeds the previous "
+    f"depth's by more than the paper's precision ({PRECISION_UNITS:g} unit of the larger drop's leading digit: 1.9e-4 "
+    "then 2.1e-4 is no rise), judged on the log scale, where the drops of different depths span orders of magnitude: "
+    "a rise from a to b is within it when log b - log a < log(1 + tolerance / a); holds when each rise's 95% interval "
+    "(seed spread of the log drops pooled over the depths) is below that bound; does not hold when one rise's interval, "
+    "Bonferroni-corrected over the pairs, is above it; else not decidable. A drop within the run's measurement floor or "
+    "of the wrong sign has no logarithm: it is left out of the pool and named, and a depth without a drop left is "
+    "skipped. One seed per depth: the rises compared at the paper's precision alone (no error rate); fewer than 2 "
+    "depths: not decidable"
 )
-def drop_not_increasing(changes: Mapping[int, Sequence[float] | float]) -> Outcome:
-    seeds = _per_seed(changes)
-    if len(seeds) < 2:
-        return Outcome(UNDECIDABLE, f"{len(seeds)} depth(s) run")
-    drops = {d: -sum(v) / len(v) for d, v in seeds.items()}
-    shown = ", ".join(f"ResNet-{d}: {x:.1e}" for d, x in drops.items())
-    pairs = list(zip(drops, list(drops)[1:]))
-    rises = {(a, b): drops[b] - drops[a] for a, b in pairs}
-    tolerance = {(a, b): PRECISION_UNITS * precision_unit(max(abs(drops[a]), abs(drops[b]))) for a, b in pairs}
-    spread = group_spread(seeds.values())
+def drop_not_increasing(
+    changes: Mapping[int, Sequence[float] | Mapping[int, float] | float],
+    below_floor: Mapping[int, Sequence[bool] | Mapping[int, bool] | bool] | None = None,
+) -> Outcome:
+    drops = log_drops(changes, below_floor)
+    note = drops.note()
+    if len(drops.depths) < 2:
+        return Outcome(UNDECIDABLE, f"{len(drops.depths)} depth(s) run")
+    usable = [d for d in drops.depths if drops.logs[d]]
+    if len(usable) < 2:
+        return Outcome(UNDECIDABLE, clauses(f"{len(usable)} depth(s) with a usable drop", note))
+    shown = ", ".join(f"ResNet-{d}: {drops.drop(d):.1e}" for d in usable)
+    pairs = list(zip(usable, usable[1:]))
+    rises = {(a, b): drops.mean_log(b) - drops.mean_log(a) for a, b in pairs}
+    tolerance = {(a, b): PRECISION_UNITS * precision_unit(max(drops.drop(a), drops.drop(b))) for a, b in pairs}
+    bound = {(a, b): math.log1p(tolerance[(a, b)] / drops.drop(a)) for a, b in pairs}
+    spread = drops.spread()
     if spread is None:
-        over = [f"ResNet-{b} > ResNet-{a}" for (a, b), r in rises.items() if r > tolerance[(a, b)]]
+        over = [f"ResNet-{b} > ResNet-{a}" for a, b in pairs if rises[(a, b)] > bound[(a, b)]]
         return Outcome(
             FAILS if over else HOLDS,
-            shown + "; one seed: at the paper's precision only" + (f" (rises: {'; '.join(over)})" if over else ""),
+            clauses(
+                shown + "; one seed: at the paper's precision only" + (f" (rises: {'; '.join(over)})" if over else ""),
+                note,
+            ),
         )
     s, dof = spread
-    est = {k: Estimate(r, s * math.sqrt(1 / len(seeds[k[0]]) + 1 / len(seeds[k[1]])), dof) for k, r in rises.items()}
+    est = {
+        k: Estimate(r, s * math.sqrt(1 / len(drops.logs[k[0]]) + 1 / len(drops.logs[k[1]])), dof)
+        for k, r in rises.items()
+    }
     upper = {k: e.interval()[1] for k, e in est.items()}
     lower = {k: e.interval(TAIL / len(est))[0] for k, e in est.items()}
-    if all(upper[k] < tolerance[k] for k in est):
+    if all(upper[k] < bound[k] for k in est):
         verdict = HOLDS
-    elif any(lower[k] > tolerance[k] for k in est):
+    elif any(lower[k] > bound[k] for k in est):
         verdict = FAILS
     else:
         verdict = UNDECIDABLE
-    worst = max(est, key=lambda k: upper[k] - tolerance[k])
+    worst = max(est, key=lambda k: upper[k] - bound[k])
+    a, b = worst
     return Outcome(
         verdict,
-        f"{shown}; largest rise ResNet-{worst[0]} -> {worst[1]}: {rises[worst]:+.1e}, upper bound "
-        f"{upper[worst]:+.1e} vs tolerance {tolerance[worst]:.1e}",
+        clauses(
+            f"{shown} (geometric means); largest rise ResNet-{a} -> {b}: x{math.exp(rises[worst]):.3g}, upper bound "
+            f"x{math.exp(upper[worst]):.3g} vs tolerance x{math.exp(bound[worst]):.3g} ({tolerance[worst]:.1e} on "
+            f"{drops.drop(a):.1e}); seed spread of log drops {s:.2f} ({dof} dof)",
+            note,
+        ),
     )
 
 
 @rule(
-    f"each depth's drop (mean over seeds) agrees with the paper's value to the paper's precision (one significant digit: "
-    f"within {PRECISION_UNITS:g} unit of that digit) at every depth the paper reports and we ran: holds when every such "
-    "depth's 95% interval (seed spread pooled over the depths) is inside that band; does not hold when one depth's "
-    "interval, Bonferroni-corrected over the depths, is outside it; else not decidable. One seed per depth: the point "
-    "values against the band (no error rate); none of the paper's depths run: not decidable"
+    f"each depth's drop (geometric mean over seeds) agrees with the paper's value to the paper's precision (one "
+    f"significant digit: within {PRECISION_UNITS:g} unit of that digit, [v - u/2, v + u/2], judged on the log scale as "
+    "[log(v - u/2), log(v + u/2)]: the same band, ±u/(2v) of v, from ±5.6% for a leading digit 9 to ±50% for a "
+    "leading digit 1) at every depth the paper reports and we ran: holds when every such depth's 95% interval of the mean log "
+    "drop (seed spread of the log drops pooled over the depths) is inside that band; does not hold when one depth's "
+    "interval, Bonferroni-corrected over the depths, is outside it; else not decidable. A drop within the run's "
+    "measurement floor or of the wrong sign is left out of the pool and named; a paper depth left without a drop cannot "
+    "hold. One seed per depth: the point values against the band (no error rate); none of the paper's depths run: not "
+    "decidable"
 )
-def matches_paper_precision(changes: Mapping[int, Sequence[float] | float], paper: Mapping[int, float]) -> Outcome:
-    seeds = _per_seed(changes)
-    common_depths = sorted(set(seeds) & set(paper))
-    if not common_depths:
+def matches_paper_precision(
+    changes: Mapping[int, Sequence[float] | Mapping[int, float] | float],
+    paper: Mapping[int, float],
+    below_floor: Mapping[int, Sequence[bool] | Mapping[int, bool] | bool] | None = None,
+) -> Outcome:
+    drops = log_drops(changes, below_floor)
+    note = drops.note()
+    run = sorted(set(drops.depths) & set(paper))
+    if not run:
         return Outcome(UNDECIDABLE, f"none of ResNet-{', -'.join(map(str, sorted(paper)))} run")
-    drops = {d: -sum(seeds[d]) / len(seeds[d]) for d in common_depths}
-    band = {d: PRECISION_UNITS * precision_unit(paper[d]) for d in common_depths}
-    shown = ", ".join(f"ResNet-{d}: {drops[d]:.1e} (paper {paper[d]:.0e})" for d in common_depths)
-    spread = group_spread(seeds.values())
+    judged = [d for d in run if drops.logs[d]]
+    unjudged = [d for d in run if not drops.logs[d]]
+    missing = f"no usable drop at ResNet-{', -'.join(map(str, unjudged))}" if unjudged else ""
+    if not judged:
+        return Outcome(UNDECIDABLE, clauses(missing, note))
+    band = {d: log_band(paper[d]) for d in judged}
+    shown = ", ".join(
+        f"ResNet-{d}: {drops.drop(d):.1e} (paper {paper[d]:.0e}, band [{math.exp(band[d][0]):.2g}, "
+        f"{math.exp(band[d][1]):.2g}])"
+        for d in judged
+    )
+    spread = group_spread(drops.logs.values())
     if spread is None:
-        off = [d for d in common_depths if abs(drops[d] - paper[d]) > band[d]]
-        return Outcome(FAILS if off else HOLDS, shown + "; one seed: point values only")
+        off = [d for d in judged if not band[d][0] < drops.mean_log(d) < band[d][1]]
+        verdict = FAILS if off else UNDECIDABLE if unjudged else HOLDS
+        return Outcome(verdict, clauses(shown + "; one seed: point values only", missing, note))
     s, dof = spread
-    est = {d: Estimate(drops[d], s / math.sqrt(len(seeds[d])), dof) for d in common_depths}
-    inside = all(
-        paper[d] - band[d] < est[d].interval()[0] and est[d].interval()[1] < paper[d] + band[d] for d in common_depths
+    est = {d: Estimate(drops.mean_log(d), s / math.sqrt(len(drops.logs[d])), dof) for d in judged}
+    inside = not unjudged and all(
+        band[d][0] < est[d].interval()[0] and est[d].interval()[1] < band[d][1] for d in judged
     )
-    tail = TAIL / len(common_depths)
-    outside = any(
-        est[d].interval(tail)[1] < paper[d] - band[d] or est[d].interval(tail)[0] > paper[d] + band[d]
-        for d in common_depths
-    )
+    tail = TAIL / len(run)
+    outside = any(est[d].interval(tail)[1] < band[d][0] or est[d].interval(tail)[0] > band[d][1] for d in judged)
     verdict = HOLDS if inside else FAILS if outside else UNDECIDABLE
-    return Outcome(verdict, shown + f"; seed spread {s:.1e} ({dof} dof)")
+    return Outcome(verdict, clauses(shown + f"; seed spread of log drops {s:.2f} ({dof} dof)", missing, note))
 
 
 # ----------------------------------------------------------------------------- rules: weight scaling
@@ -701,7 +830,10 @@ def sign_within_tolerance(estimates: Mapping[str, float | tuple[float, float, fl
     "App. G's separated test (Theorem 3) on every seed of the deepest depth probed: Gamma = max_l ||C_l|| lies in "
     "[max(0, Gamma_hat - t), Gamma_hat + t] with probability >= 1 - alpha (t = sqrt(sum_l tr_l / (n_test alpha)), traces "
     "from a calibration part); holds when every upper end is <= delta ('saturated within delta'); a lower end above "
-    "delta ('not saturated'): does not hold; otherwise ('undecided', no delta given, no verdict): not decidable"
+    "delta ('not saturated'): does not hold; otherwise ('undecided', no delta given, no verdict): not decidable. "
+    "Beside it, not used for the verdict: 02's asymptotic interval (a normal interval on ||C_l||^2, Bonferroni over the "
+    "candidates), and for both intervals the n_test at which each would exclude delta (0 without one) at this "
+    "sample's estimates"
 )
 def saturated_within_delta(intervals: Mapping[str, Mapping]) -> Outcome:
     """``intervals``: label -> App. G numbers (``lower``, ``upper``, ``t``, ``n_candidates``, ``delta``, ``verdict``)."""
@@ -714,11 +846,56 @@ def saturated_within_delta(intervals: Mapping[str, Mapping]) -> Outcome:
     return Outcome(HOLDS if all(v == SATURATED for v in verdicts) else UNDECIDABLE, shown)
 
 
+def app_g_n_test_needed(
+    t: float | None, n_test: int | None, gamma_hat: float | None, delta: float | None
+) -> int | None:
+    """About how many test examples Theorem 3's interval needs to exclude ``delta`` (0 when None) at this sample's
+    ``gamma_hat`` and traces: ``t = sqrt(sum_l tr_l / (n alpha))`` is ``t sqrt(n_test / n)`` at n examples, below
+    ``|gamma_hat - delta|`` from ``n = n_test t^2 / (gamma_hat - delta)^2`` (a plug-in estimate; None if undefined)."""
+    if t is None or n_test is None or gamma_hat is None:
+        return None
+    gap = abs(float(gamma_hat) - (float(delta) if delta else 0.0))
+    return math.ceil(float(n_test) * float(t) ** 2 / gap**2) if gap > 0 else None
+
+
 def app_g_text(r: Mapping) -> str:
-    """``Gamma in [lo, hi], t = .., 7 candidates, delta = ..: verdict`` (t and the candidates beside every verdict)."""
+    """``Gamma in [lo, hi], t = .., 7 candidates, delta = ..: verdict`` (t and the candidates beside every verdict), then
+    02's asymptotic interval where recorded, and the n_test each interval would need (:func:`app_g_needs`)."""
     where = "-" if r.get("lower") is None else f"[{fmt(r['lower'])}, {fmt(r['upper'])}]"
     delta = "none" if r.get("delta") is None else fmt(r["delta"])
-    return f"Gamma in {where}, t = {fmt(r['t'])}, {r['n_candidates']} candidates, delta = {delta}: {r['verdict']}"
+    text = f"Gamma in {where}, t = {fmt(r['t'])}, {r['n_candidates']} candidates, delta = {delta}: {r['verdict']}"
+    asymptotic = r.get("asymptotic")
+    if isinstance(asymptotic, Mapping) and asymptotic.get("lower") is not None:
+        text += (
+            f"; asymptotic interval (normal, Bonferroni; not used for the verdict) "
+            f"[{fmt(asymptotic['lower'])}, {fmt(asymptotic['upper'])}]: {asymptotic.get('verdict', '-')}"
+        )
+    needs = app_g_needs(r)
+    return f"{text}; {needs}" if needs else text
+
+
+def app_g_needs(r: Mapping) -> str:
+    """``n_test to exclude 0: Theorem 3's about 20,380, asymptotic's about 640`` (delta, when one was given).
+
+    02's ``n_test_to_exclude_zero`` / ``_delta`` (and the asymptotic interval's) where recorded; an older record
+    without them gets Theorem 3's from :func:`app_g_n_test_needed`. None recorded: "never at these estimates"."""
+    with_delta = r.get("delta") is not None
+    key = "n_test_to_exclude_delta" if with_delta else "n_test_to_exclude_zero"
+    what = f"to leave delta ({r.get(f'{key}_side') or 'either side'})" if with_delta else "to exclude 0"
+
+    def count(n) -> str:
+        return "never at these estimates" if n is None else f"about {int(n):,}"
+
+    if key in r:
+        theorem = count(r[key])
+    else:
+        n = app_g_n_test_needed(r.get("t"), r.get("n_test"), r.get("gamma_hat"), r.get("delta"))
+        theorem = count(n) if n is not None else "-"
+    parts = [f"Theorem 3's {theorem}"]
+    asymptotic = r.get("asymptotic")
+    if isinstance(asymptotic, Mapping) and key in asymptotic:
+        parts.append(f"the asymptotic interval's {count(asymptotic[key])}")
+    return f"n_test {what}: {', '.join(parts)}"
 
 
 # ----------------------------------------------------------------------------- identity checks (not claims)

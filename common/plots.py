@@ -87,14 +87,30 @@ def seeds_note(df: pd.DataFrame, column: str = "seed") -> str:
 
 
 # ----------------------------------------------------------------------------- figure 1
-def ag_vs_depth(probe: pd.DataFrame, sweep: pd.DataFrame, *, dataset: str, line: float, setting: str = "") -> Figure:
+def ag_vs_depth(
+    probe: pd.DataFrame,
+    sweep: pd.DataFrame,
+    *,
+    dataset: str,
+    line: float,
+    setting: str = "",
+    fit_target: float | None = None,
+) -> Figure:
     """Figure 1: AGmax against depth N (log y, both normalisations, the low-signal line); test loss and accuracy below.
 
     ``probe``: ``depth_n``, ``seed``, ``ag_max``, ``ag_max_per_example``; ``sweep``: ``depth_n``,
-    ``seed``, ``test_loss``, ``test_acc`` (every trained depth, probed or not).
+    ``seed``, ``test_loss``, ``test_acc`` (every trained depth, probed or not), and ``train_loss``: with a
+    ``fit_target``, a depth where a run ended above it (it did not fit) is marked by a grey band on every panel.
     """
     fig = new_figure(6.4, 7.0)
     ax_ag, ax_loss, ax_acc = fig.subplots(3, 1, sharex=True, height_ratios=(2.2, 1, 1))
+    unfit = []
+    if fit_target is not None and "train_loss" in sweep:
+        unfit = sorted({float(n) for n in sweep.loc[sweep["train_loss"] > fit_target, "depth_n"]})
+    for ax in (ax_ag, ax_loss, ax_acc):
+        for i, n in enumerate(unfit):
+            label = f"did not fit (a run's training loss > {fit_target:g})" if ax is ax_ag and i == 0 else None
+            ax.axvspan(n - 0.35, n + 0.35, color="0.85", zorder=0, label=label)
     for column, label in READINGS:
         seed_band(ax_ag, probe, "depth_n", column, label)
     low_signal_line(ax_ag, line)

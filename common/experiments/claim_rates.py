@@ -17,7 +17,14 @@ through the rule function itself; the measured rates are
 Where the paper gives only a figure, the true world is fixed here (issue 21), before any record:
 AGmax halving over the depth grid (the trend), and for the low-signal rules AGmax falling from 4x
 the line to the line over the first quarter of the grid, to half the line at 3/8 and flat after.
-``docs/claim-rules.md`` lists every case with its measured rates at the paper preset's design.
+``docs/claim-rules.md`` lists every case with its measured rates at the paper preset's design (a generated
+table: ``python -m common.experiments.claim_rates --write-docs docs/claim-rules.md``).
+
+**Power at the records' own design** (issue 29): :func:`power` gives P(holds | true) of a case at noise 0.5x
+the effect at any :class:`Design`, such as the one a report row's records have (one seed count per depth
+where they differ), and below :data:`common.claims.POWER_TARGET` the seeds it would need. The report reads
+these from a committed table (:class:`PowerTable`, ``claim_power.csv`` beside this module), regenerated from
+the records by ``python -m common.experiments.power_table`` (:data:`POWER_COMMAND`).
 
 Another design (a preset's default depths, other seeds or noise levels)::
 
@@ -31,16 +38,19 @@ or from Python, with any depths: ``design = replace(design_for_preset("paper"), 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import math
 import sys
 import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
-from common import claims, paper, resnet_sweep
+from common import claims, paper, resnet_sweep, runs
 from common.errors import UserError
 from common.experiments import growth_vs_scratch, matched_insertion, weight_scaling
 from common.scaling import DEFAULT_LEVEL
@@ -52,26 +62,104 @@ LINE = paper.LOW_SIGNAL_AG
 
 
 # ----------------------------------------------------------------------------- designs
+EXPERIMENTS = ("sweep", "growth", "matched", "scaling")  # the part of a design each case reads (Case.experiment)
+
+
+def _counts(depths: Sequence, seeds: int | Sequence[int], unit: str = "seed") -> str:
+    """``0,2,3 x 2 seeds`` when every depth has as many seeds, else ``0x2,2x2,3x1`` (a design key's words)."""
+    n = [int(x) for x in np.broadcast_to(np.asarray(seeds), (len(depths),))]
+    names = [f"{d:g}" if isinstance(d, float) else str(d) for d in depths]
+    if len(set(n)) <= 1:
+        k = n[0] if n else 0
+        return f"{','.join(names)} x {k} {unit}{'s' if k != 1 else ''}"
+    return ",".join(f"{d}x{c}" for d, c in zip(names, n, strict=True))
+
+
 @dataclass(frozen=True)
 class Design:
-    """What the records of one preset contain, as far as the rules see it."""
+    """What the records of one preset (or of one report row) contain, as far as the rules see it.
 
-    sweep_depths: tuple[int, ...]  # N of the ResNet sweep (01)
-    sweep_seeds: int
+    ``sweep_seeds`` and ``matched_seeds`` are one count for every depth or one count per depth (records where a
+    depth has fewer seeds than the others); ``growth_required`` is how many of the architectures a claim names
+    (None: all of them); ``scaling_fits`` the x values (depths, a depth once per run) of every fit a claim reads
+    (empty: one fit at ``scaling_depths``).
+    """
+
+    sweep_depths: tuple[int, ...]  # N of the ResNet sweep (01), or L of the GPT-2 sweep (05)
+    sweep_seeds: int | tuple[int, ...]
     growth_architectures: int  # rows of 03's table
     growth_seeds: int
     matched_depths: tuple[int, ...]  # d of ResNet-d (06)
-    matched_seeds: int
+    matched_seeds: int | tuple[int, ...]
     scaling_depths: tuple[int, ...]  # L of the weight-scaling fits (07)
+    growth_required: int | None = None
+    scaling_fits: tuple[tuple[float, ...], ...] = ()
+
+    def fits(self) -> tuple[tuple[float, ...], ...]:
+        """The x values of every fit a scaling claim reads."""
+        return self.scaling_fits or (tuple(float(d) for d in self.scaling_depths),)
 
     def describe(self) -> str:
         sweep = self.sweep_depths
         return (
-            f"sweep N = {sweep[0]}..{sweep[-1]} ({len(sweep)} depths) x {self.sweep_seeds} seeds; growth "
+            f"sweep N = {sweep[0]}..{sweep[-1]} ({len(sweep)} depths) x {_seeds_text(self.sweep_seeds)} seeds; growth "
             f"{self.growth_architectures} architectures x {self.growth_seeds} seeds; matched insertion ResNet-"
-            f"{', -'.join(map(str, self.matched_depths))} x {self.matched_seeds} seeds; weight scaling "
+            f"{', -'.join(map(str, self.matched_depths))} x {_seeds_text(self.matched_seeds)} seeds; weight scaling "
             f"L = {self.scaling_depths[0]}..{self.scaling_depths[-1]} ({len(self.scaling_depths)} depths)"
         )
+
+    def key(self, experiment: str) -> str:
+        """The design in words, as far as a case of ``experiment`` reads it: the power table's key."""
+        if experiment == "sweep":
+            return f"sweep: depths {_counts(self.sweep_depths, self.sweep_seeds)}"
+        if experiment == "growth":
+            named = self.growth_architectures if self.growth_required is None else self.growth_required
+            return f"growth: {self.growth_architectures} architectures ({named} named) x {self.growth_seeds} seeds"
+        if experiment == "matched":
+            return f"matched: ResNet-{_counts(self.matched_depths, self.matched_seeds)}"
+        if experiment == "scaling":
+            fits = []
+            for xs in self.fits():
+                distinct = sorted(set(xs))
+                fits.append(_counts(distinct, [xs.count(x) for x in distinct], unit="run"))
+            return f"scaling: {len(fits)} fit{'s' if len(fits) != 1 else ''} at L " + "; ".join(fits)
+        raise ValueError(f"experiment {experiment!r}: one of {EXPERIMENTS}")
+
+    def seeds(self, experiment: str) -> int:
+        """The fewest seeds (runs per depth, for a scaling fit) any part of ``experiment`` has."""
+        if experiment == "sweep":
+            return int(np.min(self.sweep_seeds))
+        if experiment == "growth":
+            return self.growth_seeds
+        if experiment == "matched":
+            return int(np.min(self.matched_seeds))
+        return min(xs.count(x) for xs in self.fits() for x in set(xs))
+
+    def with_seeds(self, experiment: str, k: int) -> Design:
+        """The same design with ``k`` seeds (runs per depth) at every depth of ``experiment``."""
+        if experiment == "sweep":
+            return replace(self, sweep_seeds=k)
+        if experiment == "growth":
+            return replace(self, growth_seeds=k)
+        if experiment == "matched":
+            return replace(self, matched_seeds=k)
+        return replace(
+            self, scaling_fits=tuple(tuple(x for x in sorted(set(xs)) for _ in range(k)) for xs in self.fits())
+        )
+
+    def runs(self, experiment: str) -> int:
+        """How many runs (records) ``experiment`` holds at this design (growth: both arms)."""
+        if experiment == "sweep":
+            return int(np.sum(np.broadcast_to(np.asarray(self.sweep_seeds), (len(self.sweep_depths),))))
+        if experiment == "growth":
+            return 2 * self.growth_architectures * self.growth_seeds
+        if experiment == "matched":
+            return int(np.sum(np.broadcast_to(np.asarray(self.matched_seeds), (len(self.matched_depths),))))
+        return max(len(xs) for xs in self.fits())
+
+
+def _seeds_text(seeds: int | Sequence[int]) -> str:
+    return str(seeds) if np.ndim(seeds) == 0 else f"{min(seeds)}-{max(seeds)}"
 
 
 def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = "cifar10") -> Design:
@@ -112,6 +200,7 @@ class Case:
     false_world: str
     simulate: Simulate  # (design, rng, reps, k, world) -> the verdicts of reps simulated record sets
     false_worlds: tuple[str, ...] = ("false",)
+    experiment: str = "sweep"  # the part of the design it reads (EXPERIMENTS)
 
     @property
     def name(self) -> str:
@@ -125,7 +214,8 @@ def _verdicts(outcomes) -> list[str]:
 # --- the ResNet sweep
 def _sweep(design: Design) -> tuple[np.ndarray, np.ndarray]:
     """Every run's depth (each depth ``sweep_seeds`` times) and its place on the grid, 0 at the first depth, 1 at the last."""
-    depths = np.repeat(np.asarray(design.sweep_depths, float), design.sweep_seeds)
+    seeds = np.broadcast_to(np.asarray(design.sweep_seeds), (len(design.sweep_depths),))
+    depths = np.repeat(np.asarray(design.sweep_depths, float), seeds)
     span = max(depths.max() - depths.min(), 1.0)
     return depths, (depths - depths.min()) / span
 
@@ -197,8 +287,15 @@ def _reductions(design: Design, rng: np.random.Generator, reps: int, effects: np
     return effects[None, :, None] + noise * rng.normal(size=shape)
 
 
+def _sample_std(x: np.ndarray, axis: int) -> np.ndarray:
+    """The sample std (ddof 1) along ``axis``; NaN for a single seed (no spread), without numpy's warning."""
+    if x.shape[axis] < 2:
+        return np.full(np.delete(x.shape, axis), np.nan)
+    return x.std(axis=axis, ddof=1)
+
+
 def _summaries(d: np.ndarray) -> list[dict[str, tuple[float, float, int]]]:
-    means, stds, n = d.mean(axis=2), d.std(axis=2, ddof=1), d.shape[2]
+    means, stds, n = d.mean(axis=2), _sample_std(d, axis=2), d.shape[2]
     return [
         {f"a{a}": (float(m[a]), float(s[a]), n) for a in range(d.shape[1])} for m, s in zip(means, stds, strict=True)
     ]
@@ -206,7 +303,7 @@ def _summaries(d: np.ndarray) -> list[dict[str, tuple[float, float, int]]]:
 
 def _over_seeds(d: np.ndarray) -> list[claims.Estimate | None]:
     per_seed = d.mean(axis=1)  # the architectures' mean at each seed (03's mean row)
-    means, stds, n = per_seed.mean(axis=1), per_seed.std(axis=1, ddof=1), per_seed.shape[1]
+    means, stds, n = per_seed.mean(axis=1), _sample_std(per_seed, axis=1), per_seed.shape[1]
     return [claims.over_seeds(m, s, n) for m, s in zip(means, stds, strict=True)]
 
 
@@ -224,7 +321,8 @@ def sim_growth_mean(design: Design, rng: np.random.Generator, reps: int, k: floa
 
 def sim_everywhere(design: Design, rng: np.random.Generator, reps: int, k: float, world: str) -> list[str]:
     d = _reductions(design, rng, reps, _effects(design, 1.0, None if world == "true" else 0.0), k)
-    required = [f"a{a}" for a in range(design.growth_architectures)]
+    named = design.growth_architectures if design.growth_required is None else design.growth_required
+    required = [f"a{a}" for a in range(named)]
     return _verdicts(claims.growth_wins_everywhere(s, required) for s in _summaries(d))
 
 
@@ -254,7 +352,7 @@ def sim_size_one(design: Design, rng: np.random.Generator, reps: int, k: float, 
     return _verdicts(claims.paper_size(e, value) for e in _pooled_first(d))
 
 
-# --- matched insertion: per-seed drops per depth
+# --- matched insertion: per-seed drops per depth, noise on the log scale (the rules pool log drops)
 def paper_drops(depths: Sequence[int]) -> np.ndarray:
     """The true world's drops: the paper's H.1 values, interpolated linearly in depth (constant beyond its ends)."""
     known = sorted(paper.MATCHED_INSERTION_REDUCTION.items())
@@ -264,17 +362,20 @@ def paper_drops(depths: Sequence[int]) -> np.ndarray:
 def _matched(
     design: Design, rng: np.random.Generator, reps: int, drops: np.ndarray, noise: float
 ) -> list[dict[int, np.ndarray]]:
-    sample = drops[None, :, None] + noise * rng.normal(size=(reps, len(drops), design.matched_seeds))
-    return [{d: -row[i] for i, d in enumerate(design.matched_depths)} for row in sample]
+    """``reps`` record sets of per-seed loss changes ``-drop exp(noise z)``: log-normal around each depth's drop."""
+    seeds = np.broadcast_to(np.asarray(design.matched_seeds), (len(drops),))
+    sample = np.log(drops)[None, :, None] + noise * rng.normal(size=(reps, len(drops), int(seeds.max())))
+    return [{d: -np.exp(row[i, : seeds[i]]) for i, d in enumerate(design.matched_depths)} for row in sample]
 
 
 def sim_not_increasing(design: Design, rng: np.random.Generator, reps: int, k: float, world: str) -> list[str]:
     drops = paper_drops(design.matched_depths)
     tolerance = claims.PRECISION_UNITS * claims.precision_unit(drops[-2])
+    effect = math.log1p(tolerance / drops[-2])  # the tolerance on the log scale, at the deepest pair
     if world == "false":  # the deepest depth's drop exceeds the one before by the paper's precision
         drops = drops.copy()
         drops[-1] = drops[-2] + tolerance
-    return _verdicts(claims.drop_not_increasing(c) for c in _matched(design, rng, reps, drops, k * tolerance))
+    return _verdicts(claims.drop_not_increasing(c) for c in _matched(design, rng, reps, drops, k * effect))
 
 
 def sim_precision(design: Design, rng: np.random.Generator, reps: int, k: float, world: str) -> list[str]:
@@ -283,15 +384,18 @@ def sim_precision(design: Design, rng: np.random.Generator, reps: int, k: float,
         [reported.get(d, v) for d, v in zip(design.matched_depths, paper_drops(design.matched_depths), strict=True)]
     )
     first = next(i for i, d in enumerate(design.matched_depths) if d in reported)
-    band = claims.PRECISION_UNITS * claims.precision_unit(drops[first])
+    half = claims.PRECISION_UNITS * claims.precision_unit(drops[first])
+    effect = math.log1p(half / drops[first])  # the band's nearer (upper) side on the log scale
     if world == "false":  # the first depth the paper reports, off by exactly the paper's precision
         drops = drops.copy()
-        drops[first] += band
-    return _verdicts(claims.matches_paper_precision(c, reported) for c in _matched(design, rng, reps, drops, k * band))
+        drops[first] += half
+    return _verdicts(
+        claims.matches_paper_precision(c, reported) for c in _matched(design, rng, reps, drops, k * effect)
+    )
 
 
 # --- weight scaling: log-log fits over the depths
-def power_law_fits(depths: Sequence[int], log_values: np.ndarray, level: float = DEFAULT_LEVEL) -> np.ndarray:
+def power_law_fits(depths: Sequence[float], log_values: np.ndarray, level: float = DEFAULT_LEVEL) -> np.ndarray:
     """Rows ``(slope, ci_low, ci_high)`` of :func:`common.scaling.fit_power_law` for each row of ``log_values``, at once
     (the same least squares and Student-t interval; tests/test_claim_rates.py checks them against it)."""
     x = np.log(np.asarray(depths, float))
@@ -305,28 +409,35 @@ def power_law_fits(depths: Sequence[int], log_values: np.ndarray, level: float =
 
 
 def _fits(
-    design: Design, rng: np.random.Generator, reps: int, slope: float, k: float
-) -> list[tuple[float, float, float]]:
-    x = np.log(np.asarray(design.scaling_depths, float))
-    noise = (
-        k * claims.EXPONENT_TOLERANCE * (x.max() - x.min())
-    )  # effect: the tolerance's change over the range of log L
-    ys = slope * x + noise * rng.normal(size=(reps, len(x)))
-    return [tuple(row) for row in power_law_fits(design.scaling_depths, ys).tolist()]
+    design: Design, rng: np.random.Generator, reps: int, slopes: Sequence[float], k: float
+) -> list[dict[str, tuple[float, float, float]]]:
+    """``reps`` sets of the design's fits (one per ``Design.fits``), the j-th with true exponent ``slopes[j]``."""
+    per_fit = []
+    for xs, slope in zip(design.fits(), slopes, strict=True):
+        x = np.log(np.asarray(xs, float))
+        noise = k * claims.EXPONENT_TOLERANCE * (x.max() - x.min())  # effect: the tolerance's change over log L
+        ys = slope * x + noise * rng.normal(size=(reps, len(x)))
+        per_fit.append(power_law_fits(xs, ys).tolist())
+    return [{f"fit {j}": tuple(rows[i]) for j, rows in enumerate(per_fit)} for i in range(reps)]
 
 
 EXPONENT_WORLDS = {"true": 0.0, "above": claims.EXPONENT_TOLERANCE, "below": -claims.EXPONENT_TOLERANCE}
 
 
+def _slopes(design: Design, value: float, first_off: float) -> list[float]:
+    """Every fit at ``value``, the first one ``first_off`` from it (a false world moves one part only)."""
+    return [value + (first_off if j == 0 else 0.0) for j in range(len(design.fits()))]
+
+
 def sim_exponent(design: Design, rng: np.random.Generator, reps: int, k: float, world: str) -> list[str]:
     value = paper.COHEN_TANH_BETA
-    fits = _fits(design, rng, reps, value + EXPONENT_WORLDS[world], k)
-    return _verdicts(claims.exponent_within_tolerance({"": f}, value) for f in fits)
+    fits = _fits(design, rng, reps, _slopes(design, value, EXPONENT_WORLDS[world]), k)
+    return _verdicts(claims.exponent_within_tolerance(f, value) for f in fits)
 
 
 def sim_sign(design: Design, rng: np.random.Generator, reps: int, k: float, world: str) -> list[str]:
-    fits = _fits(design, rng, reps, 0.0 if world == "true" else claims.EXPONENT_TOLERANCE, k)
-    return _verdicts(claims.sign_within_tolerance({"stage 1": f}, "<= 0") for f in fits)
+    fits = _fits(design, rng, reps, _slopes(design, 0.0, 0.0 if world == "true" else claims.EXPONENT_TOLERANCE), k)
+    return _verdicts(claims.sign_within_tolerance(f, "<= 0") for f in fits)
 
 
 STAT = "statistical"
@@ -376,6 +487,7 @@ CASES: tuple[Case, ...] = (
         "every architecture's reduction (scratch - growth) equal to the effect",
         "no reduction (effect 0)",
         sim_growth_mean,
+        experiment="growth",
     ),
     Case(
         claims.growth_wins_everywhere,
@@ -385,6 +497,7 @@ CASES: tuple[Case, ...] = (
         "every architecture's reduction equal to the effect",
         "one architecture's reduction 0, the others the effect",
         sim_everywhere,
+        experiment="growth",
     ),
     Case(
         claims.paper_direction,
@@ -394,6 +507,7 @@ CASES: tuple[Case, ...] = (
         "every architecture's reduction equal to the effect",
         "that architecture's reduction 0",
         sim_direction,
+        experiment="growth",
     ),
     Case(
         claims.paper_size,
@@ -404,6 +518,7 @@ CASES: tuple[Case, ...] = (
         f"every reduction at 1/{claims.SIZE_FACTOR:g}x or {claims.SIZE_FACTOR:g}x the paper's",
         sim_size_mean,
         ("half", "double"),
+        experiment="growth",
     ),
     Case(
         claims.paper_size,
@@ -414,24 +529,28 @@ CASES: tuple[Case, ...] = (
         f"that architecture's at 1/{claims.SIZE_FACTOR:g}x or {claims.SIZE_FACTOR:g}x it",
         sim_size_one,
         ("half", "double"),
+        experiment="growth",
     ),
     Case(
         claims.drop_not_increasing,
         "",
         STAT,
-        "the tolerance (half a unit of the drop's leading digit)",
-        "the paper's drops (7, 4, 2, 2 x 1e-4 at ResNet-8, -14, -20, -34; interpolated at other depths)",
+        "the tolerance on the log scale, log(1 + tolerance / drop) (half a unit of the drop's leading digit)",
+        "the paper's drops (7, 4, 2, 2 x 1e-4 at ResNet-8, -14, -20, -34; interpolated at other depths), log-normal "
+        "noise",
         "as true, the deepest drop above the one before by the tolerance",
         sim_not_increasing,
+        experiment="matched",
     ),
     Case(
         claims.matches_paper_precision,
         "",
         STAT,
-        "the band (half a unit of the paper's digit)",
-        "the paper's drops",
+        "the band's nearer side on the log scale, log(1 + u / 2v) (half a unit u of the paper's digit)",
+        "the paper's drops, log-normal noise",
         "as true, ResNet-8's drop off by the band",
         sim_precision,
+        experiment="matched",
     ),
     Case(
         claims.exponent_within_tolerance,
@@ -442,6 +561,7 @@ CASES: tuple[Case, ...] = (
         f"the exponent {claims.EXPONENT_TOLERANCE:g} above or below it",
         sim_exponent,
         ("above", "below"),
+        experiment="scaling",
     ),
     Case(
         claims.sign_within_tolerance,
@@ -451,6 +571,7 @@ CASES: tuple[Case, ...] = (
         "exponent 0 (bounded)",
         f"exponent +{claims.EXPONENT_TOLERANCE:g}",
         sim_sign,
+        experiment="scaling",
     ),
 )
 
@@ -529,6 +650,185 @@ def markdown(rates: Sequence[Rates], design: Design) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- power at the records' own design
+POWER_NOISE = NOISE[0]  # the power target's noise level: 0.5x the effect (issue 21)
+SEED_STEPS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)  # seeds (runs per depth) tried for "needs about"
+POWER_TABLE = Path(__file__).with_name("claim_power.csv")  # committed; 08 reads it (docs/claim-rules.md)
+POWER_COLUMNS = ("case", "design", "power", "fails_true", "seeds_needed", "runs_needed", "reps", "seed", "noise")
+POWER_COMMAND = "python -m common.experiments.power_table --out results/mini --preset mini"  # regenerates the table
+CASES_BY_NAME = {c.name: c for c in CASES}  # case name -> case (the power table's keys)
+
+
+@dataclass(frozen=True)
+class Power:
+    """P(holds | claim true) of one case at one design (noise 0.5x the effect, the claim's own true world of
+    :data:`CASES`), P(does not hold | true), and the seeds (runs per depth) at which the power first reaches
+    :data:`common.claims.POWER_TARGET` on :data:`SEED_STEPS` (None: not up to the last step; absent when it already does)."""
+
+    case: str
+    design: str
+    power: float
+    fails_true: float
+    seeds_needed: int | None
+    runs_needed: int | None
+    reps: int
+    seed: int
+    noise: float
+
+    @property
+    def experiment(self) -> str:
+        """The part of the design the case reads ("" for a case no longer in :data:`CASES`)."""
+        case = CASES_BY_NAME.get(self.case)
+        return case.experiment if case is not None else ""
+
+    def needs(self) -> str:
+        """``about 4 seeds per depth, 32 runs`` (what the design would need to reach the power target)."""
+        unit = {"sweep": "seeds per depth", "growth": "seeds", "matched": "seeds per depth"}.get(
+            self.experiment, "runs per depth"
+        )
+        if self.seeds_needed is None:
+            return f"more than {SEED_STEPS[-1]} {unit}"
+        what = "points per fit" if self.experiment == "scaling" else "runs"
+        return f"about {self.seeds_needed} {unit}, {self.runs_needed} {what}"
+
+    def row(self) -> dict:
+        return {c: getattr(self, c) for c in POWER_COLUMNS}
+
+
+def power_at(
+    case: Case, design: Design, reps: int = REPS, seed: int = 0, k: float = POWER_NOISE
+) -> tuple[float, float]:
+    """(P(holds | true), P(does not hold | true)) of ``case`` at ``design``, noise ``k`` times the effect."""
+    verdicts = case.simulate(design, _rng(seed, case, "true", k), reps, k, "true")
+    return verdicts.count(claims.HOLDS) / reps, verdicts.count(claims.FAILS) / reps
+
+
+def power(case: Case, design: Design, reps: int = REPS, seed: int = 0, k: float = POWER_NOISE) -> Power:
+    """The power of ``case`` at ``design`` and, below the target, the seeds it would need (:class:`Power`)."""
+    holds, fails = power_at(case, design, reps, seed, k)
+    needed = runs = None
+    if holds < claims.POWER_TARGET:
+        have = design.seeds(case.experiment)
+        for n in (n for n in SEED_STEPS if n > have):
+            bigger = design.with_seeds(case.experiment, n)
+            if power_at(case, bigger, reps, seed, k)[0] >= claims.POWER_TARGET:
+                needed, runs = n, bigger.runs(case.experiment)
+                break
+    return Power(case.name, design.key(case.experiment), holds, fails, needed, runs, reps, seed, k)
+
+
+class PowerTable:
+    """The committed power table (:data:`POWER_TABLE`): :class:`Power` by (case name, design key).
+
+    Every :meth:`lookup` is remembered in :attr:`requested` (case and design), found or not, so that
+    ``python -m common.experiments.power_table`` can compute exactly the designs a report asks for.
+    """
+
+    def __init__(self, entries: Sequence[Power] = ()):
+        self.entries = {(p.case, p.design): p for p in entries}
+        self.requested: dict[tuple[str, str], tuple[Case, Design]] = {}
+
+    @classmethod
+    def load(cls, path: str | Path = POWER_TABLE) -> PowerTable:
+        """The table at ``path`` (an empty table when there is no file)."""
+        path = Path(path)
+        if not path.is_file():
+            return cls()
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+
+        def count(v: str) -> int | None:
+            return int(v) if v.strip() else None
+
+        return cls(
+            [
+                Power(
+                    r["case"],
+                    r["design"],
+                    float(r["power"]),
+                    float(r["fails_true"]),
+                    count(r["seeds_needed"]),
+                    count(r["runs_needed"]),
+                    int(r["reps"]),
+                    int(r["seed"]),
+                    float(r["noise"]),
+                )
+                for r in rows
+            ]
+        )
+
+    def lookup(self, case: Case, design: Design) -> Power | None:
+        """The power of ``case`` at ``design`` (None: not in the table: the report says so, never guesses)."""
+        key = (case.name, design.key(case.experiment))
+        self.requested.setdefault(key, (case, design))
+        return self.entries.get(key)
+
+    def updated(self, powers: Sequence[Power]) -> PowerTable:
+        """This table with ``powers`` added or replaced."""
+        return PowerTable([*self.entries.values(), *powers])
+
+    def write(self, path: str | Path = POWER_TABLE) -> None:
+        """Atomically, sorted by case and design (a rerun with the same seed writes the same bytes)."""
+        rows = [p.row() for _, p in sorted(self.entries.items())]
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=POWER_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: "" if v is None else (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
+        runs.atomic_write_bytes(path, buffer.getvalue().encode())
+
+
+def power_markdown(table: PowerTable) -> str:
+    """The power table as the docs show it: one line per (case, design), the power and what it would need."""
+    lines = [
+        "| rule | design of the records | P(holds / true) at 0.5x | P(fails / true) at 0.5x | to reach 0.8 |",
+        "|---|---|---|---|---|",
+    ]
+    for _, p in sorted(table.entries.items()):
+        need = "-" if p.power >= claims.POWER_TARGET else p.needs()
+        lines.append(f"| `{p.case}` | {p.design} | {p.power:.3f} | {p.fails_true:.3f} | {need} |")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the docs' tables, regenerated
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "claim-rules.md"
+DOCS_COMMAND = "python -m common.experiments.claim_rates --write-docs docs/claim-rules.md"
+
+
+def docs_block(name: str) -> tuple[str, str]:
+    """The markers around a generated block of docs/claim-rules.md (never edited by hand)."""
+    return f"<!-- {name}: generated by {DOCS_COMMAND} -->", f"<!-- {name}: end -->"
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    """``text`` with the block ``name`` replaced by ``body`` (a ValueError naming the markers when they are missing)."""
+    start, end = docs_block(name)
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"no block {start} ... {end}")
+    head, rest = text.split(start)
+    return f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"
+
+
+def read_block(text: str, name: str) -> str:
+    """The body of the block ``name`` of ``text``."""
+    start, end = docs_block(name)
+    return text.split(start, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def write_docs(path: str | Path, reps: int = REPS, seed: int = 0, table: str | Path = POWER_TABLE) -> None:
+    """Regenerate the docs' rates table at the paper preset's design and its copy of the committed power table."""
+    design = design_for_preset("paper")
+    text = Path(path).read_text()
+    text = replace_block(text, "rates-paper", markdown(measure_all(design, reps, seed), design))
+    text = replace_block(text, "power-table", power_markdown(PowerTable.load(table)))
+    runs.atomic_write_bytes(path, text.encode())
+
+
+def case_named(name: str) -> Case:
+    """The case of :data:`CASES` called ``name`` (``rule`` or ``rule (label)``)."""
+    return CASES_BY_NAME[name]
+
+
 # ----------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
     """Flags of ``python -m common.experiments.claim_rates`` (plain argparse: a job module stays clear of the launcher's CLI)."""
@@ -549,6 +849,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reps", type=int, default=REPS, help="repetitions per world and noise level")
     parser.add_argument("--seed", type=int, default=0, help="base seed of the simulations")
     parser.add_argument("--rules", default=None, help="comma-separated rule names (default: every rule)")
+    parser.add_argument(
+        "--write-docs",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="regenerate the generated tables of PATH (docs/claim-rules.md: the rates at the paper preset's design, "
+        "the committed power table) instead of printing; --reps and --seed apply",
+    )
     return parser
 
 
@@ -571,6 +879,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--rules {args.rules}: unknown {sorted(set(rules) - known)}; known: {', '.join(sorted(known))}"
             )
         design = design_for_preset(args.preset, args.seeds)
+        if args.write_docs is not None:
+            if not args.write_docs.is_file():
+                raise UserError(f"--write-docs {args.write_docs}: no such file (docs/claim-rules.md)")
+            try:
+                write_docs(args.write_docs, args.reps, args.seed)
+            except ValueError as exc:
+                raise UserError(f"--write-docs {args.write_docs}: {exc}") from None
+            print(f"regenerated the rates and power tables of {args.write_docs}")
+            return 0
     except UserError as exc:
         print(f"{build_parser().prog}: error: {exc}", file=sys.stderr)
         return 2

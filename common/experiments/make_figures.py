@@ -10,8 +10,8 @@ figures folder (its rows: :mod:`common.experiments.claim_rows`, their rules: :mo
 - ``<figures>/tables/<name>.md`` and ``.csv``;
 - ``<figures>/claims.md`` (and ``tables/claims.csv``): one row per quantitative claim of the paper
   and of Cohen et al.: the claim, the paper's value (``common/paper.py`` only), the reproduced
-  value, the records it came from (preset, dataset, seeds, number of runs), the verdict and the
-  rule that gave it.
+  value, the records it came from (preset, dataset, seeds, number of runs), the verdict, its power at
+  the records' own design (``common/experiments/claim_power.csv``) and the rule that gave it.
 
 Which records (docs/decisions.md, section "Figures and the claims report"):
 
@@ -64,7 +64,19 @@ from common.experiments import (
     pythia_cpt,
     weight_scaling,
 )
-from common.experiments.claim_rows import CLAIM, IDENTITY, MINI_NOTE, SMOKE_NOTE, claim_rows, commands
+from common.experiments.claim_rows import (
+    CLAIM,
+    FIT_TARGET,
+    IDENTITY,
+    MINI_NOTE,
+    POWER_NOT_COMPUTED,
+    SMOKE_NOTE,
+    STEM_OUTPUT,
+    claim_rows,
+    commands,
+    regime,
+    unfit_note,
+)
 from common.experiments.probe_ag import DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, probe_tag
 from common.models.resnet import BACKBONE_DEPTH
 
@@ -509,7 +521,9 @@ def write_table(folder: Path, stem: str, rows: Sequence[dict], text: str | None 
 
 
 def depth_table(probe: pd.DataFrame, sweep: pd.DataFrame, line: float) -> list[dict]:
-    """Figure 1's numbers: per depth N, mean over seeds of AGmax (three readings) and of the sweep's losses."""
+    """Figure 1's numbers: per depth N, mean over seeds of AGmax (three readings) and of the sweep's losses; where AGmax
+    sits (the candidate, and how many seeds put it there), AGmax without the stem output beside it (mean over seeds,
+    both readings), and whether every seed fitted (final clean training loss at most ``FIT_TARGET``)."""
     rows = []
     for n, group in probe.groupby("depth_n"):
         trained = sweep[sweep["depth_n"] == n]
@@ -518,20 +532,44 @@ def depth_table(probe: pd.DataFrame, sweep: pd.DataFrame, line: float) -> list[d
             row[column] = float(group[column].mean())
         row["ag_max_below_line"] = row["ag_max"] < line
         row["ag_max_per_example_below_line"] = row["ag_max_per_example"] < line
+        where = group["ag_max_candidate"].dropna() if "ag_max_candidate" in group else pd.Series(dtype=object)
+        top = where.value_counts()
+        row["ag_max_candidate"] = f"{top.index[0]} ({int(top.iloc[0])}/{len(group)})" if len(top) else "-"
+        for column, value in (("ag_max", "ag_norm"), ("ag_max_per_example", "per_example_rms")):
+            rest = [
+                max((c[value] for c in (r or []) if c.get("name") != STEM_OUTPUT), default=math.nan)
+                for r in group.get("candidates", pd.Series([None] * len(group)))
+            ]
+            row[f"{column}_without_stem"] = float(pd.Series(rest, dtype=float).mean())
         for column in ("train_loss", "test_loss", "test_acc"):
             row[column] = float(trained[column].mean()) if len(trained) else math.nan
             row[f"{column}_std"] = float(trained[column].std(ddof=1)) if len(trained) > 1 else math.nan
+        row["fits"] = bool(len(trained)) and bool((trained["train_loss"] <= FIT_TARGET).all())
         rows.append(row)
     return rows
 
 
 def verdict_counts(rows: Sequence[dict]) -> str:
-    """``holds: 3, does not hold: 1, ...`` over the report's claims (identity checks are not counted)."""
+    """``holds: 3, does not hold: 1, ...`` over the report's claims, one count per verdict kind (identity checks are
+    not counted; a row is one test: readings with identical ranks share one row). The two kinds of "not decidable"
+    are counted apart; the plain kind says how many of its rows had no power computed for their design."""
     counted = [r for r in rows if r.get("kind", CLAIM) == CLAIM]
-    return ", ".join(f"{v}: {sum(1 for r in counted if r['verdict'].startswith(v))}" for v in claims.VERDICTS)
+    kinds = [claims.verdict_kind(r["verdict"]) for r in counted]
+    parts = []
+    for v in claims.VERDICTS:
+        part = f"{v}: {kinds.count(v)}"
+        if v == claims.UNDECIDABLE:
+            unknown = sum(
+                1
+                for r, k in zip(counted, kinds, strict=True)
+                if k == v and str(r.get("power", "")).startswith(POWER_NOT_COMPUTED)
+            )
+            part += f" ({unknown} with {POWER_NOT_COMPUTED})" if unknown else ""
+        parts.append(part)
+    return ", ".join(parts)
 
 
-REPORT_COLUMNS = ("id", "claim", "paper", "reproduced", "records", "verdict", "rule")
+REPORT_COLUMNS = ("id", "claim", "paper", "reproduced", "records", "verdict", "power", "rule")
 
 
 def mini_banner(rec: Records) -> str:
@@ -563,9 +601,17 @@ def mini_banner(rec: Records) -> str:
                 f"The images are a class-balanced subset of the official {MINI_DATA_TITLES.get(dataset, dataset)} files."
             )
     seeds = sweep["seed"].nunique()
+    regimes = []
+    for dataset, group in sweep.groupby("dataset"):
+        said, unfit = regime(group), unfit_note(group)
+        where = f" ({dataset})" if sweep["dataset"].nunique() > 1 else ""
+        if said:
+            regimes.append(f"Regime of the sweep{where}: {said}; every row about test performance is read in it.")
+        if unfit:
+            regimes.append(f"Depths that{where} {unfit}: the rows about AGmax and figure 1 mark them.")
     return (
         f"**Mini scale.** {MINI_NOTE}: {images} real {title} training images, {seeds} seed{'s' if seeds != 1 else ''}; "
-        f"evidence at reduced scale, not the paper's. {' '.join(sources)}"
+        f"evidence at reduced scale, not the paper's. {' '.join(sources + regimes)}"
     )
 
 
@@ -582,7 +628,13 @@ def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | 
         f"Records: `{out}`, preset `{preset}`. Paper values come from `common/paper.py` only; each verdict comes from "
         "the rule in its row (`common/claims.py`), whose error rates are measured by simulation in "
         '`docs/claim-rules.md`. "holds" needs the records to show the claim at the 5% level, "does not hold" '
-        'its negation; failing to show either is "not decidable". A claim that does not reproduce is reported as '
+        'its negation; failing to show either is "not decidable", or "not decidable at this design" where the rule '
+        "could not reach a power of "
+        f"{claims.POWER_TARGET:g} with these records (it says how many runs, seeds or test examples it would need). "
+        '"not comparable": the paper\'s value cannot be compared as it stands. The power column is P(holds | claim '
+        "true) at the records' own design (their depths, seeds and sample sizes), simulated in the claim's own world at "
+        "noise 0.5x the effect (`common/experiments/claim_power.csv`); a decided verdict stands beside it. Readings "
+        "that order the runs identically are one test and one row. A claim that does not reproduce is reported as "
         "such; nothing is tuned to make a claim hold.",
         "",
         "## Claims",
@@ -696,7 +748,12 @@ def build(out: str | Path, figures_dir: str | Path, preset: str, records: Record
             figure(
                 f"fig1_ag_vs_depth-{dataset}",
                 plots.ag_vs_depth(
-                    probe, sweep, dataset=dataset, line=paper.LOW_SIGNAL_AG, setting=rec.probe_settings[dataset]
+                    probe,
+                    sweep,
+                    dataset=dataset,
+                    line=paper.LOW_SIGNAL_AG,
+                    setting=rec.probe_settings[dataset],
+                    fit_target=FIT_TARGET,
                 ),
             )
             report.written += write_table(
