@@ -38,8 +38,8 @@ from common import runs
 from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision, warn_unused_data_root, with_train_subset
 from common.device import resolve_device, seed_everything
 from common.errors import UserError
-from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
-from common.paper import CIFAR_EXTRA_BLOCKS, IMAGENET100_EPOCHS, IMAGENET100_EXTRA_BLOCKS
+from common.models.resnet import BACKBONE_DEPTH, ResNet, ResNetConfig, count_parameters, depth_label
+from common.paper import CIFAR_EXTRA_BLOCKS, GROWTH_DEPTHS, IMAGENET100_EPOCHS, IMAGENET100_EXTRA_BLOCKS
 from common.runs import RunSpec
 from common.train import WEIGHTS, SGDRecipe, TrainSettings, finish_run, load_weights, train
 
@@ -99,12 +99,40 @@ MINI = SweepPreset(
 )
 
 DEFAULT_DATASET = {"paper": "cifar10", "smoke": "digits", "mini": "cifar10"}
-MINI_SEEDS = 2  # mini: seeds --seed, --seed + 1 by default, so that the seed-spread rules can decide
+MINI_SEEDS = 2  # mini: seeds --seed, --seed + 1 at every depth (the design 02, 06 and 07 read)
+MINI_GROWTH_SEEDS = 3  # mini: growth against scratch (03), and the sweep runs it reuses, one seed more
+GROWTH_SCRATCH_DEPTHS = tuple(d - BACKBONE_DEPTH for d in GROWTH_DEPTHS)  # N = 2..5: 03's fixed-epoch scratch rows
 
 
-def preset_seeds(preset: str, seed: int) -> list[int]:
-    """The seeds a script runs without ``--seeds``: ``--seed`` alone, or under mini :data:`MINI_SEEDS` from it."""
-    return [seed + i for i in range(MINI_SEEDS if preset == "mini" else 1)]
+def preset_seeds(preset: str, seed: int, *, growth: bool = False) -> list[int]:
+    """The seeds a script runs without ``--seeds``: ``--seed`` alone, or under mini :data:`MINI_SEEDS` from it
+    (``growth``: script 03's, :data:`MINI_GROWTH_SEEDS`)."""
+    count = (MINI_GROWTH_SEEDS if growth else MINI_SEEDS) if preset == "mini" else 1
+    return [seed + i for i in range(count)]
+
+
+def preset_runs(preset: str, seed: int, depths: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """The (depths, seeds) groups script 01 trains without ``--seeds``: every depth at :func:`preset_seeds`; under
+    mini also the growth seeds beyond them at the depths of :data:`GROWTH_SCRATCH_DEPTHS` (script 03's fixed-epoch
+    scratch rows are those sweep runs), so that 03 finds every scratch run it reuses trained by 01."""
+    seeds = preset_seeds(preset, seed)
+    groups = [(list(depths), seeds)]
+    more = [s for s in preset_seeds(preset, seed, growth=True) if s not in seeds]
+    reused = [n for n in depths if n in GROWTH_SCRATCH_DEPTHS]
+    if more and reused:
+        groups.append((reused, more))
+    return groups
+
+
+def balanced_runs(directories: Sequence[Path]) -> list[Path]:
+    """The sweep runs of the seeds that have a run at every depth among ``directories``: what 02, 06 and 07 read
+    without ``--seeds``, so that a seed trained at a few depths only (mini's third seed, for 03) leaves their depth
+    designs balanced."""
+    keys = {d: runs.read_config(d, CONFIG_KEYS) for d in directories}
+    depths = {k["depth_n"] for k in keys.values()}
+    seeds = {k["seed"] for k in keys.values()}
+    full = {s for s in seeds if {k["depth_n"] for k in keys.values() if k["seed"] == s} == depths}
+    return [d for d in directories if keys[d]["seed"] in full]
 
 
 def sweep_preset(preset: str, dataset: str) -> SweepPreset:
@@ -428,13 +456,13 @@ def train_command(
 
 
 def require_sweep_runs(out: str | Path, dataset: str, *, preset: str, seeds: Sequence[int] | None = None) -> list[Path]:
-    """The finished sweep runs on ``dataset`` under ``out`` (of ``seeds`` when given, every seed there); none, or a
-    requested seed without any, is a :class:`UserError` naming the script-01 command that trains them."""
+    """The finished sweep runs on ``dataset`` under ``out`` (of ``seeds`` when given, else of every seed that has a
+    run at every depth there: :func:`balanced_runs`); none, or a requested seed without any, is a
+    :class:`UserError` naming the script-01 command that trains them."""
     found = finished_sweep_runs(out, dataset)
     seed_of = {d: runs.read_config(d, CONFIG_KEYS)["seed"] for d in found}
     missing = [s for s in seeds if s not in seed_of.values()] if seeds is not None else []
-    if seeds is not None:
-        found = [d for d in found if seed_of[d] in seeds]
+    found = [d for d in found if seed_of[d] in seeds] if seeds is not None else balanced_runs(found)
     if not found or missing:
         which = f" and seeds {','.join(map(str, missing or seeds))}" if seeds is not None else ""
         raise UserError(
@@ -466,7 +494,11 @@ __all__ = [
     "DEFAULT_DATASET",
     "CONFIG_KEYS",
     "EXPERIMENT",
+    "GROWTH_SCRATCH_DEPTHS",
+    "MINI_GROWTH_SEEDS",
+    "MINI_SEEDS",
     "SweepPreset",
+    "balanced_runs",
     "build_resnet",
     "check_sweep_data",
     "check_sweep_inputs",
@@ -476,6 +508,7 @@ __all__ = [
     "load_sweep_run",
     "load_trained_resnet",
     "require_sweep_runs",
+    "preset_runs",
     "preset_seeds",
     "sweep_configs",
     "sweep_data_config",

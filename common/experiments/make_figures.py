@@ -81,8 +81,9 @@ MINI_DATA_TITLES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "npz": "CIFA
 DATASET_ORDER = ("cifar10", "cifar100", "imagenet100")  # figure 2's dataset: the first present, else the first by name
 PROBE_KEYS = ("split", "batch_size", "n_batches", "bn_mode", "probe_seed")
 DEFAULT_PROBE = ("train", DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, "eval", 0)
-GROWTH_TABLE = re.compile(
-    r"^table-(?P<dataset>.+)-stage(?P<stage>\d+)-scratch(?P<scratch>[\d-]+)-seeds(?P<seeds>[\d-]+)$"
+GROWTH_TABLE = re.compile(  # 03's table_stem; "-parent<epochs>" where the chain's ResNet-8 is not the sweep's run
+    r"^table-(?P<dataset>.+?)(?:-parent(?P<parent>\d+))?-stage(?P<stage>\d+)-scratch(?P<scratch>[\d-]+)"
+    r"-seeds(?P<seeds>[\d-]+)$"
 )
 
 
@@ -114,15 +115,21 @@ class GrowthTable:
 
     def budget(self) -> str:
         """Each side's total epochs in words (growth restarts the schedule at every stage)."""
-
-        def span(epochs: dict[str, int | None]) -> str:
-            known = sorted({e for e in epochs.values() if e is not None})
-            return "?" if not known else str(known[0]) if len(known) == 1 else f"{known[0]}-{known[-1]}"
-
         return (
-            f"epochs in all: growth {span(self.growth_epochs)} (ResNet-8's plus {self.stage_epochs} per stage), "
-            f"scratch {span(self.scratch_epochs)}"
+            f"epochs in all: growth {_span(self.growth_epochs)} (ResNet-8's plus {self.stage_epochs} per stage), "
+            f"scratch {_span(self.scratch_epochs)}"
         )
+
+    def budget_words(self) -> str:
+        """Both sides' budgets in a few words, for a claims row: "equal epochs (..)" or "scratch at .. epochs (..)"."""
+        if self.equal_budget:
+            return f"equal epochs ({_span(self.scratch_epochs)} in all)"
+        return f"scratch at {_span(self.scratch_epochs)} epochs (growth {_span(self.growth_epochs)} in all)"
+
+
+def _span(epochs: dict[str, int | None]) -> str:
+    known = sorted({e for e in epochs.values() if e is not None})
+    return "?" if not known else str(known[0]) if len(known) == 1 else f"{known[0]}-{known[-1]}"
 
 
 @dataclass
