@@ -161,6 +161,17 @@ def test_mini_runs_two_seeds_by_default_and_a_third_where_growth_reuses_the_swee
     assert {runs.run_dir("o", c) for c in fixed.runs.values()} <= trained  # 03 finds every sweep run it reuses
 
 
+def test_mini_growth_has_the_sweeps_epochs_at_resnet13_so_its_equal_epoch_twin_is_the_sweeps_run():
+    plan = growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="c10.npz", seeds=[0, 1, 2])
+    equal = plan.arms[0]
+    assert equal.budget == "total" and plan.growth_epochs(5) == plan.sweep_epochs == resnet_sweep.MINI.recipe.epochs
+    [sweep13] = sweep_configs(preset="mini", dataset="npz", data_root="c10.npz", depths=[5], seeds=[2])
+    assert runs.run_dir("o", equal.runs[(2, 5)]) == runs.run_dir("o", sweep13)
+    assert all(equal.epochs[n] < plan.sweep_epochs for n in (2, 3, 4))  # the others are shorter runs of 03
+    assert resnet_sweep.fits(0.05, "mini", "npz") and not resnet_sweep.fits(0.051, "mini", "npz")
+    assert resnet_sweep.fits(3.0, "paper", "cifar10") is None  # no target at the paper's scale
+
+
 def test_02_06_and_07_read_the_seeds_every_depth_has(tmp_path):
     """Mini's third seed at 03's depths only stays out of the depth designs of 02, 06 and 07 (balanced)."""
     made = []

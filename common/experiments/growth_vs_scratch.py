@@ -80,9 +80,9 @@ SMOKE_DEPTHS = (
 )  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs are the scratch rows)
 SMOKE_STAGE_EPOCHS = 2  # smoke: short stages; scratch keeps the sweep's 6 epochs, so 01's runs are reused
 # mini (docs/decisions.md, section "Mini preset"): a ResNet-8 of MINI_PARENT_EPOCHS, then stages of MINI_STAGE_EPOCHS, so
-# that the grown ResNet-13 has the sweep's epochs in all; the equal-epoch scratch arm then trains fewer epochs than the
-# sweep at ResNet-10..12 and is the sweep's own run at ResNet-13.
-MINI_STAGE_EPOCHS = 8
+# that the grown ResNet-13 has the sweep's 100 epochs in all; the equal-epoch scratch arm then trains 52, 68, 84 epochs
+# at ResNet-10..12 and is the sweep's own run at ResNet-13.
+MINI_STAGE_EPOCHS = 16
 MINI_PARENT_EPOCHS = 20
 INSERTION = (
     "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
