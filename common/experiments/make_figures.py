@@ -30,9 +30,9 @@ Which records (docs/decisions.md, section "Figures and the claims report"):
   ``per_example_rms``, ``block_input``, ``block_influence``: None for the final stream); one run per
   (model, depth, width), labelled by the model's short name.
 - **Growth vs scratch**: per dataset, script 03's table with the most seeds, then the longest
-  stages (its preset is that of its growth stages); and, when 03 ran with ``--scratch-budget
-  total``, the same choice among the tables whose scratch runs had growth's total epochs (their
-  rows say "scratch at equal total epochs"). Every row shows both sides' total epochs.
+  stages (its preset is that of its growth stages), among the tables whose scratch runs had
+  growth's epochs in all (03's ``total`` arm: the claims' verdicts) and, apart, among the others
+  (the sweep's fixed epochs: shown beside the verdicts). Every row shows both sides' total epochs.
 - **Matched insertion**: every row in figure 6; the claims use one candidate at every depth
   (:func:`common.experiments.claim_rows.matched_rows`).
 - **Claims and identity checks**: ``claims.md`` lists the paper's claims (counted) and, apart, the
