@@ -26,7 +26,14 @@ from common.cli import (
 from common.data.vision import DATASETS
 from common.experiments.train_resnet_sweep import summary_table
 from common.launch import launch_from_args
-from common.resnet_sweep import check_sweep_plan, preset_seeds, sweep_configs, train_resnet_run
+from common.resnet_sweep import (
+    DEFAULT_DATASET,
+    check_sweep_plan,
+    preset_runs,
+    sweep_configs,
+    sweep_preset,
+    train_resnet_run,
+)
 from common.runs import make_specs
 
 PLANNER_FLAGS = (
@@ -93,8 +100,16 @@ def build_parser():
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    seeds = args.seeds if args.seeds is not None else preset_seeds(args.preset, args.seed)
-    configs = sweep_configs(**flags_for(sweep_configs, args, PLANNER_FLAGS, seeds=seeds))
+    if args.seeds is not None:
+        groups = [(args.depths, args.seeds)]
+    else:  # mini: 2 seeds at every depth, a third at the depths 03 reuses (common.resnet_sweep.preset_runs)
+        depths = args.depths or sweep_preset(args.preset, args.dataset or DEFAULT_DATASET[args.preset]).depths
+        groups = preset_runs(args.preset, args.seed, depths)
+    configs = [
+        c
+        for depths, seeds in groups
+        for c in sweep_configs(**flags_for(sweep_configs, args, PLANNER_FLAGS, depths=depths, seeds=seeds))
+    ]
     specs = make_specs(configs, args.out)
     results = launch_from_args(
         train_resnet_run, specs, args, job_kind="train", desc="resnet sweep", check=check_sweep_plan

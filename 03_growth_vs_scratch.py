@@ -4,15 +4,15 @@ Per seed, one growth chain starts from the sweep's trained ResNet-8 (trained her
 sweep's own job when missing) and inserts one zero-output basic block at a time in the sweep's
 cyclic order, training after each insertion; the trained model at N = 2, 3, 4, 5 is the grown
 ResNet-10, -11, -12, -13. Scratch trains the same architectures from random initialisation
-with the sweep's job (its finished runs are reused when the scratch budget equals the sweep's
-epochs). Each stage is a run with its own directory; each chain is one job that runs its
+with the sweep's job, by default in two arms: with the epochs the grown model has in all (the
+arm the claims report's verdicts read) and with the sweep's epochs (its finished runs are reused). Each stage is a run with its own directory; each chain is one job that runs its
 unfinished stages in order, so a requeued or rerun chain resumes from the last finished stage.
-Prints the table (markdown; CSV beside it) and its paths. The job function is
+Prints one table per scratch arm (markdown; CSV beside it) and its paths. The job function is
 :func:`common.experiments.growth_vs_scratch.growth_vs_scratch_run`.
 
     python 03_growth_vs_scratch.py --preset smoke
     python 03_growth_vs_scratch.py --seeds 0,1,2 --launcher slurm --slurm-profile slurm/mycluster.toml
-    python 03_growth_vs_scratch.py --scratch-budget total
+    python 03_growth_vs_scratch.py --scratch-budget total,per-stage
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import argparse
 from common.cli import check_flag_use, comma_ints, entry_point, flags_for, make_parser, parse_args, positive_int
 from common.data.vision import DATASETS
 from common.experiments.growth_vs_scratch import (
+    DEFAULT_BUDGETS,
+    MINI_PARENT_EPOCHS,
     MINI_STAGE_EPOCHS,
     PAPER_DEPTHS,
     SCRATCH_BUDGETS,
@@ -32,6 +34,7 @@ from common.experiments.growth_vs_scratch import (
     growth_table,
     growth_vs_scratch_run,
     markdown_table,
+    scratch_budgets,
     table_stem,
     write_table,
 )
@@ -44,6 +47,7 @@ PLANNER_FLAGS = (
     "data_root",
     "depths",
     "stage_epochs",
+    "parent_epochs",
     "scratch_epochs",
     "scratch_budget",
     "train_subset",
@@ -74,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--seeds",
         type=comma_ints,
         default=None,
-        help="seeds, one chain and one scratch run per depth each; None: --seed (mini: --seed and --seed + 1)",
+        help="seeds, one chain and one scratch run per depth and arm each; None: --seed (mini: --seed .. --seed + 2)",
     )
     group.add_argument(
         "--stage-epochs",
@@ -83,17 +87,26 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"epochs of each growth stage; None: the sweep's epochs (smoke: {SMOKE_STAGE_EPOCHS}, mini: {MINI_STAGE_EPOCHS})",
     )
     group.add_argument(
+        "--parent-epochs",
+        type=positive_int,
+        default=None,
+        help=f"epochs of the chain's ResNet-8; None: the sweep's epochs, so that the chain starts from the sweep's own "
+        f"run (mini: {MINI_PARENT_EPOCHS}, a run of this experiment)",
+    )
+    group.add_argument(
         "--scratch-epochs",
         type=positive_int,
         default=None,
-        help="epochs of each scratch run; None: from --scratch-budget, else the sweep's epochs (its finished runs are reused)",
+        help="one scratch arm of this many epochs at every depth, instead of --scratch-budget's arms",
     )
     group.add_argument(
         "--scratch-budget",
-        choices=SCRATCH_BUDGETS,
+        type=scratch_budgets,
         default=None,
-        help="scratch gets one stage's epochs (per-stage) or the chain's cumulative epochs up to its depth: "
-        "the parent ResNet-8's plus every stage's (total); None: the sweep's epochs",
+        help=f"scratch arms, comma-separated, each with its own table: {SCRATCH_BUDGETS[0]} (the epochs the grown "
+        "model has in all: the parent ResNet-8's plus every stage's up to its depth; the claims report's verdicts "
+        "read it), sweep (the sweep's epochs: its finished runs are reused), per-stage (one stage's epochs); "
+        f"None: {','.join(DEFAULT_BUDGETS)}",
     )
     group.add_argument(
         "--train-subset",
@@ -112,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
-    seeds = args.seeds if args.seeds is not None else preset_seeds(args.preset, args.seed)
+    seeds = args.seeds if args.seeds is not None else preset_seeds(args.preset, args.seed, growth=True)
     plan = growth_plan(**flags_for(growth_plan, args, PLANNER_FLAGS, dataset=dataset, seeds=seeds))
     print(plan.describe(args.out))
     results = launch_from_args(
@@ -125,10 +138,12 @@ def main(argv=None) -> int:
     )
     if results is None:
         return 0
-    rows = growth_table(collect_records(plan, args.out))
-    print(markdown_table(rows))
-    for path in write_table(rows, args.out, table_stem(dataset, plan)):
-        print(path)
+    for arm in plan.arms:
+        rows = growth_table(collect_records(plan, args.out, arm))
+        print(f"scratch arm {arm.budget}:")
+        print(markdown_table(rows))
+        for path in write_table(rows, args.out, table_stem(dataset, plan, arm)):
+            print(path)
     return 0
 
 

@@ -199,17 +199,20 @@ def growth(
     seeds=(0, 1),
     stage_epochs: int = 2,
     parent_epochs: int = 6,
-    scratch_budget: str = "per-stage",
+    scratch_budget: str | tuple[str, ...] = ("total", "per-stage"),
     test_gap=lambda n, s: 0.03,
     train_gap=lambda n, s: 0.001,
     old_columns: bool = False,
 ) -> Path:
-    """03's stage runs (for the preset, with their chains) and its table; growth's loss is scratch's minus the gaps.
+    """03's stage runs (for the preset, with their chains) and one table per scratch arm; growth's loss is scratch's
+    minus the gaps. Returns the last table's path.
 
-    ``scratch_budget``: ``per-stage`` (scratch trains ``stage_epochs``) or ``total`` (growth's total epochs).
+    ``scratch_budget``: one or more of ``per-stage`` (scratch trains ``stage_epochs``) and ``total`` (growth's total
+    epochs: equal budgets); by default both, as 03 writes its two default arms.
     ``old_columns``: the table as 03 wrote it before it recorded budgets and paired training-loss spreads.
     """
-    records = []
+    budgets = (scratch_budget,) if isinstance(scratch_budget, str) else tuple(scratch_budget)
+    records: dict[str, list[dict]] = {b: [] for b in budgets}
     for seed in seeds:
         chain = [{"train": {"epochs": parent_epochs}}]
         for n in range(1, 6):
@@ -237,18 +240,22 @@ def growth(
                 "test_loss": scratch["test_loss"] - test_gap(n, seed),
                 "test_acc": 0.91,
             }
-            scratch_epochs = total if scratch_budget == "total" else stage_epochs
-            for method, metrics, epochs in (("growth", grown, total), ("scratch", scratch, scratch_epochs)):
-                records.append({"method": method, "depth_n": n, "seed": seed, "total_epochs": epochs, **metrics})
-    rows = growth_vs_scratch.growth_table(records)
-    if old_columns:
-        dropped = ("growth_epochs", "scratch_epochs", "train_loss_reduction", "train_loss_reduction_std")
-        rows = [{k: v for k, v in r.items() if k not in dropped} for r in rows]
-    budgets = sorted({r["total_epochs"] for r in records if r["method"] == "scratch"})
-    tag = str(budgets[0]) if len(budgets) == 1 else f"{budgets[0]}-{budgets[-1]}"
-    stem = f"table-{dataset}-stage{stage_epochs}-scratch{tag}-seeds{'-'.join(map(str, seeds))}"
+            for budget in budgets:
+                scratch_epochs = total if budget == "total" else stage_epochs
+                for method, metrics, epochs in (("growth", grown, total), ("scratch", scratch, scratch_epochs)):
+                    records[budget].append(
+                        {"method": method, "depth_n": n, "seed": seed, "total_epochs": epochs, **metrics}
+                    )
     folder = Path(out) / growth_vs_scratch.EXPERIMENT
-    runs.atomic_write_csv(folder / f"{stem}.csv", rows)
+    for budget in budgets:
+        rows = growth_vs_scratch.growth_table(records[budget])
+        if old_columns:
+            dropped = ("growth_epochs", "scratch_epochs", "train_loss_reduction", "train_loss_reduction_std")
+            rows = [{k: v for k, v in r.items() if k not in dropped} for r in rows]
+        epochs = sorted({r["total_epochs"] for r in records[budget] if r["method"] == "scratch"})
+        tag = str(epochs[0]) if len(epochs) == 1 else f"{epochs[0]}-{epochs[-1]}"
+        stem = f"table-{dataset}-stage{stage_epochs}-scratch{tag}-seeds{'-'.join(map(str, seeds))}"
+        runs.atomic_write_csv(folder / f"{stem}.csv", rows)
     return folder / f"{stem}.csv"
 
 

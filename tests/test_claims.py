@@ -344,37 +344,59 @@ def test_report_rows_follow_the_records(tmp_path):
         assert g[claim].endswith(f"({claim_rows.SMOKE_NOTE})")
 
 
-def test_growth_rows_show_both_budgets_and_the_equal_budget_table_gets_its_own_rows(tmp_path):
-    figure_records.growth(tmp_path, stage_epochs=2, parent_epochs=6)
-    rows = rows_of(tmp_path)
+def test_growth_verdicts_read_the_equal_budget_arm_with_the_other_beside_it(tmp_path):
+    only_unequal = tmp_path / "unequal"
+    figure_records.growth(only_unequal, stage_epochs=2, parent_epochs=6, scratch_budget="per-stage")
+    rows = rows_of(only_unequal)
     mean = rows["growth's mean test loss is below scratch's (digits)"]
+    assert mean["verdict"] == claims.NOT_RUN  # no verdict rests on unequal budgets
+    assert "no equal-budget scratch arm" in mean["records"] and "03_growth_vs_scratch.py" in mean["records"]
     assert "epochs in all: growth 10-16 (ResNet-8's plus 2 per stage), scratch 2" in mean["records"]
-    assert not any("equal total epochs" in claim for claim in rows)
-    figure_records.growth(tmp_path, stage_epochs=2, parent_epochs=6, scratch_budget="total")
-    rows = rows_of(tmp_path)
-    equal = rows["growth's mean test loss is below scratch's (digits, scratch at equal total epochs)"]
+    assert "beside it, scratch at 2 epochs (growth 10-16 in all): growth 0.2" in mean["reproduced"]
+    both = tmp_path / "both"
+    figure_records.growth(both, stage_epochs=2, parent_epochs=6, test_gap=lambda n, s: 0.03 + 0.001 * s)
+    rows = rows_of(both)
+    assert len([c for c in rows if c.startswith("growth's mean test loss")]) == 1  # one row per claim, not per arm
+    mean = rows["growth's mean test loss is below scratch's (digits)"]
     assert (
-        "growth 10-16" in equal["records"]
-        and "scratch 10-16" in equal["records"]
-        and equal["verdict"].startswith(HOLDS)
+        "growth 10-16" in mean["records"] and "scratch 10-16" in mean["records"] and mean["verdict"].startswith(HOLDS)
     )
-    assert "growth's mean test loss is below scratch's (digits)" in rows  # the main table's rows stay
+    assert mean["reproduced"].startswith("at equal epochs (10-16 in all): growth 0.2")
+    assert "beside it, scratch at 2 epochs (growth 10-16 in all):" in mean["reproduced"]
+    assert "mean test accuracy growth 0.910 vs scratch 0.900" in mean["reproduced"]
+    at10 = rows["absolute test-loss reduction at ResNet-10: direction (digits)"]["reproduced"]
+    assert "test accuracy growth 0.910 vs scratch 0.900" in at10
+    assert "accuracy" not in rows["growth's mean training loss is below scratch's (digits)"]["reproduced"]
 
 
 def test_a_growth_table_written_before_budgets_were_recorded_still_reads(tmp_path):
     figure_records.growth(
-        tmp_path, seeds=(0, 1, 2), stage_epochs=2, parent_epochs=6, train_gap=lambda n, s: 0.01, old_columns=True
+        tmp_path,
+        seeds=(0, 1, 2),
+        stage_epochs=2,
+        parent_epochs=6,
+        train_gap=lambda n, s: 0.01 + 0.001 * s,
+        old_columns=True,
     )
-    (table,) = make_figures.load_records(tmp_path, "smoke").growth
-    assert table.growth_epochs == {
-        "ResNet-10": 10,
-        "ResNet-11": 12,
-        "ResNet-12": 14,
-        "ResNet-13": 16,
-    }  # from the stages' chains
-    assert set(table.scratch_epochs.values()) == {2} and not table.equal_budget  # from the file name
+    equal, other = sorted(make_figures.load_records(tmp_path, "smoke").growth, key=lambda t: not t.equal_budget)
+    for table in (equal, other):
+        assert table.growth_epochs == {
+            "ResNet-10": 10,
+            "ResNet-11": 12,
+            "ResNet-12": 14,
+            "ResNet-13": 16,
+        }  # from the stages' chains
+    assert set(other.scratch_epochs.values()) == {2} and not other.equal_budget  # from the file name
+    assert equal.scratch_epochs == equal.growth_epochs and equal.equal_budget  # a range: growth's own
     row = rows_of(tmp_path)["growth's mean training loss is below scratch's (digits)"]
     assert "unpaired" in row["records"] and row["verdict"].startswith(HOLDS)
+
+
+def test_growth_table_names_with_a_shorter_parent_are_read(tmp_path):
+    path = figure_records.growth(tmp_path, stage_epochs=2, parent_epochs=6, scratch_budget="total")
+    path.rename(path.with_name(path.name.replace("table-digits-", "table-digits-parent6-")))
+    (table,) = make_figures.load_records(tmp_path, "smoke").growth
+    assert table.dataset == "digits" and table.stage_epochs == 2 and table.equal_budget
 
 
 def test_matched_claims_compare_one_candidate_type_across_depths(tmp_path):

@@ -52,6 +52,7 @@ FIGURES = (
     "fig3_gpt2_depth",
     "fig4_pythia",
     "fig5_growth_vs_scratch-npz",
+    "fig5_growth_vs_scratch-npz-equal-budget",
     "fig6_matched_insertion-npz",
     "fig7_weight_scaling",
     "fig8_growth_value_vs_ag",
@@ -229,13 +230,23 @@ def test_the_projection_check_covers_every_exact_candidate_of_02_and_05_and_hold
 
 
 @pytest.mark.parametrize("metric, text", [("train_loss", "training"), ("test_loss", "test")])
-def test_growths_mean_rows_compare_03s_grown_model_with_the_sweeps_run_of_its_depth(pipeline, metric, text):
-    grown = [r for r in records(pipeline.out, growth_vs_scratch.EXPERIMENT) if r["depth_label"] == DEEPEST]
+def test_growths_mean_rows_compare_03s_grown_model_with_its_equal_epoch_twin_and_the_sweeps_run_beside(
+    pipeline, metric, text
+):
+    ours = [r for r in records(pipeline.out, growth_vs_scratch.EXPERIMENT) if r["depth_label"] == DEEPEST]
+    grown = [r for r in ours if "growth" in r]
+    twins = [r for r in ours if "-scratch-" in r["name"]]  # the equal-epoch arm: runs of 03
     scratch = [r for r in records(pipeline.out, resnet_sweep.EXPERIMENT) if r["depth_label"] == DEEPEST]
-    assert len(grown) == len(scratch) == len(SEEDS)  # 03 reused the sweep's runs as its scratch runs
-    g, s = mean(r[metric] for r in grown), mean(r[metric] for r in scratch)
+    assert len(grown) == len(twins) == len(scratch) == len(SEEDS)  # the fixed-epoch arm reused the sweep's runs
+    behind = scratch[0]["epochs"] + max(DEPTHS)  # the sweep's ResNet-8, then one-epoch stages
+    assert {r["epochs"] for r in twins} == {behind}
+    g, e, s = (mean(r[metric] for r in runs_) for runs_ in (grown, twins, scratch))
     value = claim(pipeline, f"growth's mean {text} loss is below scratch's")["reproduced"]
-    assert value.startswith(f"growth {g:.4f} vs scratch {s:.4f}; scratch - growth {s - g:+.4f} [")
+    assert value.startswith(f"at equal epochs ({behind} in all): growth {g:.4f} vs scratch {e:.4f}; scratch - growth ")
+    assert (
+        f"beside it, scratch at {scratch[0]['epochs']} epochs (growth {behind} in all): growth {g:.4f} vs scratch {s:.4f}"
+        in value
+    )
 
 
 def test_the_matched_insertion_rows_show_06s_measured_change_per_depth(pipeline):

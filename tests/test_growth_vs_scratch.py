@@ -205,13 +205,31 @@ def test_killed_chain_resumes_from_the_last_finished_stage_to_the_same_weights(t
 def test_plan_reuses_the_sweeps_runs_at_its_epochs_and_derives_the_scratch_budgets():
     plan = tiny_plan(scratch_epochs=None, depths=[2, 3], stage_epochs=3)
     sweep_epochs = plan.parents[0]["train"]["epochs"]
+    # Default arms: the equal-epoch arm first (the verdicts read it), the sweep's fixed-epoch arm beside it.
+    assert [a.budget for a in plan.arms] == ["total", "sweep"] == list(gvs.DEFAULT_BUDGETS)
+    total, fixed = plan.arms
+    assert total.epochs == {2: sweep_epochs + 6, 3: sweep_epochs + 9} == {n: plan.growth_epochs(n) for n in (2, 3)}
+    assert runs.run_dir("r", total.runs[(0, 3)]).parent.name == gvs.EXPERIMENT  # not a sweep run: kept apart
     for n in (2, 3):
         [own] = sweep.sweep_configs(preset="smoke", dataset="synthetic", depths=[n], synthetic=TINY_DATA)
-        assert runs.run_dir("r", plan.scratch[(0, n)]) == runs.run_dir("r", own)  # the sweep's run itself
-    total = tiny_plan(scratch_epochs=None, scratch_budget="total", depths=[2, 3], stage_epochs=3)
-    assert total.scratch_epochs == {2: sweep_epochs + 6, 3: sweep_epochs + 9}
-    assert runs.run_dir("r", total.scratch[(0, 3)]).parent.name == gvs.EXPERIMENT  # not a sweep run: kept apart
+        assert runs.run_dir("r", fixed.runs[(0, n)]) == runs.run_dir("r", own)  # the sweep's run itself
+    [own_parent] = sweep.sweep_configs(preset="smoke", dataset="synthetic", depths=[0], synthetic=TINY_DATA)
+    assert runs.run_dir("r", plan.parents[0]) == runs.run_dir("r", own_parent)  # at the sweep's epochs: its run
+    assert len(plan.jobs()) == 1 + 2 + 2  # the chain, then each arm's runs
     assert tiny_plan(scratch_epochs=None, scratch_budget="per-stage", stage_epochs=3).scratch_epochs == {2: 3}
+    assert [a.budget for a in tiny_plan(scratch_epochs=None, scratch_budget="sweep,total").arms] == ["sweep", "total"]
+    assert [a.budget for a in tiny_plan(scratch_epochs=4).arms] == ["e4"]
+    # A shorter parent (mini's design): a run of this experiment, and growth's epochs in all count it.
+    short = tiny_plan(scratch_epochs=None, depths=[2, 3], stage_epochs=1, parent_epochs=sweep_epochs - 3)
+    assert runs.run_dir("r", short.parents[0]).parent.name == gvs.EXPERIMENT
+    assert short.parents[0]["name"] == f"synthetic-parent-resnet8-n0-seed0-e{sweep_epochs - 3}"
+    assert short.arms[0].epochs == {2: sweep_epochs - 1, 3: sweep_epochs}
+    assert short.arms[0].runs[(0, 3)] == short.arms[1].runs[(0, 3)]  # equal to the sweep's epochs: the sweep's run
+    assert len(short.jobs()) == 1 + 2 + 1  # that run is planned once
+    assert short.stage(0, 1)["growth"]["parent"] == runs.run_dir("", short.parents[0]).as_posix()
+    stem = f"table-synthetic-parent{sweep_epochs - 3}-stage1-scratch{sweep_epochs - 1}-{sweep_epochs}-seeds0"
+    assert gvs.table_stem("synthetic", short) == stem
+    assert gvs.table_stem("synthetic", plan, fixed) == f"table-synthetic-stage3-scratch{sweep_epochs}-seeds0"
     # Each stage names its parent's run directory; the chain is the parent ResNet-8 and the earlier stages.
     stage3 = plan.stage(0, 3)
     assert stage3["growth"]["parent"] == runs.run_dir("", plan.stage(0, 2)).as_posix()
@@ -221,8 +239,12 @@ def test_plan_reuses_the_sweeps_runs_at_its_epochs_and_derives_the_scratch_budge
     )
     with pytest.raises(gvs.UserError, match="pass one of them"):
         tiny_plan(scratch_budget="total")
+    with pytest.raises(gvs.UserError, match="--scratch-budget"):
+        tiny_plan(scratch_epochs=None, scratch_budget="total,equal")
     with pytest.raises(gvs.UserError, match="N >= 1"):
         tiny_plan(depths=[0, 2])
+    with pytest.raises(gvs.UserError, match="--parent-epochs"):
+        tiny_plan(parent_epochs=0)
 
 
 def record(method, n, seed, train_loss, test_loss, test_acc=0.5):
@@ -343,8 +365,9 @@ def test_paper_preset_dry_run_plans_resnet10_to_13_and_creates_nothing(tmp_path,
     out = capsys.readouterr().out
     assert "ResNet-8 (todo, sweep run) -> ResNet-9 (todo) -> ResNet-10" in out and "ResNet-13 (todo)" in out
     assert (
-        "5 planned runs" in out
+        "9 planned runs" in out  # the chain, the equal-epoch arm's 4 runs, the sweep's 4
         and "cifar10-grown-resnet13-n5-seed0" in out
+        and "growth_vs_scratch/cifar10-scratch-resnet13-n5-seed0-e1200-" in out
         and "resnet_sweep/cifar10-resnet11-n3-seed0-6e4f1e46" in out
     )
     assert not (tmp_path / "never").exists()

@@ -23,6 +23,7 @@ from common.experiments import (
     gpt2_ascend,
     growth_vs_scratch,
     make_figures,
+    matched_insertion,
     pythia_cpt,
     weight_scaling,
 )
@@ -95,9 +96,18 @@ def test_probe_growth_and_scratch_see_exactly_the_sweeps_training_images(tmp_pat
     [probe] = probe_configs([run])
     assert probe["sweep_run"] == run.name
     plan = growth_vs_scratch.growth_plan(preset="mini", dataset="digits", train_subset=200, seeds=[0, 1])
-    linked = [*plan.parents.values(), *(c for chain in plan.chains.values() for c in chain), *plan.scratch.values()]
+    linked = [*plan.parents.values(), *(c for chain in plan.chains.values() for c in chain)]
+    linked += [c for arm in plan.arms for c in arm.runs.values()]
     assert {json.dumps(c["data"], sort_keys=True) for c in linked} == {json.dumps(config["data"], sort_keys=True)}
-    assert runs.config_hash(plan.parents[0]) == runs.config_hash(config)  # the chain starts at the sweep's own run
+    # mini's chain starts from a shorter ResNet-8 of its own: the sweep's config at the parent's epochs, kept apart
+    [short] = sweep_configs(
+        preset="mini", dataset="digits", depths=[0], train_subset=200, epochs=growth_vs_scratch.MINI_PARENT_EPOCHS
+    )
+    parent = plan.parents[0]
+    assert parent["experiment"] == growth_vs_scratch.EXPERIMENT and parent["train"] == short["train"]
+    assert {k: v for k, v in parent.items() if k not in ("experiment", "name")} == {
+        k: v for k, v in short.items() if k not in ("experiment", "name")
+    }
 
 
 def test_mini_trains_on_the_subset_and_evaluates_the_test_set_once_at_the_end(tmp_path):
@@ -131,8 +141,53 @@ def test_mini_trains_on_the_subset_and_evaluates_the_test_set_once_at_the_end(tm
     assert result["test_loss"] > 0 and 0 <= result["test_acc"] <= 1
 
 
-def test_mini_runs_two_seeds_by_default():
+def test_mini_runs_two_seeds_by_default_and_a_third_where_growth_reuses_the_sweep():
     assert resnet_sweep.preset_seeds("mini", 3) == [3, 4] and resnet_sweep.preset_seeds("paper", 3) == [3]
+    assert resnet_sweep.preset_seeds("mini", 3, growth=True) == [3, 4, 5]
+    assert resnet_sweep.preset_seeds("paper", 3, growth=True) == [3]
+    depths = resnet_sweep.MINI.depths
+    assert resnet_sweep.preset_runs("mini", 0, depths) == [(list(depths), [0, 1]), ([2, 3, 4, 5], [2])]
+    assert resnet_sweep.preset_runs("paper", 0, [0, 1, 2]) == [([0, 1, 2], [0])]
+    assert resnet_sweep.preset_runs("mini", 0, [0, 9]) == [([0, 9], [0, 1])]  # no growth depth: no third seed
+    plan = growth_vs_scratch.growth_plan(
+        preset="mini", dataset="digits", seeds=resnet_sweep.preset_seeds("mini", 0, growth=True)
+    )
+    trained = {
+        runs.run_dir("o", c)
+        for depths_, seeds in resnet_sweep.preset_runs("mini", 0, depths)
+        for c in sweep_configs(preset="mini", dataset="digits", depths=depths_, seeds=seeds)
+    }
+    fixed = next(a for a in plan.arms if a.budget == "sweep")
+    assert {runs.run_dir("o", c) for c in fixed.runs.values()} <= trained  # 03 finds every sweep run it reuses
+
+
+def test_mini_growth_has_the_sweeps_epochs_at_resnet13_so_its_equal_epoch_twin_is_the_sweeps_run():
+    plan = growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="c10.npz", seeds=[0, 1, 2])
+    equal = plan.arms[0]
+    assert equal.budget == "total" and plan.growth_epochs(5) == plan.sweep_epochs == resnet_sweep.MINI.recipe.epochs
+    [sweep13] = sweep_configs(preset="mini", dataset="npz", data_root="c10.npz", depths=[5], seeds=[2])
+    assert runs.run_dir("o", equal.runs[(2, 5)]) == runs.run_dir("o", sweep13)
+    assert all(equal.epochs[n] < plan.sweep_epochs for n in (2, 3, 4))  # the others are shorter runs of 03
+    assert resnet_sweep.fits(0.05, "mini", "npz") and not resnet_sweep.fits(0.051, "mini", "npz")
+    assert resnet_sweep.fits(3.0, "paper", "cifar10") is None  # no target at the paper's scale
+
+
+def test_02_06_and_07_read_the_seeds_every_depth_has(tmp_path):
+    """Mini's third seed at 03's depths only stays out of the depth designs of 02, 06 and 07 (balanced)."""
+    made = []
+    for depths, seeds in resnet_sweep.preset_runs("mini", 0, [0, 2, 9]):
+        for config in sweep_configs(preset="mini", dataset="digits", depths=depths, seeds=seeds, train_subset=100):
+            run = runs.run_dir(tmp_path, config)
+            run.mkdir(parents=True)
+            runs.atomic_write_json(run / runs.CONFIG, config)
+            runs.write_result(run, {})
+            made.append((config["depth_n"], config["seed"]))
+    assert (2, 2) in made and (9, 2) not in made
+    found = resnet_sweep.require_sweep_runs(tmp_path, "digits", preset="mini")
+    assert sorted({runs.read_config(d, resnet_sweep.CONFIG_KEYS)["seed"] for d in found}) == [0, 1] and len(found) == 6
+    assert len(resnet_sweep.require_sweep_runs(tmp_path, "digits", preset="mini", seeds=[2])) == 1  # asked for: given
+    configs = matched_insertion.matched_configs(out=tmp_path, preset="mini", dataset="digits")
+    assert sorted({(c["depth_n"], c["seed"]) for c in configs}) == [(n, s) for n in (0, 2, 9) for s in (0, 1)]
 
 
 # ----------------------------------------------------------------------------- Tiny Shakespeare

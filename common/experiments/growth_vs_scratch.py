@@ -6,9 +6,9 @@ initialisation (docs/decisions.md, section "Function-preserving growth", for eve
 
 Protocol (one growth chain per seed):
 
-- The chain starts from the sweep's trained ResNet-8 (N = 0): the finished run of
-  ``01_train_resnet_sweep.py`` with the sweep's own config, or, when it is missing, trained
-  here with the sweep's own job :func:`~common.resnet_sweep.train_resnet_run`.
+- The chain starts from a ResNet-8 (N = 0) trained with the sweep's job and recipe for the parent's epochs: at
+  the sweep's epochs (paper, smoke) it is the sweep's own run of ``01_train_resnet_sweep.py``, reused, or trained
+  here when missing; at any other (mini) a run of this experiment (``<dataset>-parent-resnet8-n0-seed<s>-e<epochs>``).
 - Stage ``N`` (N = 1, 2, ...) loads the trained model of stage ``N - 1``, inserts extra block
   ``N - 1`` where the sweep's ResNet-(8+N) has it (stage ``(N - 1) mod 3``, at its end;
   :func:`common.models.resnet.grow`) at a zero output (zero-gamma on its last BatchNorm), checks
@@ -21,10 +21,12 @@ Protocol (one growth chain per seed):
   stages. The chain is one job (:func:`growth_vs_scratch_run` on the chain's last stage): it
   runs every unfinished stage in order, each resuming from its own checkpoint, so a requeued or
   rerun job continues from the last finished stage and never redoes one.
-- Scratch is the sweep's own job and configs (:func:`~common.resnet_sweep.sweep_configs`)
-  for ResNet-(8+N) with the scratch budget. At the sweep's epochs the config *is* the sweep's
-  run, so a finished sweep run is reused; any other budget is a run of this experiment
-  (``<dataset>-scratch-resnet<d>-n<N>-seed<s>-e<epochs>``), so that script 02 never probes it.
+- Scratch is the sweep's own job and configs (:func:`~common.resnet_sweep.sweep_configs`) for ResNet-(8+N), in
+  one or more arms of different budgets: ``total`` (the epochs the grown ResNet-(8+N) has behind it, the parent's
+  plus N stages': the arm the claims report's verdicts read) and ``sweep`` (the sweep's fixed epochs) by default.
+  At the sweep's epochs the config *is* the sweep's run, so a finished sweep run is reused; any other budget is a
+  run of this experiment (``<dataset>-scratch-resnet<d>-n<N>-seed<s>-e<epochs>``), so that script 02 never probes
+  it. Each arm has its own table.
 
 :func:`growth_table` builds the comparison (means over seeds, the relative test-loss reduction
 of the mean, the per-row winner, the paper's values from ``common/paper.py`` beside them).
@@ -70,13 +72,18 @@ log = logging.getLogger(__name__)
 
 EXPERIMENT = "growth_vs_scratch"
 PAPER_DEPTHS = tuple(d - depth_label(0) for d in GROWTH_DEPTHS)  # N = 2, 3, 4, 5: ResNet-10 .. -13
-SCRATCH_BUDGETS = ("per-stage", "total")
+SCRATCH_BUDGETS = ("total", "sweep", "per-stage")  # docs/decisions.md, section "Function-preserving growth"
+DEFAULT_BUDGETS = ("total", "sweep")  # the equal-epoch arm the verdicts read, the sweep's fixed-epoch arm beside it
 SMOKE_DEPTHS = (
     2,
     4,
 )  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs are the scratch rows)
 SMOKE_STAGE_EPOCHS = 2  # smoke: short stages; scratch keeps the sweep's 6 epochs, so 01's runs are reused
-MINI_STAGE_EPOCHS = 50  # mini: stages of half the sweep's epochs; scratch reuses 01's mini runs (docs/decisions.md)
+# mini (docs/decisions.md, section "Mini preset"): a ResNet-8 of MINI_PARENT_EPOCHS, then stages of MINI_STAGE_EPOCHS, so
+# that the grown ResNet-13 has the sweep's 100 epochs in all; the equal-epoch scratch arm then trains 52, 68, 84 epochs
+# at ResNet-10..12 and is the sweep's own run at ResNet-13.
+MINI_STAGE_EPOCHS = 16
+MINI_PARENT_EPOCHS = 20
 INSERTION = (
     "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
 )
@@ -88,37 +95,71 @@ METHODS = ("growth", "scratch")
 
 # ----------------------------------------------------------------------------- planning
 @dataclass(frozen=True)
+class ScratchArm:
+    """The scratch runs of one budget: ``total`` (growth's epochs in all at each depth: the arm the verdicts read),
+    ``sweep`` (the sweep's fixed epochs: its runs), ``per-stage`` (one stage's epochs) or ``e<epochs>`` (given)."""
+
+    budget: str
+    epochs: dict[int, int]  # N -> epochs of each scratch run
+    runs: dict[tuple[int, int], dict]  # (seed, N) -> config
+
+
+@dataclass(frozen=True)
 class GrowthPlan:
-    """Every run of one invocation: per seed the sweep's ResNet-8 and the chain's stage configs, and the scratch runs."""
+    """Every run of one invocation: per seed the chain's parent ResNet-8 and its stage configs, and each scratch arm."""
 
     depths: tuple[int, ...]  # N of the table's rows
     seeds: tuple[int, ...]
-    parents: dict[int, dict]  # seed -> the sweep's ResNet-8 config
+    parents: dict[int, dict]  # seed -> the chain's ResNet-8 config (the sweep's own run at the sweep's epochs)
     chains: dict[int, list[dict]]  # seed -> stage configs for N = 1 .. max(depths)
-    scratch: dict[tuple[int, int], dict]  # (seed, N) -> scratch config
+    arms: tuple[ScratchArm, ...]  # the first is the arm the claims report's verdicts read (docs/decisions.md)
     stage_epochs: int
-    scratch_epochs: dict[int, int]  # N -> scratch epochs
+    parent_epochs: int
+    sweep_epochs: int
+
+    @property
+    def scratch(self) -> dict[tuple[int, int], dict]:
+        """The first arm's runs: (seed, N) -> config."""
+        return self.arms[0].runs
+
+    @property
+    def scratch_epochs(self) -> dict[int, int]:
+        """The first arm's epochs: N -> epochs."""
+        return self.arms[0].epochs
 
     def jobs(self) -> list[dict]:
-        """What the launcher runs: each chain's last stage (it runs the whole chain), then every scratch run."""
-        return [self.chains[s][-1] for s in self.seeds] + [self.scratch[key] for key in sorted(self.scratch)]
+        """What the launcher runs: each chain's last stage (it runs the whole chain), then every scratch run once."""
+        scratch = {runs.run_dir("", c): c for arm in self.arms for _, c in sorted(arm.runs.items())}
+        return [self.chains[s][-1] for s in self.seeds] + list(scratch.values())
 
     def stage(self, seed: int, n: int) -> dict:
         return self.chains[seed][n - 1]
 
+    def growth_epochs(self, n: int) -> int:
+        """Every epoch behind the grown ResNet-(8+N): the parent's plus N stages'."""
+        return self.parent_epochs + n * self.stage_epochs
+
     def describe(self, out: str | Path) -> str:
-        """One line per chain: the parent and every stage, each ``[done]`` or ``[todo]``."""
+        """One line per chain: the parent and every stage, each ``[done]`` or ``[todo]``; one line per scratch arm."""
         lines = []
         for seed in self.seeds:
-            links = [f"ResNet-8 ({_state(out, self.parents[seed])}, sweep run)"]
+            kind = "sweep run" if self.parent_epochs == self.sweep_epochs else f"{self.parent_epochs} epochs"
+            links = [f"ResNet-8 ({_state(out, self.parents[seed])}, {kind})"]
             links += [f"ResNet-{c['depth_label']} ({_state(out, c)})" for c in self.chains[seed]]
             lines.append(f"growth chain seed {seed}: " + " -> ".join(links))
         lines.append(
             f"each chain is one job (its last stage), which runs every unfinished stage in order in its own run "
-            f"directory under {Path(out) / EXPERIMENT}; stages train {self.stage_epochs} epochs, scratch "
-            + ", ".join(f"ResNet-{depth_label(n)} {e}" for n, e in sorted(self.scratch_epochs.items()))
-            + " epochs"
+            f"directory under {Path(out) / EXPERIMENT}; stages train {self.stage_epochs} epochs, after a ResNet-8 of "
+            f"{self.parent_epochs}; growth's epochs in all: "
+            + ", ".join(f"ResNet-{depth_label(n)} {self.growth_epochs(n)}" for n in self.depths)
         )
+        for i, arm in enumerate(self.arms):
+            role = "the verdicts' arm" if i == 0 and arm.budget == "total" else "beside it" if i else "its only arm"
+            lines.append(
+                f"scratch ({arm.budget}, {role}): "
+                + ", ".join(f"ResNet-{depth_label(n)} {e}" for n, e in sorted(arm.epochs.items()))
+                + " epochs"
+            )
         return "\n".join(lines)
 
 
@@ -131,6 +172,18 @@ def default_depths(preset: str) -> tuple[int, ...]:
     return SMOKE_DEPTHS if preset == "smoke" else PAPER_DEPTHS
 
 
+def scratch_budgets(text: str) -> tuple[str, ...]:
+    """``--scratch-budget`` as a tuple: comma-separated names of :data:`SCRATCH_BUDGETS`, in order, once each."""
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    bad = [n for n in names if n not in SCRATCH_BUDGETS]
+    if not names or bad:
+        raise UserError(
+            f"--scratch-budget {text}: use one or more of {', '.join(SCRATCH_BUDGETS)}, comma-separated "
+            f"(default {','.join(DEFAULT_BUDGETS)})"
+        )
+    return names
+
+
 def growth_plan(
     *,
     preset: str = "smoke",
@@ -138,8 +191,9 @@ def growth_plan(
     depths: Sequence[int] | None = None,
     seeds: Sequence[int] = (0,),
     stage_epochs: int | None = None,
+    parent_epochs: int | None = None,
     scratch_epochs: int | None = None,
-    scratch_budget: str | None = None,
+    scratch_budget: str | Sequence[str] | None = None,
     train_subset: int | None = None,
     data_root: str | Path | None = None,
     device: str = "auto",
@@ -151,11 +205,13 @@ def growth_plan(
 
     ``depths``: N of the table's rows (default: 2, 3, 4, 5, the paper's ResNet-10 .. -13; smoke: 2, 4).
     ``stage_epochs``: epochs of every growth stage (default: the sweep's epochs; smoke: 2; mini:
-    :data:`MINI_STAGE_EPOCHS`). ``train_subset``: as in :func:`~common.resnet_sweep.sweep_configs`
-    (the parent, every stage and scratch train on the same images).
-    Scratch epochs: ``scratch_epochs`` if given; else ``scratch_budget`` ``per-stage`` (one stage's
-    epochs) or ``total`` (the parent ResNet-8's epochs plus every stage's epochs up to depth N);
-    else the sweep's epochs, so that the sweep's finished runs are reused.
+    :data:`MINI_STAGE_EPOCHS`). ``parent_epochs``: epochs of the chain's ResNet-8 (default: the sweep's, so the
+    chain starts from the sweep's own run; mini: :data:`MINI_PARENT_EPOCHS`, a run of this experiment).
+    ``train_subset``: as in :func:`~common.resnet_sweep.sweep_configs` (the parent, every stage and scratch train
+    on the same images). Scratch arms: ``scratch_epochs`` alone if given; else ``scratch_budget``, one or more of
+    ``total`` (growth's epochs in all: the parent's plus N stages'), ``sweep`` (the sweep's epochs: its finished
+    runs are reused) and ``per-stage`` (one stage's epochs); default :data:`DEFAULT_BUDGETS`. A scratch run at
+    the sweep's epochs is the sweep's own run.
     """
     if depths is None:
         depths = default_depths(preset)
@@ -169,9 +225,14 @@ def growth_plan(
         raise UserError("--seeds: give at least one seed")
     if scratch_epochs is not None and scratch_budget is not None:
         raise UserError("--scratch-epochs and --scratch-budget both given; pass one of them")
-    if scratch_budget is not None and scratch_budget not in SCRATCH_BUDGETS:
-        raise UserError(f"--scratch-budget {scratch_budget}: use one of {', '.join(SCRATCH_BUDGETS)}")
-    for flag, value in (("--stage-epochs", stage_epochs), ("--scratch-epochs", scratch_epochs)):
+    budgets = scratch_budgets(scratch_budget) if isinstance(scratch_budget, str) else scratch_budget
+    if budgets is not None:
+        budgets = scratch_budgets(",".join(budgets))
+    for flag, value in (
+        ("--stage-epochs", stage_epochs),
+        ("--parent-epochs", parent_epochs),
+        ("--scratch-epochs", scratch_epochs),
+    ):
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value}: must be a positive number of epochs")
     common_keys = {
@@ -183,10 +244,22 @@ def growth_plan(
         "synthetic": synthetic,
         "train_subset": train_subset,
     }
-    parents = {s: c for s, c in zip(seeds, sweep_configs(depths=[0], seeds=seeds, **common_keys), strict=True)}
-    sweep_epochs = parents[seeds[0]]["train"]["epochs"]
+    sweep_epochs = sweep_configs(depths=[0], seeds=seeds[:1], **common_keys)[0]["train"]["epochs"]
     if stage_epochs is None:
         stage_epochs = {"smoke": SMOKE_STAGE_EPOCHS, "mini": MINI_STAGE_EPOCHS}.get(preset, sweep_epochs)
+    if parent_epochs is None:
+        parent_epochs = MINI_PARENT_EPOCHS if preset == "mini" else sweep_epochs
+
+    def scratch_config(config: dict, role: str = "scratch") -> dict:
+        """The sweep's config at its epochs is the sweep's run; at any other budget a run of this experiment."""
+        if config["train"]["epochs"] == sweep_epochs:
+            return config
+        return {**config, "experiment": EXPERIMENT, "name": _scratch_name(config, role)}
+
+    parents = {
+        s: scratch_config(c, "parent")
+        for s, c in zip(seeds, sweep_configs(depths=[0], seeds=seeds, epochs=parent_epochs, **common_keys), strict=True)
+    }
     chain_depths = range(1, max(depths) + 1)
     chains = {}
     for seed in seeds:
@@ -195,18 +268,23 @@ def growth_plan(
             chain.append(_stage_config(base, parent))
             parent = chain[-1]
         chains[seed] = chain
-    budget = {
-        n: scratch_epochs
-        or {"per-stage": stage_epochs, "total": sweep_epochs + n * stage_epochs}.get(scratch_budget, sweep_epochs)
-        for n in depths
-    }
-    scratch = {}
-    for n in depths:
-        for config in sweep_configs(depths=[n], seeds=seeds, epochs=budget[n], **common_keys):
-            if budget[n] != sweep_epochs:  # not the sweep's run: keep it out of the sweep's directory
-                config = {**config, "experiment": EXPERIMENT, "name": _scratch_name(config)}
-            scratch[(config["seed"], n)] = config
-    return GrowthPlan(depths, seeds, parents, chains, scratch, stage_epochs, budget)
+    if scratch_epochs is not None:
+        wanted = {f"e{scratch_epochs}": dict.fromkeys(depths, scratch_epochs)}
+    else:
+        every = {
+            "total": {n: parent_epochs + n * stage_epochs for n in depths},
+            "sweep": dict.fromkeys(depths, sweep_epochs),
+            "per-stage": dict.fromkeys(depths, stage_epochs),
+        }
+        wanted = {b: every[b] for b in budgets or DEFAULT_BUDGETS}
+    arms = []
+    for budget, epochs in wanted.items():
+        arm = {}
+        for n in depths:
+            for config in sweep_configs(depths=[n], seeds=seeds, epochs=epochs[n], **common_keys):
+                arm[(config["seed"], n)] = scratch_config(config)
+        arms.append(ScratchArm(budget, epochs, arm))
+    return GrowthPlan(depths, seeds, parents, chains, tuple(arms), stage_epochs, parent_epochs, sweep_epochs)
 
 
 def _stage_config(base: dict, parent: dict) -> dict:
@@ -240,8 +318,8 @@ def _without_chain(config: dict) -> dict:
     return {**config, "runtime": runtime}
 
 
-def _scratch_name(config: dict) -> str:
-    return f"{config['dataset']}-scratch-resnet{config['depth_label']}-n{config['depth_n']}-seed{config['seed']}-e{config['train']['epochs']}"
+def _scratch_name(config: dict, role: str = "scratch") -> str:
+    return f"{config['dataset']}-{role}-resnet{config['depth_label']}-n{config['depth_n']}-seed{config['seed']}-e{config['train']['epochs']}"
 
 
 def is_stage(config: dict) -> bool:
@@ -347,12 +425,13 @@ def block_seed(seed: int, n: int) -> int:
 
 
 # ----------------------------------------------------------------------------- results
-def collect_records(plan: GrowthPlan, out: str | Path) -> list[dict]:
-    """One record per (method, depth, seed) of the table, read from the finished runs.
+def collect_records(plan: GrowthPlan, out: str | Path, arm: ScratchArm | None = None) -> list[dict]:
+    """One record per (method, depth, seed) of the table of one scratch arm (default: the first), from finished runs.
 
     ``epochs`` is the run's own; ``total_epochs`` every epoch behind the model: for growth the parent
     ResNet-8's plus every stage's up to depth N (each stage restarts the schedule), for scratch its own.
     """
+    arm = arm or plan.arms[0]
     records = []
     for seed in plan.seeds:
         behind = finished_result(out, plan.parents[seed])["epochs"]
@@ -360,7 +439,7 @@ def collect_records(plan: GrowthPlan, out: str | Path) -> list[dict]:
             behind += finished_result(out, plan.stage(seed, n))["epochs"]
             if n not in plan.depths:
                 continue
-            for method, config in (("growth", plan.stage(seed, n)), ("scratch", plan.scratch[(seed, n)])):
+            for method, config in (("growth", plan.stage(seed, n)), ("scratch", arm.runs[(seed, n)])):
                 result = finished_result(out, config)
                 records.append(
                     {
@@ -548,12 +627,15 @@ TABLE_COLUMNS = (  # the markdown table of growth_table's rows
 )
 
 
-def table_stem(dataset: str, plan: GrowthPlan) -> str:
-    """Name of the table files: dataset, stage epochs, scratch epochs, seeds."""
-    scratch = sorted(set(plan.scratch_epochs.values()))
+def table_stem(dataset: str, plan: GrowthPlan, arm: ScratchArm | None = None) -> str:
+    """Name of one arm's table files: dataset, the parent's epochs where they are not the sweep's, stage epochs,
+    scratch epochs (one value, or the range ``a-b`` of the equal-epoch arm), seeds."""
+    arm = arm or plan.arms[0]
+    scratch = sorted(set(arm.epochs.values()))
     scratch_tag = str(scratch[0]) if len(scratch) == 1 else f"{scratch[0]}-{scratch[-1]}"
     seeds = "-".join(map(str, plan.seeds))
-    return f"table-{dataset}-stage{plan.stage_epochs}-scratch{scratch_tag}-seeds{seeds}"
+    parent = "" if plan.parent_epochs == plan.sweep_epochs else f"-parent{plan.parent_epochs}"
+    return f"table-{dataset}{parent}-stage{plan.stage_epochs}-scratch{scratch_tag}-seeds{seeds}"
 
 
 def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path, Path]:
@@ -566,11 +648,15 @@ def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path,
 
 
 __all__ = [
+    "DEFAULT_BUDGETS",
     "EXPERIMENT",
+    "MINI_PARENT_EPOCHS",
+    "MINI_STAGE_EPOCHS",
     "PAPER_DEPTHS",
     "SCRATCH_BUDGETS",
     "SMOKE_DEPTHS",
     "GrowthPlan",
+    "ScratchArm",
     "block_seed",
     "collect_records",
     "default_depths",
@@ -582,6 +668,7 @@ __all__ = [
     "markdown_table",
     "paper_columns",
     "run_growth_chain",
+    "scratch_budgets",
     "table_stem",
     "train_growth_stage",
     "write_table",

@@ -30,9 +30,9 @@ Which records (docs/decisions.md, section "Figures and the claims report"):
   ``per_example_rms``, ``block_input``, ``block_influence``: None for the final stream); one run per
   (model, depth, width), labelled by the model's short name.
 - **Growth vs scratch**: per dataset, script 03's table with the most seeds, then the longest
-  stages (its preset is that of its growth stages); and, when 03 ran with ``--scratch-budget
-  total``, the same choice among the tables whose scratch runs had growth's total epochs (their
-  rows say "scratch at equal total epochs"). Every row shows both sides' total epochs.
+  stages (its preset is that of its growth stages), among the tables whose scratch runs had
+  growth's epochs in all (03's ``total`` arm: the claims' verdicts) and, apart, among the others
+  (the sweep's fixed epochs: shown beside the verdicts). Every row shows both sides' total epochs.
 - **Matched insertion**: every row in figure 6; the claims use one candidate at every depth
   (:func:`common.experiments.claim_rows.matched_rows`).
 - **Claims and identity checks**: ``claims.md`` lists the paper's claims (counted) and, apart, the
@@ -94,8 +94,9 @@ MINI_DATA_TITLES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "npz": "CIFA
 DATASET_ORDER = ("cifar10", "cifar100", "imagenet100")  # figure 2's dataset: the first present, else the first by name
 PROBE_KEYS = ("split", "batch_size", "n_batches", "bn_mode", "probe_seed")
 DEFAULT_PROBE = ("train", DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, "eval", 0)
-GROWTH_TABLE = re.compile(
-    r"^table-(?P<dataset>.+)-stage(?P<stage>\d+)-scratch(?P<scratch>[\d-]+)-seeds(?P<seeds>[\d-]+)$"
+GROWTH_TABLE = re.compile(  # 03's table_stem; "-parent<epochs>" where the chain's ResNet-8 is not the sweep's run
+    r"^table-(?P<dataset>.+?)(?:-parent(?P<parent>\d+))?-stage(?P<stage>\d+)-scratch(?P<scratch>[\d-]+)"
+    r"-seeds(?P<seeds>[\d-]+)$"
 )
 
 
@@ -127,15 +128,21 @@ class GrowthTable:
 
     def budget(self) -> str:
         """Each side's total epochs in words (growth restarts the schedule at every stage)."""
-
-        def span(epochs: dict[str, int | None]) -> str:
-            known = sorted({e for e in epochs.values() if e is not None})
-            return "?" if not known else str(known[0]) if len(known) == 1 else f"{known[0]}-{known[-1]}"
-
         return (
-            f"epochs in all: growth {span(self.growth_epochs)} (ResNet-8's plus {self.stage_epochs} per stage), "
-            f"scratch {span(self.scratch_epochs)}"
+            f"epochs in all: growth {_span(self.growth_epochs)} (ResNet-8's plus {self.stage_epochs} per stage), "
+            f"scratch {_span(self.scratch_epochs)}"
         )
+
+    def budget_words(self) -> str:
+        """Both sides' budgets in a few words, for a claims row: "equal epochs (..)" or "scratch at .. epochs (..)"."""
+        if self.equal_budget:
+            return f"equal epochs ({_span(self.scratch_epochs)} in all)"
+        return f"scratch at {_span(self.scratch_epochs)} epochs (growth {_span(self.growth_epochs)} in all)"
+
+
+def _span(epochs: dict[str, int | None]) -> str:
+    known = sorted({e for e in epochs.values() if e is not None})
+    return "?" if not known else str(known[0]) if len(known) == 1 else f"{known[0]}-{known[-1]}"
 
 
 @dataclass

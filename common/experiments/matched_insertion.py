@@ -278,7 +278,9 @@ def matched_configs(
 
     Depths default to the paper's four (N = 0, 6, 12, 26) with ``--preset paper`` and to every
     finished depth of the sweep with ``--preset smoke`` or ``mini``; a missing depth is a
-    :class:`UserError` naming the script-01 command that trains it. ``seed`` seeds ``U_l``.
+    :class:`UserError` naming the script-01 command that trains it. Seeds default to those with a run at every
+    depth (mini's third seed, trained at 03's depths only, stays out: the design stays balanced). ``seed`` seeds
+    ``U_l``.
     """
     dataset = dataset or DEFAULT_DATASET[preset]
     warn_unused_data_root(dataset, data_root)
@@ -297,7 +299,8 @@ def matched_configs(
         if depths is not None
         else (list(PAPER_DEPTHS) if preset == "paper" else sorted({n for n, _ in by_depth}))
     )
-    seed_list = list(seeds) if seeds is not None else sorted({s for _, s in by_depth}) or [0]
+    balanced = sorted({s for _, s in by_depth if all((n, s) in by_depth for n in wanted)})
+    seed_list = list(seeds) if seeds is not None else balanced or sorted({s for _, s in by_depth}) or [0]
     missing = [n for n in wanted for s in seed_list if (n, s) not in by_depth]
     if not wanted:  # nothing finished to default to (the parser refuses an empty --depths)
         raise UserError(
