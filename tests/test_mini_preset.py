@@ -180,7 +180,7 @@ def test_02_06_and_07_read_the_seeds_every_depth_has(tmp_path):
             run = runs.run_dir(tmp_path, config)
             run.mkdir(parents=True)
             runs.atomic_write_json(run / runs.CONFIG, config)
-            runs.write_result(run, {})
+            runs.write_result(run, {"train_loss": 0.1, "test_loss": 1.0})
             made.append((config["depth_n"], config["seed"]))
     assert (2, 2) in made and (9, 2) not in made
     found = resnet_sweep.require_sweep_runs(tmp_path, "digits", preset="mini")
