@@ -195,7 +195,10 @@ def cross_gradient(psi_rows: torch.Tensor, grad_rows: torch.Tensor) -> torch.Ten
 SATURATION_STATISTIC = "max_pooled_cross_gradient_norm"  # max_l ||C_l||, C_l of the pooled mean loss
 
 
-PAIR_BUFFER = 32  # differences per block of the tr(Sigma^2) estimator (memory: PAIR_BUFFER x k x d float64)
+PAIR_BUFFER = 32  # differences per block of the tr(Sigma^2) estimator, at most (memory: PAIR_BUFFER x k x d float64)
+BLOCK_ELEMENTS = (
+    1 << 21
+)  # float64 values of one block of queued examples per stream (16 MiB): fewer pairs when k d is large
 
 
 class ContributionMoments:
@@ -207,8 +210,9 @@ class ContributionMoments:
     ``C_l = mean_i c_i(l)`` and Theorem 3's statistic is ``||C_l||_F``. ``update`` adds a stack
     ``(m, k, d)``; only running statistics are kept, memory independent of ``n``:
 
-    - the mean and the sum of squared deviations, merged batch by batch with the pairwise update of
-      Chan, Golub and LeVeque (no cancellation between ``sum ||c_i||^2`` and ``n ||C_l||^2``):
+    - the mean and the sum of squared deviations, each chunk's own taken about a reference near the
+      mean (the running mean) and merged with the pairwise update of Chan, Golub and LeVeque (no
+      cancellation between ``sum ||c_i||^2`` and ``n ||C_l||^2``):
       ``covariance_trace()`` is ``tr(Sigma_hat_l) = sum_i ||c_i - C_l||_F^2 / (n - 1)`` and
       ``norm_sq_unbiased()`` is ``U_l = ||C_hat_l||^2 - tr(Sigma_hat_l) / n``, which equals
       ``sum_{i != j} <c_i, c_j> / (n (n - 1))``: unbiased for ``||C_l||^2``;
@@ -216,7 +220,9 @@ class ContributionMoments:
       ``Sigma`` (``(kd)^2`` entries): consecutive examples are paired, ``u_a = c_2a - c_2a+1`` (mean 0,
       covariance ``2 Sigma``), and for two differences of four distinct examples
       ``E <u_a, u_b>^2 = tr((2 Sigma)^2) = 4 tr(Sigma^2)``; the mean of ``<u_a, u_b>^2 / 4`` over every pair
-      ``a != b`` within blocks of :data:`PAIR_BUFFER` differences (a ``PAIR_BUFFER^2`` Gram matrix per block);
+      ``a != b`` within blocks of ``pair_buffer`` differences (a ``pair_buffer^2`` Gram matrix per block;
+      by default :data:`PAIR_BUFFER`, fewer when a block of ``2 pair_buffer`` examples would exceed
+      :data:`BLOCK_ELEMENTS` values, at least 2);
     - with a ``direction`` ``a`` (k x d, fixed before the examples are seen: the calibration part's
       ``C_hat_l`` in App. G), ``direction_variance()``: the sample variance of ``s_i = <c_i, a>``,
       unbiased for ``a^T Sigma a``.
@@ -238,8 +244,10 @@ class ContributionMoments:
         device: torch.device | str | None = None,
         direction: torch.Tensor | None = None,
         batch_shape: Sequence[int] = (),
-        pair_buffer: int = PAIR_BUFFER,
+        pair_buffer: int | None = None,
     ) -> None:
+        if pair_buffer is None:
+            pair_buffer = max(2, min(PAIR_BUFFER, BLOCK_ELEMENTS // (2 * int(k) * int(d))))
         if pair_buffer < 2:
             raise ValueError(f"pair_buffer must be at least 2, got {pair_buffer}")
         self.k, self.d = int(k), int(d)
@@ -247,7 +255,9 @@ class ContributionMoments:
         f64 = {"dtype": torch.float64, "device": device}
         self.mean = torch.zeros(*self.batch_shape, self.k, self.d, **f64)
         self.sq_dev = torch.zeros(self.batch_shape, **f64)  # sum_i ||c_i - mean||_F^2
-        self.n = 0
+        self._n = 0  # absorbed examples
+        self._queue: list[torch.Tensor] = []  # examples not absorbed yet
+        self._queued = 0
         self.pair_buffer = int(pair_buffer)
         self.pair_sq_sum = torch.zeros(self.batch_shape, **f64)  # sum over finished blocks of <u_a, u_b>^2, a != b
         self.pair_count = 0  # ordered pairs (a, b), a != b, in finished blocks
@@ -259,39 +269,61 @@ class ContributionMoments:
             self.proj_mean = torch.zeros(self.batch_shape, **f64)  # mean of s_i = <c_i, a>
             self.proj_sq_dev = torch.zeros(self.batch_shape, **f64)
 
+    @property
+    def n(self) -> int:
+        """Examples added so far (absorbed and queued)."""
+        return self._n + self._queued
+
     def update(self, contributions: torch.Tensor) -> None:
-        """Add ``m`` examples' contributions, a ``(*batch_shape, m, k, d)`` tensor."""
+        """Add ``m`` examples' contributions, a ``(*batch_shape, m, k, d)`` tensor.
+
+        Examples are queued and absorbed in blocks of ``2 pair_buffer`` (fewer, larger tensor operations);
+        every statistic absorbs the queue first, so the results do not depend on how the examples were chunked
+        beyond the pairing of consecutive examples.
+        """
         expected = (*self.batch_shape, self.k, self.d)
         shape = tuple(contributions.shape)
         if len(shape) != len(expected) + 1 or shape[: len(self.batch_shape)] + shape[-2:] != expected:
             raise ValueError(f"expected contributions {(*self.batch_shape, 'm', self.k, self.d)}, got {shape}")
         c = contributions.detach().to(device=self.mean.device, dtype=torch.float64)
-        m = int(c.shape[-3])
-        if m == 0:
+        if c.shape[-3] == 0:
             return
+        self._queue.append(c)
+        self._queued += int(c.shape[-3])
+        if self._queued >= 2 * self.pair_buffer:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Absorb the queued examples."""
+        if not self._queue:
+            return
+        c = self._queue[0] if len(self._queue) == 1 else torch.cat(self._queue, dim=-3)
+        self._queue, self._queued = [], 0
+        self._absorb(c)
+
+    def _absorb(self, c: torch.Tensor) -> None:
+        m = int(c.shape[-3])
         p = self.k * self.d
         flat = c.reshape(*self.batch_shape, m, p)
         # Shifted by a reference near the mean (the running mean; the first example at the start), the chunk's
-        # own sum of squared deviations sum ||y_i||^2 - m ||y_bar||^2 has no cancellation; the Gram matrix of
-        # the shifted rows gives sum ||y_i||^2 (one BLAS product: cheaper than elementwise squares).
-        ref = self.mean.reshape(*self.batch_shape, 1, p) if self.n else flat[..., :1, :]
+        # own sum of squared deviations sum ||y_i||^2 - m ||y_bar||^2 has no cancellation.
+        ref = self.mean.reshape(*self.batch_shape, 1, p) if self._n else flat[..., :1, :]
         y = flat - ref
         y_bar = y.mean(dim=-2)
-        gram = y @ y.transpose(-1, -2)
-        within = torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1) - m * y_bar.square().sum(-1)
-        total = self.n + m
+        within = y.square().sum((-2, -1)) - m * y_bar.square().sum(-1)
+        total = self._n + m
         shift = (ref.squeeze(-2) + y_bar - self.mean.reshape(*self.batch_shape, p)).reshape(self.mean.shape)
-        self.sq_dev = self.sq_dev + within + shift.square().sum((-2, -1)) * (self.n * m / total)
+        self.sq_dev = self.sq_dev + within + shift.square().sum((-2, -1)) * (self._n * m / total)
         self.mean = self.mean + shift * (m / total)
         if self.direction is not None:
             s = (flat @ self.direction.transpose(-1, -2)).squeeze(-1)  # (*batch, m): <c_i, a>
             s_mean = s.mean(-1)
             s_shift = s_mean - self.proj_mean
             self.proj_sq_dev = (
-                self.proj_sq_dev + (s - s_mean[..., None]).square().sum(-1) + s_shift.square() * (self.n * m / total)
+                self.proj_sq_dev + (s - s_mean[..., None]).square().sum(-1) + s_shift.square() * (self._n * m / total)
             )
             self.proj_mean = self.proj_mean + s_shift * (m / total)
-        self.n = total
+        self._n = total
         self._add_pairs(flat)
 
     def _add_pairs(self, flat: torch.Tensor) -> None:
@@ -323,26 +355,31 @@ class ContributionMoments:
 
     def cross_gradient(self) -> torch.Tensor:
         """``C_l = mean_i c_i(l)`` (k x d): the gradient of the pooled mean loss w.r.t. ``V_l`` at 0."""
+        self._flush()
         return self.mean.clone()
 
     def cross_gradient_norm(self):
         """``||C_l||_F``."""
+        self._flush()
         return self._value(torch.linalg.matrix_norm(self.mean))
 
     def covariance_trace(self):
         """``tr(Sigma_hat_l)``: the sample covariance of ``c_i(l)`` (divisor ``n - 1``), traced."""
+        self._flush()
         if self.n < 2:
             raise ValueError(f"a sample covariance needs at least 2 examples, got {self.n}")
         return self._value(self.sq_dev / (self.n - 1))
 
     def norm_sq_unbiased(self):
         """``U_l = ||C_hat_l||^2 - tr(Sigma_hat_l) / n = sum_{i != j} <c_i, c_j> / (n (n - 1))``, unbiased for ``||C_l||^2``."""
+        self._flush()
         if self.n < 2:
             raise ValueError(f"the unbiased ||C_l||^2 needs at least 2 examples, got {self.n}")
         return self._value(self.mean.square().sum((-2, -1)) - self.sq_dev / (self.n - 1) / self.n)
 
     def covariance_square_trace(self):
         """Unbiased ``tr(Sigma_l^2)`` from pairs of example differences (class docstring); needs 4 examples."""
+        self._flush()
         total, count = self.pair_sq_sum, self.pair_count
         if self._pending is not None and self._pending.shape[-2] >= 2:  # the open block counts too (not closed here)
             h = self._pending.shape[-2]
@@ -353,6 +390,7 @@ class ContributionMoments:
 
     def direction_variance(self):
         """``sum_i (s_i - s_bar)^2 / (n - 1)`` with ``s_i = <c_i, direction>``: unbiased for ``a^T Sigma a``."""
+        self._flush()
         if self.direction is None:
             raise ValueError("direction_variance needs a direction given at construction")
         if self.n < 2:
