@@ -77,6 +77,7 @@ DEFAULT_CANDIDATE = "stage1-end"  # one kind of tensor at every depth (the claim
 FITS = ("closed-form", "gradient-descent")
 EVAL_BATCH_SIZE = 500
 REORDER_SEED = 0  # the permutation of the floor's second float64 pass (a measurement setting, not a result)
+FLOAT64_CHUNK = 16  # examples per float64 forward pass (CPU float64 convolutions unfold the batch: small is fast)
 GD_MAX_EXAMPLES = 4096  # the gradient-descent check caches z and g: small cases only
 ROW_COLUMNS = (
     "depth_label",
@@ -171,7 +172,8 @@ def matched_insertion(
     cached). The fit runs on ``model`` as it is; the losses before and after are measured twice
     (:func:`measure_losses`): with the model **in float64** (a float64 copy, on the CPU where the
     device has no float64: ``train_loss_*``, ``measured_change``) and in float32 (``*_float32``), with
-    the measurement floors of the parent model beside them (:func:`measurement_floors`).
+    the measurement floors of the parent model beside them (:func:`measurement_floors`); the test loss,
+    not part of H.1's prediction, in float32.
     ``reordered_batches()`` is a second pass over the same training examples in another batch order
     (None: each batch of ``train_batches`` with its examples reversed). Everything runs under the
     probe's precision guard (:func:`common.precision.full_precision`: no TF32 on GPUs), recorded as
@@ -262,10 +264,14 @@ def as_dtype(model: nn.Module, dtype: torch.dtype, device: torch.device) -> nn.M
     return copy.deepcopy(model).to(device=device, dtype=dtype)
 
 
-def cast_batches(batches: Iterable, dtype: torch.dtype, device: torch.device):
-    """The batches with floating-point tensors cast to ``dtype`` on ``device`` (labels keep their integer type)."""
+def cast_batches(batches: Iterable, dtype: torch.dtype, device: torch.device, chunk: int | None = None):
+    """The batches with floating-point tensors cast to ``dtype`` on ``device`` (labels keep their integer type),
+    each split into sub-batches of ``chunk`` examples when given (the mean loss weights every example alike)."""
     for x, y in batches:
-        yield tuple(t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in (x, y))
+        x, y = (t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in (x, y))
+        step = chunk or int(x.shape[0])
+        for start in range(0, int(x.shape[0]), step):
+            yield x[start : start + step], y[start : start + step]
 
 
 def measure_losses(
@@ -279,24 +285,25 @@ def measure_losses(
     test_batches: Batches | None,
     loss_fn,
 ) -> dict:
-    """The mean losses of H.1 in float64 and float32: the parent's (training split, twice in float64 in two batch
-    orders; test split), and after inserting the block with each terminal projection of ``weights`` (docs/design.md,
-    section "H.1: measured in float64, with a floor").
+    """The mean losses of H.1 in float64 and float32: the parent's on the training split (twice in float64, in two
+    batch orders), and after inserting the block with each terminal projection of ``weights``; the test split's
+    before and after in float32 (docs/design.md, section "H.1: measured in float64, with a floor").
 
     The float64 pass runs a float64 copy of ``model`` on :func:`common.precision.float64_device` (the CPU for MPS and
-    NPU), the batches' images cast after the float32 normalisation (the same inputs in both precisions); the
-    float32 pass runs ``model`` itself (a float32 copy when it is not float32).
+    NPU), the batches' images cast after the float32 normalisation (the same inputs in both precisions), in
+    sub-batches of :data:`FLOAT64_CHUNK` examples; the float32 pass runs ``model`` itself (a float32 copy when it
+    is not float32).
     """
     device = next(model.parameters()).device
     f64 = float64_device(device)
     nets = {"": as_dtype(model, torch.float64, f64), "_float32": as_dtype(model, torch.float32, device)}
-    places = {"": (torch.float64, f64), "_float32": (torch.float32, device)}
+    places = {"": (torch.float64, f64, FLOAT64_CHUNK), "_float32": (torch.float32, device, None)}
 
     def loss(net: nn.Module, batches: Batches, tag: str) -> float:
         return mean_loss(net, cast_batches(batches(), *places[tag]), loss_fn)
 
     out: dict = {"float64_device": f64}
-    test_after = []  # float64 only
+    test_after = []  # float32 only
     for tag, net in nets.items():
         out[f"before{tag}"] = loss(net, train_batches, tag)
         grown = copy.deepcopy(net)
@@ -305,11 +312,11 @@ def measure_losses(
         for w in weights:
             block.set_terminal_projection(w)
             after.append(loss(grown, train_batches, tag))
-            if tag == "":
+            if tag == "_float32":
                 test_after.append(loss(grown, test_batches, tag) if test_batches else None)
         out[f"after{tag}"] = after
     out["before_reordered"] = loss(nets[""], reordered_batches, "")
-    out["test_before"] = loss(nets[""], test_batches, "") if test_batches else None
+    out["test_before"] = loss(nets["_float32"], test_batches, "_float32") if test_batches else None
     out["test_after"] = test_after
     return out
 
