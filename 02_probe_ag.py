@@ -6,20 +6,23 @@ from ``--split`` (default train; no augmentation, BatchNorm in eval mode unless 
 train``), one forward and one backward pass each, give ``AG_l``, ``AG~_l`` and the per-example
 RMS at every candidate; ``--exact`` adds the tangent-space growth value ``V_S,l`` of the
 protocol's zero-output block. The separated saturation test of App. G runs on an independent
-sample (``--saturation-split``, default test: never trained on, disjoint from the analysis
-batches; every example left unless ``--saturation-n``), split with a recorded seed into a
+sample (``--saturation-split``, default held-out: every image never trained on, the training
+images a ``--train-subset`` left out and the test split, disjoint from the analysis batches;
+every example left unless ``--saturation-n``), split with a recorded seed into a
 calibration part (``--saturation-cal-fraction``, default 0.25) that estimates the traces
 ``tr Sigma_l`` and a test part of ``n_test`` examples that gives Theorem 3's statistic
 ``Gamma_hat = max_l ||C_l||``, the cross-gradient of the mean loss pooled over the test part. It
 reports ``Gamma in [max(0, Gamma_hat - t), Gamma_hat + t]`` with ``t = sqrt(sum_l tr_l / (n_test
 alpha))`` and, against ``--saturation-delta``, one of "saturated within delta", "not saturated",
 "undecided" (no delta: "not saturated" or "undecided"); ``--saturation-t`` fixes t instead (no
-split; the implied alpha is reported). One run per model (experiment
+split; the implied alpha is reported). Beside it, labelled asymptotic and not used for the
+verdict, a Bonferroni normal-theory interval on Gamma, and for both intervals the n_test at which
+each would exclude 0 (and delta). One run per model (experiment
 ``ag_probe``): finished runs are skipped.
 
 Prints depth vs AGmax in both normalisations the paper's words allow (the batch-mean ``AG_l``
 and the per-example RMS), each with the paper's 5e-3 low-signal line marked, the App. G
-interval, t, the number of candidates and the verdict, and ends with the path of the summary CSV (one row per depth and
+interval, t, the asymptotic interval, the number of candidates and the verdict, and ends with the path of the summary CSV (one row per depth and
 seed). The job function is :func:`common.experiments.probe_ag.probe_sweep_run`.
 
     python 02_probe_ag.py --dataset cifar100
@@ -53,6 +56,7 @@ from common.experiments.probe_ag import (
     MINI_N_BATCHES,
     SATURATION_ALPHA,
     SATURATION_CAL_FRACTION,
+    SATURATION_SPLITS,
     SPLITS,
     probe_configs,
     probe_sweep_run,
@@ -166,9 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sat.add_argument(
         "--saturation-split",
-        choices=SPLITS,
-        default="test",
-        help="the independent probe sample (test: never trained on; train is flagged as reused training data)",
+        choices=SATURATION_SPLITS,
+        default=SATURATION_SPLITS[0],
+        help="the independent probe sample: held-out (every image never trained on: the training images a "
+        "--train-subset left out and the test split), test, or train (flagged as reused training data)",
     )
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 

@@ -35,6 +35,10 @@ BatchNorm) stream into :class:`common.projection.ContributionMoments`:
 - ``cross_gradient_norm_pooled``: ``||C_l||`` with ``C_l = mean_i c_i(l)``, the gradient of the
   mean loss over all probed examples w.r.t. ``V_l`` at 0 (Theorem 3's statistic);
 - ``contribution_cov_trace``: ``tr(Sigma_hat_l)``, the traced sample covariance of ``c_i(l)``;
+- ``contribution_norm_sq``: ``U_l = ||C_l||^2 - tr(Sigma_hat_l) / n``, unbiased for the population ``||C_l||^2``,
+  and ``contribution_cov_sq_trace``, an unbiased ``tr(Sigma_l^2)`` (App. G's asymptotic interval);
+- with ``contribution_directions`` (one ``k x d`` tensor per candidate, e.g. an independent sample's
+  ``C_l``), ``contribution_direction_variance``: the variance of ``<c_i(l), direction_l>``;
 
 and with ``exact=True`` the tangent-space quantities of :mod:`common.projection` for the
 protocol's standard zero-output block (:mod:`common.tangent`, ``U_l`` seeded by ``(seed, l)``):
@@ -182,6 +186,9 @@ class CandidateScore:
     tangent_rank: int | None = None
     rows_pooled: int | None = None
     contribution_cov_trace: float | None = None  # tr(Sigma_hat_l) of c_i(l), with contributions=True
+    contribution_norm_sq: float | None = None  # U_l = ||C_l||^2 - tr(Sigma_hat_l) / n, with contributions=True
+    contribution_cov_sq_trace: float | None = None  # unbiased tr(Sigma_l^2), with contributions=True (n >= 4)
+    contribution_direction_variance: float | None = None  # Var <c_i(l), direction_l>, with contribution_directions
 
 
 def ag_maxima(rows: Iterable[Mapping]) -> dict:
@@ -225,6 +232,7 @@ class ProbeResult:
     sub_batch: int | None = (
         None  # examples per forward/backward pass (None: the whole batch); the scores do not depend on it
     )
+    cross_gradients: list[torch.Tensor] | None = field(default=None, repr=False)  # C_l (k x d), with contributions
 
     @property
     def ag_max(self) -> float:
@@ -328,6 +336,7 @@ def probe_activation_gradients(
     seed: int = 0,
     chunk_elements: int = CHUNK_ELEMENTS,
     contributions: bool = False,
+    contribution_directions: list[torch.Tensor] | None = None,
     sub_batch: int | None = None,
 ) -> ProbeResult:
     """``AG_l``, ``AG~_l``, per-example RMS (with ``exact`` ``V_S,l``; with ``contributions`` the pooled
@@ -344,7 +353,13 @@ def probe_activation_gradients(
     each sub-batch's loss weighted ``s / b``, so its rows of ``dL_b/dz_l`` come out exactly as in
     one pass (``L_b`` is the mean of the examples' losses, all weighing alike, and the examples do
     not interact: a decoder, or eval-mode BatchNorm). Every score is then that of the whole batch.
+
+    ``contribution_directions`` (with ``contributions``): per candidate a fixed ``k x d`` direction along
+    which the variance of ``c_i(l)`` is streamed (App. G's asymptotic interval: the calibration part's
+    ``C_l``, :attr:`ProbeResult.cross_gradients`).
     """
+    if contribution_directions is not None and not contributions:
+        raise ValueError("contribution_directions need contributions=True")
     if sub_batch is not None and bn_mode != "eval":
         raise ValueError(
             "sub-batches need examples that do not interact: BatchNorm in train mode mixes a batch; use bn_mode='eval'"
@@ -382,7 +397,10 @@ def probe_activation_gradients(
                     if contributions:
                         run = running[i]
                         if run.moments is None:
-                            run.moments = ContributionMoments(fam.feature_dim(fam.width(z)), fam.width(z), device=f64)
+                            direction = None if contribution_directions is None else contribution_directions[i]
+                            run.moments = ContributionMoments(
+                                fam.feature_dim(fam.width(z)), fam.width(z), device=f64, direction=direction
+                            )
                         for c_i in example_contributions(blocks[i], fam, z, g, b, chunk_elements):
                             run.moments.update(c_i)
                     if exact:
@@ -429,6 +447,10 @@ def probe_activation_gradients(
         if contributions:
             score.cross_gradient_norm_pooled = run.moments.cross_gradient_norm()
             score.contribution_cov_trace = run.moments.covariance_trace() if n > 1 else None
+            score.contribution_norm_sq = run.moments.norm_sq_unbiased() if n > 1 else None
+            score.contribution_cov_sq_trace = run.moments.covariance_square_trace() if n > 3 else None
+            if contribution_directions is not None and n > 1:
+                score.contribution_direction_variance = run.moments.direction_variance()
         scores.append(score)
     return ProbeResult(
         scores=scores,
@@ -443,6 +465,7 @@ def probe_activation_gradients(
         math_mode=mode,
         float64_device=str(f64),
         sub_batch=sub_batch,
+        cross_gradients=[run.moments.cross_gradient() for run in running] if contributions else None,
     )
 
 

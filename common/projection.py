@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
+from scipy import stats
 
 from common.precision import float64_device
 
@@ -194,58 +195,213 @@ def cross_gradient(psi_rows: torch.Tensor, grad_rows: torch.Tensor) -> torch.Ten
 SATURATION_STATISTIC = "max_pooled_cross_gradient_norm"  # max_l ||C_l||, C_l of the pooled mean loss
 
 
+PAIR_BUFFER = 32  # differences per block of the tr(Sigma^2) estimator, at most (memory: PAIR_BUFFER x k x d float64)
+BLOCK_ELEMENTS = (
+    1 << 21
+)  # float64 values of one block of queued examples per stream (16 MiB): fewer pairs when k d is large
+
+
 class ContributionMoments:
-    """Streamed mean and total variance of per-example contributions ``c_i(l)`` (k x d), float64 (App. G).
+    """Streamed moments of per-example contributions ``c_i(l)`` (k x d), float64 (App. G; docs/design.md,
+    sections "Pooled C_l" and "App. G: the asymptotic interval beside it").
 
     ``c_i(l) = sum over the rows r of example i of Psi_r^T g_r``, with ``g`` the gradient of
     example ``i``'s own loss, so the pooled cross-gradient of the mean loss over ``n`` examples is
     ``C_l = mean_i c_i(l)`` and Theorem 3's statistic is ``||C_l||_F``. ``update`` adds a stack
-    ``(m, k, d)``; only the running mean and the sum of squared deviations are kept, merged batch
-    by batch with the pairwise update of Chan, Golub and LeVeque (no cancellation between
-    ``sum ||c_i||^2`` and ``n ||C_l||^2``). ``covariance_trace()`` is
-    ``tr(Sigma_hat_l) = sum_i ||c_i - C_l||_F^2 / (n - 1)``.
+    ``(m, k, d)``; only running statistics are kept, memory independent of ``n``:
+
+    - the mean and the sum of squared deviations, each chunk's own taken about a reference near the
+      mean (the running mean) and merged with the pairwise update of Chan, Golub and LeVeque (no
+      cancellation between ``sum ||c_i||^2`` and ``n ||C_l||^2``):
+      ``covariance_trace()`` is ``tr(Sigma_hat_l) = sum_i ||c_i - C_l||_F^2 / (n - 1)`` and
+      ``norm_sq_unbiased()`` is ``U_l = ||C_hat_l||^2 - tr(Sigma_hat_l) / n``, which equals
+      ``sum_{i != j} <c_i, c_j> / (n (n - 1))``: unbiased for ``||C_l||^2``;
+    - ``covariance_square_trace()``: an unbiased estimate of ``tr(Sigma_l^2)`` that never forms
+      ``Sigma`` (``(kd)^2`` entries): consecutive examples are paired, ``u_a = c_2a - c_2a+1`` (mean 0,
+      covariance ``2 Sigma``), and for two differences of four distinct examples
+      ``E <u_a, u_b>^2 = tr((2 Sigma)^2) = 4 tr(Sigma^2)``; the mean of ``<u_a, u_b>^2 / 4`` over every pair
+      ``a != b`` within blocks of ``pair_buffer`` differences (a ``pair_buffer^2`` Gram matrix per block;
+      by default :data:`PAIR_BUFFER`, fewer when a block of ``2 pair_buffer`` examples would exceed
+      :data:`BLOCK_ELEMENTS` values, at least 2);
+    - with a ``direction`` ``a`` (k x d, fixed before the examples are seen: the calibration part's
+      ``C_hat_l`` in App. G), ``direction_variance()``: the sample variance of ``s_i = <c_i, a>``,
+      unbiased for ``a^T Sigma a``.
+
+    ``batch_shape`` runs independent streams side by side (a simulation's repetitions): contributions
+    are then ``(*batch_shape, m, k, d)`` and every statistic an array of ``batch_shape``.
 
     >>> m = ContributionMoments(k=1, d=2)
     >>> m.update(torch.tensor([[[1.0, 0.0]], [[3.0, 2.0]]]))
-    >>> m.cross_gradient().tolist(), m.covariance_trace()
-    ([[2.0, 1.0]], 4.0)
+    >>> m.cross_gradient().tolist(), m.covariance_trace(), m.norm_sq_unbiased()
+    ([[2.0, 1.0]], 4.0, 3.0)
     """
 
-    def __init__(self, k: int, d: int, *, device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        k: int,
+        d: int,
+        *,
+        device: torch.device | str | None = None,
+        direction: torch.Tensor | None = None,
+        batch_shape: Sequence[int] = (),
+        pair_buffer: int | None = None,
+    ) -> None:
+        if pair_buffer is None:
+            pair_buffer = max(2, min(PAIR_BUFFER, BLOCK_ELEMENTS // (2 * int(k) * int(d))))
+        if pair_buffer < 2:
+            raise ValueError(f"pair_buffer must be at least 2, got {pair_buffer}")
         self.k, self.d = int(k), int(d)
-        self.mean = torch.zeros(self.k, self.d, dtype=torch.float64, device=device)
-        self.sq_dev = 0.0  # sum_i ||c_i - mean||_F^2
-        self.n = 0
+        self.batch_shape = tuple(int(b) for b in batch_shape)
+        f64 = {"dtype": torch.float64, "device": device}
+        self.mean = torch.zeros(*self.batch_shape, self.k, self.d, **f64)
+        self.sq_dev = torch.zeros(self.batch_shape, **f64)  # sum_i ||c_i - mean||_F^2
+        self._n = 0  # absorbed examples
+        self._queue: list[torch.Tensor] = []  # examples not absorbed yet
+        self._queued = 0
+        self.pair_buffer = int(pair_buffer)
+        self.pair_sq_sum = torch.zeros(self.batch_shape, **f64)  # sum over finished blocks of <u_a, u_b>^2, a != b
+        self.pair_count = 0  # ordered pairs (a, b), a != b, in finished blocks
+        self._pending: torch.Tensor | None = None  # differences u_a of the open block, (*batch, h, k * d)
+        self._odd: torch.Tensor | None = None  # an example waiting for its pair, (*batch, 1, k * d)
+        self.direction = None
+        if direction is not None:
+            self.direction = direction.detach().to(**f64).reshape(*direction.shape[:-2], 1, self.k * self.d)
+            self.proj_mean = torch.zeros(self.batch_shape, **f64)  # mean of s_i = <c_i, a>
+            self.proj_sq_dev = torch.zeros(self.batch_shape, **f64)
+
+    @property
+    def n(self) -> int:
+        """Examples added so far (absorbed and queued)."""
+        return self._n + self._queued
 
     def update(self, contributions: torch.Tensor) -> None:
-        """Add ``m`` examples' contributions, a ``(m, k, d)`` tensor."""
-        if contributions.dim() != 3 or tuple(contributions.shape[1:]) != (self.k, self.d):
-            raise ValueError(f"expected contributions (m, {self.k}, {self.d}), got {tuple(contributions.shape)}")
+        """Add ``m`` examples' contributions, a ``(*batch_shape, m, k, d)`` tensor.
+
+        Examples are queued and absorbed in blocks of ``2 pair_buffer`` (fewer, larger tensor operations);
+        every statistic absorbs the queue first, so the results do not depend on how the examples were chunked
+        beyond the pairing of consecutive examples.
+        """
+        expected = (*self.batch_shape, self.k, self.d)
+        shape = tuple(contributions.shape)
+        if len(shape) != len(expected) + 1 or shape[: len(self.batch_shape)] + shape[-2:] != expected:
+            raise ValueError(f"expected contributions {(*self.batch_shape, 'm', self.k, self.d)}, got {shape}")
         c = contributions.detach().to(device=self.mean.device, dtype=torch.float64)
-        m = int(c.shape[0])
-        if m == 0:
+        if c.shape[-3] == 0:
             return
-        batch_mean = c.mean(dim=0)
-        batch_sq_dev = float((c - batch_mean).square().sum())
-        shift = batch_mean - self.mean
-        total = self.n + m
-        self.sq_dev += batch_sq_dev + float(shift.square().sum()) * self.n * m / total
-        self.mean += shift * (m / total)
-        self.n = total
+        self._queue.append(c)
+        self._queued += int(c.shape[-3])
+        if self._queued >= 2 * self.pair_buffer:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Absorb the queued examples."""
+        if not self._queue:
+            return
+        c = self._queue[0] if len(self._queue) == 1 else torch.cat(self._queue, dim=-3)
+        self._queue, self._queued = [], 0
+        self._absorb(c)
+
+    def _absorb(self, c: torch.Tensor) -> None:
+        m = int(c.shape[-3])
+        p = self.k * self.d
+        flat = c.reshape(*self.batch_shape, m, p)
+        # Shifted by a reference near the mean (the running mean; the first example at the start), the chunk's
+        # own sum of squared deviations sum ||y_i||^2 - m ||y_bar||^2 has no cancellation.
+        ref = self.mean.reshape(*self.batch_shape, 1, p) if self._n else flat[..., :1, :]
+        y = flat - ref
+        y_bar = y.mean(dim=-2)
+        within = y.square().sum((-2, -1)) - m * y_bar.square().sum(-1)
+        total = self._n + m
+        shift = (ref.squeeze(-2) + y_bar - self.mean.reshape(*self.batch_shape, p)).reshape(self.mean.shape)
+        self.sq_dev = self.sq_dev + within + shift.square().sum((-2, -1)) * (self._n * m / total)
+        self.mean = self.mean + shift * (m / total)
+        if self.direction is not None:
+            s = (flat @ self.direction.transpose(-1, -2)).squeeze(-1)  # (*batch, m): <c_i, a>
+            s_mean = s.mean(-1)
+            s_shift = s_mean - self.proj_mean
+            self.proj_sq_dev = (
+                self.proj_sq_dev + (s - s_mean[..., None]).square().sum(-1) + s_shift.square() * (self._n * m / total)
+            )
+            self.proj_mean = self.proj_mean + s_shift * (m / total)
+        self._n = total
+        self._add_pairs(flat)
+
+    def _add_pairs(self, flat: torch.Tensor) -> None:
+        """Pair consecutive examples (across calls), queue their differences, close full blocks."""
+        if self._odd is not None:
+            flat = torch.cat([self._odd, flat], dim=-2)
+        even = flat.shape[-2] - flat.shape[-2] % 2
+        self._odd = flat[..., even:, :].clone() if even < flat.shape[-2] else None
+        diffs = flat[..., 0:even:2, :] - flat[..., 1:even:2, :]
+        if self._pending is not None:  # top the open block up first
+            take = self.pair_buffer - self._pending.shape[-2]
+            diffs, rest = diffs[..., take:, :], torch.cat([self._pending, diffs[..., :take, :]], dim=-2)
+            if rest.shape[-2] < self.pair_buffer:
+                self._pending = rest
+                return
+            self._close_block(rest)
+        full = diffs.shape[-2] - diffs.shape[-2] % self.pair_buffer
+        for start in range(0, full, self.pair_buffer):
+            self._close_block(diffs[..., start : start + self.pair_buffer, :])
+        self._pending = diffs[..., full:, :].clone() if full < diffs.shape[-2] else None
+
+    def _close_block(self, block: torch.Tensor) -> None:
+        h = block.shape[-2]
+        self.pair_sq_sum += _off_diagonal_square_sum(block)
+        self.pair_count += h * (h - 1)
+
+    def _value(self, t: torch.Tensor):
+        return float(t) if not self.batch_shape else t.cpu().numpy()
 
     def cross_gradient(self) -> torch.Tensor:
         """``C_l = mean_i c_i(l)`` (k x d): the gradient of the pooled mean loss w.r.t. ``V_l`` at 0."""
+        self._flush()
         return self.mean.clone()
 
-    def cross_gradient_norm(self) -> float:
+    def cross_gradient_norm(self):
         """``||C_l||_F``."""
-        return float(torch.linalg.matrix_norm(self.mean))
+        self._flush()
+        return self._value(torch.linalg.matrix_norm(self.mean))
 
-    def covariance_trace(self) -> float:
+    def covariance_trace(self):
         """``tr(Sigma_hat_l)``: the sample covariance of ``c_i(l)`` (divisor ``n - 1``), traced."""
+        self._flush()
         if self.n < 2:
             raise ValueError(f"a sample covariance needs at least 2 examples, got {self.n}")
-        return self.sq_dev / (self.n - 1)
+        return self._value(self.sq_dev / (self.n - 1))
+
+    def norm_sq_unbiased(self):
+        """``U_l = ||C_hat_l||^2 - tr(Sigma_hat_l) / n = sum_{i != j} <c_i, c_j> / (n (n - 1))``, unbiased for ``||C_l||^2``."""
+        self._flush()
+        if self.n < 2:
+            raise ValueError(f"the unbiased ||C_l||^2 needs at least 2 examples, got {self.n}")
+        return self._value(self.mean.square().sum((-2, -1)) - self.sq_dev / (self.n - 1) / self.n)
+
+    def covariance_square_trace(self):
+        """Unbiased ``tr(Sigma_l^2)`` from pairs of example differences (class docstring); needs 4 examples."""
+        self._flush()
+        total, count = self.pair_sq_sum, self.pair_count
+        if self._pending is not None and self._pending.shape[-2] >= 2:  # the open block counts too (not closed here)
+            h = self._pending.shape[-2]
+            total, count = total + _off_diagonal_square_sum(self._pending), count + h * (h - 1)
+        if count == 0:
+            raise ValueError(f"tr(Sigma^2) needs two pairs of examples (4), got {self.n} examples")
+        return self._value(total / (4 * count))
+
+    def direction_variance(self):
+        """``sum_i (s_i - s_bar)^2 / (n - 1)`` with ``s_i = <c_i, direction>``: unbiased for ``a^T Sigma a``."""
+        self._flush()
+        if self.direction is None:
+            raise ValueError("direction_variance needs a direction given at construction")
+        if self.n < 2:
+            raise ValueError(f"a sample variance needs at least 2 examples, got {self.n}")
+        return self._value(self.proj_sq_dev / (self.n - 1))
+
+
+def _off_diagonal_square_sum(diffs: torch.Tensor) -> torch.Tensor:
+    """``sum_{a != b} <u_a, u_b>^2`` over the rows of ``diffs`` (``(*batch, h, p)``)."""
+    gram = diffs @ diffs.transpose(-1, -2)
+    return gram.square().sum((-2, -1)) - torch.diagonal(gram, dim1=-2, dim2=-1).square().sum(-1)
 
 
 def saturation_error_bound(covariance_traces, n: int, t: float):
@@ -392,4 +548,215 @@ def saturation_interval(
         verdict=saturation_verdict(lower, upper, delta),
         values={k: float(v) for k, v in zip(names, values, strict=True)},
         covariance_traces={k: float(v) for k, v in zip(names, covariance_traces, strict=True)},
+    )
+
+
+# ----------------------------------------------------------------------------- App. G: the asymptotic interval beside it
+ASYMPTOTIC_LABEL = (
+    "asymptotic (normal-theory interval on ||C_l||^2, Bonferroni over candidates; not Theorem 3's guarantee)"
+)
+
+
+def norm_sq_standard_error(linear_variance, cov_sq_trace, n: int):
+    """``sqrt(4 v1 / n + 2 v2 / (n (n - 1)))``: the standard deviation of ``U_l`` (arrays broadcast).
+
+    ``U_l = sum_{i != j} <c_i, c_j> / (n (n - 1))`` is a U-statistic of order 2 with kernel
+    ``h(c, c') = <c, c'>``; Hoeffding's variance formula, with ``zeta_1 = Var <c, C> = C^T Sigma C`` (``v1``)
+    and ``zeta_2 = Var <c, c'> = tr(Sigma^2) + 2 C^T Sigma C`` (``v2 = tr(Sigma^2)``), gives exactly
+    ``Var U_l = 4 (n - 2) zeta_1 / (n (n - 1)) + 2 zeta_2 / (n (n - 1)) = 4 v1 / n + 2 v2 / (n (n - 1))``.
+    """
+    if n < 2:
+        raise ValueError(f"the standard error of U_l needs n >= 2, got {n}")
+    v1 = np.maximum(np.asarray(linear_variance, dtype=np.float64), 0.0)
+    v2 = np.maximum(np.asarray(cov_sq_trace, dtype=np.float64), 0.0)
+    se = np.sqrt(4.0 * v1 / n + 2.0 * v2 / (n * (n - 1.0)))
+    return float(se) if se.ndim == 0 else se
+
+
+def linear_variance_estimate(direction_variance, cov_sq_trace, n_direction: int):
+    """``v1 = C^T Sigma C`` from the variance of ``<c_i, a>`` along ``a = C_hat`` of ``n_direction`` other examples.
+
+    ``E[a^T Sigma a] = C^T Sigma C + tr(Sigma^2) / n_direction`` (``a = C + e``, ``Cov e = Sigma / n_direction``),
+    so ``direction_variance - tr(Sigma^2) / n_direction`` is unbiased; clipped at 0 (a variance). In App. G
+    ``a`` is the test part's ``C_hat_l`` (the plug-in ``C_hat^T Sigma C_hat``) and the variance along it is
+    measured on the calibration part, so one pass over each part is enough.
+    """
+    value = np.maximum(
+        np.asarray(direction_variance, dtype=np.float64) - np.asarray(cov_sq_trace, dtype=np.float64) / n_direction,
+        0.0,
+    )
+    return float(value) if value.ndim == 0 else value
+
+
+def bonferroni_z(alpha: float, n_candidates: int, dof: int | None = None) -> float:
+    """The two-sided quantile at ``1 - alpha / (2 L)`` for ``L`` candidates (Bonferroni: the ``L`` intervals hold
+    jointly with probability ``>= 1 - alpha``): Student t with ``dof`` degrees of freedom, the normal one without.
+
+    App. G's asymptotic interval uses ``dof = n_cal - 1``: its variance rests on a sample variance over the
+    ``n_cal`` calibration examples (it equals the normal quantile to ~1e-3 at ``n_cal`` in the thousands).
+    """
+    if not 0 < alpha < 1 or n_candidates < 1:
+        raise ValueError(f"need 0 < alpha < 1 and at least one candidate, got alpha={alpha}, L={n_candidates}")
+    level = 1.0 - alpha / (2.0 * n_candidates)
+    return float(stats.norm.ppf(level) if dof is None else stats.t.ppf(level, dof))
+
+
+def asymptotic_gamma_interval(norm_sq, se, z: float):
+    """``Gamma = max_l ||C_l||`` in ``[max_l sqrt((U_l - z se_l)^+), max_l sqrt((U_l + z se_l)^+)]``.
+
+    On the event that every ``||C_l||^2`` lies in ``U_l -+ z se_l`` (probability ``~ >= 1 - alpha`` at the
+    Bonferroni ``z``) each ``||C_l||`` lies in ``[sqrt((U_l - z se_l)^+), sqrt((U_l + z se_l)^+)]`` and the maximum
+    in the maxima of the ends (the maximum is monotone in each argument). Candidates on the last axis.
+    """
+    u, s = np.asarray(norm_sq, dtype=np.float64), np.asarray(se, dtype=np.float64)
+    lower = np.sqrt(np.maximum(u - z * s, 0.0)).max(axis=-1)
+    upper = np.sqrt(np.maximum(u + z * s, 0.0)).max(axis=-1)
+    return (float(lower), float(upper)) if lower.ndim == 0 else (lower, upper)
+
+
+LOWER_ABOVE_DELTA = "lower end above delta"
+UPPER_AT_MOST_DELTA = "upper end at most delta"
+N_SEARCH_LIMIT = 10**15  # projected sample sizes beyond this are reported as never
+
+
+def smallest_sample(condition, start: int = 2, limit: int = N_SEARCH_LIMIT) -> int | None:
+    """The smallest integer ``n >= start`` with ``condition(n)``, for a condition that stays true once true
+    (doubling, then bisection); None when it does not hold by ``limit``."""
+    if condition(start):
+        return start
+    low, high = start, start * 2
+    while not condition(high):
+        if high >= limit:
+            return None
+        low, high = high, min(high * 2, limit)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if condition(mid) else (mid, high)
+    return high
+
+
+def exclusion_side(norm_sq, delta: float) -> str:
+    """Which end must leave ``delta`` for a decision: the lower end when the estimate ``max_l sqrt(U_l^+)`` is
+    above ``delta`` ("not saturated"), else the upper end ("saturated within delta")."""
+    estimate = math.sqrt(max(max(float(u) for u in norm_sq), 0.0))
+    return LOWER_ABOVE_DELTA if estimate > delta else UPPER_AT_MOST_DELTA
+
+
+def theorem3_n_to_exclude(norm_sq, test_traces, cal_traces, alpha: float, delta: float, side: str) -> int | None:
+    """The ``n_test`` at which Theorem 3's interval would leave ``delta`` on ``side``, at the current estimates.
+
+    Projection: ``||C_l||^2`` at its unbiased estimate ``U_l^+``, so that at ``n`` test examples
+    ``E ||C_hat_l||^2 = U_l^+ + tr_l / n`` (``tr_l`` the test part's traces) and ``Gamma_hat(n)`` is the
+    largest of their square roots; ``t(n) = sqrt(sum_l tr_l^cal / (n alpha))`` from the calibration traces.
+    Lower end above delta: ``Gamma_hat(n) - t(n) > delta``; upper end at most delta: ``Gamma_hat(n) + t(n) <= delta``.
+    """
+    u = np.maximum(np.asarray(norm_sq, dtype=np.float64), 0.0)
+    tr = np.asarray(test_traces, dtype=np.float64)
+    cal = float(np.sum(np.asarray(cal_traces, dtype=np.float64)))
+
+    def gamma_hat(n: int) -> float:
+        return float(np.sqrt(u + tr / n).max())
+
+    if side == LOWER_ABOVE_DELTA:
+        return smallest_sample(lambda n: gamma_hat(n) - math.sqrt(cal / (n * alpha)) > delta)
+    if side == UPPER_AT_MOST_DELTA:
+        return smallest_sample(lambda n: gamma_hat(n) + math.sqrt(cal / (n * alpha)) <= delta)
+    raise ValueError(f"side {side!r}: use {LOWER_ABOVE_DELTA!r} or {UPPER_AT_MOST_DELTA!r}")
+
+
+def asymptotic_n_to_exclude(norm_sq, linear_variance, cov_sq_trace, z: float, delta: float, side: str) -> int | None:
+    """The ``n_test`` at which the asymptotic interval would leave ``delta`` on ``side``, with ``U_l``, ``v1_l``
+    and ``v2_l`` held at their estimates (only ``se_l(n)`` shrinks)."""
+
+    def ends(n: int) -> tuple[float, float]:
+        return asymptotic_gamma_interval(norm_sq, norm_sq_standard_error(linear_variance, cov_sq_trace, n), z)
+
+    if side == LOWER_ABOVE_DELTA:
+        return smallest_sample(lambda n: ends(n)[0] > delta)
+    if side == UPPER_AT_MOST_DELTA:
+        return smallest_sample(lambda n: ends(n)[1] <= delta)
+    raise ValueError(f"side {side!r}: use {LOWER_ABOVE_DELTA!r} or {UPPER_AT_MOST_DELTA!r}")
+
+
+@dataclass(frozen=True)
+class AsymptoticInterval:
+    """The asymptotic interval for ``Gamma = max_l ||C_l||`` beside Theorem 3's (labelled; not used for the verdict).
+
+    Per candidate a normal interval ``U_l -+ z se_l`` on ``||C_l||^2`` (:func:`norm_sq_standard_error`), ``z`` the
+    Bonferroni quantile over the ``n_candidates``, mapped to ``Gamma`` by :func:`asymptotic_gamma_interval`.
+    Coverage is asymptotic (normality of ``U_l``; the variance estimated), not a guarantee at finite ``n``.
+    """
+
+    label: str
+    alpha: float
+    z: float  # the Bonferroni quantile used (Student t with dof degrees of freedom, normal when dof is None)
+    dof: int | None
+    n: int  # n_test: examples behind U_l
+    n_candidates: int
+    gamma_estimate: float  # max_l sqrt(U_l^+)
+    argmax: str
+    lower: float | None
+    upper: float | None
+    delta: float | None
+    verdict: str
+    norm_sq: dict[str, float]  # U_l
+    norm_sq_se: dict[str, float]
+    linear_variance: dict[str, float]  # v1_l, estimate of C_l^T Sigma_l C_l
+    cov_sq_trace: dict[str, float]  # v2_l, estimate of tr(Sigma_l^2)
+    n_test_to_exclude_zero: int | None
+    n_test_to_exclude_delta: int | None
+    n_test_to_exclude_delta_side: str | None
+
+    def as_record(self) -> dict:
+        return asdict(self)
+
+
+def asymptotic_interval(
+    norm_sq: Sequence[float],
+    linear_variance: Sequence[float],
+    cov_sq_trace: Sequence[float],
+    *,
+    n: int,
+    alpha: float,
+    dof: int | None = None,
+    delta: float | None = None,
+    names: Sequence[str] | None = None,
+) -> AsymptoticInterval:
+    """:class:`AsymptoticInterval` from per-candidate ``U_l``, ``v1_l`` and ``v2_l`` over ``n`` test examples.
+
+    ``dof``: degrees of freedom of the quantile (:func:`bonferroni_z`; App. G: ``n_cal - 1``), None: normal.
+    The projected ``n_test`` hold ``U_l``, ``v1_l``, ``v2_l`` and the quantile at their values here.
+    """
+    if not len(norm_sq) == len(linear_variance) == len(cov_sq_trace) > 0:
+        raise ValueError(f"{len(norm_sq)} U_l, {len(linear_variance)} v1_l and {len(cov_sq_trace)} v2_l values")
+    names = list(names) if names is not None else [str(i) for i in range(len(norm_sq))]
+    z = bonferroni_z(alpha, len(norm_sq), dof)
+    se = norm_sq_standard_error(np.asarray(linear_variance), np.asarray(cov_sq_trace), n)
+    lower, upper = asymptotic_gamma_interval(np.asarray(norm_sq), se, z)
+    best = max(range(len(norm_sq)), key=lambda i: norm_sq[i])
+    side = None if delta is None else exclusion_side(norm_sq, delta)
+    return AsymptoticInterval(
+        label=ASYMPTOTIC_LABEL,
+        alpha=float(alpha),
+        z=float(z),
+        dof=None if dof is None else int(dof),
+        n=int(n),
+        n_candidates=len(norm_sq),
+        gamma_estimate=math.sqrt(max(float(norm_sq[best]), 0.0)),
+        argmax=names[best],
+        lower=lower,
+        upper=upper,
+        delta=None if delta is None else float(delta),
+        verdict=saturation_verdict(lower, upper, delta),
+        norm_sq={k: float(v) for k, v in zip(names, norm_sq, strict=True)},
+        norm_sq_se={k: float(v) for k, v in zip(names, np.atleast_1d(se), strict=True)},
+        linear_variance={k: float(v) for k, v in zip(names, linear_variance, strict=True)},
+        cov_sq_trace={k: float(v) for k, v in zip(names, cov_sq_trace, strict=True)},
+        n_test_to_exclude_zero=asymptotic_n_to_exclude(
+            norm_sq, linear_variance, cov_sq_trace, z, 0.0, LOWER_ABOVE_DELTA
+        ),
+        n_test_to_exclude_delta=None
+        if delta is None
+        else asymptotic_n_to_exclude(norm_sq, linear_variance, cov_sq_trace, z, delta, side),
+        n_test_to_exclude_delta_side=side,
     )

@@ -370,6 +370,37 @@ def exponent(fit: PowerLawFit, sign: float, offset: float) -> tuple[float, float
     return offset + sign * fit.slope, ends[0], ends[1]
 
 
+def joint_exponent(
+    depths: Sequence[float],
+    values: Sequence[float],
+    beta_values: Sequence[float],
+    step: Step,
+    beta_step: Step,
+    level: float = DEFAULT_LEVEL,
+) -> tuple[PowerLawFit, tuple[float, float, float]]:
+    """An exponent that needs a fitted beta (Step 3's ``nu``), with beta's uncertainty: one joint least-squares fit.
+
+    ``nu = -beta + sign * s`` with ``s`` the slope of ``log values`` and ``beta = b0 + b_sign * s_b``, ``s_b`` the
+    slope of ``log beta_values`` over the same depths. With one design (``log L``) for both regressions, OLS is
+    linear in the response, so ``sign * s - b_sign * s_b`` is exactly ``sign`` times the slope of
+    ``log(values * beta_values^(-b_sign / sign))``; that regression's residuals are the combination of both
+    statistics' residuals, so its Student-t interval (``n - 2`` degrees of freedom) carries beta's variance and its
+    covariance with ``s`` (the delta method with the residual covariance gives the same standard error exactly).
+    Returns the joint fit and ``(estimate, ci_low, ci_high)`` of the exponent; the estimate equals
+    ``-beta_hat + sign * s_hat`` of the two separate fits.
+    """
+    if isinstance(beta_step.offset, str) or step.offset != "-" + _step_name(beta_step):
+        raise ValueError(f"{step.rule}: joint_exponent wants an exponent offset by minus the beta of {beta_step.rule}")
+    weight = -beta_step.sign / step.sign
+    combined = np.asarray(values, dtype=np.float64) * np.asarray(beta_values, dtype=np.float64) ** weight
+    fit = fit_power_law(depths, combined, level)
+    return fit, exponent(fit, step.sign, -float(beta_step.offset))
+
+
+def _step_name(step: Step) -> str:
+    return next(name for name, s in STEPS.items() if s is step)
+
+
 # ----------------------------------------------------------------------------- BatchNorm folding
 def fold_batchnorm(
     weight: torch.Tensor,

@@ -7,6 +7,7 @@ per-example gradient rows; the loss after inserting the fitted block differs fro
 
 from __future__ import annotations
 
+import copy
 import math
 import resource
 import subprocess
@@ -18,7 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.experiments.matched_insertion import PAPER_DEPTHS, matched_insertion, resolve_candidates
+from common.experiments.matched_insertion import (
+    BELOW_PRECISION,
+    PAPER_DEPTHS,
+    matched_insertion,
+    resolve_candidates,
+    summary_markdown,
+    summary_rows,
+)
 from common.models.candidates import Candidate
 from common.models.resnet import ResNet, ResNetConfig, extra_block_position
 from common.precision import math_mode
@@ -58,6 +66,42 @@ def test_fitting_plus_alpha_g_raises_the_loss_by_the_same_first_order_amount(kin
     assert up["predicted_change"] == pytest.approx(-down["predicted_change"], rel=1e-10)  # two eigh solves of one P
     # The two differ only in the second-order term: their sum is O(alpha^2), tiny against either.
     assert abs(up["measured_change"] + down["measured_change"]) < 1e-2 * abs(down["measured_change"])
+
+
+def test_float64_measurement_resolves_a_drop_that_float32_rounding_hides():
+    model64, x, y = CASES["resnet"](3, batch=16, size=8)
+    model, xb = copy.deepcopy(model64).float(), x.float()  # as trained: float32 weights and inputs
+    batches = one_pass(xb, y, 4)
+    resolved, vanishing = matched_insertion(model, batches, 1, [1e-8, 1e-22])
+
+    def mean_loss_by_hand(net, dtype):  # float64 cross-entropy of the net's logits, summed over the examples
+        with torch.no_grad():
+            return sum(
+                float(F.cross_entropy(net.eval()(a.to(dtype)).double(), b, reduction="sum")) for a, b in batches()
+            ) / len(y)
+
+    l64, l32 = mean_loss_by_hand(copy.deepcopy(model).double(), torch.float64), mean_loss_by_hand(model, torch.float32)
+    assert resolved["train_loss_before"] == pytest.approx(l64, rel=1e-13) and resolved["loss_dtype"] == "float64"
+    assert resolved["train_loss_before_float32"] == pytest.approx(l32, rel=1e-12)
+    # The floors: float32 against float64 on the parent; two float64 passes in other batch orders differ by ulps.
+    assert resolved["float32_gap"] == pytest.approx(abs(l32 - l64), rel=1e-4) and resolved["float32_gap"] > 1e-9
+    eps = torch.finfo(torch.float64).eps
+    assert resolved["float64_order_spread"] <= 16 * eps * l64
+    assert resolved["measurement_floor"] == max(resolved["float64_order_spread"], eps * l64)
+    # A predicted drop of ~3e-10: below the float32 floor, so the float32 reading gives no sign; the float64
+    # reading is 1e4 floors away and equals the first-order prediction (O(alpha) remainder, float32 gradients).
+    assert abs(resolved["predicted_change"]) < resolved["float32_gap"]
+    assert resolved["measured_change_float32_precision"] == BELOW_PRECISION
+    assert abs(resolved["measured_change_float32"]) <= resolved["float32_gap"]
+    assert resolved["measured_change_precision"] == "measured"
+    assert abs(resolved["measured_change"]) > 1e4 * resolved["measurement_floor"]
+    assert resolved["ratio"] == pytest.approx(1.0, abs=1e-4)
+    # Far below float64's floor too: reported as below precision, never as a sign (no ratio).
+    assert (vanishing["measured_change_precision"], vanishing["ratio"]) == (BELOW_PRECISION, None)
+    table = summary_markdown(
+        summary_rows([{"rows": [{**r, "depth_n": 0, "depth_label": 8, "seed": 0} for r in (resolved, vanishing)]}])
+    )
+    assert table.count("| below precision |") == 3  # cells: float32 twice, float64 once
 
 
 class IdentityHeadMLP(nn.Module):

@@ -7,6 +7,7 @@ import importlib
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -15,9 +16,11 @@ from torch.func import functional_call, grad, vmap
 
 from common import runs
 from common.claims import PROJECTION_SLACK
+from common.data.vision import class_balanced_indices
 from common.growth import insert_zero_block
 from common.launch import launch
-from common.resnet_sweep import load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
+from common.projection import PAIR_BUFFER, bonferroni_z, linear_variance_estimate
+from common.resnet_sweep import load_source, load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
 from common.runs import make_specs
 from tests.helpers import explicit_states_grads
 
@@ -50,11 +53,13 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
     lines = capsys.readouterr().out.strip().splitlines()
     header = lines[0].split()
     assert header[:9] == ["N", "model", "seed", "AGmax", "argmax", "<5e-03", "AGmax/ex", "argmax", "<5e-03"]
-    assert header[-8:] == [
+    assert header[-10:] == [
         "max||C_l||",
         "Gamma",
         "interval",
         "t",
+        "asymptotic",
+        "interval",
         "cands",
         "App.",
         "G",
@@ -85,6 +90,12 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
         "saturation_n_cal",
         "saturation_n_test",
         "saturation_split_seed",
+        "saturation_sources",
+        "saturation_n_test_to_exclude_zero",
+        "saturation_asymptotic_lower",
+        "saturation_asymptotic_upper",
+        "saturation_asymptotic_verdict",
+        "saturation_asymptotic_n_test_to_exclude_zero",
     ]
     assert set(required) <= set(table.columns)
     for line, row in zip(lines[2:4], table.itertuples(), strict=True):  # the printed rows show both readings
@@ -92,7 +103,7 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
         assert f" {row.ag_max_per_example:.3e} {row.ag_max_per_example_candidate} " in line
         assert (
             f" {row.saturation_gamma_hat:.3e} [{row.saturation_lower:.3e}, {row.saturation_upper:.3e}] {row.saturation_t:.3e} "
-            in line
+            f"[{row.saturation_asymptotic_lower:.3e}, {row.saturation_asymptotic_upper:.3e}] " in line
         )
         assert line.endswith(f" {row.saturation_n_candidates} {row.saturation_verdict}")
     assert table["depth_n"].tolist() == [0, 1] and table["depth_label"].tolist() == [8, 9]
@@ -116,7 +127,9 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
         ratio = candidates["ag_norm_normalised"] * candidates["width"].map(math.sqrt) / candidates["ag_norm"]
         assert ratio.to_numpy() == pytest.approx(1.0)
         sat = runs.read_result(run)["saturation"]
-        assert (sat["split"], sat["reused_training_data"], sat["delta"]) == ("test", False, None)
+        # No training subset: the held-out images are the test split's, all of them.
+        assert (sat["split"], sat["reused_training_data"], sat["delta"]) == ("held-out", False, None)
+        assert sat["sources"] == {"train_unused": 0, "test": 64}
         assert sat["statistic"] == runs.read_json(run / "config.json")["saturation"]["statistic"]
         # Every test example, split with the recorded seed: 16 calibrate the traces, 48 give C_l.
         assert (sat["n_cal"], sat["n_test"], sat["n_candidates"], sat["statistic_source"]) == (
@@ -131,8 +144,9 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
         assert samples["saturation"]["n"] == 64 and sat["split_seed"] is not None
         # The interval and verdict, from C_l and c_i(l) recomputed by hand on the recorded parts:
         # C_l on the test part, the traces on the calibration part, and t from n_test (not the whole n = 64).
-        norms, _ = independent_app_g(run, "test")
-        _, cal_traces = independent_app_g(run, "calibration")
+        test_each, cal_each = independent_contributions(run, "test"), independent_contributions(run, "calibration")
+        norms, _ = norms_and_traces(test_each)
+        _, cal_traces = norms_and_traces(cal_each)
         assert list(sat["values"].values()) == pytest.approx(norms, rel=1e-4)
         assert list(sat["covariance_traces"].values()) == pytest.approx(cal_traces, rel=1e-4)
         t = math.sqrt(sum(cal_traces) / (48 * 0.05))
@@ -140,6 +154,20 @@ def test_probe_writes_records_and_summary_then_skips_finished_runs(sweep_out, ca
         assert sat["gamma_hat"] == pytest.approx(max(norms), rel=1e-4)
         assert (sat["lower"], sat["upper"]) == pytest.approx((max(0.0, max(norms) - t), max(norms) + t), rel=1e-4)
         assert sat["verdict"] == ("not saturated" if max(norms) - t > 0 else "undecided")  # no delta: never "saturated"
+        # The asymptotic interval beside it, from U_l, tr(Sigma_l^2) and v1_l recomputed by hand.
+        asym, hand = sat["asymptotic"], independent_asymptotic(test_each, cal_each)
+        assert asym["label"].startswith("asymptotic") and (asym["n"], asym["dof"]) == (48, 15)
+        assert asym["z"] == pytest.approx(bonferroni_z(0.05, 4 + n, dof=15), rel=1e-12)
+        assert list(asym["norm_sq"].values()) == pytest.approx(
+            hand["norm_sq"], rel=1e-3, abs=1e-4 * max(cal_traces) / 48
+        )
+        assert list(asym["cov_sq_trace"].values()) == pytest.approx(hand["cov_sq_trace"], rel=1e-3)
+        v1 = linear_variance_estimate(hand["direction_variance"], hand["cov_sq_trace"], 48)
+        assert list(asym["linear_variance"].values()) == pytest.approx(
+            list(v1), rel=1e-3, abs=1e-3 * max(hand["direction_variance"])
+        )
+        assert asym["n_test_to_exclude_zero"] is None or asym["n_test_to_exclude_zero"] >= 2
+        assert sat["n_test_to_exclude_delta"] is None and sat["n_test_to_exclude_delta_side"] is None  # no delta
 
     stamps = [(r / "result.json").stat().st_mtime_ns for r in found]
     assert script.main([*PROBE, "--exact", "--out", str(sweep_out)]) == 0  # everything finished: skipped
@@ -154,7 +182,9 @@ def test_saturation_sample_is_disjoint_from_test_analysis_batches_and_flags_trai
     assert "v_max" not in result and result["split"] == "test"
     # 64 test images: 32 for the analysis batches, the other 32 for the App. G sample.
     samples = runs.read_json(run / "samples.json")
-    assert (result["saturation"]["split"], samples["saturation"]["n"]) == ("test", 32)
+    # The held-out pool is the test split here (no training subset), less the analysis batches' 32.
+    assert (result["saturation"]["split"], samples["saturation"]["n"]) == ("held-out", 32)
+    assert result["saturation"]["sources"] == {"train_unused": 0, "test": 32}
     assert (result["saturation"]["n_cal"], result["saturation"]["n_test"]) == (8, 24)
     analysis, held_out = set(samples["analysis"]["indices"]), set(samples["saturation"]["indices"])
     assert len(analysis) == len(held_out) == 32 and not analysis & held_out
@@ -173,6 +203,47 @@ def test_saturation_sample_is_disjoint_from_test_analysis_batches_and_flags_trai
         if runs.read_json(r / "config.json")["saturation"]["split"] == "train"
     ]
     assert len(reused) == 2 and all(s["reused_training_data"] for s in reused)
+
+
+def test_held_out_sample_is_every_image_the_training_subset_left_out_and_the_test_split(tmp_path):
+    # A sweep trained on a class-balanced subset of 40 of 128 images: App. G's default sample is the other 88
+    # training images and the 48 test images, recorded by source; the analysis batches (32 of the 40) stay apart.
+    rng = np.random.default_rng(0)
+    labels = {k: np.repeat(np.arange(4), n // 4) for k, n in (("y_train", 128), ("y_test", 48))}
+    images = {f"x{k[1:]}": rng.integers(0, 256, (len(y), 16, 16, 3), dtype=np.uint8) for k, y in labels.items()}
+    np.savez(tmp_path / "tiny.npz", **images, **labels)
+    configs = sweep_configs(
+        preset="smoke",
+        dataset="npz",
+        data_root=str(tmp_path / "tiny.npz"),
+        depths=[0],
+        epochs=1,
+        batch_size=20,
+        device="cpu",
+    )
+    configs[0]["data"]["train_subset"] = {"k": 40, "seed": 0}  # as --train-subset 40 stores it
+    launch(train_resnet_run, make_specs(configs, tmp_path))
+    assert script.main([*PROBE[2:], "--dataset", "npz", "--no-exact", "--out", str(tmp_path)]) == 0
+    [run] = probe_runs(tmp_path)
+    sat, samples = runs.read_result(run)["saturation"], runs.read_json(run / "samples.json")
+    sweep_config = runs.read_json(Path(runs.read_json(run / "config.json")["runtime"]["sweep_dir"]) / "config.json")
+    subset = sweep_config["data"]["train_subset"]
+    trained = set(class_balanced_indices(load_source(sweep_config).y_train, subset["k"], subset["seed"]).tolist())
+    assert samples["held_out_pool"] == {"train_unused": sorted(set(range(128)) - trained), "test": 48}
+    assert (sat["split"], sat["sources"], sat["n_cal"] + sat["n_test"]) == (
+        "held-out",
+        {"train_unused": 88, "test": 48},
+        136,
+    )
+    for part in ("calibration", "test"):
+        assert sat[f"{part}_sources"] == samples[part]["counts"] and sum(samples[part]["counts"].values()) == len(
+            samples[part]["indices"]
+        )
+    assert sat["test_sources"]["train_unused"] > 0 and sat["test_sources"]["test"] > 0  # both sources in the test part
+    assert sat["shared_examples_with_analysis"] == 0 and sat["disjoint_from_analysis_batches"]
+    # The recorded positions are the images probed: C_l by hand on the recorded test part equals the record.
+    norms, _ = independent_app_g(run, "test")
+    assert list(sat["values"].values()) == pytest.approx(norms, rel=1e-4)
 
 
 def test_given_t_uses_the_whole_sample_and_reports_the_implied_alpha(sweep_out, capsys):
@@ -244,20 +315,53 @@ def independent_ag(run: Path, sample: str) -> list[float]:
 
 
 def independent_app_g(run: Path, part: str) -> tuple[list[float], list[float]]:
-    """``||C_l||`` and ``tr(Sigma_hat_l)`` per candidate on one recorded part of the App. G sample, by hand in float64:
-    the protocol's zero block really inserted at ``l``, ``C_l`` = autograd of the mean loss over all
-    ``n`` examples w.r.t. ``V_l``, ``c_i(l)`` = autograd of example ``i``'s loss alone, vectorised over
-    the examples with ``torch.func.vmap`` (no probe code)."""
-    used = runs.read_json(run / "samples.json")[part]
-    config = runs.read_json(run / "config.json")
-    sweep_dir = Path(config["runtime"]["sweep_dir"])
-    data = load_sweep_data(runs.read_json(sweep_dir / "config.json"))
-    model = load_trained_resnet(sweep_dir).double()
-    images, labels = (data.x_train, data.y_train) if used["split"] == "train" else (data.x_test, data.y_test)
-    mean, std = torch.tensor(data.mean).view(1, -1, 1, 1), torch.tensor(data.std).view(1, -1, 1, 1)
-    idx = torch.tensor(used["indices"])
-    x, y = ((images[idx].float() / 255 - mean) / std).double(), labels[idx]
+    """``||C_l||`` and ``tr(Sigma_hat_l)`` per candidate on one recorded part of the App. G sample, by hand in
+    float64 (:func:`independent_contributions`)."""
+    return norms_and_traces(independent_contributions(run, part))
+
+
+def norms_and_traces(contributions: list[torch.Tensor]) -> tuple[list[float], list[float]]:
+    """``||C_l||`` and ``tr(Sigma_hat_l)`` per candidate from per-example contributions."""
     norms, traces = [], []
+    for each in contributions:
+        pooled = each.mean(0)
+        norms.append(float(pooled.norm()))
+        traces.append(float((each - pooled).square().sum()) / (len(each) - 1))
+    return norms, traces
+
+
+def recorded_images(run: Path, part: str) -> tuple[torch.Tensor, torch.Tensor, tuple]:
+    """The images and labels of a recorded sample part in their recorded order, and the data's normalisation.
+
+    A held-out part indexes the pool recorded in samples.json: the unused training images (indices into the whole
+    training split), then the test split."""
+    samples = runs.read_json(run / "samples.json")
+    used = samples[part]
+    sweep_dir = Path(runs.read_json(run / "config.json")["runtime"]["sweep_dir"])
+    sweep_config = runs.read_json(sweep_dir / "config.json")
+    data = load_sweep_data(sweep_config)
+    if used["split"] == "held-out":
+        whole = load_source(sweep_config)
+        unused = torch.tensor(samples["held_out_pool"]["train_unused"], dtype=torch.long)
+        images = torch.cat([whole.x_train[unused], data.x_test])
+        labels = torch.cat([whole.y_train[unused], data.y_test])
+    else:
+        images, labels = (data.x_train, data.y_train) if used["split"] == "train" else (data.x_test, data.y_test)
+    idx = torch.tensor(used["indices"])
+    return images[idx], labels[idx], (data.mean, data.std)
+
+
+def independent_contributions(run: Path, part: str) -> list[torch.Tensor]:
+    """Per candidate the per-example ``c_i(l)`` of one recorded part, by hand in float64: the protocol's zero block
+    really inserted at ``l``, ``c_i(l)`` = autograd of example ``i``'s loss alone w.r.t. ``V_l``, vectorised over
+    the examples with ``torch.func.vmap`` (no probe code); their mean is checked against the autograd of the
+    mean loss."""
+    config = runs.read_json(run / "config.json")
+    model = load_trained_resnet(Path(config["runtime"]["sweep_dir"])).double()
+    images, y, (mean, std) = recorded_images(run, part)
+    mean, std = torch.tensor(mean).view(1, -1, 1, 1), torch.tensor(std).view(1, -1, 1, 1)
+    x = ((images.float() / 255 - mean) / std).double()
+    out = []
     for index in range(len(model.candidates())):
         grown = copy.deepcopy(model)
         v = insert_zero_block(grown, index, seed=config["probe_seed"]).terminal.weight  # V_l
@@ -269,9 +373,28 @@ def independent_app_g(run: Path, part: str) -> tuple[list[float], list[float]]:
 
         each = vmap(grad(example_loss), in_dims=(None, 0, 0))(v.detach(), x, y).detach()
         assert torch.allclose(each.mean(0), pooled, rtol=1e-9, atol=1e-14)  # C_l = mean_i c_i(l)
-        norms.append(float(pooled.norm()))
-        traces.append(float((each - pooled).square().sum()) / (len(y) - 1))
-    return norms, traces
+        out.append(each)
+    return out
+
+
+def independent_asymptotic(test: list[torch.Tensor], cal: list[torch.Tensor]) -> dict[str, list[float]]:
+    """App. G's asymptotic interval's ingredients by hand: per candidate ``U_l`` and the pair estimate of
+    ``tr(Sigma_l^2)`` on the test part (consecutive examples paired in the recorded order, every pair of their
+    differences within blocks of PAIR_BUFFER), and ``v1_l``: the calibration part's variance along the test part's
+    ``C_hat_l`` less ``tr(Sigma^2) / n_test``."""
+    found = {"norm_sq": [], "cov_sq_trace": [], "direction_variance": []}
+    for t_each, c_each in zip(test, cal, strict=True):
+        n, flat = len(t_each), t_each.reshape(len(t_each), -1)
+        pooled = flat.mean(0)
+        found["norm_sq"].append(float(pooled @ pooled) - float((flat - pooled).square().sum()) / (n - 1) / n)
+        diffs = flat[0 : n - n % 2 : 2] - flat[1 : n - n % 2 : 2]
+        total, count = 0.0, 0
+        for block in diffs.split(PAIR_BUFFER):
+            products = [float(block[a] @ block[b]) ** 2 for a in range(len(block)) for b in range(len(block)) if a != b]
+            total, count = total + sum(products), count + len(products)
+        found["cov_sq_trace"].append(total / (4 * count))
+        found["direction_variance"].append(float((c_each.reshape(len(c_each), -1) @ pooled).var()))
+    return found
 
 
 def test_dry_run_plans_without_probing(sweep_out, capsys):

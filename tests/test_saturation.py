@@ -21,12 +21,19 @@ Each repetition draws a calibration part (traces) and a test part of ``n_test`` 
 :func:`~common.projection.gamma_interval` and :func:`~common.projection.saturation_verdict`, the
 functions :func:`~common.projection.saturation_interval` is made of, vectorised over the
 repetitions.
+
+Part 3, the asymptotic interval beside Theorem 3's (issue 29): the streamed moments of
+:class:`common.projection.ContributionMoments` against direct formulas, Hoeffding's variance of
+``U_l = ||C_hat_l||^2 - tr_hat_l / n`` against a simulation, and the interval's coverage over 1,000
+simulated draws of 1,000-dimensional contributions at ``Gamma = 0``, ``sqrt(tr / n)`` and
+``5 sqrt(tr / n)``, run through the class exactly as the probe streams the two parts.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -35,13 +42,23 @@ import torch.nn.functional as F
 
 from common.probe import probe_activation_gradients
 from common.projection import (
+    LOWER_ABOVE_DELTA,
     NOT_SATURATED,
     SATURATED,
     UNDECIDED,
+    UPPER_AT_MOST_DELTA,
+    ContributionMoments,
+    asymptotic_gamma_interval,
+    asymptotic_interval,
+    asymptotic_n_to_exclude,
+    bonferroni_z,
     gamma_interval,
+    linear_variance_estimate,
+    norm_sq_standard_error,
     saturation_interval,
     saturation_verdict,
     separation_margin,
+    theorem3_n_to_exclude,
 )
 from tests.helpers import ResidualMLP
 
@@ -283,3 +300,142 @@ def test_coverage_check_catches_t_computed_from_the_whole_samples_n():
     right = rates(one, draws, gamma, None, n_for_t=n_test, alpha=alpha)["coverage"]
     whole = rates(one, draws, gamma, None, n_for_t=n_cal + n_test, alpha=alpha)["coverage"]
     assert right >= coverage_floor(alpha) > whole, (right, whole, coverage_floor(alpha))
+
+
+# ----------------------------------------------------------------------------- the asymptotic interval (issue 29)
+def test_streamed_moments_equal_direct_formulas_for_any_chunking():
+    g = torch.Generator().manual_seed(3)
+    c = torch.randn(2, 51, 4, 3, dtype=torch.float64, generator=g) * torch.linspace(0.2, 2.0, 12).reshape(4, 3) + 0.7
+    direction = torch.randn(2, 4, 3, dtype=torch.float64, generator=g)
+    moments = ContributionMoments(4, 3, batch_shape=(2,), direction=direction, pair_buffer=5)
+    for part in c.split([1, 2, 7, 30, 11], dim=1):  # odd chunks: pairs straddle the calls
+        moments.update(part)
+    flat = c.reshape(2, 51, 12)
+    n = 51
+    # U_l is the U-statistic sum_{i != j} <c_i, c_j> / (n (n - 1)).
+    gram = flat @ flat.transpose(1, 2)
+    u = (gram.sum((1, 2)) - torch.diagonal(gram, dim1=1, dim2=2).sum(1)) / (n * (n - 1))
+    assert moments.norm_sq_unbiased() == pytest.approx(u.numpy(), rel=1e-12)
+    s = (flat * direction.reshape(2, 1, 12)).sum(-1)
+    assert moments.direction_variance() == pytest.approx(s.var(dim=1).numpy(), rel=1e-12)
+    # tr(Sigma^2): consecutive pairs' differences, every pair of differences within blocks of 5 (the last
+    # block holds the 25th difference alone, example 51 has no partner).
+    diffs = flat[:, 0:50:2] - flat[:, 1:50:2]
+    total, count = 0.0, 0
+    for block in diffs.split(5, dim=1):
+        b = block @ block.transpose(1, 2)
+        total = total + (b.square().sum((1, 2)) - torch.diagonal(b, dim1=1, dim2=2).square().sum(1))
+        count += block.shape[1] * (block.shape[1] - 1)
+    assert moments.covariance_square_trace() == pytest.approx((total / (4 * count)).numpy(), rel=1e-12)
+    # One stream without a batch shape gives plain floats, the same as its slice of the batched one.
+    single = ContributionMoments(4, 3, pair_buffer=5)
+    for part in c[1].split([4, 47]):
+        single.update(part)
+    assert isinstance(single.covariance_square_trace(), float)
+    assert single.covariance_square_trace() == pytest.approx(float(total[1] / (4 * count)), rel=1e-12)
+    assert single.norm_sq_unbiased() == pytest.approx(float(u[1]), rel=1e-12)
+
+
+def test_standard_error_is_hoeffdings_variance_of_the_u_statistic():
+    # Non-zero C, an anisotropic Sigma: Var U = 4 C^T Sigma C / n + 2 tr(Sigma^2) / (n (n - 1)) exactly.
+    rng = np.random.default_rng(5)
+    n, lam = 8, np.array([2.0, 1.0, 0.5, 0.25, 0.1])
+    mean = np.array([0.3, -0.2, 0.1, 0.0, 0.4])
+    c = mean + rng.standard_normal((200_000, n, 5)) * np.sqrt(lam)
+    total = c.sum(axis=1)
+    u = (np.square(total).sum(-1) - np.square(c).sum((1, 2))) / (n * (n - 1))
+    se = norm_sq_standard_error(float(mean**2 @ lam), float(np.sum(lam**2)), n)
+    assert u.mean() == pytest.approx(float(mean @ mean), abs=4 * se / math.sqrt(len(u)))  # unbiased
+    assert u.std() == pytest.approx(se, rel=0.01)  # the sample sd of 200,000 draws is within ~0.3%
+
+
+K_SIM, D_SIM = 250, 4  # 1,000 features per contribution
+N_TEST_SIM, N_CAL_SIM = 96, 32  # the protocol's calibration share, 25% of the sample
+R_SIM = 1000
+
+
+def test_asymptotic_interval_covers_gamma_at_zero_one_and_five_noise_units():
+    # c_i = C + Sigma^(1/2) eps_i, eps standard Gaussian, Sigma diagonal with a power-law spectrum
+    # lambda_j ~ j^(-1/2) (tr Sigma = 1,000; tr(Sigma^2)^2 / tr(Sigma^4) ~ 34, far from isotropic), Gamma = ||C||.
+    # Each draw streams a test part of 96 and a calibration part of 32 examples through ContributionMoments as
+    # the probe does: U_l and tr(Sigma^2) from the test part, the variance along the test part's C_hat on the
+    # calibration part; the interval at alpha = 0.05 (one candidate). The noise is shared by the three Gammas.
+    g = torch.Generator().manual_seed(29)
+    lam = torch.arange(1, K_SIM * D_SIM + 1, dtype=torch.float64) ** -0.5
+    lam = lam / lam.sum() * (K_SIM * D_SIM)
+    scale = lam.sqrt().reshape(K_SIM, D_SIM)
+    direction = torch.randn(K_SIM, D_SIM, dtype=torch.float64, generator=g)
+    unit = float(lam.sum() / N_TEST_SIM) ** 0.5  # sqrt(tr / n_test)
+    gammas = {"0": 0.0, "sqrt(tr/n)": unit, "5 sqrt(tr/n)": 5 * unit}
+    means = {k: gamma * direction / direction.norm() for k, gamma in gammas.items()}
+    chunk, buffer = 8, 8
+
+    def noise(m: int) -> torch.Tensor:
+        return torch.randn(R_SIM, m, K_SIM, D_SIM, generator=g).double().mul_(scale)
+
+    test = {k: ContributionMoments(K_SIM, D_SIM, batch_shape=(R_SIM,), pair_buffer=buffer) for k in gammas}
+    for _ in range(N_TEST_SIM // chunk):
+        e = noise(chunk)
+        for k, moments in test.items():
+            moments.update(e + means[k])
+    cal = {
+        k: ContributionMoments(K_SIM, D_SIM, batch_shape=(R_SIM,), direction=m.cross_gradient(), pair_buffer=buffer)
+        for k, m in test.items()
+    }
+    for _ in range(N_CAL_SIM // chunk):
+        e = noise(chunk)
+        for k, moments in cal.items():
+            moments.update(e + means[k])
+    z = bonferroni_z(0.05, 1, dof=N_CAL_SIM - 1)
+    coverage = {}
+    for k, gamma in gammas.items():
+        v2 = test[k].covariance_square_trace()
+        assert v2.mean() == pytest.approx(float(lam.square().sum()), rel=0.02)  # unbiased tr(Sigma^2)
+        v1 = linear_variance_estimate(cal[k].direction_variance(), v2, N_TEST_SIM)
+        se = norm_sq_standard_error(v1, v2, N_TEST_SIM)
+        lower, upper = asymptotic_gamma_interval(test[k].norm_sq_unbiased()[:, None], se[:, None], z)
+        coverage[k] = float(np.mean((lower <= gamma) & (gamma <= upper)))
+    print(coverage)
+    assert all(c >= 0.93 for c in coverage.values()), coverage
+
+
+def test_bonferroni_quantile_and_the_map_to_gamma():
+    assert bonferroni_z(0.05, 1) == pytest.approx(1.959964, abs=1e-6)
+    # 19 candidates: alpha / 38 on each side (checked with the standard library's normal, not scipy's)
+    assert NormalDist().cdf(bonferroni_z(0.05, 19)) == pytest.approx(1 - 0.05 / 38, abs=1e-12)
+    assert bonferroni_z(0.05, 19, dof=10_000) == pytest.approx(bonferroni_z(0.05, 19), abs=2e-3)
+    assert bonferroni_z(0.05, 1, dof=31) > bonferroni_z(0.05, 1)
+    # Per candidate U_l -+ z se_l, clipped at 0, square-rooted; Gamma's ends are the largest ends.
+    u, se = np.array([4.0, 9.0, -1.0]), np.array([1.0, 4.0, 0.5])
+    assert asymptotic_gamma_interval(u, se, 2.0) == (2.0 * 0.5**0.5, 17.0**0.5)  # [sqrt 2, sqrt 17]: 2nd ends
+    interval = asymptotic_interval([4.0, 9.0, -1.0], [0.0] * 3, [1.0] * 3, n=100, alpha=0.05, names=["a", "b", "c"])
+    assert (interval.argmax, interval.gamma_estimate, interval.n_candidates) == ("b", 3.0, 3)
+    assert interval.z == bonferroni_z(0.05, 3) and interval.verdict == NOT_SATURATED  # no delta: is Gamma > 0?
+    assert interval.norm_sq_se["a"] == pytest.approx(math.sqrt(2 / (100 * 99)), rel=1e-12)
+
+
+def test_projected_n_test_is_the_first_size_at_which_each_interval_leaves_zero_or_delta():
+    u, tr, cal, alpha = [4.0, 1.0], [30_000.0, 10_000.0], [25_000.0, 15_000.0], 0.05
+    n = theorem3_n_to_exclude(u, tr, cal, alpha, 0.0, LOWER_ABOVE_DELTA)
+
+    def lower(m):
+        return max(math.sqrt(ui + ti / m) for ui, ti in zip(u, tr, strict=True)) - math.sqrt(sum(cal) / (m * alpha))
+
+    assert lower(n) > 0 >= lower(n - 1)
+    # Below sum tr_cal / (alpha Gamma^2) = 40,000 / (0.05 * 4) = 200,000: E ||C_hat_l||^2 = U_l + tr_l / n helps.
+    assert 150_000 < n < 200_000
+    assert theorem3_n_to_exclude([-1.0, 0.0], tr, cal, alpha, 0.0, LOWER_ABOVE_DELTA) is None  # never
+    # Upper end at most delta: every candidate's expected ||C_hat_l|| plus t below delta.
+    n_up = theorem3_n_to_exclude([0.01, 0.0], tr, cal, alpha, 0.5, UPPER_AT_MOST_DELTA)
+    upper = max(math.sqrt(0.01 + 30_000 / n_up), math.sqrt(10_000 / n_up)) + math.sqrt(40_000 / (n_up * alpha))
+    assert upper <= 0.5 and theorem3_n_to_exclude([0.3, 0.0], tr, cal, alpha, 0.5, UPPER_AT_MOST_DELTA) is None
+    # The asymptotic interval: U_l, v1_l, v2_l held, se_l(n) shrinks.
+    v1, v2, z = [500.0, 100.0], [1e6, 1e6], bonferroni_z(0.05, 2)
+    m = asymptotic_n_to_exclude(u, v1, v2, z, 0.0, LOWER_ABOVE_DELTA)
+    for size, excluded in ((m, True), (m - 1, False)):
+        ends = asymptotic_gamma_interval(u, norm_sq_standard_error(v1, v2, size), z)
+        assert (ends[0] > 0) is excluded
+    assert m < n  # the asymptotic interval needs far fewer examples than Markov's bound
+    record = asymptotic_interval(u, v1, v2, n=1000, alpha=0.05, delta=1.0)
+    assert (record.n_test_to_exclude_zero, record.n_test_to_exclude_delta_side) == (m, LOWER_ABOVE_DELTA)
+    assert record.n_test_to_exclude_delta > m  # leaving delta = 1 below Gamma = 2 needs more than leaving 0

@@ -17,7 +17,7 @@ from torch import nn
 
 from common import runs, scaling
 from common.data.neural_ode import make_neural_ode_data
-from common.experiments.weight_scaling import FC_PRESETS, fc_configs
+from common.experiments.weight_scaling import FC_FAMILIES, FC_PRESETS, JOINT_INTERVAL, fc_configs
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.models.resnet import blocks_per_stage
 from common.resnet_sweep import build_resnet, sweep_configs
@@ -120,6 +120,18 @@ def test_records_and_exponents_come_from_the_saved_weights(fc_tanh_out, capsys):
     assert row["nu"].estimate == pytest.approx(-(row["beta"].estimate + increment))
     assert row["nu_max_norm"].estimate == pytest.approx(-(row["max_norm_exponent"].estimate + increment))
     assert [row[e].estimator for e in row] == [scaling.STEP2_ESTIMATOR, scaling.MAX_NORM_ESTIMATOR] * 2
+    # nu's interval carries beta's uncertainty: the t interval of the slope of log(max_increment / max_norm);
+    # the interval with beta held at its estimate stays beside it.
+    joint = scaling.fit_power_law(fro.depth, fro.max_increment / fro.max_norm)
+    nu_row = row["nu_max_norm"]
+    assert (nu_row.interval, nu_row.statistic) == (JOINT_INTERVAL, "max_increment / max_norm")
+    assert (nu_row.ci_low, nu_row.ci_high) == pytest.approx((-joint.ci_high, -joint.ci_low), rel=1e-9)
+    fixed = scaling.fit_power_law(fro.depth, fro.max_increment)
+    beta_max = row["max_norm_exponent"].estimate
+    assert (nu_row.ci_low_beta_fixed, nu_row.ci_high_beta_fixed) == pytest.approx(
+        (-beta_max - fixed.ci_high, -beta_max - fixed.ci_low), rel=1e-9
+    )
+    assert row["beta"].interval == "slope" and row["nu"].statistic == "max_increment / cumsum_norm"
     table = (folder / "exponents-fc-tanh.md").read_text()
     assert f"| fc-tanh | neural-ode | all | A | fro | beta | {scaling.STEP2_ESTIMATOR} |" in table
     assert f"| fc-tanh | neural-ode | all | A | fro | max_norm_exponent | {scaling.MAX_NORM_ESTIMATOR} |" in table
@@ -249,3 +261,10 @@ def test_sweep_family_without_runs_is_one_line_naming_script_01(tmp_path, capsys
     assert (
         len(err) == 1 and "no finished sweep runs" in err[0] and "01_train_resnet_sweep.py --dataset cifar10" in err[0]
     )
+
+
+def test_mini_fc_families_reach_cohen_et_als_deepest_depth_and_keep_the_committed_runs():
+    # Issue 29: L = 512 and 1,024 added; the depths run before keep their configs (results/mini's run hashes).
+    assert FC_PRESETS["mini"].depths == (4, 8, 16, 32, 64, 128, 256, 512, 1024)
+    hashes = {family: runs.config_hash(fc_configs(family, preset="mini", depths=[256])[0]) for family in FC_FAMILIES}
+    assert hashes == {"fc-tanh": "b1b8b346", "fc-relu": "184fdae7"}

@@ -55,7 +55,7 @@ from common.errors import UserError
 from common.growth import insert_zero_block
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
 from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
-from common.precision import full_precision
+from common.precision import float64_device, full_precision
 from common.probe import (
     TangentRegression,
     activation_gradients,
@@ -76,6 +76,8 @@ CANDIDATE_RULES = ("stage1-end", "next", "all")
 DEFAULT_CANDIDATE = "stage1-end"  # one kind of tensor at every depth (the claims compare drops across depths)
 FITS = ("closed-form", "gradient-descent")
 EVAL_BATCH_SIZE = 500
+REORDER_SEED = 0  # the permutation of the floor's second float64 pass (a measurement setting, not a result)
+FLOAT64_CHUNK = 16  # examples per float64 forward pass (CPU float64 convolutions unfold the batch: small is fast)
 GD_MAX_EXAMPLES = 4096  # the gradient-descent check caches z and g: small cases only
 ROW_COLUMNS = (
     "depth_label",
@@ -87,8 +89,14 @@ ROW_COLUMNS = (
     "train_loss_before",
     "train_loss_after",
     "measured_change",
+    "measured_change_precision",
     "predicted_change",
     "ratio",
+    "measured_change_float32",
+    "measured_change_float32_precision",
+    "float32_gap",
+    "float64_order_spread",
+    "measurement_floor",
     "relative_residual",
     "predicted_change_pooled_targets",
     "predicted_change_exact_targets",
@@ -156,13 +164,20 @@ def matched_insertion(
     test_batches: Batches | None = None,
     fit: str = "closed-form",
     gd_steps: int = 2000,
+    reordered_batches: Batches | None = None,
 ) -> list[dict]:
     """One row per ``alpha``: insert the fitted block at candidate ``index`` and measure the training loss at once.
 
-    ``train_batches()`` / ``test_batches()`` return a fresh pass over the split each call (the
-    statistics, the loss before and the loss after are three passes; nothing is cached). The fit
-    and every evaluation run under the probe's precision guard (:func:`common.precision.full_precision`:
-    no TF32 on GPUs), recorded as ``math_mode`` in each row.
+    ``train_batches()`` / ``test_batches()`` return a fresh pass over the split each call (nothing is
+    cached). The fit runs on ``model`` as it is; the losses before and after are measured twice
+    (:func:`measure_losses`): with the model **in float64** (a float64 copy, on the CPU where the
+    device has no float64: ``train_loss_*``, ``measured_change``) and in float32 (``*_float32``), with
+    the measurement floors of the parent model beside them (:func:`measurement_floors`); the test loss,
+    not part of H.1's prediction, in float32.
+    ``reordered_batches()`` is a second pass over the same training examples in another batch order
+    (None: each batch of ``train_batches`` with its examples reversed). Everything runs under the
+    probe's precision guard (:func:`common.precision.full_precision`: no TF32 on GPUs), recorded as
+    ``math_mode`` in each row.
     """
     if fit not in FITS:
         raise UserError(f"--fit {fit}: use one of {', '.join(FITS)}")
@@ -174,17 +189,28 @@ def matched_insertion(
             w_gd = fit_by_gradient_descent(model, train_batches, regression, seed=seed, steps=gd_steps, loss_fn=loss_fn)
             fit_gap = float(torch.linalg.matrix_norm(w_gd - w) / torch.linalg.matrix_norm(w).clamp_min(1e-300))
             w = w_gd
-        before = mean_loss(model, train_batches(), loss_fn)
-        test_before = mean_loss(model, test_batches(), loss_fn) if test_batches else None
-        grown = copy.deepcopy(model)
-        block = insert_zero_block(grown, index, regression.family, seed)
+        reordered = reordered_batches or (lambda: ((x.flip(0), y.flip(0)) for x, y in train_batches()))
+        losses = measure_losses(
+            model,
+            index,
+            regression.family,
+            seed,
+            [-alpha * w for alpha in alphas],
+            train_batches,
+            reordered,
+            test_batches,
+            loss_fn,
+        )
+        floors = measurement_floors(losses)
         v_pooled = regression.pooled_growth_value()
         rows = []
-        for alpha in alphas:
-            block.set_terminal_projection(-alpha * w)  # the block outputs -alpha Pi g (closed form)
-            after = mean_loss(grown, train_batches(), loss_fn)
+        for alpha, after, after32, test_after in zip(
+            alphas, losses["after"], losses["after_float32"], losses["test_after"], strict=True
+        ):
+            before, before32, test_before = losses["before"], losses["before_float32"], losses["test_before"]
             predicted = regression.first_order_change(alpha)
-            test_after = mean_loss(grown, test_batches(), loss_fn) if test_batches else None
+            change, change32 = after - before, after32 - before32
+            status = precision_status(change, floors["measurement_floor"])
             rows.append(
                 {
                     "candidate": index,
@@ -192,9 +218,15 @@ def matched_insertion(
                     "alpha": alpha,
                     "train_loss_before": before,
                     "train_loss_after": after,
-                    "measured_change": after - before,
+                    "measured_change": change,
+                    "measured_change_precision": status,
                     "predicted_change": predicted,
-                    "ratio": (after - before) / predicted if predicted != 0 else math.nan,
+                    "ratio": change / predicted if predicted != 0 and status == MEASURED else None,
+                    "train_loss_before_float32": before32,
+                    "train_loss_after_float32": after32,
+                    "measured_change_float32": change32,
+                    "measured_change_float32_precision": precision_status(change32, floors["float32_gap"]),
+                    **floors,
                     "relative_residual": regression.relative_residual(),
                     "predicted_change_pooled_targets": -alpha * v_pooled**2,
                     **alternative_readings(regression, alpha),
@@ -207,10 +239,99 @@ def matched_insertion(
                     "test_change": None if test_before is None else test_after - test_before,
                     "fit": fit,
                     "fit_gap_closed_form": fit_gap,
+                    "loss_dtype": "float64",
+                    "float64_device": str(losses["float64_device"]),
                     "math_mode": mode,
                 }
             )
         return rows
+
+
+MEASURED = "measured"
+BELOW_PRECISION = "below measurement precision"
+
+
+def precision_status(change: float, floor: float) -> str:
+    """``"measured"`` when ``|change|`` is above ``floor``, else ``"below measurement precision"`` (no sign is read)."""
+    return MEASURED if abs(change) > floor else BELOW_PRECISION
+
+
+def as_dtype(model: nn.Module, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    """``model`` itself when it already has ``dtype`` on ``device``, else a copy cast there (the same weights)."""
+    first = next(model.parameters())
+    if first.dtype == dtype and first.device == device:
+        return model
+    return copy.deepcopy(model).to(device=device, dtype=dtype)
+
+
+def cast_batches(batches: Iterable, dtype: torch.dtype, device: torch.device, chunk: int | None = None):
+    """The batches with floating-point tensors cast to ``dtype`` on ``device`` (labels keep their integer type),
+    each split into sub-batches of ``chunk`` examples when given (the mean loss weights every example alike)."""
+    for x, y in batches:
+        x, y = (t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in (x, y))
+        step = chunk or int(x.shape[0])
+        for start in range(0, int(x.shape[0]), step):
+            yield x[start : start + step], y[start : start + step]
+
+
+def measure_losses(
+    model: nn.Module,
+    index: int,
+    family: str,
+    seed: int,
+    weights: Sequence[torch.Tensor],
+    train_batches: Batches,
+    reordered_batches: Batches,
+    test_batches: Batches | None,
+    loss_fn,
+) -> dict:
+    """The mean losses of H.1 in float64 and float32: the parent's on the training split (twice in float64, in two
+    batch orders), and after inserting the block with each terminal projection of ``weights``; the test split's
+    before and after in float32 (docs/design.md, section "H.1: measured in float64, with a floor").
+
+    The float64 pass runs a float64 copy of ``model`` on :func:`common.precision.float64_device` (the CPU for MPS and
+    NPU), the batches' images cast after the float32 normalisation (the same inputs in both precisions), in
+    sub-batches of :data:`FLOAT64_CHUNK` examples; the float32 pass runs ``model`` itself (a float32 copy when it
+    is not float32).
+    """
+    device = next(model.parameters()).device
+    f64 = float64_device(device)
+    nets = {"": as_dtype(model, torch.float64, f64), "_float32": as_dtype(model, torch.float32, device)}
+    places = {"": (torch.float64, f64, FLOAT64_CHUNK), "_float32": (torch.float32, device, None)}
+
+    def loss(net: nn.Module, batches: Batches, tag: str) -> float:
+        return mean_loss(net, cast_batches(batches(), *places[tag]), loss_fn)
+
+    out: dict = {"float64_device": f64}
+    test_after = []  # float32 only
+    for tag, net in nets.items():
+        out[f"before{tag}"] = loss(net, train_batches, tag)
+        grown = copy.deepcopy(net)
+        block = insert_zero_block(grown, index, family, seed)
+        after = []
+        for w in weights:
+            block.set_terminal_projection(w)
+            after.append(loss(grown, train_batches, tag))
+            if tag == "_float32":
+                test_after.append(loss(grown, test_batches, tag) if test_batches else None)
+        out[f"after{tag}"] = after
+    out["before_reordered"] = loss(nets[""], reordered_batches, "")
+    out["test_before"] = loss(nets["_float32"], test_batches, "_float32") if test_batches else None
+    out["test_after"] = test_after
+    return out
+
+
+def measurement_floors(losses: dict) -> dict[str, float]:
+    """The floors of the two readings, from the parent model: ``float32_gap`` ``= |L_float32 - L_float64|`` (the
+    float32 reading's), ``float64_order_spread`` ``= |L_float64 - L_float64'|`` over two batch orders, and
+    ``measurement_floor`` ``= max(float64_order_spread, eps_float64 L_float64)``, the float64 reading's (a
+    difference of two losses cannot resolve less than one rounding unit of the loss)."""
+    spread = abs(losses["before"] - losses["before_reordered"])
+    return {
+        "float32_gap": abs(losses["before_float32"] - losses["before"]),
+        "float64_order_spread": spread,
+        "measurement_floor": max(spread, torch.finfo(torch.float64).eps * abs(losses["before"])),
+    }
 
 
 def alternative_readings(regression: TangentRegression, alpha: float) -> dict[str, float]:
@@ -337,6 +458,7 @@ def matched_configs(
                     "block_seed": seed,
                     "split": "train",
                     "targets": "per_example",
+                    "loss_dtype": "float64",  # losses of the model in float64, float32 beside (older runs: float32)
                     "runtime": {
                         "device": device,
                         "sweep_dir": str(directory.resolve()),
@@ -359,6 +481,9 @@ def matched_insertion_run(spec: runs.RunSpec) -> dict:
     keys = {"mean": data.mean, "std": data.std, "device": device}
     train_loader = TensorLoader(data.x_train, data.y_train, batch, train=False, **keys)
     test_loader = TensorLoader(data.x_test, data.y_test, batch, train=False, **keys)
+    # The second float64 pass of the floor: the same training examples, permuted, so every batch differs.
+    order = torch.randperm(len(data.y_train), generator=torch.Generator().manual_seed(REORDER_SEED))
+    reordered = TensorLoader(data.x_train[order], data.y_train[order], batch, train=False, **keys)
     rows = []
     for index in config["candidates"]:
         log.info(
@@ -373,6 +498,7 @@ def matched_insertion_run(spec: runs.RunSpec) -> dict:
             test_batches=lambda: test_loader,
             fit=config["fit"],
             gd_steps=config.get("gd_steps", 2000),
+            reordered_batches=lambda: reordered,
         ):
             rows.append(
                 {
@@ -415,9 +541,12 @@ SUMMARY_COLUMNS = (  # the markdown table of summary_rows; an always-present num
     tables.Column("alpha", fmt="g", missing="nan"),
     tables.Column("train loss", "train_loss_before", ".5f", missing="nan"),
     tables.Column("after", "train_loss_after", ".5f", missing="nan"),
-    tables.Column("measured", "measured_change", "+.3e", missing="nan"),
+    tables.Column("measured", lambda r: shown_change(r, ""), fmt=""),
     tables.Column("predicted", "predicted_change", "+.3e", missing="nan"),
-    tables.Column("ratio", fmt=".4f", missing="nan"),  # NaN where the prediction is 0
+    tables.Column("ratio", fmt=".4f", missing="-"),  # "-" where the prediction is 0 or the change below the floor
+    tables.Column("floor", "measurement_floor", ".1e", missing="nan"),
+    tables.Column("float32", lambda r: shown_change(r, "_float32"), fmt=""),
+    tables.Column("float32 floor", "float32_gap", ".1e", missing="nan"),
     tables.Column("residual", "relative_residual", ".3f", missing="nan"),
     tables.Column("pooled-target pred.", "predicted_change_pooled_targets", "+.2e"),
     tables.Column("exact-target pred.", "predicted_change_exact_targets", "+.2e"),
@@ -427,10 +556,23 @@ SUMMARY_COLUMNS = (  # the markdown table of summary_rows; an always-present num
 )
 
 
+def shown_change(row: dict, tag: str) -> str:
+    """A measured change as the table shows it: its value, or "below precision" within its floor (never a sign)."""
+    status = row.get(f"measured_change{tag}_precision")
+    value = row.get(f"measured_change{tag}")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "nan"
+    return "below precision" if status == BELOW_PRECISION else format(value, "+.3e")
+
+
 def summary_markdown(rows: Sequence[dict]) -> str:
     """The table as markdown: measured against predicted change, the other readings' predictions, the paper's value."""
     note = (
-        "measured: training-loss change right after inserting the fitted block (eval mode, whole split, no training); "
+        "measured: training-loss change right after inserting the fitted block (eval mode, whole split, no training), "
+        "the model in float64; floor: its measurement floor, the larger of the spread of two float64 passes in "
+        "different batch orders and one float64 rounding unit of the loss; float32: the same change with the model "
+        "in float32, its floor |L_float32 - L_float64| of the parent; a change within its floor shows 'below "
+        "precision' (no sign is read off it); "
         "predicted: the first-order change -alpha ||Pi g||^2 / n with per-example targets g_i = d loss_i / d z_i (our reading); "
         "first-order predictions of other readings: pooled-target (the pooled-gradient rows as targets, -alpha V_S,l^2), "
         "exact-target (the block's output equal to -alpha g_i, no projection: -alpha ||g||^2 / n), unit-target (targets "

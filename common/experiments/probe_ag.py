@@ -7,15 +7,21 @@ saturation test of App. G on an independent sample) and the summary rows and tab
 prints and writes.
 
 App. G (docs/decisions.md): the independent sample (every example of
-``--saturation-split`` not in the analysis batches unless ``--saturation-n``) is split with a
-recorded seed into a calibration part (:data:`SATURATION_CAL_FRACTION` of it by default), whose
+``--saturation-split`` not in the analysis batches unless ``--saturation-n``; the default,
+``held-out``, is every image the model never trained on: the training images a subset left out and
+the test split, :func:`held_out_pool`) is split with a recorded seed into a calibration part (:data:`SATURATION_CAL_FRACTION` of it by default), whose
 per-example contributions estimate the traces ``tr Sigma_l``, and a test part of ``n_test``
 examples, whose pooled cross-gradients ``C_hat_l`` give ``Gamma_hat = max_l ||C_hat_l||``. The
 interval ``[max(0, Gamma_hat - t), Gamma_hat + t]`` uses ``t = sqrt(sum_l tr_l^cal / (n_test alpha))``
 (:func:`common.projection.saturation_interval`); its verdict is taken against ``delta`` when one is
-given. With ``--saturation-t`` there is no split: the whole sample gives ``C_hat_l`` and the
-traces, and the record carries the implied ``alpha``. With ``--bn-mode train`` the contributions
-are not per-example gradients: no interval, no verdict.
+given. Beside it, labelled and not used for the verdict, the asymptotic interval
+(:func:`common.projection.asymptotic_interval`): a Bonferroni-normal interval on each ``||C_l||^2``
+from the test part's ``U_l = ||C_hat_l||^2 - tr_l / n_test`` and ``tr(Sigma_l^2)``, and the variance of
+the calibration part's contributions along the test part's ``C_hat_l`` (so each part is streamed once);
+for both intervals the ``n_test`` at which each would exclude 0 (and delta) at the current estimates.
+With ``--saturation-t`` there is no split: the whole sample gives ``C_hat_l`` and the
+traces, the record carries the implied ``alpha``, and there is no asymptotic interval. With
+``--bn-mode train`` the contributions are not per-example gradients: no interval, no verdict.
 """
 
 from __future__ import annotations
@@ -29,13 +35,24 @@ from pathlib import Path
 import torch
 
 from common import runs
-from common.data.vision import TensorLoader, warn_unused_data_root
+from common.data.vision import TensorLoader, class_balanced_indices, warn_unused_data_root
 from common.device import resolve_device
 from common.errors import UserError
-from common.probe import BN_MODES, probe_activation_gradients
-from common.projection import NO_VERDICT, SATURATION_STATISTIC, gamma_interval, saturation_interval, saturation_verdict
+from common.probe import BN_MODES, ProbeResult, probe_activation_gradients
+from common.projection import (
+    LOWER_ABOVE_DELTA,
+    NO_VERDICT,
+    SATURATION_STATISTIC,
+    asymptotic_interval,
+    exclusion_side,
+    gamma_interval,
+    linear_variance_estimate,
+    saturation_interval,
+    saturation_verdict,
+    theorem3_n_to_exclude,
+)
 from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.resnet_sweep import load_sweep_run
+from common.resnet_sweep import load_source, load_sweep_run, sweep_data_config
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +61,9 @@ DEFAULT_BATCH_SIZE = 128  # analysis batch size (docs/decisions.md): AG_l ~ 1/sq
 DEFAULT_N_BATCHES = 10  # B analysis batches per model
 MINI_N_BATCHES = 7  # --preset mini: 7 x 128 of the mini sweep's 1,000 training images (docs/decisions.md)
 SPLITS = ("train", "test")
+HELD_OUT = "held-out"  # App. G's default sample: every image the model never trained on (held_out_pool)
+SATURATION_SPLITS = (HELD_OUT, "test", "train")
+SATURATION_PROTOCOL = "interval+asymptotic"  # Theorem 3's interval and the asymptotic one beside it
 SAMPLES = "samples.json"  # the split indices of the analysis batches and of the App. G sample, per run
 SATURATION_ALPHA = 0.05  # App. G: the interval's confidence is 1 - alpha (docs/decisions.md)
 SATURATION_CAL_FRACTION = 0.25  # App. G: the calibration part's share of the independent sample (docs/decisions.md)
@@ -78,14 +98,16 @@ def probe_configs(
     saturation_t: float | None = None,
     saturation_alpha: float = SATURATION_ALPHA,
     saturation_n: int | None = None,
-    saturation_split: str = "test",
+    saturation_split: str = HELD_OUT,
     saturation_cal_fraction: float = SATURATION_CAL_FRACTION,
     device: str = "auto",
     data_root: str | None = None,
 ) -> list[dict]:
     """One ``ag_probe`` run config per finished sweep run (identity: the sweep run and every probe setting)."""
-    if split not in SPLITS or saturation_split not in SPLITS:
-        raise UserError(f"--split / --saturation-split must be one of {', '.join(SPLITS)}")
+    if split not in SPLITS:
+        raise UserError(f"--split {split}: use one of {', '.join(SPLITS)}")
+    if saturation_split not in SATURATION_SPLITS:
+        raise UserError(f"--saturation-split {saturation_split}: use one of {', '.join(SATURATION_SPLITS)}")
     if batch_size <= 0 or n_batches <= 0:
         raise UserError(f"--batch-size {batch_size} / --n-batches {n_batches}: both must be positive")
     if bn_mode not in BN_MODES:
@@ -131,7 +153,7 @@ def probe_configs(
                 "loss": "cross_entropy_mean",
                 "saturation": {
                     "statistic": SATURATION_STATISTIC,  # runs under an older statistic are not reused
-                    "protocol": "interval",  # App. G's interval with a calibration split (runs of the older test differ)
+                    "protocol": SATURATION_PROTOCOL,  # older runs (the interval alone, or the older test) differ
                     "delta": saturation_delta,  # None: no tolerance
                     "t": saturation_t,  # None: t_alpha from the calibration traces and n_test
                     "alpha": saturation_alpha if saturation_t is None else None,
@@ -188,8 +210,12 @@ def probe_sweep_run(spec) -> dict:
     device = resolve_device(runtime.get("device") or "auto")
     model, data = load_sweep_run(runtime["sweep_dir"], data_root=runtime.get("data_root"), device=device)
     b, nb = config["batch_size"], config["n_batches"]
+    sat = config["saturation"]
+    pool = held_out_pool(runtime["sweep_dir"], runtime.get("data_root"), data) if sat["split"] == HELD_OUT else None
 
     def examples(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if split == HELD_OUT:
+            return pool.x, pool.y
         return (data.x_train, data.y_train) if split == "train" else (data.x_test, data.y_test)
 
     def seeded_order(split: str) -> torch.Tensor:
@@ -205,18 +231,24 @@ def probe_sweep_run(spec) -> dict:
         out = TensorLoader(
             images[idx], labels[idx], size, train=False, drop_last=False, mean=data.mean, std=data.std, device=device
         )
-        return out, {"split": split, "batch_size": size, "n_batches": len(out), "n": len(idx), "indices": idx.tolist()}
+        record = {"split": split, "batch_size": size, "n_batches": len(out), "n": len(idx), "indices": idx.tolist()}
+        return out, record | ({"counts": pool.counts(idx)} if split == HELD_OUT else {})
 
     size, count = _fit_batches(len(examples(config["split"])[1]), b, nb, config["split"])
     analysis, used = loader(config["split"], seeded_order(config["split"])[: size * count], size)
     result = probe_activation_gradients(
         model, analysis, bn_mode=config["bn_mode"], exact=config["exact"], seed=config["probe_seed"]
     )
-    sat = config["saturation"]
-    sample = app_g_sample(
-        seeded_order(sat["split"]), used["n"] if sat["split"] == config["split"] else 0, sat["n"], sat["split"]
-    )
-    shared = len(set(used["indices"]) & set(sample.tolist())) if sat["split"] == config["split"] else 0
+    if pool is None:
+        order, start = seeded_order(sat["split"]), used["n"] if sat["split"] == config["split"] else 0
+    else:  # the pool's test images that the analysis batches took (--split test) stay out
+        taken = set(pool.positions(config["split"], used["indices"]))
+        order, start = torch.tensor([i for i in seeded_order(HELD_OUT).tolist() if i not in taken]), 0
+    sample = app_g_sample(order, start, sat["n"], sat["split"])
+    if pool is None:
+        shared = len(set(used["indices"]) & set(sample.tolist())) if sat["split"] == config["split"] else 0
+    else:
+        shared = len(set(pool.positions(config["split"], used["indices"])) & set(sample.tolist()))
     split_seed = app_g_split_seed(config["probe_seed"])
     if sat["t"] is None:  # calibration part for the traces, test part for C_hat_l
         cal, test = (sample[i] for i in app_g_split(len(sample), sat["cal_fraction"], split_seed))
@@ -225,17 +257,26 @@ def probe_sweep_run(spec) -> dict:
     parts = {"saturation": loader(sat["split"], sample, b)[1]}
     if cal is not None:
         parts |= {"calibration": loader(sat["split"], cal, b)[1], "test": loader(sat["split"], test, b)[1]}
-    runs.atomic_write_json(path / SAMPLES, {"analysis": used, **parts})
+    pool_record = {} if pool is None else {"held_out_pool": pool.record()}
+    runs.atomic_write_json(path / SAMPLES, {"analysis": used, **parts, **pool_record})
 
-    def contributions(idx: torch.Tensor):
-        """Per candidate ``C_hat_l`` and ``tr(Sigma_hat_l)`` over the examples ``idx`` (psi_l only, no Gram matrix)."""
+    def contributions(idx: torch.Tensor, directions=None) -> ProbeResult:
+        """Per candidate ``C_hat_l``, ``tr(Sigma_hat_l)``, ``U_l``, ``tr(Sigma_l^2)`` over the examples ``idx`` (psi_l
+        only, no Gram matrix), and with ``directions`` the variance of ``c_i(l)`` along them."""
         batches = loader(sat["split"], idx, b)[0]
         return probe_activation_gradients(
-            model, batches, bn_mode=config["bn_mode"], seed=config["probe_seed"], contributions=True
-        ).scores
+            model,
+            batches,
+            bn_mode=config["bn_mode"],
+            seed=config["probe_seed"],
+            contributions=True,
+            contribution_directions=directions,
+        )
 
-    test_scores = contributions(test)
-    trace_scores = test_scores if cal is None else contributions(cal)
+    tested = contributions(test)  # first: its C_hat_l are the directions of the calibration part's variances
+    test_scores = tested.scores
+    trace_scores = test_scores if cal is None else contributions(cal, tested.cross_gradients).scores
+    names = [s.name for s in test_scores]
     interval = saturation_interval(
         [s.cross_gradient_norm_pooled for s in test_scores],
         [s.contribution_cov_trace for s in trace_scores],
@@ -243,10 +284,15 @@ def probe_sweep_run(spec) -> dict:
         alpha=sat["alpha"],
         t=sat["t"],
         delta=sat["delta"],
-        names=[s.name for s in test_scores],
+        names=names,
     )
-    if config["bn_mode"] != "eval":  # train-mode BatchNorm couples a batch: c_i(l) are not per-example gradients
+    independent = config["bn_mode"] == "eval"
+    if not independent:  # train-mode BatchNorm couples a batch: c_i(l) are not per-example gradients
         interval = dataclasses.replace(interval, lower=None, upper=None, verdict=NO_VERDICT)
+    asymptotic, projected = None, {"n_test_to_exclude_zero": None, "n_test_to_exclude_delta": None}
+    projected["n_test_to_exclude_delta_side"] = None
+    if cal is not None and independent:
+        asymptotic, projected = app_g_beside(test_scores, trace_scores, len(test), len(cal), sat, names)
     records = [
         {
             "depth_n": config["depth_n"],
@@ -278,9 +324,12 @@ def probe_sweep_run(spec) -> dict:
                 s.name: s.contribution_cov_trace for s in test_scores
             },  # beside the calibration's
             "split": sat["split"],
+            **source_counts(sat["split"], pool, sample, cal, test),
+            **projected,
+            "asymptotic": None if asymptotic is None else asymptotic.as_record(),
             "reused_training_data": sat["split"] == "train",
             "bn_mode": config["bn_mode"],
-            "examples_independent": config["bn_mode"] == "eval",  # train-mode BN couples the examples of a batch
+            "examples_independent": independent,  # train-mode BN couples the examples of a batch
             "shared_examples_with_analysis": shared,  # counted from the indices in samples.json
             "disjoint_from_analysis_batches": shared == 0,
             "statistic_note": (
@@ -291,6 +340,90 @@ def probe_sweep_run(spec) -> dict:
     }
     runs.write_result(path, out)
     return out
+
+
+def app_g_beside(test_scores, cal_scores, n_test: int, n_cal: int, sat: dict, names: list[str]):
+    """The asymptotic interval (None below 4 test examples: no ``tr(Sigma^2)``) and, for Theorem 3's interval,
+    the projected ``n_test`` at which it would exclude 0 and delta (:func:`common.projection.theorem3_n_to_exclude`)."""
+    u = [s.contribution_norm_sq for s in test_scores]
+    test_traces = [s.contribution_cov_trace for s in test_scores]
+    cal_traces = [s.contribution_cov_trace for s in cal_scores]
+    delta = sat["delta"]
+    side = None if delta is None else exclusion_side(u, delta)
+    projected = {
+        "n_test_to_exclude_zero": theorem3_n_to_exclude(
+            u, test_traces, cal_traces, sat["alpha"], 0.0, LOWER_ABOVE_DELTA
+        ),
+        "n_test_to_exclude_delta": None
+        if delta is None
+        else theorem3_n_to_exclude(u, test_traces, cal_traces, sat["alpha"], delta, side),
+        "n_test_to_exclude_delta_side": side,
+    }
+    v2 = [s.contribution_cov_sq_trace for s in test_scores]
+    if any(v is None for v in v2):
+        return None, projected
+    v1 = [
+        linear_variance_estimate(c.contribution_direction_variance, v, n_test)
+        for c, v in zip(cal_scores, v2, strict=True)
+    ]
+    interval = asymptotic_interval(u, v1, v2, n=n_test, alpha=sat["alpha"], dof=n_cal - 1, delta=delta, names=names)
+    return interval, projected
+
+
+def source_counts(split: str, pool, sample: torch.Tensor, cal, test: torch.Tensor) -> dict:
+    """How many images of each source the App. G sample and its two parts hold (``sources``, ``calibration_sources``,
+    ``test_sources``): the held-out pool's ``train_unused`` and ``test``, or the one split named."""
+
+    def counts(idx) -> dict[str, int]:
+        if idx is None:
+            return {}
+        return pool.counts(idx) if split == HELD_OUT else {split: len(idx)}
+
+    return {"sources": counts(sample), "calibration_sources": counts(cal), "test_sources": counts(test)}
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldOutPool:
+    """Every image a sweep model never trained on: the training images its subset left out (``unused``, indices
+    into the whole training split, ascending), then the whole test split. Positions index ``x`` and ``y``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    unused: torch.Tensor  # whole-training-split indices of the pool's first len(unused) images
+    subset: torch.Tensor | None  # whole-training-split indices of the images trained on (None: all of them)
+
+    def counts(self, positions: torch.Tensor) -> dict[str, int]:
+        train = int((positions < len(self.unused)).sum())
+        return {"train_unused": train, "test": len(positions) - train}
+
+    def positions(self, split: str, indices: list[int]) -> list[int]:
+        """Pool positions of examples of ``split`` ("train": the trained-on split's indices; "test") that the pool holds."""
+        if split == "test":
+            return [len(self.unused) + i for i in indices]
+        whole = indices if self.subset is None else self.subset[indices].tolist()
+        where = {int(v): p for p, v in enumerate(self.unused.tolist())}
+        return [where[i] for i in whole if i in where]  # none: the subset and the unused images are disjoint
+
+    def record(self) -> dict:
+        return {"train_unused": self.unused.tolist(), "test": len(self.y) - len(self.unused)}
+
+
+def held_out_pool(sweep_dir, data_root, data) -> HeldOutPool:
+    """App. G's default sample pool for one sweep run (:class:`HeldOutPool`): with a ``data.train_subset`` the
+    training images it left out, from the whole dataset (:func:`common.resnet_sweep.load_source`), then ``data``'s
+    test split; without one, the test split alone."""
+    config = sweep_data_config(sweep_dir, data_root)
+    subset = config.get("data", {}).get("train_subset")
+    if not subset:
+        return HeldOutPool(data.x_test, data.y_test, torch.zeros(0, dtype=torch.long), None)
+    whole = load_source(config)
+    keep = class_balanced_indices(whole.y_train, subset["k"], subset["seed"])
+    mask = torch.ones(len(whole.y_train), dtype=torch.bool)
+    mask[keep] = False
+    unused = mask.nonzero().flatten()
+    return HeldOutPool(
+        torch.cat([whole.x_train[unused], data.x_test]), torch.cat([whole.y_train[unused], data.y_test]), unused, keep
+    )
 
 
 def summary_rows(results: Iterable[dict]) -> list[dict]:
@@ -317,6 +450,7 @@ def summary_rows(results: Iterable[dict]) -> list[dict]:
             row["v_max"] = r["v_max"]
             row["v_max_candidate"] = r["v_max_candidate"]
         sat = r["saturation"]
+        asym = sat.get("asymptotic") or {}
         row.update(
             seed=r["seed"],
             n_examples=r["n_examples"],
@@ -338,6 +472,12 @@ def summary_rows(results: Iterable[dict]) -> list[dict]:
             saturation_split_seed=sat["split_seed"],
             saturation_split=sat["split"],
             saturation_reused_training_data=sat["reused_training_data"],
+            saturation_sources=", ".join(f"{k}={v}" for k, v in (sat.get("sources") or {}).items()),
+            saturation_n_test_to_exclude_zero=sat.get("n_test_to_exclude_zero"),
+            saturation_asymptotic_lower=asym.get("lower"),
+            saturation_asymptotic_upper=asym.get("upper"),
+            saturation_asymptotic_verdict=asym.get("verdict"),
+            saturation_asymptotic_n_test_to_exclude_zero=asym.get("n_test_to_exclude_zero"),
         )
         rows.append(row)
     return rows
@@ -352,7 +492,9 @@ def summary_table(rows: list[dict], low_signal: float) -> str:
         f"{'AGmax/ex':>10} {'argmax':<10} {mark:>6}"
     )
     header += f" {'V_S,max':>10}" if exact else ""
-    header += f" {'max||C_l||':>10} {'Gamma interval':>21} {'t':>9} {'cands':>5} App. G verdict"
+    header += (
+        f" {'max||C_l||':>10} {'Gamma interval':>21} {'t':>9} {'asymptotic interval':>21} {'cands':>5} App. G verdict"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         line = (
@@ -365,8 +507,13 @@ def summary_table(rows: list[dict], low_signal: float) -> str:
         interval = (
             "-" if r["saturation_lower"] is None else f"[{r['saturation_lower']:.3e}, {r['saturation_upper']:.3e}]"
         )
+        asymptotic = (
+            "-"
+            if r["saturation_asymptotic_lower"] is None
+            else f"[{r['saturation_asymptotic_lower']:.3e}, {r['saturation_asymptotic_upper']:.3e}]"
+        )
         line += (
-            f" {r['saturation_gamma_hat']:>10.3e} {interval:>21} {r['saturation_t']:>9.3e} "
+            f" {r['saturation_gamma_hat']:>10.3e} {interval:>21} {r['saturation_t']:>9.3e} {asymptotic:>21} "
             f"{r['saturation_n_candidates']:>5} {r['saturation_verdict']}"
         )
         lines.append(line)
@@ -400,6 +547,9 @@ def summary_table(rows: list[dict], low_signal: float) -> str:
             f"with probability >= 1 - alpha; {source}. t grows with the number of candidates (cands). Verdict against delta "
             f"({delta}): 'saturated within delta' when the upper end <= delta, 'not saturated' when the lower end > delta, "
             "else 'undecided'; never 'saturated' without a delta > 0.",
+            "asymptotic interval (not Theorem 3's guarantee; not used for the verdict): per candidate a Bonferroni "
+            "t interval on ||C_l||^2 from U_l = ||C_l||^2 - tr_l / n_test, with variance 4 C_l^T Sigma_l C_l / n_test + "
+            "2 tr(Sigma_l^2) / n_test^2 estimated from the same parts, mapped to Gamma; '-' without a calibration part.",
         ]
     return "\n".join(lines)
 
@@ -408,7 +558,8 @@ def saturation_summary(sat: dict) -> dict:
     """App. G's numbers of one probe record, also from records written before the interval existed.
 
     New records carry them (``gamma_hat``, ``lower``, ``upper``, ``t``, ``n_candidates``, ``verdict``,
-    ...). Older ones (``max_value``, ``t``, ``delta``, ``values``; t from the same sample it judged)
+    ..., since issue 29 also ``split``, ``sources``, the projected ``n_test_to_exclude_*`` and the
+    ``asymptotic`` interval's record; None where a record predates them). Older ones (``max_value``, ``t``, ``delta``, ``values``; t from the same sample it judged)
     get the interval ``[max(0, max_value - t), max_value + t]`` and its verdict against their delta,
     with ``statistic_source`` saying where t came from.
     """
@@ -428,6 +579,12 @@ def saturation_summary(sat: dict) -> dict:
                 "n_test",
                 "split_seed",
                 "statistic_source",
+                "split",
+                "sources",
+                "n_test_to_exclude_zero",
+                "n_test_to_exclude_delta",
+                "n_test_to_exclude_delta_side",
+                "asymptotic",
             )
         }
     lower, upper = gamma_interval(sat["max_value"], sat["t"])
@@ -445,6 +602,12 @@ def saturation_summary(sat: dict) -> dict:
         "n_test": sat["n"],
         "split_seed": None,
         "statistic_source": "older record: t from the sample it judges",
+        "split": sat.get("split"),
+        "sources": None,
+        "n_test_to_exclude_zero": None,
+        "n_test_to_exclude_delta": None,
+        "n_test_to_exclude_delta_side": None,
+        "asymptotic": None,
     }
 
 

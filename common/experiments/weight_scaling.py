@@ -46,7 +46,12 @@ with its cumulative sum ``S_k+1`` split into ``entry_trend`` + ``entry_noise``, 
 beta the exponent rests on: :data:`common.scaling.ESTIMATORS`; empty when none), ``estimate``,
 ``ci_low``, ``ci_high`` (``level``), ``stderr``, ``n``, ``n_depths``, ``depth_min``,
 ``depth_max``, ``r_squared``, ``status`` ("ok", "insufficient depths", "non-positive statistic",
-"needs beta"), ``rule`` and ``paper`` (Cohen et al.'s value, where they report one).
+"needs beta"), ``rule``, ``paper`` (Cohen et al.'s value, where they report one) and ``interval``:
+"slope" (the statistic's own slope interval) or, for ``nu`` and ``nu_max_norm``, "joint fit (beta's
+uncertainty included)": their fit columns are then those of the regression of
+``log(max_increment / S)`` on ``log L`` (``statistic`` names it; ``S`` the statistic beta is read
+from, :func:`common.scaling.joint_exponent`), and ``ci_low_beta_fixed`` / ``ci_high_beta_fixed``
+give the interval with beta held at its estimate (the one reported before issue 29).
 """
 
 from __future__ import annotations
@@ -112,6 +117,8 @@ TENSOR_EXPONENTS = {
     "delta": ("alpha",),  # FC: the scalars delta_k (sweep: conv kernels, the A list of exponents)
     "delta_A": ("beta", "max_norm_exponent"),  # |delta_k| A_k: reported as alpha + beta
 }
+SLOPE_INTERVAL = "slope"  # the t interval of the statistic's own log-log slope
+JOINT_INTERVAL = "joint fit (beta's uncertainty included)"  # nu: common.scaling.joint_exponent
 RENAMED = {("delta_A", "beta"): "alpha_plus_beta", ("delta_A", "max_norm_exponent"): "alpha_plus_beta_max_norm"}
 
 # Cohen et al.'s reported exponents beside ours (side by side only; common/paper.py).
@@ -167,10 +174,10 @@ FC_PRESETS = {
         num_train=256,
         num_test=128,
     ),
-    # mini: Cohen et al.'s data and protocol (constant Adam lr 1e-3, batch 50, early stopping) at 7 depths from 4 to 256
-    # (ratio 2), at most 100 epochs (docs/decisions.md, section "Mini preset").
+    # mini: Cohen et al.'s data and protocol (constant Adam lr 1e-3, batch 50, early stopping) at 9 depths from 4 to
+    # 1,024 (ratio 2; their deepest), at most 100 epochs (docs/decisions.md, section "Mini preset").
     "mini": FCPreset(
-        depths=geometric_depths(4, 256, 7), recipe=AdamRecipe(epochs=100, lr=1e-3, decay="constant"), batch_size=50
+        depths=geometric_depths(4, 1024, 9), recipe=AdamRecipe(epochs=100, lr=1e-3, decay="constant"), batch_size=50
     ),
 }
 
@@ -536,6 +543,7 @@ def exponent_rows(records: Iterable[dict], level: float = scaling.DEFAULT_LEVEL)
                 "ci_low": math.nan,
                 "ci_high": math.nan,
                 "status": "ok",
+                "interval": SLOPE_INTERVAL,
                 "paper": PAPER_EXPONENTS.get((family, tensor, shown), ""),
             }
             try:
@@ -545,11 +553,28 @@ def exponent_rows(records: Iterable[dict], level: float = scaling.DEFAULT_LEVEL)
                 continue
             offset = step.offset
             if isinstance(offset, str):  # "-beta" / "-max_norm_exponent": nu needs this group's beta
-                if offset.lstrip("-") not in fitted:
-                    rows.append({**row, **fit.as_record(), "status": "needs beta"})
+                beta_name = offset.lstrip("-")
+                if beta_name not in fitted:
+                    rows.append({**row, **fit.as_record(), "status": "needs beta", "interval": JOINT_INTERVAL})
                     continue
-                offset = -fitted[offset.lstrip("-")]
-            estimate, low, high = scaling.exponent(fit, step.sign, offset)
+                beta_step = scaling.STEPS[beta_name]
+                _, fixed_low, fixed_high = scaling.exponent(fit, step.sign, -fitted[beta_name])  # beta held fixed
+                fit, (estimate, low, high) = scaling.joint_exponent(
+                    depths,
+                    [r[step.statistic] for r in points],
+                    [r[beta_step.statistic] for r in points],
+                    step,
+                    beta_step,
+                    level,
+                )
+                row |= {
+                    "statistic": f"{step.statistic} / {beta_step.statistic}",
+                    "interval": JOINT_INTERVAL,
+                    "ci_low_beta_fixed": fixed_low,
+                    "ci_high_beta_fixed": fixed_high,
+                }
+            else:
+                estimate, low, high = scaling.exponent(fit, step.sign, offset)
             fitted[name] = estimate
             rows.append(
                 {**row, **fit.as_record(), "level": level, "estimate": estimate, "ci_low": low, "ci_high": high}
@@ -611,7 +636,9 @@ def exponent_markdown(rows: Sequence[dict]) -> str:
         f"(blocks) are left out; with fewer than {scaling.MIN_DEPTHS} depths left a row says 'insufficient depths'. "
         "Rules: common.scaling.STEPS; Cohen et al.'s values: common.paper (side by side only). 'beta from': the two "
         f"estimators of beta, '{scaling.STEP2_ESTIMATOR}' (beta = 1 - slope of the cumulative-sum norm) and "
-        f"'{scaling.MAX_NORM_ESTIMATOR}' (beta = -slope of the max norm); they agree only for smooth weights."
+        f"'{scaling.MAX_NORM_ESTIMATOR}' (beta = -slope of the max norm); they agree only for smooth weights. "
+        "nu's interval is a joint fit (the slope of log(max_increment / S), S the statistic beta is read from), "
+        "so beta's uncertainty and its covariance with the increments' slope are in it."
     )
     return f"{tables.markdown_table(shown, EXPONENT_COLUMNS)}\n\n{note}"
 
