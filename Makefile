@@ -50,6 +50,8 @@ mini: $(STAMP)
 	step 06_matched_insertion.py $(IMAGES); \
 	step 07_weight_scaling.py $$images07; \
 	$(PY) -c 'import sys; from common.runs import make_portable; print(f"mini: {len(make_portable(sys.argv[1]))} configs made portable")' $(OUT); \
+	t=$$(date +%s); $(PY) -m common.experiments.power_table --out $(OUT) --preset mini --fresh; \
+	echo "mini: the power table at the records' design took $$(( $$(date +%s) - t )) s"; \
 	step 08_make_figures.py --figures-dir $(OUT)/figures; \
 	echo "mini: the whole chain took $$(( $$(date +%s) - start )) s; records under $(OUT)/"; \
 	echo "mini: claims report $(OUT)/figures/claims.md (mini scale: evidence at reduced scale, not the paper's)"
