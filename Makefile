@@ -31,7 +31,7 @@ smoke: $(STAMP)
 	echo "smoke: figures and tables in $(OUT)/figures/, claims report $(OUT)/figures/claims.md (smoke scale: not evidence about the paper)"
 
 ## mini: install, then the whole chain with --preset mini (real CIFAR-10 images and Tiny Shakespeare at reduced
-## scale; 5,973 s measured on a 2-core CPU on 2026-12-01: README, section "Results"), its records made portable, then 08's figures and claims report.
+## scale; about 5,050 s measured on a 2-core CPU on 2026-12-02: README, section "Results"), its records made portable, then 08's figures and claims report.
 ##   make mini IMAGES="--dataset npz --data-root X.npz" TEXT="--text-file Y.txt"   (no downloads)
 ## IMAGES goes to 01, 02, 03, 06 and 07 (07 reads weights only: without --data-root), TEXT to 04 and 05; without
 ## them 01 downloads CIFAR-10 into data/ and 05 Tiny Shakespeare into data/tinyshakespeare.txt. Output: OUT.

@@ -84,7 +84,7 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
         default="paper" if launches else None,
         help="'paper': the paper's settings (GPU cluster scale, real datasets); "
         "'smoke': minutes on a laptop CPU with offline data, same code paths; "
-        "'mini': real CIFAR-10 images and real text at reduced scale (about 100 minutes on a 2-core CPU; "
+        "'mini': real CIFAR-10 images and real text at reduced scale (about 85 minutes on a 2-core CPU; "
         'README, section "Results")' + ("" if launches else "; None: the preset of the records under --out"),
     )
     shared.add_argument(
