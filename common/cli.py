@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from common.errors import UserError
+from common.errors import ParamError, UserError
 from common.logs import setup_logging
 from common.slurm import load_profile
 
@@ -193,6 +193,8 @@ def parse_args(
     """Parse ``argv``, set up logging, and check ``--out`` unless this is a dry run: writable (``writes_out``; it is
     not created yet, so a call refused later leaves no empty folder behind), else an existing folder to read."""
     args = parser.parse_args(argv)
+    _FLAGS.clear()
+    _FLAGS.update({a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings})
     setup_logging(verbose=getattr(args, "verbose", False))
     if getattr(args, "slurm_profile", None) is not None:  # a bad profile fails before any planning
         load_profile(args.slurm_profile)
@@ -232,6 +234,17 @@ def ensure_readable_dir(path: Path, *, flag: str) -> Path:
     return path
 
 
+_FLAGS: dict[str, str] = {}  # parameter (an argparse dest) -> its flag, for the script being parsed
+
+
+def user_message(exc: UserError) -> str:
+    """``exc`` worded for the command line: a :class:`ParamError` names the flag that sets its parameter (the flag
+    whose ``dest`` is the parameter's name, as every planner and preset flag's is), any other error as it is."""
+    if isinstance(exc, ParamError):
+        return exc.worded(_FLAGS.get(exc.param, exc.param))
+    return str(exc)
+
+
 def entry_point(main: Callable[..., int]) -> Callable[..., int]:
     """Wrap a script's ``main(argv=None) -> int`` so user mistakes exit 2 with one line."""
 
@@ -241,7 +254,7 @@ def entry_point(main: Callable[..., int]) -> Callable[..., int]:
             return main(argv)
         except UserError as exc:
             prog = Path(sys.argv[0]).name if argv is None else f"{main.__module__.rpartition('.')[2]}.py"
-            print(f"{prog}: error: {exc}", file=sys.stderr)
+            print(f"{prog}: error: {user_message(exc)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print("interrupted; finished runs are kept and unfinished ones resume on the next call", file=sys.stderr)

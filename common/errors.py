@@ -15,3 +15,21 @@ def one_of(flag: str, value: str, options: dict):
     if value not in options:
         raise UserError(f"{flag} {value}: unknown {flag.lstrip('-')}; use {' or '.join(options)}")
     return options[value]
+
+
+class ParamError(UserError):
+    """A bad value of one parameter of a planner or a preset, named by the parameter (``lr``, ``depths``).
+
+    The modules below the command line are called from Python too, so they name what their caller passed, not a
+    flag: ``str(exc)`` reads ``lr=-1: must be positive``. A script's command line words the same error with the
+    flag that sets the parameter (``--lr -1: must be positive``): :func:`common.cli.entry_point` looks the flag up
+    in the parser, the one place where a parameter meets its flag (docs/design.md, section "Validation").
+    """
+
+    def __init__(self, param: str, shown: object, message: str):
+        self.param, self.shown, self.message = param, str(shown), message
+        super().__init__(f"{param}={self.shown}: {message}")
+
+    def worded(self, flag: str) -> str:
+        """The message as the command line shows it: ``--flag value: message``."""
+        return f"{flag} {self.shown}: {self.message}"

@@ -90,3 +90,22 @@ def test_flags_reach_a_planner_under_their_own_names():
     assert plan(**flags_for(plan, args, ["depths", "lr"], seeds=[3])) == ([1, 2], 0.5, [3])  # seed/device: not listed
     with pytest.raises(TypeError, match="epochs"):
         flags_for(plan, args, ["depths"], epochs=2)
+
+
+def test_a_parameter_error_names_the_parameter_in_python_and_its_flag_on_the_command_line(tmp_path, capsys):
+    from common.cli import entry_point, make_parser, parse_args
+    from common.errors import ParamError
+
+    error = ParamError("train_subset", 7, "below the 10 classes; give at least 10")
+    assert str(error) == "train_subset=7: below the 10 classes; give at least 10"
+
+    @entry_point
+    def main(argv=None) -> int:
+        parser = make_parser("demo", launches=False)
+        parser.add_argument("--train-subset", type=int)
+        args = parse_args(parser, [*argv, "--out", str(tmp_path)])
+        raise ParamError("train_subset", args.train_subset, "below the 10 classes; give at least 10")
+
+    assert main(["--train-subset", "7"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["test_cli.py: error: --train-subset 7: below the 10 classes; give at least 10"]
