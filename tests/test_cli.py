@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from common import runs
-from common.cli import flags_for
+from common.cli import entry_point, flags_for, make_parser, parse_args
+from common.errors import ParamError
 from tests.jobs import demo_configs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,9 +94,6 @@ def test_flags_reach_a_planner_under_their_own_names():
 
 
 def test_a_parameter_error_names_the_parameter_in_python_and_its_flag_on_the_command_line(tmp_path, capsys):
-    from common.cli import entry_point, make_parser, parse_args
-    from common.errors import ParamError
-
     error = ParamError("train_subset", 7, "below the 10 classes; give at least 10")
     assert str(error) == "train_subset=7: below the 10 classes; give at least 10"
 
