@@ -23,21 +23,12 @@ import torch
 from torch import nn
 
 from common import device as devices
-from common import runs
-from common import train as train_module
+from common import placement, runs
 from common.distributed import destroy_distributed, env_info, init_distributed
 from common.experiments import pythia_cpt
-from common.train import (
-    AdamWRecipe,
-    NonFiniteLossError,
-    TrainSettings,
-    evaluate,
-    is_sharded,
-    load_weights,
-    place_model,
-    resume,
-    train,
-)
+from common.placement import is_sharded, place_model, resume
+from common.recipes import AdamWRecipe, TrainSettings
+from common.train import NonFiniteLossError, evaluate, load_weights, train
 
 CPU = torch.device("cpu")
 VOCAB = 11
@@ -186,7 +177,7 @@ def resume_reads_once(rank: int, out: Path, fsdp: bool) -> dict:
         )
 
     wrapped = []
-    original_ddp = train_module.DistributedDataParallel
+    original_ddp = placement.DistributedDataParallel
 
     class RecordingDDP(original_ddp):
         def __init__(self, *args, **kwargs):
@@ -194,11 +185,11 @@ def resume_reads_once(rank: int, out: Path, fsdp: bool) -> dict:
             super().__init__(*args, **kwargs)
 
     tag = "fsdp" if fsdp else "ddp"
-    train_module.DistributedDataParallel = RecordingDDP
+    placement.DistributedDataParallel = RecordingDDP
     try:
         whole = run(f"{tag}-whole", 0)
     finally:
-        train_module.DistributedDataParallel = original_ddp
+        placement.DistributedDataParallel = original_ddp
     with contextlib.suppress(KeyboardInterrupt):
         run(f"{tag}-resumed", 0, kill_after=1)
     torch.load = spy
@@ -296,7 +287,7 @@ def reset_peak() -> None:
 
 
 def resume_memory(rank: int, out: Path) -> dict:
-    """Peak RSS while :func:`common.train.resume` applies ``<out>/big``'s checkpoint (written by one process), above the RSS before.
+    """Peak RSS while :func:`common.placement.resume` applies ``<out>/big``'s checkpoint (written by one process), above the RSS before.
 
     Also whether any tensor of the loaded checkpoint's model state outlives the resume.
     """

@@ -1,4 +1,4 @@
-"""common/train.py: schedules, bit-identical resume, NaN handling, token-shaped batches, early stopping."""
+"""common/train.py and common/recipes.py: schedules, bit-identical resume, NaN handling, token-shaped batches, early stopping."""
 
 import json
 
@@ -10,18 +10,8 @@ from common import device, runs
 from common.data.neural_ode import BatchLoader
 from common.data.vision import TensorLoader, make_synthetic
 from common.models.resnet import ResNet, ResNetConfig
-from common.train import (
-    WEIGHTS,
-    AdamRecipe,
-    EarlyStopping,
-    NonFiniteLossError,
-    Schedule,
-    SGDRecipe,
-    TrainSettings,
-    cosine_lr,
-    load_weights,
-    train,
-)
+from common.recipes import AdamRecipe, EarlyStopping, Schedule, SGDRecipe, TrainSettings, cosine_lr
+from common.train import WEIGHTS, NonFiniteLossError, load_weights, train
 
 SETTINGS = TrainSettings(SGDRecipe(epochs=3, lr=0.05, warmup_epochs=1), channels_last=True)
 
