@@ -1,23 +1,15 @@
-"""common/launch.py: inline and submitit-local launching, skipping finished runs, devices of local jobs."""
+"""common/launch.py, common/local_pool.py: inline and submitit-local launching, skipping finished runs, local devices."""
 
 import os
 from types import SimpleNamespace
 
 import pytest
 
-from common import launch as launch_module
-from common import runs
+from common import local_pool, runs
 from common.device import cpu_count
 from common.errors import UserError
-from common.launch import (
-    VISIBLE_DEVICES_ENV,
-    Plan,
-    launch,
-    launch_from_args,
-    local_slots,
-    run_in_slots,
-    visible_device_ids,
-)
+from common.launch import Plan, launch, launch_from_args
+from common.local_pool import VISIBLE_DEVICES_ENV, local_slots, run_in_slots, visible_device_ids
 from common.runs import make_specs
 from tests.jobs import demo_configs, device_report_job, failing_job, square_job
 
@@ -89,8 +81,8 @@ def test_slot_pool_never_runs_two_jobs_on_one_slot_and_keeps_every_slot_busy():
 
 def fake_devices(monkeypatch, kind: str, listed: str) -> None:
     """This process sees the devices ``listed`` (a *_VISIBLE_DEVICES value) of ``kind``."""
-    monkeypatch.setattr(launch_module, "resolve_device", lambda name: SimpleNamespace(type=kind))  # no torch_npu here
-    monkeypatch.setattr(launch_module, "visible_devices", lambda k: len(listed.split(",")) if k == kind else 0)
+    monkeypatch.setattr(local_pool, "resolve_device", lambda name: SimpleNamespace(type=kind))  # no torch_npu here
+    monkeypatch.setattr(local_pool, "visible_devices", lambda k: len(listed.split(",")) if k == kind else 0)
     monkeypatch.setenv(VISIBLE_DEVICES_ENV[kind], listed)
 
 

@@ -13,8 +13,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # common.precision (TF32/HF32 off, where float64 runs) is a leaf that the infrastructure uses too.
-SCIENCE = {"common.probe", "common.projection", "common.tangent", "common.growth", "common.scaling", "common.precision"}
-LAUNCHING = {"common.launch", "common.slurm", "common.cli", "common.decoder_flags"}  # cli loads SLURM profiles
+SCIENCE = {
+    "common.probe",
+    "common.projection",
+    "common.saturation",
+    "common.tangent",
+    "common.growth",
+    "common.scaling",
+    "common.precision",
+}
+# The launcher and what it alone uses (cli loads SLURM profiles).
+LAUNCHING = {
+    "common.launch",
+    "common.local_pool",
+    "common.slurm",
+    "common.cli",
+    "common.decoder_flags",
+}
 # Below the job modules, imported by several of them: the ResNet sweep's presets, its job function (pickled by
 # submitit, as the job modules' are) and the records API that scripts 02, 03, 06 and 07 read sweep runs through.
 SHARED_JOBS = {"common.resnet_sweep"}

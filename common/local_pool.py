@@ -1,0 +1,173 @@
+"""``--launcher local``: a rolling pool of submitit local jobs, one per slot of this machine's devices
+(docs/design.md, section "Runs, records and launching").
+
+Each run gets one visible GPU (NPU) of its own and at most as many run at once as there are devices, or as
+there are CPU cores on a machine without any (:func:`local_slots`); a distributed run gets every visible device,
+one task each, and runs alone. :func:`run_in_slots` is the pool, :func:`run_local` its use by
+:func:`common.launch.launch`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import submitit
+from tqdm.auto import tqdm
+
+from common.device import cpu_count, resolve_device
+from common.distributed import visible_devices
+from common.errors import UserError
+from common.runs import RunSpec
+
+log = logging.getLogger(__name__)
+
+JobFn = Callable[[RunSpec], dict]
+LOCAL_POLL_S = 0.5  # how often --launcher local looks for a finished job to start the next run
+VISIBLE_DEVICES_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
+
+
+@dataclass(frozen=True)
+class LocalSlot:
+    """One place where a ``--launcher local`` job runs: its devices and number of processes.
+
+    ``params`` are submitit ``LocalExecutor`` parameters (``tasks_per_node``, and on CUDA
+    ``gpus_per_node`` and ``visible_gpus``: submitit sets the job's ``CUDA_VISIBLE_DEVICES`` to
+    ``visible_gpus[:gpus_per_node]``, and to ``range(gpus_per_node)`` without it, ``''`` for
+    none). ``env`` holds variables the job process starts with (an NPU's
+    ``ASCEND_RT_VISIBLE_DEVICES``, which submitit does not set).
+    """
+
+    label: str = "cpu"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def local_slots(device: str, *, distributed: bool) -> list[LocalSlot]:
+    """Where ``--launcher local`` runs jobs for ``--device device``; one job per slot at a time.
+
+    - CUDA GPUs or Ascend NPUs: a one-process run gets one device of its own (one slot per
+      visible device, so as many runs at once as devices); a ``distributed`` run gets every
+      visible device, one task each, and runs alone (one slot).
+    - MPS: one slot (one GPU); the CPU: one slot per core, each job seeing no GPU.
+
+    Devices are named as this process sees them (``CUDA_VISIBLE_DEVICES=2,3`` gives jobs ``2``
+    and ``3``, not ``0`` and ``1``).
+    """
+    kind = resolve_device(device).type
+    if kind == "mps":
+        return [LocalSlot(label="mps")]
+    if kind not in VISIBLE_DEVICES_ENV:
+        return [LocalSlot() for _ in range(cpu_count())]
+    ids = visible_device_ids(kind, visible_devices(kind))
+    if distributed:
+        return [_device_slot(kind, ids)]
+    return [_device_slot(kind, [one]) for one in ids]
+
+
+def visible_device_ids(kind: str, count: int) -> list[str]:
+    """The ``count`` devices of ``kind`` this process sees, as its ``*_VISIBLE_DEVICES`` names them.
+
+    Unset: ``0 .. count-1``. Set: its first ``count`` entries (CUDA ignores every entry from the
+    first invalid one on, so ``count`` devices are exactly those).
+    """
+    listed = os.environ.get(VISIBLE_DEVICES_ENV[kind])
+    if listed is None:
+        return [str(i) for i in range(count)]
+    return [entry.strip() for entry in listed.split(",")][:count]
+
+
+def _device_slot(kind: str, ids: Sequence[str]) -> LocalSlot:
+    """A slot owning the devices ``ids`` of ``kind``, one task per device."""
+    label = f"{kind}:{','.join(ids)}"
+    params: dict[str, Any] = {"tasks_per_node": len(ids)}
+    if kind != "cuda":
+        return LocalSlot(label=label, params=params, env={VISIBLE_DEVICES_ENV[kind]: ",".join(ids)})
+    if not all(entry.isdigit() for entry in ids):
+        variable = VISIBLE_DEVICES_ENV[kind]
+        raise UserError(
+            f"{variable}={os.environ.get(variable)}: --launcher local hands GPUs to its jobs by index (submitit's "
+            f"visible_gpus), and GPU UUIDs or MIG names are not indices; set {variable} to indices such as 0,1, "
+            "or use --launcher inline"
+        )
+    return LocalSlot(label=label, params={**params, "gpus_per_node": len(ids), "visible_gpus": tuple(map(int, ids))})
+
+
+def run_in_slots(
+    specs: Sequence[RunSpec],
+    slots: Sequence[LocalSlot],
+    start,
+    *,
+    poll_s: float = LOCAL_POLL_S,
+    on_done: Callable[[], Any] | None = None,
+) -> list:
+    """``start(spec, slot)`` for each spec, in order, while at most one job per slot is unfinished.
+
+    ``start`` returns a job with ``done()``; a slot takes the next spec once its job is done (a
+    rolling pool: a long run never holds up the other slots). Returns the jobs in ``specs``
+    order after every one is done; ``on_done`` is called once per finished job.
+    """
+    if not slots:
+        raise ValueError("run_in_slots needs at least one slot")
+    queue, free = deque(specs), deque(range(len(slots)))
+    jobs, running = [], []
+    while queue or running:
+        while queue and free:
+            index = free.popleft()
+            job = start(queue.popleft(), slots[index])
+            jobs.append(job)
+            running.append((job, index))
+        time.sleep(poll_s)
+        for job, index in [pair for pair in running if pair[0].done()]:
+            running.remove((job, index))
+            free.append(index)
+            if on_done is not None:
+                on_done()
+    return jobs
+
+
+def run_local(
+    job: JobFn, todo: list[RunSpec], params: dict, folder: Path, slots: Sequence[LocalSlot], desc: str
+) -> list[submitit.Job]:
+    """Every run of ``todo`` as a submitit local job, in the ``slots`` pool; waits for all."""
+
+    def start(spec: RunSpec, slot: LocalSlot) -> submitit.Job:
+        executor = _local_executor(folder, params, slot)
+        with _environ(slot.env):  # the job's process copies this environment when it starts
+            sub = executor.submit(job, spec)
+        log.info("%s: local job %s on %s (logs under %s)", spec.name, sub.job_id, slot.label, folder)
+        return sub
+
+    log.info("%s: %d runs on %d local slots (%s)", desc, len(todo), len(slots), ", ".join(s.label for s in slots[:8]))
+    with tqdm(total=len(todo), desc=desc, unit="run") as bar:
+        return run_in_slots(todo, slots, start, on_done=bar.update)
+
+
+def _local_executor(folder: Path, params: Mapping[str, Any], slot: LocalSlot) -> submitit.LocalExecutor:
+    """submitit's ``LocalExecutor`` itself: ``AutoExecutor`` does not pass ``visible_gpus`` on."""
+    executor = submitit.LocalExecutor(folder=str(folder))
+    generic = {k: v for k, v in params.items() if not k.startswith("slurm_")}
+    executor.update_parameters(**{"timeout_min": 60, **generic, **slot.params})
+    return executor
+
+
+@contextlib.contextmanager
+def _environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the duration, then restore what was there."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
