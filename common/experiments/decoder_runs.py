@@ -1,11 +1,12 @@
 """What the two decoder experiments share: choosing a preset, token data, training rounds and the probe (paper B.4, B.5).
 
 Script 05 (:mod:`common.experiments.gpt2_ascend`) trains GPT-2 decoders from scratch and script 04
-(:mod:`common.experiments.pythia_cpt`) continues pretraining Hugging Face decoders. Both fix their
-data, token batch, AdamW schedule and probe in a preset (:class:`common.presets.decoders.DecoderPreset`, its
-tables in :mod:`common.presets.pythia` and :mod:`common.presets.gpt2`; the flags override its fields), tokenise the data once into token shards (:mod:`common.data.text_sources`), train with
-:func:`common.train.train` in evaluation rounds of ``steps / n_evals`` optimizer steps, then probe
-the trained model with :func:`common.probe.probe_activation_gradients` on ``B`` held-out batches of
+(:mod:`common.experiments.pythia_cpt`) continues pretraining Hugging Face decoders. Both fix their data, token
+batch, AdamW schedule and probe in a preset (:class:`common.presets.decoders.DecoderPreset`, their tables in
+:mod:`common.presets.pythia` and :mod:`common.presets.gpt2`; the flags override its fields), tokenise the data
+once into token shards (:mod:`common.data.text_sources`), train with :func:`common.train.train` in evaluation
+rounds of ``steps / n_evals`` optimizer steps, then probe the trained model with
+:func:`common.probe.probe_activation_gradients` on ``B`` held-out batches of
 the validation shard, and record ``AG_l`` at every candidate under script 02's keys.
 
 Under ``torchrun`` or a multi-task SLURM job every process runs the same run: rank 0 prepares the
