@@ -23,8 +23,8 @@ class DecoderPreset:
     The peak learning rate is each experiment's own field (script 04: one per model unless given).
     """
 
-    # fields that must be > 0 (None: not set); a subclass adds its own in POSITIVE
-    SIZES: ClassVar[tuple[str, ...]] = (
+    # the fields that must be > 0 where set (not None); a subclass adds its own
+    POSITIVE: ClassVar[tuple[str, ...]] = (
         "block_size",
         "val_tokens",
         "batch_tokens",
@@ -36,7 +36,6 @@ class DecoderPreset:
         "lr",
         "grad_clip",
     )
-    POSITIVE: ClassVar[tuple[str, ...]] = ()
 
     source: str
     tokenizer: str
@@ -61,7 +60,7 @@ class DecoderPreset:
 
     def __post_init__(self) -> None:
         """Sizes, ``lr`` and ``grad_clip`` > 0, ``warmup_steps`` >= 0, and a step of whole windows."""
-        for name in (*self.POSITIVE, *self.SIZES):
+        for name in self.POSITIVE:
             value = getattr(self, name, None)
             if value is not None and not value > 0:
                 raise ParamError(name, value, "must be positive")

@@ -25,7 +25,7 @@ class GPTPreset(DecoderPreset):
     """What one preset fixes: depths and model dimensions, beside the data, token batch, optimiser and probe of
     :class:`~common.presets.decoders.DecoderPreset`."""
 
-    POSITIVE = ("n_embd", "n_head")
+    POSITIVE = (*DecoderPreset.POSITIVE, "n_embd", "n_head")
 
     depths: tuple[int, ...]
     n_embd: int

@@ -84,7 +84,7 @@ class CPTPreset(DecoderPreset):
     ``tokenizer`` is ``model`` (each model's own) or ``byte`` (smoke).
     """
 
-    POSITIVE = ("probe_sub_batch", "cpu_threads")
+    POSITIVE = (*DecoderPreset.POSITIVE, "probe_sub_batch", "cpu_threads")
 
     models: tuple[ModelEntry, ...]
     lr: float | None = None  # peak AdamW learning rate of every model; None: each model's own (ModelEntry.lr)
