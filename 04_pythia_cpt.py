@@ -37,12 +37,14 @@ from common.decoder_flags import (
     prepare_only,
     preset_fields,
     preset_flags,
+    preset_overrides,
 )
 from common.device import resolve_device
 from common.experiments.pythia_cpt import (
     DEFAULT_DATA_ROOT,
     EXPERIMENT,
     FINEWEB_SUBSET,
+    PRESETS,
     cpt_configs,
     fetch_model,
     mini_hub_check,
@@ -82,8 +84,8 @@ PRESET_FLAGS = preset_flags(
 )
 PLANNER_FLAGS = (
     "preset",
-    "model",
-    "model_path",
+    "models",
+    "model_paths",
     "revision",
     *preset_fields(PRESET_FLAGS),
     "text_file",
@@ -102,11 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("continued pretraining and probe (paper B.5); None: the preset's value")
     group.add_argument(
         "--model",
+        dest="models",
         default=None,
         help="Hugging Face causal LM ids (or local folders), comma-separated; replaces the preset's models",
     )
     group.add_argument(
-        "--model-path", action="append", default=None, help="a local save_pretrained folder (repeatable); works offline"
+        "--model-path",
+        dest="model_paths",
+        action="append",
+        default=None,
+        help="a local save_pretrained folder (repeatable); works offline",
     )
     group.add_argument(
         "--revision", default=None, help="Hub revision (branch, tag or commit) of every model; paper preset: step143000"
@@ -148,21 +155,18 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    models = [m for m in (args.model or "").split(",") if m]
-    if (
-        args.preset == "mini" and not models and not args.model_path
-    ):  # offline, the Pythia rows are "not run", not an error
-        reason = mini_hub_check(args.revision)
+    models = [m for m in (args.models or "").split(",") if m]
+    if PRESETS[args.preset].offline_not_run and not models and not args.model_paths:
+        reason = mini_hub_check(args.revision)  # offline, the Pythia rows are "not run", not an error
         if reason is not None:
             print(f"04_pythia_cpt.py: {reason}")
             return 0
-    overrides = {field: getattr(args, field) for field in preset_fields(PRESET_FLAGS)}
     configs = cpt_configs(
         preset=args.preset,
         models=models or None,
-        model_paths=args.model_path or (),
+        model_paths=args.model_paths or (),
         revision=args.revision,
-        overrides=overrides,
+        overrides=preset_overrides(args, PRESET_FLAGS),
         **data_and_device_kwargs(args),
         fsdp=args.fsdp,
         fsdp_bf16=args.fsdp_bf16,

@@ -34,6 +34,7 @@ from common.decoder_flags import (
     prepare_only,
     preset_fields,
     preset_flags,
+    preset_overrides,
 )
 from common.device import resolve_device
 from common.experiments.gpt2_ascend import (
@@ -111,11 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    overrides = {field: getattr(args, field) for field in preset_fields(PRESET_FLAGS) if field != "depths"}
     configs = gpt_configs(
         preset=args.preset,
-        depths=args.depths,
-        overrides=overrides,
+        overrides=preset_overrides(args, PRESET_FLAGS),
         **data_and_device_kwargs(args),
         compile=args.compile,
         peak_tflops=args.peak_tflops,

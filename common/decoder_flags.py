@@ -1,7 +1,8 @@
 """The command line that scripts 04 and 05 share: the decoder preset flags and the one-time data preparation.
 
-Each preset flag sets one field of the script's preset (:class:`common.experiments.decoder_runs.DecoderPreset`
-and the experiment's own fields); left out it is None, meaning "the preset's value" (docs/decisions.md).
+Each preset flag sets one field of the script's preset (:class:`common.presets.decoders.DecoderPreset` and the
+experiment's own fields), its ``dest`` the field's name; left out it is None, meaning "the preset's value"
+(docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ def add_preset_flags(
 def preset_fields(flags: dict[str, PresetFlag]) -> tuple[str, ...]:
     """The preset fields that ``flags`` set (their ``dest``)."""
     return tuple(field for field, _, _ in flags.values())
+
+
+def preset_overrides(args: argparse.Namespace, flags: dict[str, PresetFlag]) -> dict:
+    """The planner's ``overrides``: each preset field that ``flags`` set, None where the flag was left out."""
+    return {field: getattr(args, field) for field in preset_fields(flags)}
 
 
 def data_and_device_kwargs(args) -> dict:

@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 from common import device as devices
 from common import runs
 from common.claims import PROJECTION_SLACK
+from common.errors import ParamError
 from common.experiments import decoder_runs
 from common.experiments.gpt2_ascend import PAPER_DEPTHS, gpt_configs, peak_flops, prepare_data, train_gpt_run
 from common.launch import launch
@@ -417,3 +418,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_a_bad_value_from_python_names_the_parameter_and_the_command_line_names_its_flag(tmp_path, capsys):
+    cases = [
+        ({"overrides": {"n_embd": 64, "n_head": 5}}, "n_head=5: must divide the width n_embd 64"),
+        ({"overrides": {"warmup_steps": -1}}, "warmup_steps=-1: must be >= 0"),
+        ({"overrides": {"lr": 0.0}}, "lr=0.0: must be positive"),
+        ({"depths": [0, 1]}, "depths=[0, 1]: give decoder depths L >= 1"),
+        ({"overrides": {"steps": 2}}, "n_evals=3: 2 optimizer steps cannot hold 3 evaluations"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ParamError) as info:
+            gpt_configs(preset="smoke", **kwargs)
+        assert str(info.value).startswith(message), kwargs
+    assert script.main(["--preset", "smoke", "--steps", "2", "--dry-run", "--out", str(tmp_path)]) == 2
+    assert "--n-evals 3: 2 optimizer steps cannot hold 3 evaluations" in one_error_line(capsys)

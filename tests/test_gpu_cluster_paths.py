@@ -195,5 +195,5 @@ def test_fsdp_bf16_is_recorded_in_the_config_only_when_asked_for_and_never_in_th
     assert all("fsdp_bf16_params" not in c["runtime"] for c in plain + sharded)
     assert all(c["runtime"]["fsdp_bf16_params"] is True for c in bf16)
     assert [runs.config_hash(c) for c in bf16] == [runs.config_hash(c) for c in plain]
-    with pytest.raises(UserError, match="--fsdp"):
+    with pytest.raises(UserError, match="fsdp_bf16=True: .*needs fsdp"):
         cpt_configs(preset="smoke", fsdp_bf16=True)

@@ -22,7 +22,8 @@ from transformers import (
 )
 
 from common import runs
-from common.experiments.pythia_cpt import PYTHIA_MODELS, cpt_configs
+from common.errors import ParamError
+from common.experiments.pythia_cpt import PRESETS, PYTHIA_MODELS, cpt_configs
 from common.train import load_weights
 from tests.hf_jobs import torchrun_runs_worker
 from tests.test_gpt_script import free_port, one_error_line
@@ -286,3 +287,30 @@ PINNED_RUN_DIRS = {
 @pytest.mark.parametrize("preset", sorted(PINNED_RUN_DIRS))
 def test_the_run_identities_of_the_presets_are_pinned(preset):
     assert [runs.run_dir("runs", c).name for c in cpt_configs(preset=preset)] == PINNED_RUN_DIRS[preset]
+
+
+def test_a_bad_value_from_python_names_the_parameter_and_the_command_line_names_its_flag(tmp_path, capsys):
+    cases = [
+        ({"overrides": {"tokenizer": "model"}}, "tokenizer=model: the tiny smoke models have no tokenizer"),
+        ({"overrides": {"tokenizer": "bpe"}}, "tokenizer=bpe: use model"),
+        ({"overrides": {"block_size": 0}}, "block_size=0: must be positive"),
+        ({"overrides": {"batch_tokens": 100}}, "batch_tokens=100: is not a multiple of block_size 64"),
+        ({"model_paths": [str(tmp_path)]}, f"model_paths={tmp_path}: no save_pretrained folder there"),
+        ({"fsdp_bf16": True}, "fsdp_bf16=True: sets FSDP2's parameter dtype"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ParamError) as info:
+            cpt_configs(preset="smoke", **kwargs)
+        assert str(info.value).startswith(message), kwargs
+    assert script.main(["--preset", "smoke", "--model-path", str(tmp_path), "--dry-run", "--out", str(tmp_path)]) == 2
+    assert f"--model-path {tmp_path}: no save_pretrained folder there" in one_error_line(capsys)
+    assert script.main(["--preset", "smoke", "--tokenizer", "model", "--dry-run", "--out", str(tmp_path)]) == 2
+    assert "--tokenizer model: the tiny smoke models have no tokenizer of their own; use byte" in one_error_line(capsys)
+
+
+def test_only_a_preset_marked_offline_not_run_checks_the_hub_first(monkeypatch, tmp_path):
+    assert [name for name, p in PRESETS.items() if p.offline_not_run] == ["mini"]
+    asked = []
+    monkeypatch.setattr(script, "mini_hub_check", lambda revision=None: asked.append(revision) or "offline (test)")
+    assert script.main(["--preset", "smoke", "--dry-run", "--out", str(tmp_path)]) == 0 and asked == []
+    assert script.main(["--preset", "mini", "--dry-run", "--out", str(tmp_path)]) == 0 and asked == [None]

@@ -1,11 +1,12 @@
-"""What the two decoder experiments share: presets, token data, training rounds and the probe (paper B.4, B.5).
+"""What the two decoder experiments share: choosing a preset, token data, training rounds and the probe (paper B.4, B.5).
 
 Script 05 (:mod:`common.experiments.gpt2_ascend`) trains GPT-2 decoders from scratch and script 04
-(:mod:`common.experiments.pythia_cpt`) continues pretraining Hugging Face decoders. Both fix their
-data, token batch, AdamW schedule and probe in a preset (:class:`DecoderPreset`, overridden by
-flags), tokenise the data once into token shards (:mod:`common.data.text_sources`), train with
-:func:`common.train.train` in evaluation rounds of ``steps / n_evals`` optimizer steps, then probe
-the trained model with :func:`common.probe.probe_activation_gradients` on ``B`` held-out batches of
+(:mod:`common.experiments.pythia_cpt`) continues pretraining Hugging Face decoders. Both fix their data, token
+batch, AdamW schedule and probe in a preset (:class:`common.presets.decoders.DecoderPreset`, their tables in
+:mod:`common.presets.pythia` and :mod:`common.presets.gpt2`; the flags override its fields), tokenise the data
+once into token shards (:mod:`common.data.text_sources`), train with :func:`common.train.train` in evaluation
+rounds of ``steps / n_evals`` optimizer steps, then probe the trained model with
+:func:`common.probe.probe_activation_gradients` on ``B`` held-out batches of
 the validation shard, and record ``AG_l`` at every candidate under script 02's keys.
 
 Under ``torchrun`` or a multi-task SLURM job every process runs the same run: rank 0 prepares the
@@ -19,7 +20,7 @@ import gc
 import os
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,12 +29,13 @@ import torch
 from torch import nn
 
 from common import runs
-from common.data.text_sources import RemoteText, TextDataSpec, prepare_tokens, preset_text_path
+from common.data.text_sources import TextDataSpec, prepare_tokens, preset_text_path
 from common.data.token_shards import META, TokenBatches, TokenData, TokenLoader, TokenWindows, read_meta, sample_windows
 from common.data.tokenizers import Tokenizer
 from common.device import device_name, empty_cache
 from common.distributed import DistInfo, init_distributed, process_device, wait_for_all
-from common.errors import UserError, one_of
+from common.errors import ParamError, UserError, one_of
+from common.presets.decoders import DecoderPreset  # importable from here too
 from common.probe import ProbeResult, probe_activation_gradients
 from common.runs import RunSpec
 from common.train import AdamWRecipe, TrainSettings, classification_loss, train
@@ -42,52 +44,17 @@ DEFAULT_DATA_ROOT = "data/tokens"
 PROBE_LOSS = "token_cross_entropy_mean"  # the probe's loss: mean over sequences of each sequence's mean token loss
 RENAMED_KEYS = {"epochs": "eval_rounds"}  # result keys of decoder runs recorded before the rename -> their names now
 
-
-# ----------------------------------------------------------------------------- presets
-@dataclass(frozen=True, kw_only=True)
-class DecoderPreset:
-    """What a preset of either decoder experiment fixes about data, token batch, AdamW schedule and probe.
-
-    The peak learning rate is each experiment's own field (script 04: one per model unless given).
-    """
-
-    source: str
-    tokenizer: str
-    block_size: int  # context length T of the training and probe windows
-    val_tokens: int  # held-out validation shard (the first documents of the stream)
-    train_tokens: int | None  # the training token budget (None: all the source has)
-    batch_tokens: int  # tokens per optimizer step (gradient accumulation reaches it)
-    micro_batch_size: int  # sequences per forward and backward on one device (runtime)
-    steps: int | None  # optimizer steps; None: train_tokens // batch_tokens (one pass over the budget)
-    n_evals: int  # evaluation rounds (and checkpoints) over the run; steps is rounded down to a multiple
-    warmup_steps: int
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    probe_batch_size: int = 8  # sequences per analysis batch
-    probe_batches: int = 10  # B
-    exact: bool = False
-    eval_batch_size: int = 16
-    text: RemoteText | None = None  # a text source without --text-file: this file, downloaded into data/
-
-
-# What the smoke preset of both decoder experiments shares: CPython's bundled help texts (offline) with the
-# byte tokenizer, the whole stream as the training budget, 8-sequence micro-batches and the exact V_S,l.
-SMOKE_SETTINGS = dict(
-    source="python-docs", tokenizer="byte", train_tokens=None, micro_batch_size=8, exact=True, eval_batch_size=32
-)
-
 P = TypeVar("P", bound=DecoderPreset)
 
 
+# ----------------------------------------------------------------------------- presets
 def choose_preset(
     presets: dict[str, P], name: str, overrides: dict | None, text_path: str | os.PathLike | None
 ) -> tuple[P, str | os.PathLike | None]:
-    """Preset ``name`` of ``presets`` (``--preset``) with the flags' values (``overrides``: preset fields, None meaning
-    "the preset's"), and the text it reads: ``text_path`` (which implies ``--source text``), or for a ``text`` source
-    without one the preset's own text, downloaded (mini: Tiny Shakespeare, as if ``--text-file data/tinyshakespeare.txt``)."""
+    """Preset ``name`` of ``presets`` with the flags' values (``overrides``: preset fields, None meaning "the preset's";
+    the preset checks them, :class:`common.presets.decoders.DecoderPreset`), and the text it reads: ``text_path``
+    (which implies source ``text``), or for a ``text`` source without one the preset's own text, downloaded (mini:
+    Tiny Shakespeare, as if ``--text-file data/tinyshakespeare.txt``)."""
     preset = one_of("--preset", name, presets)
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = set(given) - {f.name for f in fields(preset)}
@@ -99,38 +66,36 @@ def choose_preset(
     return chosen, preset_text_path(text_path, chosen.source, chosen.text)
 
 
-def check_preset(p: DecoderPreset, *positive: str) -> None:
-    """The sizes, ``positive`` (an experiment's own fields), ``lr`` and ``grad_clip`` must be > 0, ``warmup_steps`` >= 0
-    and a step whole windows; else one line naming the flag and its value (the parsers refuse most of these already)."""
-    sizes = (
-        "block_size",
-        "val_tokens",
-        "batch_tokens",
-        "micro_batch_size",
-        "n_evals",
-        "probe_batch_size",
-        "probe_batches",
-        "eval_batch_size",
-    )
-    for name in (*positive, *sizes, "lr", "grad_clip"):
-        value = getattr(p, name)
-        if value is not None and not value > 0:
-            raise UserError(f"--{name.replace('_', '-')} {value}: must be positive")
-    if p.warmup_steps < 0:
-        raise UserError(f"--warmup-steps {p.warmup_steps}: must be >= 0")
-    if p.batch_tokens % p.block_size:
-        raise UserError(f"--batch-tokens {p.batch_tokens} is not a multiple of --block-size {p.block_size}")
+def runtime_config(
+    p: DecoderPreset,
+    *,
+    device: str,
+    amp: bool,
+    text_path: str | os.PathLike | None,
+    data_root: str | os.PathLike | None,
+) -> dict:
+    """The ``runtime`` keys both decoder experiments share: device, autocast, batch sizes and where the data is."""
+    return {
+        "device": device,
+        "amp": amp,
+        "micro_batch_size": p.micro_batch_size,
+        "eval_batch_size": p.eval_batch_size,
+        "text_path": str(Path(text_path).expanduser().resolve()) if text_path else None,
+        "data_root": str(Path(data_root or DEFAULT_DATA_ROOT).expanduser().resolve()),
+    }
 
 
 def make_recipe(p: DecoderPreset, lr: float) -> AdamWRecipe:
     """AdamW by steps at peak ``lr``: ``steps`` rounded down to a multiple of the evaluation interval."""
     steps = p.steps if p.steps is not None else (p.train_tokens or 0) // p.batch_tokens
     if p.steps is None and p.train_tokens is None:
-        raise UserError("without a --train-tokens budget give --steps")
+        raise ParamError("steps", None, "without a train_tokens budget give steps")
     interval = steps // p.n_evals
     if interval == 0:
-        raise UserError(
-            f"{steps} optimizer steps cannot hold {p.n_evals} evaluations; raise --steps / --train-tokens or lower --n-evals"
+        raise ParamError(
+            "n_evals",
+            p.n_evals,
+            f"{steps} optimizer steps cannot hold {p.n_evals} evaluations; raise steps / train_tokens or lower n_evals",
         )
     return AdamWRecipe(
         steps=interval * p.n_evals,

@@ -7,9 +7,9 @@ autocast and ``torch.compile`` on accelerators, DDP when several processes run i
 the trained model with :func:`common.probe.probe_activation_gradients` on ``B`` held-out batches
 of the validation shard: ``AG_l`` at the ``L + 1`` candidates and AGmax under script 02's keys.
 
-Presets (:data:`PRESETS`): ``paper`` has the paper's dimensions (B.4: d = 768, feed-forward
-3072, 12 heads) and a FineWeb-Edu budget of 310,000,347 tokens; the depth grid, context length,
-vocabulary padding, token batch and every optimiser value are this reproduction's decisions
+Presets (:data:`PRESETS`, the table of :mod:`common.presets.gpt2`): ``paper`` has the paper's dimensions
+(B.4: d = 768, feed-forward 3072, 12 heads) and a FineWeb-Edu budget of 310,000,347 tokens; the depth grid,
+context length, vocabulary padding, token batch and every optimiser value are this reproduction's decisions
 (docs/decisions.md, section "GPT-2 depth sweep"). ``smoke`` runs the same code paths on CPython's bundled help
 texts with the byte tokenizer in minutes on a CPU; ``mini`` trains a small decoder at five depths
 on Tiny Shakespeare with the byte tokenizer (downloaded into ``data/`` and checked against its
@@ -26,29 +26,27 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from common import runs
-from common.data.text_sources import FINEWEB_SUBSET, TINY_SHAKESPEARE, text_data_spec
+from common.data.text_sources import FINEWEB_SUBSET, text_data_spec
 from common.data.token_shards import TokenData
 from common.data.tokenizers import tokenizer_vocab_size
 from common.device import resolve_device, seed_everything
 from common.distributed import DistInfo, wait_for_all
-from common.errors import UserError
 from common.experiments import decoder_runs
-from common.experiments.decoder_runs import DEFAULT_DATA_ROOT, DecoderPreset, prepare_data
+from common.experiments.decoder_runs import DEFAULT_DATA_ROOT, prepare_data
 from common.models.gpt import GPT, GPTConfig
-from common.paper import FINEWEB_EDU_TOKENS, GPT2_HEADS, GPT2_WIDTH
+from common.presets.gpt2 import MINI, PAPER, PAPER_DEPTHS, PRESETS, SMOKE, GPTPreset  # importable from here too
 from common.runs import RunSpec
 from common.train import WEIGHTS, AdamWRecipe, TrainSettings, finish_run, load_weights
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "gpt2_ascend"
-PAPER_DEPTHS = (1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 20, 24)  # L; 12 is GPT-2 Small (B.4's baseline)
 SCRIPT = "05_gpt2_ascend.py"
 
 # Dense bf16 tensor-core peaks (TFLOP/s per device, no sparsity), matched against the device name
@@ -69,75 +67,6 @@ PEAK_BF16_TFLOPS = {
 }
 
 
-# ----------------------------------------------------------------------------- presets
-@dataclass(frozen=True, kw_only=True)
-class GPTPreset(DecoderPreset):
-    """What one preset fixes: depths and model dimensions, beside the data, token batch, optimiser and probe of
-    :class:`~common.experiments.decoder_runs.DecoderPreset`."""
-
-    depths: tuple[int, ...]
-    n_embd: int
-    n_head: int
-    lr: float  # peak AdamW learning rate
-    dropout: float = 0.0
-
-
-PAPER = GPTPreset(
-    depths=PAPER_DEPTHS,
-    n_embd=GPT2_WIDTH,
-    n_head=GPT2_HEADS,
-    block_size=1024,
-    source="fineweb-edu",
-    tokenizer="gpt2",
-    val_tokens=1 << 21,
-    train_tokens=FINEWEB_EDU_TOKENS,
-    batch_tokens=1 << 17,
-    micro_batch_size=16,
-    steps=None,
-    n_evals=10,
-    lr=6e-4,
-    warmup_steps=100,
-)
-SMOKE = GPTPreset(
-    depths=(1, 2, 4),
-    n_embd=64,
-    n_head=4,
-    block_size=128,
-    val_tokens=1 << 14,
-    batch_tokens=16 * 128,
-    steps=60,
-    n_evals=3,
-    lr=3e-3,
-    warmup_steps=6,
-    probe_batch_size=8,
-    probe_batches=4,
-    **decoder_runs.SMOKE_SETTINGS,
-)
-# mini (docs/decisions.md, section "Mini preset"): Tiny Shakespeare with the byte tokenizer, five depths, one seed.
-MINI = GPTPreset(
-    depths=(1, 2, 3, 4, 6),
-    n_embd=64,
-    n_head=4,
-    block_size=128,
-    source="text",
-    tokenizer="byte",
-    val_tokens=1 << 15,
-    train_tokens=None,
-    batch_tokens=16 * 128,
-    micro_batch_size=16,
-    steps=300,
-    n_evals=4,
-    lr=3e-3,
-    warmup_steps=30,
-    probe_batch_size=8,
-    probe_batches=4,
-    exact=True,
-    eval_batch_size=32,
-    text=TINY_SHAKESPEARE,
-)
-PRESETS = {"paper": PAPER, "smoke": SMOKE, "mini": MINI}
-
-
 # ----------------------------------------------------------------------------- configs
 def gpt_configs(
     *,
@@ -153,16 +82,13 @@ def gpt_configs(
     amp: bool = True,
     peak_tflops: float | None = None,
 ) -> list[dict]:
-    """One config per (depth L, seed). ``overrides``: :class:`GPTPreset` fields (flags), None meaning "the preset's"."""
-    p, text_path = decoder_runs.choose_preset(PRESETS, preset, overrides, text_path)
-    depths = list(p.depths if depths is None else depths)
-    if not depths or min(depths) < 1:
-        raise UserError(f"--depths {depths}: give decoder depths L >= 1, e.g. 1,2,4 or 1:24")
-    decoder_runs.check_preset(p, "n_embd", "n_head")
-    if p.n_embd % p.n_head:
-        raise UserError(
-            f"--n-head {p.n_head}: must divide the width --n-embd {p.n_embd} (each head gets n_embd / n_head)"
-        )
+    """One config per (depth L, seed). ``overrides``: :class:`GPTPreset` fields (flags), None meaning "the preset's";
+    ``depths``, when given, those of the preset (as ``overrides["depths"]``)."""
+    given = {**(overrides or {}), **({} if depths is None else {"depths": depths})}
+    if given.get("depths") is not None:
+        given["depths"] = tuple(given["depths"])
+    p, text_path = decoder_runs.choose_preset(PRESETS, preset, given, text_path)
+    depths = list(p.depths)
     spec = text_data_spec(
         p.source,
         p.tokenizer,
@@ -181,15 +107,10 @@ def gpt_configs(
         "dropout": p.dropout,
         "bias": True,
     }
-    GPTConfig(n_layer=1, **model)  # a bad --n-head is one line here, before anything runs
+    GPTConfig(n_layer=1, **model)  # a bad model shape is one line here, before anything runs
     runtime = {
-        "device": device,
-        "data_root": str(Path(data_root or DEFAULT_DATA_ROOT).expanduser().resolve()),
-        "text_path": str(Path(text_path).expanduser().resolve()) if text_path else None,
+        **decoder_runs.runtime_config(p, device=device, amp=amp, text_path=text_path, data_root=data_root),
         "compile": compile,
-        "amp": amp,
-        "micro_batch_size": p.micro_batch_size,
-        "eval_batch_size": p.eval_batch_size,
         "peak_tflops": peak_tflops,
     }
     data_tag = spec.source if spec.source != "text" else f"text-{spec.text_name}"
@@ -417,6 +338,9 @@ __all__ = [
     "PEAK_BF16_TFLOPS",
     "PRESETS",
     "SCRIPT",
+    "MINI",
+    "PAPER",
+    "SMOKE",
     "GPTPreset",
     "build_gpt",
     "gpt_configs",

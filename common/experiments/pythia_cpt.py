@@ -11,12 +11,11 @@ run it), then freeze it and probe it with :func:`common.probe.probe_activation_g
 candidates under script 02's keys, with ShortGPT's Block Influence of each layer recorded in the
 same forward passes.
 
-Presets (:data:`PRESETS`): ``paper`` is the six smallest deduplicated Pythia models at revision
-``step143000`` (our reading of B.5, which does not name them) on FineWeb-Edu; token budget,
-learning rates, warm-up and schedule are this reproduction's decisions (docs/decisions.md,
-section "Pythia continued pretraining"). ``smoke`` builds two tiny GPT-NeoX models, saves each with ``save_pretrained`` and
-loads it back from disk by path, then runs the same code on CPython's help texts with the byte
-tokenizer in well under two minutes on a CPU.
+Presets (:data:`PRESETS`, the table of :mod:`common.presets.pythia`): ``paper`` is the six smallest
+deduplicated Pythia models at revision ``step143000`` on FineWeb-Edu; ``smoke`` builds two tiny GPT-NeoX
+models, saves each with ``save_pretrained`` and loads it back from disk by path, then runs the same code on
+CPython's help texts with the byte tokenizer in well under two minutes on a CPU; ``mini`` probes the two
+smallest Pythia models frozen on Tiny Shakespeare.
 
 Record (``result.json``, read by ``08_make_figures.py``): ``model``, ``revision``, ``commit_hash``,
 ``weight_files``, ``n_layer``, ``d_model``, ``val_loss_before``, ``val_loss_after``, ``cpt_tokens``,
@@ -33,21 +32,21 @@ import hashlib
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
 
 from common import runs
-from common.data.text_sources import FINEWEB_SUBSET, TINY_SHAKESPEARE, text_data_spec
+from common.data.text_sources import FINEWEB_SUBSET, text_data_spec
 from common.data.token_shards import TokenBatches, TokenData, TokenLoader
 from common.data.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
 from common.device import cpu_threads, resolve_device, seed_everything
 from common.distributed import DistInfo, broadcast_from_main, env_info, wait_for_all
-from common.errors import UserError
+from common.errors import ParamError
 from common.experiments import decoder_runs
-from common.experiments.decoder_runs import DEFAULT_DATA_ROOT, DecoderPreset
+from common.experiments.decoder_runs import DEFAULT_DATA_ROOT
 from common.models.hf_decoder import (
     BlockInfluence,
     HFDecoder,
@@ -57,8 +56,17 @@ from common.models.hf_decoder import (
     load_causal_lm,
     resolve_snapshot,
 )
-from common.paper import PYTHIA_REVISION
 from common.precision import full_precision
+from common.presets.pythia import (  # the presets, importable from here too
+    DEFAULT_LR,
+    MINI,
+    PAPER,
+    PRESETS,
+    PYTHIA_MODELS,
+    SMOKE,
+    CPTPreset,
+    ModelEntry,
+)
 from common.runs import RunSpec
 from common.train import AdamWRecipe, TrainSettings, evaluate, finish_run, load_weights, place_model
 
@@ -66,124 +74,7 @@ log = logging.getLogger(__name__)
 
 EXPERIMENT = "pythia_cpt"
 SCRIPT = "04_pythia_cpt.py"
-DEFAULT_LR = 1e-4  # a model outside the Pythia table, without --lr
 BASE_DIR = "base_model"  # smoke: where a run saves its tiny model with save_pretrained
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """One model of a preset: a Hub id (or local path) and revision, or a tiny GPT-NeoX built here (``tiny``)."""
-
-    name: str
-    model: str | None  # Hub id or local directory; None for a tiny model
-    revision: str | None
-    lr: float  # peak CPT learning rate of this size
-    tiny: dict | None = None  # GPTNeoXConfig keys of a model built, saved and reloaded by the job
-
-
-def pythia(size: str, pythia_max_lr: float) -> ModelEntry:
-    """A deduplicated Pythia model at step143000; CPT peak lr = 0.1 x its pretraining peak (where its cosine ended)."""
-    return ModelEntry(
-        f"pythia-{size}-deduped", f"EleutherAI/pythia-{size}-deduped", PYTHIA_REVISION, round(0.1 * pythia_max_lr, 10)
-    )
-
-
-# The six smallest deduplicated Pythia models (B.5 says "six"; layers x d_model in docs/04_pythia_cpt.md),
-# with Pythia's own peak learning rates (Biderman et al. 2023, Table 1 / their configs).
-PYTHIA_MODELS = (
-    pythia("70m", 1e-3),  # 6 x 512
-    pythia("160m", 6e-4),  # 12 x 768
-    pythia("410m", 3e-4),  # 24 x 1024
-    pythia("1b", 3e-4),  # 16 x 2048
-    pythia("1.4b", 2e-4),  # 24 x 2048
-    pythia("2.8b", 1.6e-4),  # 32 x 2560
-)
-
-
-def tiny_gpt_neox(
-    n_layer: int, d_model: int, n_head: int = 4, vocab_size: int = ByteTokenizer.vocab_size, context: int = 128
-) -> dict:
-    """GPTNeoXConfig keys of a tiny Pythia-like model (parallel residual, partial rotary as Pythia)."""
-    return {
-        "vocab_size": vocab_size,
-        "hidden_size": d_model,
-        "num_hidden_layers": n_layer,
-        "num_attention_heads": n_head,
-        "intermediate_size": 4 * d_model,
-        "max_position_embeddings": context,
-        "use_parallel_residual": True,
-        "tie_word_embeddings": False,
-    }
-
-
-@dataclass(frozen=True, kw_only=True)
-class CPTPreset(DecoderPreset):
-    """What one preset fixes: the models and their continued pretraining's runtime, beside the data, token batch,
-    optimiser and probe of :class:`~common.experiments.decoder_runs.DecoderPreset`.
-
-    ``tokenizer`` is ``model`` (each model's own) or ``byte`` (smoke).
-    """
-
-    models: tuple[ModelEntry, ...]
-    lr: float | None = None  # peak AdamW learning rate of every model; None: each model's own (ModelEntry.lr)
-    eval_batch_size: int = 8
-    probe_sub_batch: int | None = (
-        1  # sequences per probe pass (None: the whole batch); runtime, the scores do not depend on it
-    )
-    gradient_checkpointing: bool = True
-    cpu_threads: int | None = None  # intra-op threads of a CPU run (None: torch's default); runtime, not identity
-
-
-PAPER = CPTPreset(
-    models=PYTHIA_MODELS,
-    source="fineweb-edu",
-    tokenizer="model",
-    block_size=2048,
-    val_tokens=1 << 21,
-    train_tokens=1 << 27,
-    batch_tokens=1 << 19,
-    micro_batch_size=4,
-    steps=None,
-    n_evals=4,
-    warmup_steps=25,
-)
-SMOKE = CPTPreset(
-    models=(
-        ModelEntry("tiny-neox-L2-d32", None, None, 3e-3, tiny_gpt_neox(2, 32)),
-        ModelEntry("tiny-neox-L4-d64", None, None, 3e-3, tiny_gpt_neox(4, 64)),
-    ),
-    block_size=64,
-    val_tokens=1 << 13,
-    batch_tokens=16 * 64,
-    steps=16,
-    n_evals=2,
-    warmup_steps=2,
-    probe_batch_size=4,
-    probe_batches=2,
-    cpu_threads=1,
-    **decoder_runs.SMOKE_SETTINGS,
-)
-# mini: the two smallest Pythia models probed frozen (steps = 0: no continued pretraining), 32 sequences of
-# 256 tokens of Tiny Shakespeare with each model's own tokenizer; offline, 04 says so and stops (mini_hub_check).
-MINI = CPTPreset(
-    models=PYTHIA_MODELS[:2],
-    source="text",
-    tokenizer="model",
-    block_size=256,
-    val_tokens=32 * 256 + 1,
-    train_tokens=1 << 13,
-    batch_tokens=256,
-    micro_batch_size=1,
-    steps=0,
-    n_evals=1,
-    warmup_steps=0,
-    probe_batch_size=8,
-    probe_batches=4,
-    eval_batch_size=8,
-    gradient_checkpointing=False,
-    text=TINY_SHAKESPEARE,
-)
-PRESETS = {"paper": PAPER, "smoke": SMOKE, "mini": MINI}
 
 
 # ----------------------------------------------------------------------------- configs
@@ -209,27 +100,20 @@ def cpt_configs(
     parameters (``runtime.fsdp_bf16_params``, present only when asked for)."""
     p, text_path = decoder_runs.choose_preset(PRESETS, preset, overrides, text_path)
     chosen = [user_model(m, revision) for m in models or ()] + [
-        user_model(m, revision, flag="--model-path") for m in model_paths
+        user_model(m, revision, local="model_paths") for m in model_paths
     ]
     entries = chosen or [e if revision is None else replace(e, revision=revision) for e in p.models]
-    decoder_runs.check_preset(p)
-    recipe_keys = {"batch_tokens": p.batch_tokens, "block_size": p.block_size}
+    if fsdp_bf16 and not fsdp:
+        raise ParamError("fsdp_bf16", fsdp_bf16, "sets FSDP2's parameter dtype, so it needs fsdp")
     runtime = {
-        "device": device,
-        "amp": amp,
+        **decoder_runs.runtime_config(p, device=device, amp=amp, text_path=text_path, data_root=data_root),
         "fsdp": fsdp,
-        "micro_batch_size": p.micro_batch_size,
-        "eval_batch_size": p.eval_batch_size,
         "gradient_checkpointing": p.gradient_checkpointing,
         "cpu_threads": p.cpu_threads,
-        "text_path": str(Path(text_path).expanduser().resolve()) if text_path else None,
-        "data_root": str(Path(data_root or DEFAULT_DATA_ROOT).expanduser().resolve()),
         "probe_sub_batch": p.probe_sub_batch,
+        **({"fsdp_bf16_params": True} if fsdp_bf16 else {}),
     }
-    if fsdp_bf16:
-        if not fsdp:
-            raise UserError("--fsdp-bf16 sets FSDP2's parameter dtype; add --fsdp")
-        runtime["fsdp_bf16_params"] = True
+    recipe_keys = {"batch_tokens": p.batch_tokens, "block_size": p.block_size}
     configs = []
     for seed in seeds:
         for e in entries:
@@ -241,11 +125,7 @@ def cpt_configs(
                 text_path=text_path,
                 subset=fineweb_subset,
             )
-            train = (
-                {"steps": 0, **recipe_keys}
-                if p.steps == 0
-                else {**decoder_runs.make_recipe(p, p.lr or e.lr).to_config(), **recipe_keys}
-            )
+            recipe = {"steps": 0} if p.steps == 0 else decoder_runs.make_recipe(p, p.lr or e.lr).to_config()
             configs.append(
                 {
                     "experiment": EXPERIMENT,
@@ -254,7 +134,7 @@ def cpt_configs(
                     "seed": seed,
                     "model": {"model": e.model, "revision": e.revision, "tiny": e.tiny},
                     "data": spec.identity(),
-                    "train": train,  # steps 0 (mini): the frozen model is probed as loaded
+                    "train": {**recipe, **recipe_keys},  # steps 0 (mini): the frozen model is probed as loaded
                     "probe": decoder_runs.probe_config(p, seed),
                     "runtime": dict(runtime),
                 }
@@ -276,18 +156,18 @@ def mini_hub_check(revision: str | None = None) -> str | None:
     return None
 
 
-def user_model(model: str, revision: str | None, *, flag: str = "--model") -> ModelEntry:
-    """A ``--model`` / ``--model-path`` entry: the Pythia table's lr when it is one of the six, else :data:`DEFAULT_LR`.
+def user_model(model: str, revision: str | None, *, local: str | None = None) -> ModelEntry:
+    """A ``models`` / ``model_paths`` entry: the Pythia table's lr when it is one of the six, else :data:`DEFAULT_LR`.
 
-    ``--model-path`` is always a local folder; ``--model`` is a local folder when one exists there.
+    ``local`` (``model_paths``): always a local folder; else a local folder when one exists there, or a Hub id.
     """
     known = {e.model: e for e in PYTHIA_MODELS}
-    if flag == "--model-path" or is_local(model):
+    if local or is_local(model):
         folder = Path(model).expanduser().resolve()
         if not (folder / "config.json").is_file():
-            other = "" if flag == "--model-path" else "a Hub id (owner/name) or "
-            raise UserError(
-                f"{flag} {model}: no save_pretrained folder there (no config.json); give {other}such a folder"
+            other = "" if local else "a Hub id (owner/name) or "
+            raise ParamError(
+                local or "models", model, f"no save_pretrained folder there (no config.json); give {other}such a folder"
             )
         return ModelEntry(folder.name, str(folder), revision, DEFAULT_LR)  # revision: recorded as the user declares it
     lr = known[model].lr if model in known else DEFAULT_LR
@@ -298,10 +178,8 @@ def tokenizer_name(entry: ModelEntry, tokenizer: str) -> str:
     """The data identity's tokenizer: ``byte``, or ``hf:<id>@<revision>`` (``hf:<dir>-<sha8 of its tokenizer files>``)."""
     if tokenizer == "byte":
         return "byte"
-    if tokenizer != "model":
-        raise UserError(f"--tokenizer {tokenizer}: use model (each model's own) or byte")
     if entry.tiny is not None:
-        raise UserError("the tiny smoke models have no tokenizer of their own; use --tokenizer byte")
+        raise ParamError("tokenizer", tokenizer, "the tiny smoke models have no tokenizer of their own; use byte")
     if entry.model and is_local(entry.model):
         folder = Path(entry.model)
         digest = hashlib.sha256()
@@ -323,8 +201,9 @@ def config_tokenizer(config: dict) -> Tokenizer:
     try:
         return HFTokenizer(AutoTokenizer.from_pretrained(folder), name=name)
     except (OSError, ValueError) as exc:
-        raise UserError(
-            f"{m['model']}: no tokenizer could be loaded from it ({str(exc).splitlines()[0][:160]}); pass --tokenizer byte"
+        reason = str(exc).splitlines()[0][:160]
+        raise ParamError(
+            "tokenizer", "model", f"no tokenizer could be loaded from {m['model']} ({reason}); use byte"
         ) from None
 
 
@@ -636,6 +515,8 @@ __all__ = [
     "PRESETS",
     "PYTHIA_MODELS",
     "SCRIPT",
+    "MINI",
+    "SMOKE",
     "CPTPreset",
     "ModelEntry",
     "cpt_configs",
