@@ -1,5 +1,5 @@
-"""The claims report's rows, from the records :func:`common.experiments.records.load_records` loads: one row per quantitative
-claim of the paper and of Cohen et al., and apart, the identity checks.
+"""The claims report's rows, from the records :func:`common.experiments.records.load_records` loads: one row per
+quantitative claim of the paper and of Cohen et al., and apart, the identity checks.
 
 Each row holds the claim, the paper's value (``common/paper.py`` only), the reproduced value, the records it came
 from (preset, dataset, seeds, number of runs), the verdict and the rule that gave it. The rules are

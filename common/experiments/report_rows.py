@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 
 from common import claims, paper
+from common.claim_rules.cases import Case
+from common.claim_rules.design import Design
 from common.claims import fmt
 from common.experiments import claim_rates
 from common.presets.report import MINI_NOTE, REPORTS, SMOKE_NOTE, report_preset
@@ -49,7 +51,7 @@ class KnownPower:
         return self.why
 
 
-RowDesign = tuple[claim_rates.Case, claim_rates.Design] | KnownPower  # what the power of a row is looked up by
+RowDesign = tuple[Case, Design] | KnownPower  # what the power of a row is looked up by
 
 
 def claim_row(
