@@ -10,7 +10,7 @@ own; a ``--preset`` the records do not hold is refused rather than replace their
 records are missing is skipped with one line naming the command that makes them; the exit code stays 0.
 A finished run that cannot be used (a malformed record) is named in one warning line and in the report's
 banner, and ``--strict`` makes it an error. The record formats and the choices of which records to use are
-documented in :mod:`common.experiments.make_figures`.
+documented in :mod:`common.experiments.records`.
 
     python 08_make_figures.py --out runs/smoke
     python 08_make_figures.py --preset mini --out results/mini --figures-dir results/mini/figures

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from common import claims
-from common.experiments import claim_rates, claim_rows, make_figures, power_table
+from common.experiments import claim_rates, claim_rows, power_table, records
 from common.scaling import fit_power_law
 from tests import figure_records
 
@@ -154,9 +154,9 @@ def test_the_power_table_is_regenerated_from_the_records_a_report_reads_and_read
     assert power_table.main(argv) == 0 and table.read_bytes() == first  # deterministic
     loaded = claim_rates.PowerTable.load(table)
     asked = claim_rates.PowerTable()
-    claim_rows.claim_rows(make_figures.load_records(out, "smoke"), power=asked)
+    claim_rows.claim_rows(records.load_records(out, "smoke"), power=asked)
     assert set(asked.requested) == set(loaded.entries)  # every design the report asks for, and no other
-    rows = claim_rows.claim_rows(make_figures.load_records(out, "smoke"), power=loaded)
+    rows = claim_rows.claim_rows(records.load_records(out, "smoke"), power=loaded)
     assert not any(r["power"].startswith(claim_rows.POWER_NOT_COMPUTED) for r in rows)
     assert power_table.main(["--out", str(tmp_path / "nowhere"), "--table", str(table)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

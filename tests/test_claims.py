@@ -20,7 +20,15 @@ from scipy import stats
 
 from common import claims
 from common.claims import FAILS, HOLDS, UNDECIDABLE, Estimate
-from common.experiments import claim_rates, claim_rows, make_figures, matched_insertion, probe_ag
+from common.experiments import (
+    claim_rates,
+    claim_rows,
+    claims_report,
+    make_figures,
+    matched_insertion,
+    probe_ag,
+    records,
+)
 from common.projection import saturation_interval
 from tests import figure_records
 
@@ -311,7 +319,7 @@ def test_projection_check_holds_where_v_equals_ag_up_to_the_float32_rounding_of_
 
 # ----------------------------------------------------------------------------- the report builder feeds the rules
 def rows_of(out, preset="smoke") -> dict[str, dict]:
-    return {r["claim"]: r for r in claim_rows.claim_rows(make_figures.load_records(out, preset))}
+    return {r["claim"]: r for r in claim_rows.claim_rows(records.load_records(out, preset))}
 
 
 def verdicts(out, preset="smoke") -> dict[str, str]:
@@ -378,7 +386,7 @@ def test_a_growth_table_written_before_budgets_were_recorded_still_reads(tmp_pat
         train_gap=lambda n, s: 0.01 + 0.001 * s,
         old_columns=True,
     )
-    equal, other = sorted(make_figures.load_records(tmp_path, "smoke").growth, key=lambda t: not t.equal_budget)
+    equal, other = sorted(records.load_records(tmp_path, "smoke").growth, key=lambda t: not t.equal_budget)
     for table in (equal, other):
         assert table.growth_epochs == {
             "ResNet-10": 10,
@@ -395,7 +403,7 @@ def test_a_growth_table_written_before_budgets_were_recorded_still_reads(tmp_pat
 def test_growth_table_names_with_a_shorter_parent_are_read(tmp_path):
     path = figure_records.growth(tmp_path, stage_epochs=2, parent_epochs=6, scratch_budget="total")
     path.rename(path.with_name(path.name.replace("table-digits-", "table-digits-parent6-")))
-    (table,) = make_figures.load_records(tmp_path, "smoke").growth
+    (table,) = records.load_records(tmp_path, "smoke").growth
     assert table.dataset == "digits" and table.stage_epochs == 2 and table.equal_budget
 
 
@@ -417,16 +425,16 @@ def test_matched_claims_compare_one_candidate_type_across_depths(tmp_path):
 
 def test_identity_checks_are_reported_apart_and_not_counted(tmp_path):
     out = figure_records.everything(tmp_path, seeds=(0, 1))
-    rows = claim_rows.claim_rows(make_figures.load_records(out, "smoke"))
+    rows = claim_rows.claim_rows(records.load_records(out, "smoke"))
     kinds = {r["claim"]: r["kind"] for r in rows}
     assert kinds["the exact growth value never exceeds AG_l at any candidate"] == claim_rows.IDENTITY
     assert kinds["matched insertion lowers the training loss at every depth (digits)"] == claim_rows.IDENTITY
     assert {r["kind"] for r in rows} == {claim_rows.CLAIM, claim_rows.IDENTITY}
-    text = make_figures.claims_markdown(rows, "smoke", out)
+    text = claims_report.claims_markdown(rows, "smoke", out)
     claims_part, checks_part = text.split("## Identity checks")
     assert "never exceeds AG_l" in checks_part and "never exceeds AG_l" not in claims_part
     counted = sum(1 for r in rows if r["kind"] == claim_rows.CLAIM)
-    counts = make_figures.verdict_counts(rows)
+    counts = claims_report.verdict_counts(rows)
     assert sum(int(re.match(r"[^:]+: (\d+)", part)[1]) for part in counts.split(", ")) == counted
 
 
@@ -434,7 +442,7 @@ def test_app_g_row_shows_interval_t_candidates_and_verdict_of_new_and_older_reco
     claim = "the deepest models probed are first-order saturated within delta (App. G) (digits)"
 
     def row(out):
-        return next(r for r in claim_rows.claim_rows(make_figures.load_records(out, "smoke")) if r["claim"] == claim)
+        return next(r for r in claim_rows.claim_rows(records.load_records(out, "smoke")) if r["claim"] == claim)
 
     figure_records.sweep_and_probe(
         tmp_path / "good", seeds=(0, 1)
@@ -472,7 +480,7 @@ def test_app_g_row_shows_interval_t_candidates_and_verdict_of_new_and_older_reco
 def test_weight_scaling_verdicts_use_the_max_norm_beta_and_show_step_2_beside_it(tmp_path):
     # i.i.d.-like weights: the max norm reads alpha + beta = 1 (Cohen et al.'s ReLU value), Step 2 reads 1.5.
     figure_records.scaling(tmp_path, beta=0.3, alpha=0.7, diffusive=0.5)
-    rows = {r["claim"]: r for r in claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"))}
+    rows = {r["claim"]: r for r in claim_rows.claim_rows(records.load_records(tmp_path, "smoke"))}
     relu = rows[
         "fc-relu: alpha + beta from |delta_k| A_k, max norm (how their figures were read; used for the verdict) (synthetic)"
     ]
@@ -488,7 +496,7 @@ def test_weight_scaling_verdicts_use_the_max_norm_beta_and_show_step_2_beside_it
 
 def test_records_of_the_other_preset_are_not_run(tmp_path):
     figure_records.sweep_and_probe(tmp_path, preset="smoke")
-    rows = claim_rows.claim_rows(make_figures.load_records(tmp_path, "paper"))
+    rows = claim_rows.claim_rows(records.load_records(tmp_path, "paper"))
     assert rows and all(r["verdict"] == claims.NOT_RUN for r in rows)
     assert "python 02_probe_ag.py" in rows[0]["records"]
 
@@ -539,7 +547,7 @@ def test_the_line_rows_are_not_comparable_and_give_the_lines_per_example_value_a
             assert "the rule at 0.005 as read: " in row["reproduced"]
     stays = next(r for c, r in rows.items() if c.startswith("once below 0.005") and "batch-mean" in c)
     assert "as read: holds: N* = 4" in stays["reproduced"]  # the rule's own verdict beside the report's
-    counts = make_figures.verdict_counts(list(rows.values()))
+    counts = claims_report.verdict_counts(list(rows.values()))
     assert f"{claims.NOT_COMPARABLE}: 4" in counts
 
 
@@ -555,7 +563,7 @@ def table_with(rows: dict[str, dict], case: str, power: float, seeds: int | None
 
 def designs_asked(out, preset="smoke") -> claim_rates.PowerTable:
     asked = claim_rates.PowerTable()
-    claim_rows.claim_rows(make_figures.load_records(out, preset), power=asked)
+    claim_rows.claim_rows(records.load_records(out, preset), power=asked)
     return asked
 
 
@@ -572,7 +580,7 @@ def test_power_at_the_records_design_marks_an_undecided_row_and_leaves_a_decided
             *(claim_rates.Power(growth_mean, k, 0.3, 0.0, 4, 32, 10, 0, 0.5) for k in keys[growth_mean]),
         ]
     )
-    rows = {r["claim"]: r for r in claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"), power=low)}
+    rows = {r["claim"]: r for r in claim_rows.claim_rows(records.load_records(tmp_path, "smoke"), power=low)}
     (trend,) = trend_rows(rows, "AGmax falls with depth (ResNet")
     assert trend["verdict"].startswith(HOLDS) and "(smoke scale" in trend["verdict"]  # decided: it stands
     assert trend["power"] == "0.40 (< 0.8: needs about 6 seeds per depth, 48 runs)"
@@ -583,7 +591,7 @@ def test_power_at_the_records_design_marks_an_undecided_row_and_leaves_a_decided
     high = claim_rates.PowerTable(
         [claim_rates.Power(growth_mean, k, 0.9, 0.0, None, None, 10, 0, 0.5) for k in keys[growth_mean]]
     )
-    rows = {r["claim"]: r for r in claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"), power=high)}
+    rows = {r["claim"]: r for r in claim_rows.claim_rows(records.load_records(tmp_path, "smoke"), power=high)}
     test_mean = rows["growth's mean test loss is below scratch's (digits)"]
     assert claims.verdict_kind(test_mean["verdict"]) == UNDECIDABLE and test_mean["power"] == "0.90"
 
@@ -591,15 +599,15 @@ def test_power_at_the_records_design_marks_an_undecided_row_and_leaves_a_decided
 def test_a_design_missing_from_the_power_table_is_said_to_be_so_and_never_guessed(tmp_path):
     # 5 seeds: a design no committed record set has (the committed table holds results/mini's designs)
     figure_records.growth(tmp_path, seeds=(0, 1, 2, 3, 4), test_gap=lambda n, s: 0.03 if s % 2 else -0.03)
-    rows = claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"), power=claim_rates.PowerTable())
+    rows = claim_rows.claim_rows(records.load_records(tmp_path, "smoke"), power=claim_rates.PowerTable())
     test_mean = next(r for r in rows if r["claim"] == "growth's mean test loss is below scratch's (digits)")
     assert test_mean["power"].startswith(claim_rows.POWER_NOT_COMPUTED)
     assert claim_rates.POWER_COMMAND in test_mean["power"]
     assert claims.verdict_kind(test_mean["verdict"]) == UNDECIDABLE  # not "at this design": no power was computed
-    counts = make_figures.verdict_counts(rows)
+    counts = claims_report.verdict_counts(rows)
     assert f"with {claim_rows.POWER_NOT_COMPUTED})" in counts
     # 08 reads the committed table, which does not hold this design either: the same fallback
-    committed = claim_rows.claim_rows(make_figures.load_records(tmp_path, "smoke"))
+    committed = claim_rows.claim_rows(records.load_records(tmp_path, "smoke"))
     assert next(r for r in committed if r["claim"] == test_mean["claim"])["power"] == test_mean["power"]
 
 
@@ -622,7 +630,7 @@ def test_rows_about_test_performance_state_the_regime_and_the_trend_rows_name_th
     assert "regime" not in rows["growth's mean training loss is below scratch's (digits)"]["reproduced"]
     (trend,) = trend_rows(rows, "AGmax falls with depth (ResNet")
     assert "did not fit (clean training loss above 0.05): N = 6 (seed 0: 0.2, seed 1: 0.2)" in trend["records"]
-    rec = make_figures.load_records(tmp_path, "smoke")
+    rec = records.load_records(tmp_path, "smoke")
     table = make_figures.depth_table(rec.probe, rec.sweep, LINE)
     assert [r["N"] for r in table if not r["fits"]] == [6]
 

@@ -19,7 +19,7 @@ import pytest
 
 from common import runs
 from common.data import text_sources
-from common.experiments import make_figures
+from common.experiments import claims_report, make_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path("results") / "mini"  # relative to the repository root, as make mini writes it
@@ -132,9 +132,9 @@ def test_rebuilding_the_report_from_the_committed_records_gives_the_committed_cl
 
 
 def test_the_readme_results_table_is_the_committed_claims_table():
-    block = make_figures.readme_block((ROOT / "README.md").read_text())
-    assert block is not None, f"README.md lacks its Results block ({make_figures.README_START})"
-    assert block == make_figures.results_block((ROOT / CLAIMS).read_text()), (
+    block = claims_report.readme_block((ROOT / "README.md").read_text())
+    assert block is not None, f"README.md lacks its Results block ({claims_report.README_START})"
+    assert block == claims_report.results_block((ROOT / CLAIMS).read_text()), (
         "README's Results table is stale: run make mini-readme"
     )
 

@@ -9,6 +9,7 @@ import pandas as pd
 from common import plots
 from common.experiments import make_figures
 from tests import figure_records
+from tests.test_layout import MODULES, repo_imports
 
 script = importlib.import_module("08_make_figures")
 
@@ -93,3 +94,31 @@ def test_figure_1_marks_the_depths_that_did_not_fit_on_every_panel():
     assert "did not fit (a run's training loss > 0.05)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     plain = plots.ag_vs_depth(probe, sweep, dataset="digits", line=5e-3)
     assert not any(ax.patches for ax in plain.axes[:3])
+
+
+REPORT_PARTS = (  # the report's modules, below make_figures (script 08's job module)
+    "common.experiments.records",
+    "common.experiments.claim_rows",
+    "common.experiments.report_rows",
+    "common.experiments.ag_rows",
+    "common.experiments.growth_rows",
+    "common.experiments.insertion_rows",
+    "common.experiments.scaling_rows",
+    "common.experiments.claims_report",
+)
+
+
+def test_the_reports_records_have_one_home_below_the_figures_and_the_rows():
+    """records.py is imported by make_figures and claim_rows and imports neither; no report part imports
+    make_figures, not even for a type; the claim rules import nothing of the experiments."""
+    imports = {name: repo_imports(name) for name in (*REPORT_PARTS, "common.experiments.make_figures")}
+    assert "common.experiments.records" in imports["common.experiments.make_figures"]
+    assert "common.experiments.records" in imports["common.experiments.claim_rows"]
+    assert not imports["common.experiments.records"] & set(REPORT_PARTS), imports["common.experiments.records"]
+    for name in REPORT_PARTS:
+        assert "common.experiments.make_figures" not in imports[name], f"{name} imports make_figures"
+    rules = [m for m in MODULES if m == "common.claims" or m.startswith("common.claim_rules")]
+    assert len(rules) > 5
+    for name in rules:
+        upward = {m for m in repo_imports(name) if m.startswith("common.experiments")}
+        assert not upward, f"{name} imports {sorted(upward)}: the claim rules are infrastructure"

@@ -30,6 +30,7 @@ from common import claims, paper, resnet_sweep
 from common.data.vision import make_synthetic
 from common.experiments import (
     claim_rows,
+    claims_report,
     gpt2_ascend,
     growth_vs_scratch,
     make_figures,
@@ -295,7 +296,7 @@ def test_the_summary_tables_parse_and_hold_the_records_numbers(pipeline):
     generic = ("ag_vs_depth-npz", "gpt2_depth", "pythia", "growth_vs_scratch-npz", "matched_insertion-npz")
     for stem in (*generic, "weight_scaling_exponents"):
         csv = pd.read_csv(tables / f"{stem}.csv")
-        md = make_figures.claims_cells((tables / f"{stem}.md").read_text())  # every row as many cells as the header
+        md = claims_report.claims_cells((tables / f"{stem}.md").read_text())  # every row as many cells as the header
         assert len(csv) and md, stem
         if stem in generic:
             assert len(md) == len(csv), stem
@@ -314,7 +315,7 @@ def test_the_summary_tables_parse_and_hold_the_records_numbers(pipeline):
 def test_the_claims_report_and_its_csv_hold_the_same_rows(pipeline):
     report = (pipeline.figures / make_figures.CLAIMS).read_text()
     claims_part, checks_part = report.split("## Identity checks")
-    shown = make_figures.claims_cells(claims_part) + make_figures.claims_cells(checks_part)
+    shown = claims_report.claims_cells(claims_part) + claims_report.claims_cells(checks_part)
     written = list(pipeline.claims.values())
 
     def keys(rows):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from common.experiments.make_figures import claims_cells
+from common.experiments.claims_report import claims_cells
 from common.tables import Column, cell_text, markdown_table
 
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common.errors import UserError
-from common.experiments import claim_rates, claim_rows, make_figures
+from common.experiments import claim_rates, claim_rows, records
 
 
 def regenerate(
@@ -33,7 +33,7 @@ def regenerate(
     fresh: bool = False,
 ) -> list[claim_rates.Power]:
     """Compute the power of every design the report of ``preset`` records under ``out`` asks for; write ``table``."""
-    rec = make_figures.load_records(out, preset)
+    rec = records.load_records(out, preset)
     asked = claim_rates.PowerTable()
     claim_rows.claim_rows(rec, power=asked)
     powers = [claim_rates.power(case, design, reps, seed) for case, design in asked.requested.values()]

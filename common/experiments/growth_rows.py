@@ -1,0 +1,198 @@
+"""The claims report's rows about growth against training from scratch (script 03), from its chosen tables."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import pandas as pd
+
+from common import claims, paper
+from common.experiments.records import Records
+from common.experiments.report_rows import (
+    claim_row,
+    describe,
+    growth_design,
+)
+
+
+def reduction_summaries(
+    t: pd.DataFrame, models: Iterable[str], metric: str
+) -> tuple[dict[str, tuple[float, float, int]], bool]:
+    """Per architecture, (mean, sample std, seeds) of the per-seed ``scratch - growth`` ``metric`` from 03's table.
+
+    Paired: its ``<metric>_reduction`` and ``_std`` columns. A table written before 03 kept the paired training-loss
+    spread has only each side's std: then the unpaired spread ``sqrt(std_g^2 + std_s^2)`` (the second value is False).
+    """
+    paired = f"{metric}_reduction_std" in t.columns
+    out = {}
+    for m in models:
+        row = t.loc[m]
+        if paired:
+            out[m] = (float(row[f"{metric}_reduction"]), float(row[f"{metric}_reduction_std"]), int(row["seeds"]))
+        else:
+            std = math.hypot(float(row[f"growth_{metric}_std"]), float(row[f"scratch_{metric}_std"]))
+            out[m] = (float(row[f"scratch_{metric}"] - row[f"growth_{metric}"]), std, int(row["seeds"]))
+    return out, paired
+
+
+TEST_LOSS_CLAIMS = (1, 2, 3, 5, 6, 7, 8)  # positions in growth_claims' specs whose claim is about test loss
+
+
+def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
+    """Growth vs scratch: the means, the relative and absolute reductions, per-architecture winners; per dataset.
+
+    The verdicts read the table whose scratch arm had the grown models' epochs in all (03's ``total`` arm: equal
+    budgets, docs/decisions.md, section "Function-preserving growth"); the same numbers at the other arm's budget
+    (the sweep's fixed epochs) stand beside them, without a verdict. Without an equal-budget table the rows are not
+    run (no verdict rests on unequal budgets), the other arm's numbers still shown. Rows about test loss give each
+    side's test accuracy beside it.
+    """
+    mean_train = f"growth {paper.GROWTH_MEAN_TRAIN_LOSS['growth']} vs scratch {paper.GROWTH_MEAN_TRAIN_LOSS['scratch']}"
+    mean_test = f"growth {paper.GROWTH_MEAN_TEST_LOSS['growth']} vs scratch {paper.GROWTH_MEAN_TEST_LOSS['scratch']}"
+    specs = [
+        ("growth's mean training loss is below scratch's", mean_train, claims.growth_lower_mean),
+        ("growth's mean test loss is below scratch's", mean_test, claims.growth_lower_mean),
+        ("relative test-loss reduction of the means", f"{paper.GROWTH_TEST_RELATIVE_REDUCTION:.1%}", claims.paper_size),
+        (
+            "growth's test loss is lower for all four architectures",
+            ", ".join(paper.GROWTH_LOWER_TEST_LOSS),
+            claims.growth_wins_everywhere,
+        ),
+        (
+            "growth's training loss is lower at ResNet-10, -11 and -13",
+            ", ".join(paper.GROWTH_LOWER_TRAIN_LOSS),
+            claims.growth_wins_everywhere,
+        ),
+        *(
+            spec
+            for m, v in paper.GROWTH_TEST_ABS_REDUCTION_RANGE.items()
+            for spec in (
+                (f"absolute test-loss reduction at {m}: direction", f"{v} (growth lower)", claims.paper_direction),
+                (f"absolute test-loss reduction at {m}: size", f"{v}", claims.paper_size),
+            )
+        ),
+    ]
+    if not rec.growth:
+        return [claim_row(c, p, fn, None, f"none: {cmd['growth']}", rec.preset) for c, p, fn in specs]
+    rows = []
+    for dataset in sorted({t.dataset for t in rec.growth}):
+        equal = next((t for t in rec.growth if t.dataset == dataset and t.equal_budget), None)
+        other = next((t for t in rec.growth if t.dataset == dataset and not t.equal_budget), None)
+        beside = growth_outcomes(other) if other is not None else None
+        shown = equal or other
+        accuracy = test_accuracies(shown)
+        for i, (claim, said, fn) in enumerate(specs):
+            values = []
+            if i in TEST_LOSS_CLAIMS:
+                values.append(accuracy[claim_models(claim)])
+            if beside is not None:
+                values.append(f"beside it, {other.budget_words()}: {beside[i].value}")
+            if equal is None:
+                row = claim_row(
+                    f"{claim} ({dataset})",
+                    said,
+                    fn,
+                    None,
+                    f"no equal-budget scratch arm: {cmd['growth']} (its default arms); "
+                    + growth_records(rec.preset, other),
+                    rec.preset,
+                )
+                row["reproduced"] = "; ".join(values)
+            else:
+                outcome = growth_outcomes(equal)[i]
+                value = "; ".join([f"at {equal.budget_words()}: {outcome.value}", *values])
+                records = growth_records(rec.preset, equal) + (f"; beside it {other.path.name}" if other else "")
+                row = claim_row(
+                    f"{claim} ({dataset})",
+                    said,
+                    fn,
+                    claims.Outcome(outcome.verdict, value),
+                    records,
+                    rec.preset,
+                    design=growth_design(equal, fn, claim, said),
+                )
+            rows.append(row)
+    return rows
+
+
+def growth_records(preset: str, table) -> str:
+    """The records column of a growth row: preset, dataset, seeds, runs, architectures, budgets, the table file."""
+    t = table.rows.set_index("model")
+    present = [m for m in t.index if m != "mean"]
+    _, paired = reduction_summaries(t, present, "train_loss")
+    return describe(
+        preset,
+        table.dataset,
+        table.seeds,
+        2 * len(present) * len(table.seeds),
+        f"{', '.join(present)}; {table.budget()}; {table.path.name}"
+        + ("" if paired else "; training-loss spread unpaired (table without train_loss_reduction_std)"),
+    )
+
+
+def growth_outcomes(table) -> list[claims.Outcome]:
+    """Every growth rule's outcome on one of 03's tables, in the order of :func:`growth_claims`' specs."""
+    t = table.rows.set_index("model")
+    mean = t.loc["mean"]
+    present = [m for m in t.index if m != "mean"]
+    test, _ = reduction_summaries(t, present, "test_loss")
+    train, _ = reduction_summaries(t, present, "train_loss")
+    mean_train_est = claims.over_seeds(*reduction_summaries(t, ["mean"], "train_loss")[0]["mean"])
+    mean_test_est = claims.over_seeds(*reduction_summaries(t, ["mean"], "test_loss")[0]["mean"])
+    scale = float(mean["scratch_test_loss"])
+    relative = (
+        None
+        if mean_test_est is None
+        else claims.Estimate(mean_test_est.mean / scale, mean_test_est.se / scale, mean_test_est.df)
+    )
+    pooled = claims.pooled_estimates(test) or {}
+    outcomes = [
+        claims.growth_lower_mean(mean["growth_train_loss"], mean["scratch_train_loss"], mean_train_est),
+        claims.growth_lower_mean(mean["growth_test_loss"], mean["scratch_test_loss"], mean_test_est),
+        claims.paper_size(relative, paper.GROWTH_TEST_RELATIVE_REDUCTION),
+        claims.growth_wins_everywhere(test, [f"ResNet-{d}" for d in paper.GROWTH_DEPTHS]),
+        claims.growth_wins_everywhere(train, paper.GROWTH_LOWER_TRAIN_LOSS),
+    ]
+    for model, value in paper.GROWTH_TEST_ABS_REDUCTION_RANGE.items():
+        if model in t.index:
+            outcomes += [claims.paper_direction(pooled.get(model), value), claims.paper_size(pooled.get(model), value)]
+        else:
+            outcomes += [claims.Outcome(claims.UNDECIDABLE, f"{model} not run")] * 2
+    return outcomes
+
+
+def claim_models(claim: str) -> str:
+    """Which test accuracies a growth claim shows: the architecture it names, every one, or the mean row."""
+    for model in paper.GROWTH_TEST_ABS_REDUCTION_RANGE:
+        if f"at {model}:" in claim:
+            return model
+    return "all" if "all four" in claim else "mean"
+
+
+def test_accuracies(table) -> dict[str, str]:
+    """Each side's test accuracy (mean over seeds) in words, per architecture, for every one, and for the mean row."""
+    t = table.rows.set_index("model")
+
+    def pair(model: str) -> str:
+        if model not in t.index or "growth_test_acc" not in t.columns:
+            return f"{model}: -"
+        row = t.loc[model]
+        return f"growth {float(row['growth_test_acc']):.3f} vs scratch {float(row['scratch_test_acc']):.3f}"
+
+    words = {m: f"test accuracy {pair(m)}" for m in paper.GROWTH_TEST_ABS_REDUCTION_RANGE}
+    words["mean"] = f"mean test accuracy {pair('mean')}"
+    present = [m for m in t.index if m != "mean"]
+    words["all"] = "test accuracy " + ", ".join(f"{m}: {pair(m)}" for m in present)
+    return words
+
+
+__all__ = [
+    "TEST_LOSS_CLAIMS",
+    "claim_models",
+    "growth_claims",
+    "growth_outcomes",
+    "growth_records",
+    "reduction_summaries",
+    "test_accuracies",
+]
