@@ -133,13 +133,16 @@ def sweep_configs(
     identity of a run on every image is unchanged. ``compile``: "auto" (on for CUDA only), "on" or "off".
     ``synthetic``: ``num_train`` / ``num_test`` / ``num_classes`` / ``image_size`` of the synthetic source.
     """
-    dataset = dataset or DEFAULT_DATASET[preset]
+    table = sweep_presets(preset)
+    dataset = dataset or table.default_dataset
     if dataset not in DATASETS:
         raise ParamError("dataset", dataset, f"unknown dataset; use one of {', '.join(DATASETS)}")
-    base = sweep_preset(preset, dataset)
+    base = table.for_dataset(dataset)
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     recipe = replace(base.recipe, **{k: given.pop(k) for k in RECIPE_FIELDS if k in given})
     settings = replace(base, recipe=recipe, **{k: tuple(v) if k == "depths" else v for k, v in given.items()})
+    train_keys = {**recipe.to_config(), "batch_size": settings.batch_size, "crop_pad": settings.crop_pad}
+    train_keys["flip"] = settings.flip
     data, data_root = sweep_data(settings, dataset, data_root, synthetic)
     runtime = {
         "device": device,
@@ -160,7 +163,7 @@ def sweep_configs(
             "seed": seed,
             "data": data,
             "model": {"widths": widths},
-            "train": settings.train_keys(),
+            "train": dict(train_keys),
             "runtime": dict(runtime),
         }
         for seed, n in itertools.product(seeds, settings.depths)

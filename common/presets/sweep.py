@@ -52,10 +52,6 @@ class SweepPreset:
             if value is not None and not value > 0:
                 raise ParamError(name, value, "must be positive")
 
-    def train_keys(self) -> dict:
-        """The ``train`` entry of a run config: the recipe's fields, the batch size and the augmentation."""
-        return {**self.recipe.to_config(), "batch_size": self.batch_size, "crop_pad": self.crop_pad, "flip": self.flip}
-
 
 @dataclass(frozen=True)
 class SweepPresets:
