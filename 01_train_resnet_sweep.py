@@ -13,16 +13,7 @@ table of every planned run is printed at the end. Each run is one process: start
 
 from __future__ import annotations
 
-from common.cli import (
-    check_flag_use,
-    comma_ints,
-    entry_point,
-    flags_for,
-    make_parser,
-    parse_args,
-    positive_float,
-    positive_int,
-)
+from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_float, positive_int
 from common.data.vision import DATASETS
 from common.experiments.train_resnet_sweep import summary_table
 from common.launch import launch_from_args
@@ -36,19 +27,9 @@ from common.resnet_sweep import (
 )
 from common.runs import make_specs
 
-PLANNER_FLAGS = (
-    "preset",
-    "dataset",
-    "data_root",
-    "depths",
-    "epochs",
-    "batch_size",
-    "lr",
-    "image_size",
-    "train_subset",
-    "device",
-    "compile",
-)
+# The flags that set a field of the sweep's preset (common.presets.sweep.SweepPreset and its recipe): dest == field.
+PRESET_FLAGS = ("depths", "epochs", "batch_size", "lr", "image_size", "train_subset")
+PLANNER_FLAGS = ("preset", "dataset", "data_root", *PRESET_FLAGS, "device", "compile")
 SCRIPT_FLAGS = ("seeds", "seed")  # the seeds to plan: --seeds, else --seed
 
 
@@ -100,15 +81,17 @@ def build_parser():
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
+    overrides = {field: getattr(args, field) for field in PRESET_FLAGS}
     if args.seeds is not None:
         groups = [(args.depths, args.seeds)]
     else:  # mini: 2 seeds at every depth, a third at the depths 03 reuses (common.resnet_sweep.preset_runs)
         depths = args.depths or sweep_preset(args.preset, args.dataset or DEFAULT_DATASET[args.preset]).depths
         groups = preset_runs(args.preset, args.seed, depths)
+    where = {"dataset": args.dataset, "data_root": args.data_root, "device": args.device, "compile": args.compile}
     configs = [
         c
         for depths, seeds in groups
-        for c in sweep_configs(**flags_for(sweep_configs, args, PLANNER_FLAGS, depths=depths, seeds=seeds))
+        for c in sweep_configs(preset=args.preset, overrides={**overrides, "depths": depths}, seeds=seeds, **where)
     ]
     specs = make_specs(configs, args.out)
     results = launch_from_args(

@@ -19,9 +19,19 @@ from __future__ import annotations
 
 import argparse
 
-from common.cli import check_flag_use, comma_ints, entry_point, flags_for, make_parser, parse_args, positive_int
+from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
 from common.data.vision import DATASETS
 from common.experiments.growth_vs_scratch import (
+    collect_records,
+    growth_plan,
+    growth_table,
+    growth_vs_scratch_run,
+    markdown_table,
+    table_stem,
+    write_table,
+)
+from common.launch import launch_from_args
+from common.presets.growth import (
     DEFAULT_BUDGETS,
     MINI_PARENT_EPOCHS,
     MINI_STAGE_EPOCHS,
@@ -29,31 +39,14 @@ from common.experiments.growth_vs_scratch import (
     SCRATCH_BUDGETS,
     SMOKE_DEPTHS,
     SMOKE_STAGE_EPOCHS,
-    collect_records,
-    growth_plan,
-    growth_table,
-    growth_vs_scratch_run,
-    markdown_table,
     scratch_budgets,
-    table_stem,
-    write_table,
 )
-from common.launch import launch_from_args
 from common.resnet_sweep import DEFAULT_DATASET, check_sweep_data, preset_seeds
 from common.runs import make_specs
 
-PLANNER_FLAGS = (
-    "preset",
-    "data_root",
-    "depths",
-    "stage_epochs",
-    "parent_epochs",
-    "scratch_epochs",
-    "scratch_budget",
-    "train_subset",
-    "device",
-    "compile",
-)
+# The flags that set a field of the growth preset (common.presets.growth.GrowthPreset): dest == field.
+PRESET_FLAGS = ("depths", "stage_epochs", "parent_epochs", "scratch_epochs", "scratch_budget", "train_subset")
+PLANNER_FLAGS = ("preset", "data_root", *PRESET_FLAGS, "device", "compile")
 SCRIPT_FLAGS = ("dataset", "seeds", "seed")  # --dataset's default follows --preset; the seeds: --seeds, else --seed
 
 
@@ -126,7 +119,9 @@ def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
     seeds = args.seeds if args.seeds is not None else preset_seeds(args.preset, args.seed, growth=True)
-    plan = growth_plan(**flags_for(growth_plan, args, PLANNER_FLAGS, dataset=dataset, seeds=seeds))
+    overrides = {field: getattr(args, field) for field in PRESET_FLAGS}
+    where = {"data_root": args.data_root, "device": args.device, "compile": args.compile}
+    plan = growth_plan(preset=args.preset, overrides=overrides, dataset=dataset, seeds=seeds, **where)
     print(plan.describe(args.out))
     results = launch_from_args(
         growth_vs_scratch_run,

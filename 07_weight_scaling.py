@@ -42,7 +42,6 @@ from common.experiments.weight_scaling import (
     EXPERIMENT,
     FAMILIES,
     FC_FAMILIES,
-    SCHEDULES,
     analyse_sweep_run,
     exponent_markdown,
     exponent_rows,
@@ -55,6 +54,7 @@ from common.experiments.weight_scaling import (
     train_fc_run,
 )
 from common.launch import launch_from_args
+from common.presets.weight_scaling import SCHEDULES
 from common.resnet_sweep import (
     DEFAULT_DATASET,
     check_sweep_inputs,
@@ -68,16 +68,9 @@ from common.scaling import DEFAULT_LEVEL
 
 log = logging.getLogger("07_weight_scaling")
 
-PLANNER_FLAGS = (
-    "preset",
-    "depths",
-    "epochs",
-    "lr",
-    "batch_size",
-    "schedule",
-    "device",
-    "input_size",
-)  # fc_configs, sweep_analysis_configs
+# The flags that set a field of the FC preset (common.presets.weight_scaling.FCPreset, its recipe): dest == field.
+PRESET_FLAGS = ("depths", "epochs", "lr", "batch_size", "schedule")
+PLANNER_FLAGS = ("preset", *PRESET_FLAGS, "device", "input_size")  # fc_configs, sweep_analysis_configs
 SCRIPT_FLAGS = (
     "family",
     "dataset",
@@ -163,17 +156,8 @@ def main(argv=None) -> int:
                 check=functools.partial(check_sweep_inputs, data=False),
             )
         else:
-            configs = fc_configs(
-                family,
-                preset=args.preset,
-                depths=args.depths,
-                seeds=seeds,
-                epochs=args.epochs,
-                lr=args.lr,
-                batch_size=args.batch_size,
-                schedule=args.schedule,
-                device=args.device,
-            )
+            overrides = {field: getattr(args, field) for field in PRESET_FLAGS}
+            configs = fc_configs(family, preset=args.preset, overrides=overrides, seeds=seeds, device=args.device)
             results = launch_from_args(train_fc_run, make_specs(configs, args.out), args, job_kind="train", desc=family)
             if results is not None:
                 print(fc_training_table(results))

@@ -3,7 +3,7 @@
 Shared by scripts 01, 02, 03, 06 and 07, below their job modules (``common/experiments/``):
 the sweep's settings per preset and dataset (:func:`sweep_preset`), its run configs
 (:func:`sweep_configs`), the job function that trains one run (:func:`train_resnet_run`, script
-01's; its body :func:`fit_resnet` also trains script 03's growth stages), and the records API that
+01's; given a model function it also trains script 03's growth stages), and the records API that
 reads finished runs back (:func:`finished_sweep_runs`, :func:`require_sweep_runs`,
 :func:`load_trained_resnet`, :func:`load_sweep_run`, :func:`load_sweep_data`). Script 01's own job
 module, ``common/experiments/train_resnet_sweep.py``, keeps only its summary table.
@@ -12,12 +12,8 @@ Each run trains ResNet-(8+N) (``common/models/resnet.py``) on one dataset with o
 leaves ``config.json``, ``metrics.jsonl``, ``model.pt`` (final weights) and ``result.json``
 in its run directory.
 
-Presets: ``paper`` has the paper's depth grids (``common/paper.py``; B.1: CIFAR N = 1..100, to which we add
-the backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR
-epoch count and no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value
-below are this reproduction's decisions (docs/decisions.md). ``smoke`` runs the
-same code paths in minutes on a CPU. ``mini`` trains 7 depths, 2 seeds (a third at the depths script 03
-reuses), on a class-balanced 1,000-image subset of real CIFAR-10 (docs/decisions.md, section "Mini preset").
+Presets (``paper``, ``smoke``, ``mini``) are data: :mod:`common.presets.sweep`, whose names this module keeps
+importable (``SweepPreset``, ``MINI``, ``DEFAULT_DATASET``, ...).
 
 On accelerators (``common.train``): bf16 autocast where the device has native bf16, else
 float32; ``--compile auto`` compiles on CUDA, and every run starts from a fresh compiler state so
@@ -28,11 +24,12 @@ result are evaluated in float32 on every device, so they compare across depths.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -41,9 +38,24 @@ from torch.utils.flop_counter import FlopCounterMode
 from common import runs
 from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision, warn_unused_data_root, with_train_subset
 from common.device import resolve_device, seed_everything
-from common.errors import UserError
-from common.models.resnet import BACKBONE_DEPTH, ResNet, ResNetConfig, count_parameters, depth_label
-from common.paper import CIFAR_EXTRA_BLOCKS, GROWTH_DEPTHS, IMAGENET100_EPOCHS, IMAGENET100_EXTRA_BLOCKS
+from common.errors import ParamError, UserError
+from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
+from common.presets.sweep import (
+    CIFAR_PAPER,
+    DEFAULT_DATASET,
+    GROWTH_SCRATCH_DEPTHS,
+    IMAGENET100_PAPER,
+    MINI,
+    MINI_GROWTH_SEEDS,
+    MINI_SEEDS,
+    PRESETS,
+    RECIPE_FIELDS,
+    SMOKE,
+    SMOKE_IMAGENET100,
+    SweepPreset,
+    sweep_preset,
+    sweep_presets,
+)
 from common.runs import RunSpec
 from common.train import WEIGHTS, SGDRecipe, TrainSettings, finish_run, load_weights, train
 
@@ -58,60 +70,7 @@ CONFIG_KEYS = (
 )  # what scripts 02, 03, 06, 07 read from a sweep run's config
 
 
-# ----------------------------------------------------------------------------- presets
-@dataclass(frozen=True)
-class SweepPreset:
-    """What one preset fixes for one dataset: the depth grid, the recipe, the batch and the augmentation."""
-
-    depths: tuple[int, ...]  # N: extra blocks over the ResNet-8 backbone
-    recipe: SGDRecipe
-    batch_size: int
-    crop_pad: int = 4  # random crop after 4-pixel zero padding (B.2)
-    flip: bool = True
-    eval_batch_size: int = 500
-    image_size: int | None = None  # ImageNet-100 resolution; None: the dataset's own
-    train_subset: int | None = None  # K: train on K / C images per class (C classes) instead of every one
-    subset_seed: int = 0  # the data seed that draws the subset: fixed by the preset, never a run's seed
-    test_every_epoch: bool = True  # False: the test set is evaluated once, at the end of training
-    fit_train_loss: float | None = None  # a run fits its images when its clean train_loss is at most this (mini)
-
-    def train_keys(self) -> dict:
-        """The ``train`` entry of a run config: the recipe's fields, the batch size and the augmentation."""
-        return {**self.recipe.to_config(), "batch_size": self.batch_size, "crop_pad": self.crop_pad, "flip": self.flip}
-
-
-CIFAR_PAPER = SweepPreset(  # the paper's N = 1..100 and the backbone, N = 0
-    depths=(0, *CIFAR_EXTRA_BLOCKS), recipe=SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0), batch_size=128
-)
-IMAGENET100_PAPER = SweepPreset(
-    depths=IMAGENET100_EXTRA_BLOCKS,
-    recipe=SGDRecipe(epochs=IMAGENET100_EPOCHS, lr=0.2, warmup_epochs=5.0),
-    batch_size=256,
-    image_size=64,
-)
-SMOKE = SweepPreset(
-    depths=(0, 1, 2, 4), recipe=SGDRecipe(epochs=6, lr=0.05, warmup_epochs=1.0), batch_size=64, eval_batch_size=256
-)
-SMOKE_IMAGENET100 = replace(SMOKE, depths=(1, 5), recipe=replace(SMOKE.recipe, epochs=2), image_size=64)
-# mini (docs/decisions.md, section "Mini preset"): real CIFAR-10 images at a reduced scale; the sizes come from the
-# sizing study written down there: a 5-epoch warm-up (50 steps) lets ResNet-17 and -20 fit their 1,000 images in
-# 100 epochs (the 1-epoch warm-up left ResNet-20 at 0.16-0.19); ResNet-8 and -10 do not fit at any affordable
-# setting; ResNet-23 was cut for the time budget.
-MINI = SweepPreset(
-    depths=(0, 2, 3, 4, 5, 9, 12),
-    recipe=SGDRecipe(epochs=100, lr=0.05, warmup_epochs=5.0),
-    batch_size=100,
-    train_subset=1000,
-    test_every_epoch=False,
-    fit_train_loss=0.05,
-)
-
-DEFAULT_DATASET = {"paper": "cifar10", "smoke": "digits", "mini": "cifar10"}
-MINI_SEEDS = 2  # mini: seeds --seed, --seed + 1 at every depth (the design 02, 06 and 07 read)
-MINI_GROWTH_SEEDS = 3  # mini: growth against scratch (03), and the sweep runs it reuses, one seed more
-GROWTH_SCRATCH_DEPTHS = tuple(d - BACKBONE_DEPTH for d in GROWTH_DEPTHS)  # N = 2..5: 03's fixed-epoch scratch rows
-
-
+# ----------------------------------------------------------------------------- presets (common/presets/sweep.py)
 def fits(train_loss: float, preset: str, dataset: str) -> bool | None:
     """Whether a sweep run with this final clean ``train_loss`` (its ``result.json`` key) fitted its training images:
     at most the preset's :attr:`SweepPreset.fit_train_loss`; None where the preset sets no target (paper, smoke).
@@ -123,8 +82,8 @@ def fits(train_loss: float, preset: str, dataset: str) -> bool | None:
 def preset_seeds(preset: str, seed: int, *, growth: bool = False) -> list[int]:
     """The seeds a script runs without ``--seeds``: ``--seed`` alone, or under mini :data:`MINI_SEEDS` from it
     (``growth``: script 03's, :data:`MINI_GROWTH_SEEDS`)."""
-    count = (MINI_GROWTH_SEEDS if growth else MINI_SEEDS) if preset == "mini" else 1
-    return [seed + i for i in range(count)]
+    table = sweep_presets(preset)
+    return [seed + i for i in range(table.growth_seeds if growth else table.seeds)]
 
 
 def preset_runs(preset: str, seed: int, depths: Sequence[int]) -> list[tuple[list[int], list[int]]]:
@@ -151,31 +110,15 @@ def balanced_runs(directories: Sequence[Path]) -> list[Path]:
     return [d for d in directories if keys[d]["seed"] in full]
 
 
-def sweep_preset(preset: str, dataset: str) -> SweepPreset:
-    """The settings of ``preset`` ("paper", "smoke" or "mini") for ``dataset``."""
-    if preset == "paper":
-        return IMAGENET100_PAPER if dataset == "imagenet100" else CIFAR_PAPER
-    if preset == "smoke":
-        return SMOKE_IMAGENET100 if dataset == "imagenet100" else SMOKE
-    if preset == "mini":
-        return MINI
-    raise UserError(f"--preset {preset}: unknown preset; use smoke, mini or paper")
-
-
 # ----------------------------------------------------------------------------- configs
 
 
 def sweep_configs(
     *,
     preset: str = "smoke",
+    overrides: dict | None = None,
     dataset: str | None = None,
-    depths: Sequence[int] | None = None,
     seeds: Sequence[int] = (0,),
-    epochs: int | None = None,
-    batch_size: int | None = None,
-    lr: float | None = None,
-    image_size: int | None = None,
-    train_subset: int | None = None,
     data_root: str | Path | None = None,
     device: str = "auto",
     compile: str = "auto",
@@ -183,38 +126,64 @@ def sweep_configs(
 ) -> list[dict]:
     """One config per (depth N, seed): identity keys plus a ``runtime`` sub-dict.
 
-    Unset values come from :func:`sweep_preset`. ``train_subset``: K, train on K / C images per
-    class (C classes), drawn with the preset's data seed; stored as ``data.train_subset = {k, seed}``
-    only when there is one, so the identity of a run on every image is unchanged. ``compile``: "auto" (on for
-    CUDA only), "on" or "off". ``synthetic``: ``num_train`` / ``num_test`` / ``num_classes`` /
-    ``image_size`` of the synthetic source.
+    ``overrides``: fields of the preset's :class:`SweepPreset` (``depths``, ``batch_size``, ``image_size``,
+    ``train_subset``) and of its recipe (:data:`~common.presets.sweep.RECIPE_FIELDS`: ``epochs``, ``lr``), None
+    meaning "the preset's" (:func:`sweep_preset`). ``train_subset``: K, train on K / C images per class (C classes),
+    drawn with the preset's data seed; stored as ``data.train_subset = {k, seed}`` only when there is one, so the
+    identity of a run on every image is unchanged. ``compile``: "auto" (on for CUDA only), "on" or "off".
+    ``synthetic``: ``num_train`` / ``num_test`` / ``num_classes`` / ``image_size`` of the synthetic source.
     """
-    dataset = dataset or DEFAULT_DATASET[preset]
+    table = sweep_presets(preset)
+    dataset = dataset or table.default_dataset
     if dataset not in DATASETS:
-        raise UserError(f"--dataset {dataset}: unknown dataset; use one of {', '.join(DATASETS)}")
-    settings = sweep_preset(preset, dataset)
-    depths = list(settings.depths if depths is None else depths)
-    if not depths or min(depths) < 0:
-        raise UserError(
-            f"--depths {','.join(map(str, depths)) or '(none)'}: give extra-block counts N >= 0, e.g. 0,1,2 or 1:100"
-        )
-    for flag, value in (
-        ("--epochs", epochs),
-        ("--batch-size", batch_size),
-        ("--lr", lr),
-        ("--image-size", image_size),
-        ("--train-subset", train_subset),
-    ):
-        if value is not None and value <= 0:
-            raise UserError(f"{flag} {value}: must be positive")
+        raise ParamError("dataset", dataset, f"unknown dataset; use one of {', '.join(DATASETS)}")
+    base = table.for_dataset(dataset)
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    recipe = replace(base.recipe, **{k: given.pop(k) for k in RECIPE_FIELDS if k in given})
+    settings = replace(base, recipe=recipe, **{k: tuple(v) if k == "depths" else v for k, v in given.items()})
+    train_keys = {**recipe.to_config(), "batch_size": settings.batch_size, "crop_pad": settings.crop_pad}
+    train_keys["flip"] = settings.flip
+    data, data_root = sweep_data(settings, dataset, data_root, synthetic)
+    runtime = {
+        "device": device,
+        "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
+        "compile": compile,
+        "eval_batch_size": settings.eval_batch_size,
+        "test_every_epoch": settings.test_every_epoch,
+    }
+    widths = list(ResNetConfig.for_dataset(dataset, 0, 1).widths)
+    return [
+        {
+            "experiment": EXPERIMENT,
+            "name": f"{dataset}-resnet{depth_label(n)}-n{n}-seed{seed}",
+            "preset": preset,
+            "dataset": dataset,
+            "depth_n": n,
+            "depth_label": depth_label(n),
+            "seed": seed,
+            "data": data,
+            "model": {"widths": widths},
+            "train": dict(train_keys),
+            "runtime": dict(runtime),
+        }
+        for seed, n in itertools.product(seeds, settings.depths)
+    ]
+
+
+def sweep_data(
+    settings: SweepPreset, dataset: str, data_root: str | Path | None, synthetic: dict | None
+) -> tuple[dict, str | Path | None]:
+    """The ``data`` entry of a sweep config on ``dataset``, and where the data is read (CIFAR: ``data/``)."""
     warn_unused_data_root(dataset, data_root)
     if dataset == "npz" and not data_root:
-        raise UserError("--dataset npz needs --data-root path/to/file.npz (x_train, y_train, x_test, y_test)")
+        raise ParamError(
+            "dataset", dataset, "needs data_root, the path of a .npz file of x_train, y_train, x_test, y_test"
+        )
     if dataset in ("cifar10", "cifar100") and not data_root:
         data_root = "data"  # torchvision downloads into data/cifar-10-batches-py (gitignored)
     data: dict = {}
     if dataset == "imagenet100":
-        data["image_size"] = image_size or settings.image_size
+        data["image_size"] = settings.image_size
     elif dataset == "npz":
         data["file"] = Path(data_root).name  # the file's name is part of the run identity
     elif dataset == "synthetic":
@@ -226,42 +195,15 @@ def sweep_configs(
             "data_seed": 0,
             **(synthetic or {}),
         }
-    subset = train_subset or settings.train_subset
-    if subset:
+    if settings.train_subset:
         if dataset == "synthetic":
-            raise UserError(
-                "--train-subset: the synthetic source sets its own size; use it with cifar10, npz or another real dataset"
+            raise ParamError(
+                "train_subset",
+                settings.train_subset,
+                "the synthetic source sets its own size; use it with cifar10, npz or another real dataset",
             )
-        data["train_subset"] = {"k": subset, "seed": settings.subset_seed}
-    widths = list(ResNetConfig.for_dataset(dataset, 0, 1).widths)
-    recipe = replace(settings.recipe, epochs=epochs or settings.recipe.epochs, lr=lr or settings.recipe.lr)
-    train_keys = replace(settings, recipe=recipe, batch_size=batch_size or settings.batch_size).train_keys()
-    runtime = {
-        "device": device,
-        "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
-        "compile": compile,
-        "eval_batch_size": settings.eval_batch_size,
-        "test_every_epoch": settings.test_every_epoch,
-    }
-    configs = []
-    for seed in seeds:
-        for n in depths:
-            configs.append(
-                {
-                    "experiment": EXPERIMENT,
-                    "name": f"{dataset}-resnet{depth_label(n)}-n{n}-seed{seed}",
-                    "preset": preset,
-                    "dataset": dataset,
-                    "depth_n": n,
-                    "depth_label": depth_label(n),
-                    "seed": seed,
-                    "data": data,
-                    "model": {"widths": widths},
-                    "train": train_keys,
-                    "runtime": dict(runtime),
-                }
-            )
-    return configs
+        data["train_subset"] = {"k": settings.train_subset, "seed": settings.subset_seed}
+    return data, data_root
 
 
 def load_sweep_data(config: dict) -> VisionData:
@@ -313,21 +255,21 @@ def build_resnet(config: dict, num_classes: int) -> ResNet:
     return ResNet(ResNetConfig(extra_blocks=config["depth_n"], widths=widths, num_classes=num_classes))
 
 
-def train_resnet_run(spec: RunSpec) -> dict:
-    """Job function of script 01: train one (dataset, N, seed) run; resumes; returns its result."""
-    return fit_resnet(spec, lambda config, data: (build_resnet(config, data.num_classes), {}))
-
-
 ModelFn = Callable[[dict, VisionData], tuple[ResNet, dict]]
 
 
-def fit_resnet(spec: RunSpec, make_model: ModelFn) -> dict:
-    """Train the ResNet ``make_model(config, data)`` returns with the run's recipe, data and seed; resumes.
+def fresh_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
+    """A fresh ResNet-(8+N) for ``config`` (no extra result keys): script 01's model."""
+    return build_resnet(config, data.num_classes), {}
 
-    The body of :func:`train_resnet_run` (whose model is a fresh ResNet-(8+N)), shared with the
-    growth stages of script 03 (whose model is a grown parent). ``make_model`` runs after the
-    data is loaded and the torch RNG is seeded with the run's seed, and returns the model and
-    extra keys for ``result.json``.
+
+def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet) -> dict:
+    """Job function of script 01: train one (dataset, N, seed) run; resumes; returns its result.
+
+    Trains the ResNet ``make_model(config, data)`` returns (default: a fresh ResNet-(8+N); script 03's growth
+    stages pass a grown parent) with the run's recipe (rebuilt from ``config["train"]``), data and seed.
+    ``make_model`` runs after the data is loaded and the torch RNG is seeded with the run's seed, and returns the
+    model and extra keys for ``result.json``.
     """
     config = spec.config
     path = runs.prepare_run(spec.out, config)
@@ -469,7 +411,7 @@ def warn_cpu_time(configs: Sequence[dict]) -> None:
     Not a refusal (a CPU may be what one has), but the paper preset is sized for GPUs: 101 depths of 200
     epochs each on CIFAR. The estimate (:func:`estimate_training_s`) is marked as one in the line.
     """
-    paper = [c for c in configs if c.get("preset") == "paper"]
+    paper = [c for c in configs if c.get("preset") in PRESETS and PRESETS[c["preset"]].warn_on_cpu]
     if not paper or resolve_device(paper[0].get("runtime", {}).get("device") or "auto").type != "cpu":
         return
     seconds, step_s, batch = estimate_training_s(paper)
@@ -572,7 +514,7 @@ def train_command(
     """The script-01 command that trains the sweep runs a message asks for (following it must help)."""
     parts = [
         "python 01_train_resnet_sweep.py",
-        *([f"--preset {preset}"] if preset != "paper" else []),
+        *([f"--preset {preset}"] if sweep_presets(preset).in_commands else []),
         f"--dataset {dataset}",
     ]
     parts += [f"--depths {','.join(map(str, depths))}"] if depths else []
@@ -615,7 +557,15 @@ def finished_sweep_runs(
 
 
 __all__ = [
+    "CIFAR_PAPER",
     "DEFAULT_DATASET",
+    "IMAGENET100_PAPER",
+    "MINI",
+    "PRESETS",
+    "SMOKE",
+    "SMOKE_IMAGENET100",
+    "fresh_resnet",
+    "sweep_data",
     "CONFIG_KEYS",
     "EXPERIMENT",
     "GROWTH_SCRATCH_DEPTHS",
@@ -629,7 +579,6 @@ __all__ = [
     "check_sweep_plan",
     "finished_sweep_runs",
     "fits",
-    "fit_resnet",
     "load_sweep_data",
     "load_sweep_run",
     "load_trained_resnet",

@@ -199,8 +199,12 @@ def unfinished_run(config: dict, name: str, data: bytes) -> Callable[[Path], Non
     return write(lambda out: RunSpec(config, str(out)).dir / name, data)
 
 
-SWEEP_N1 = sweep_configs(preset="smoke", dataset="synthetic", depths=[1], epochs=1)[0]  # what 01 --depths 1 plans
-GROWTH = growth_plan(preset="smoke", dataset="synthetic", depths=[2]).jobs()[0]  # 03's first job with --depths 2
+SWEEP_N1 = sweep_configs(preset="smoke", dataset="synthetic", overrides={"depths": [1], "epochs": 1})[
+    0
+]  # what 01 --depths 1 plans
+GROWTH = growth_plan(preset="smoke", dataset="synthetic", overrides={"depths": [2]}).jobs()[
+    0
+]  # 03's first job with --depths 2
 
 
 def absent_device() -> str | None:
@@ -858,7 +862,9 @@ def test_slurm_without_a_cluster_answering_is_one_line(tmp_path, capsys, monkeyp
 
 
 def test_the_paper_preset_on_a_cpu_warns_with_an_estimated_time_from_flop_counts(monkeypatch, caplog):
-    configs = sweep_configs(preset="paper", dataset="synthetic", depths=[0, 40], epochs=2, batch_size=64, device="cpu")
+    configs = sweep_configs(
+        preset="paper", dataset="synthetic", device="cpu", overrides={"depths": [0, 40], "epochs": 2, "batch_size": 64}
+    )
     assert resnet_sweep._measured_step_s(configs[0], (3, 32, 32), 4, 10, 1) > 0  # the measurement itself runs
     monkeypatch.setattr(resnet_sweep, "_measured_step_s", lambda *args: 0.5)
     with caplog.at_level(logging.WARNING):
@@ -890,7 +896,9 @@ def tiny_sweep(tmp_path: Path, epochs: int, depths: str = "1") -> tuple[list[str
     out = tmp_path / "runs"
     flags = ["--preset", "smoke", "--dataset", "npz", "--data-root", str(data), "--device", "cpu", "--out", str(out)]
     first = int(depths.split(",")[-1])
-    config = sweep_configs(preset="smoke", dataset="npz", data_root=data, depths=[first], epochs=epochs)[0]
+    config = sweep_configs(
+        preset="smoke", dataset="npz", data_root=data, overrides={"depths": [first], "epochs": epochs}
+    )[0]
     return [*flags, "--depths", depths, "--epochs", str(epochs)], RunSpec(config, str(out)).dir
 
 

@@ -154,17 +154,10 @@ class Killed(Exception):
     pass
 
 
-def tiny_plan(**kwargs) -> gvs.GrowthPlan:
-    keys = {
-        "preset": "smoke",
-        "dataset": "synthetic",
-        "depths": [2],
-        "stage_epochs": 2,
-        "scratch_epochs": 1,
-        "device": "cpu",
-        "synthetic": TINY_DATA,
-    }
-    return gvs.growth_plan(**{**keys, **kwargs})
+def tiny_plan(**fields) -> gvs.GrowthPlan:
+    """A tiny smoke plan; ``fields``: :class:`common.presets.growth.GrowthPreset` fields (the overrides)."""
+    overrides = {"depths": [2], "stage_epochs": 2, "scratch_epochs": 1, **fields}
+    return gvs.growth_plan(preset="smoke", overrides=overrides, dataset="synthetic", device="cpu", synthetic=TINY_DATA)
 
 
 def test_killed_chain_resumes_from_the_last_finished_stage_to_the_same_weights(tmp_path, deterministic, monkeypatch):
@@ -211,9 +204,11 @@ def test_plan_reuses_the_sweeps_runs_at_its_epochs_and_derives_the_scratch_budge
     assert total.epochs == {2: sweep_epochs + 6, 3: sweep_epochs + 9} == {n: plan.growth_epochs(n) for n in (2, 3)}
     assert runs.run_dir("r", total.runs[(0, 3)]).parent.name == gvs.EXPERIMENT  # not a sweep run: kept apart
     for n in (2, 3):
-        [own] = sweep.sweep_configs(preset="smoke", dataset="synthetic", depths=[n], synthetic=TINY_DATA)
+        [own] = sweep.sweep_configs(preset="smoke", dataset="synthetic", synthetic=TINY_DATA, overrides={"depths": [n]})
         assert runs.run_dir("r", fixed.runs[(0, n)]) == runs.run_dir("r", own)  # the sweep's run itself
-    [own_parent] = sweep.sweep_configs(preset="smoke", dataset="synthetic", depths=[0], synthetic=TINY_DATA)
+    [own_parent] = sweep.sweep_configs(
+        preset="smoke", dataset="synthetic", synthetic=TINY_DATA, overrides={"depths": [0]}
+    )
     assert runs.run_dir("r", plan.parents[0]) == runs.run_dir("r", own_parent)  # at the sweep's epochs: its run
     assert len(plan.jobs()) == 1 + 2 + 2  # the chain, then each arm's runs
     assert tiny_plan(scratch_epochs=None, scratch_budget="per-stage", stage_epochs=3).scratch_epochs == {2: 3}
@@ -239,11 +234,11 @@ def test_plan_reuses_the_sweeps_runs_at_its_epochs_and_derives_the_scratch_budge
     )
     with pytest.raises(gvs.UserError, match="pass one of them"):
         tiny_plan(scratch_budget="total")
-    with pytest.raises(gvs.UserError, match="--scratch-budget"):
+    with pytest.raises(gvs.ParamError, match="scratch_budget=total,equal: use one or more of"):
         tiny_plan(scratch_epochs=None, scratch_budget="total,equal")
-    with pytest.raises(gvs.UserError, match="N >= 1"):
+    with pytest.raises(gvs.ParamError, match="depths=0,2: .*N >= 1"):
         tiny_plan(depths=[0, 2])
-    with pytest.raises(gvs.UserError, match="--parent-epochs"):
+    with pytest.raises(gvs.ParamError, match="parent_epochs=0: must be a positive number of epochs"):
         tiny_plan(parent_epochs=0)
 
 

@@ -23,10 +23,9 @@ def sweep_out(tmp_path_factory) -> Path:
     configs = sweep_configs(
         preset="smoke",
         dataset="synthetic",
-        depths=[0, 1],
-        epochs=1,
         device="cpu",
         synthetic={"num_train": 96, "num_test": 32, "image_size": 16},
+        overrides={"depths": [0, 1], "epochs": 1},
     )
     launch(train_resnet_run, make_specs(configs, out))
     return out

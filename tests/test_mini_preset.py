@@ -28,6 +28,7 @@ from common.experiments import (
     weight_scaling,
 )
 from common.experiments.probe_ag import probe_configs
+from common.presets import growth as growth_presets
 from common.resnet_sweep import load_sweep_data, load_sweep_run, sweep_configs
 from tests import figure_records
 
@@ -47,7 +48,7 @@ def test_each_job_module_has_a_mini_table():
     assert "mini" in gpt2_ascend.PRESETS and "mini" in pythia_cpt.PRESETS and "mini" in weight_scaling.FC_PRESETS
     assert (
         growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="x.npz").stage_epochs
-        == growth_vs_scratch.MINI_STAGE_EPOCHS
+        == growth_presets.MINI_STAGE_EPOCHS
     )
 
 
@@ -73,17 +74,19 @@ def test_the_subset_keeps_the_test_split_and_the_whole_sets_normalisation():
 
 
 def test_train_subset_enters_the_identity_only_when_given():
-    [plain] = sweep_configs(preset="paper", dataset="cifar10", depths=[3])
-    [cut] = sweep_configs(preset="paper", dataset="cifar10", depths=[3], train_subset=1000)
+    [plain] = sweep_configs(preset="paper", dataset="cifar10", overrides={"depths": [3]})
+    [cut] = sweep_configs(preset="paper", dataset="cifar10", overrides={"depths": [3], "train_subset": 1000})
     assert "train_subset" not in plain["data"]
     assert cut["data"]["train_subset"] == {"k": 1000, "seed": resnet_sweep.MINI.subset_seed}
     assert runs.config_hash(plain) != runs.config_hash(cut)
-    [mini] = sweep_configs(preset="mini", dataset="npz", depths=[3], data_root="/somewhere/c10.npz", seeds=[5])
+    [mini] = sweep_configs(
+        preset="mini", dataset="npz", data_root="/somewhere/c10.npz", seeds=[5], overrides={"depths": [3]}
+    )
     assert mini["data"] == {"file": "c10.npz", "train_subset": {"k": resnet_sweep.MINI.train_subset, "seed": 0}}
 
 
 def test_probe_growth_and_scratch_see_exactly_the_sweeps_training_images(tmp_path):
-    [config] = sweep_configs(preset="mini", dataset="digits", depths=[0], train_subset=200)
+    [config] = sweep_configs(preset="mini", dataset="digits", overrides={"depths": [0], "train_subset": 200})
     data = load_sweep_data(config)
     assert len(data.y_train) == 200
     run = runs.run_dir(tmp_path, config)
@@ -95,13 +98,15 @@ def test_probe_growth_and_scratch_see_exactly_the_sweeps_training_images(tmp_pat
     assert torch.equal(probed.x_train, data.x_train) and torch.equal(probed.y_train, data.y_train)
     [probe] = probe_configs([run])
     assert probe["sweep_run"] == run.name
-    plan = growth_vs_scratch.growth_plan(preset="mini", dataset="digits", train_subset=200, seeds=[0, 1])
+    plan = growth_vs_scratch.growth_plan(preset="mini", dataset="digits", seeds=[0, 1], overrides={"train_subset": 200})
     linked = [*plan.parents.values(), *(c for chain in plan.chains.values() for c in chain)]
     linked += [c for arm in plan.arms for c in arm.runs.values()]
     assert {json.dumps(c["data"], sort_keys=True) for c in linked} == {json.dumps(config["data"], sort_keys=True)}
     # mini's chain starts from a shorter ResNet-8 of its own: the sweep's config at the parent's epochs, kept apart
     [short] = sweep_configs(
-        preset="mini", dataset="digits", depths=[0], train_subset=200, epochs=growth_vs_scratch.MINI_PARENT_EPOCHS
+        preset="mini",
+        dataset="digits",
+        overrides={"depths": [0], "train_subset": 200, "epochs": growth_presets.MINI_PARENT_EPOCHS},
     )
     parent = plan.parents[0]
     assert parent["experiment"] == growth_vs_scratch.EXPERIMENT and parent["train"] == short["train"]
@@ -155,7 +160,7 @@ def test_mini_runs_two_seeds_by_default_and_a_third_where_growth_reuses_the_swee
     trained = {
         runs.run_dir("o", c)
         for depths_, seeds in resnet_sweep.preset_runs("mini", 0, depths)
-        for c in sweep_configs(preset="mini", dataset="digits", depths=depths_, seeds=seeds)
+        for c in sweep_configs(preset="mini", dataset="digits", seeds=seeds, overrides={"depths": depths_})
     }
     fixed = next(a for a in plan.arms if a.budget == "sweep")
     assert {runs.run_dir("o", c) for c in fixed.runs.values()} <= trained  # 03 finds every sweep run it reuses
@@ -165,7 +170,7 @@ def test_mini_growth_has_the_sweeps_epochs_at_resnet13_so_its_equal_epoch_twin_i
     plan = growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="c10.npz", seeds=[0, 1, 2])
     equal = plan.arms[0]
     assert equal.budget == "total" and plan.growth_epochs(5) == plan.sweep_epochs == resnet_sweep.MINI.recipe.epochs
-    [sweep13] = sweep_configs(preset="mini", dataset="npz", data_root="c10.npz", depths=[5], seeds=[2])
+    [sweep13] = sweep_configs(preset="mini", dataset="npz", data_root="c10.npz", seeds=[2], overrides={"depths": [5]})
     assert runs.run_dir("o", equal.runs[(2, 5)]) == runs.run_dir("o", sweep13)
     assert all(equal.epochs[n] < plan.sweep_epochs for n in (2, 3, 4))  # the others are shorter runs of 03
     assert resnet_sweep.fits(0.05, "mini", "npz") and not resnet_sweep.fits(0.051, "mini", "npz")
@@ -176,7 +181,9 @@ def test_02_06_and_07_read_the_seeds_every_depth_has(tmp_path):
     """Mini's third seed at 03's depths only stays out of the depth designs of 02, 06 and 07 (balanced)."""
     made = []
     for depths, seeds in resnet_sweep.preset_runs("mini", 0, [0, 2, 9]):
-        for config in sweep_configs(preset="mini", dataset="digits", depths=depths, seeds=seeds, train_subset=100):
+        for config in sweep_configs(
+            preset="mini", dataset="digits", seeds=seeds, overrides={"depths": depths, "train_subset": 100}
+        ):
             run = runs.run_dir(tmp_path, config)
             run.mkdir(parents=True)
             runs.atomic_write_json(run / runs.CONFIG, config)

@@ -35,10 +35,9 @@ def sweep_out(tmp_path_factory) -> Path:
     configs = sweep_configs(
         preset="smoke",
         dataset="synthetic",
-        depths=[0, 1],
-        epochs=1,
         device="cpu",
         synthetic={"num_train": 128, "num_test": 64, "image_size": 16},
+        overrides={"depths": [0, 1], "epochs": 1},
     )
     launch(train_resnet_run, make_specs(configs, out))
     return out
@@ -216,10 +215,8 @@ def test_held_out_sample_is_every_image_the_training_subset_left_out_and_the_tes
         preset="smoke",
         dataset="npz",
         data_root=str(tmp_path / "tiny.npz"),
-        depths=[0],
-        epochs=1,
-        batch_size=20,
         device="cpu",
+        overrides={"depths": [0], "epochs": 1, "batch_size": 20},
     )
     configs[0]["data"]["train_subset"] = {"k": 40, "seed": 0}  # as --train-subset 40 stores it
     launch(train_resnet_run, make_specs(configs, tmp_path))

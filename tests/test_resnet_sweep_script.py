@@ -140,7 +140,9 @@ PINNED_RUN_DIRS = {
 @pytest.mark.parametrize("key", sorted(PINNED_RUN_DIRS, key=str))
 def test_run_identities_are_pinned_and_the_recipe_is_rebuilt_from_the_config(key):
     preset, dataset, n, root, epochs = key
-    [config] = sweep_configs(preset=preset, dataset=dataset, depths=[n], data_root=root, epochs=epochs)
+    [config] = sweep_configs(
+        preset=preset, dataset=dataset, data_root=root, overrides={"depths": [n], "epochs": epochs}
+    )
     assert runs.run_dir("runs", config).name == PINNED_RUN_DIRS[key]
     assert set(config["train"]) == {
         "epochs",
@@ -157,5 +159,7 @@ def test_run_identities_are_pinned_and_the_recipe_is_rebuilt_from_the_config(key
     chosen = sweep_preset(preset, dataset)
     expected = replace(chosen.recipe, epochs=epochs) if epochs else chosen.recipe
     assert SGDRecipe.from_config(config["train"]) == expected  # built from the declaration, rebuilt from the config
-    [changed] = sweep_configs(preset=preset, dataset=dataset, depths=[n], data_root=root, epochs=7, lr=0.3)
+    [changed] = sweep_configs(
+        preset=preset, dataset=dataset, data_root=root, overrides={"depths": [n], "epochs": 7, "lr": 0.3}
+    )
     assert SGDRecipe.from_config(changed["train"]) == replace(chosen.recipe, epochs=7, lr=0.3)

@@ -133,11 +133,10 @@ def preempted(tmp_path_factory, slurm_cluster) -> dict[str, Preempted]:
     resnet = sweep_configs(
         preset="smoke",
         dataset="synthetic",
-        depths=[0],
-        epochs=5,
         device="cpu",
         compile="off",
         synthetic={"num_train": 256, "num_test": 64, "image_size": 16},
+        overrides={"depths": [0], "epochs": 5},
     )
     paced = [{**c, "runtime": {**c["runtime"], "pause_s": 1.5}} for c in resnet]
     cases = {

@@ -146,14 +146,15 @@ def test_records_and_exponents_come_from_the_saved_weights(fc_tanh_out, capsys):
 
 
 def test_paper_preset_is_cohen_et_al_protocol_and_smoke_run_identities_stay():
-    paper = fc_configs("fc-relu", preset="paper", depths=[4])[0]["train"]
+    paper = fc_configs("fc-relu", preset="paper", overrides={"depths": [4]})[0]["train"]
     assert (paper["lr"], paper["batch_size"], paper["epochs"], paper["decay"]) == (1e-3, 50, 200, "constant")
     assert paper["early_stopping"] == {"below": 1e-3, "patience": 5, "min_improvement": 0.01}
-    cosine = fc_configs("fc-relu", preset="paper", depths=[4], schedule="cosine")[0]["train"]
+    cosine = fc_configs("fc-relu", preset="paper", overrides={"depths": [4], "schedule": "cosine"})[0]["train"]
     assert "decay" not in cosine and "early_stopping" not in cosine  # the option: cosine to 0, every epoch
     # The smoke preset stays on the cosine schedule, with the run directories it had before the option existed.
     hashes = {
-        family: runs.config_hash(fc_configs(family, preset="smoke", depths=[4])[0]) for family in ("fc-tanh", "fc-relu")
+        family: runs.config_hash(fc_configs(family, preset="smoke", overrides={"depths": [4]})[0])
+        for family in ("fc-tanh", "fc-relu")
     }
     assert hashes == {"fc-tanh": "583057bd", "fc-relu": "d66707d2"}
 
@@ -190,7 +191,7 @@ def test_constant_schedule_records_the_schedule_and_the_stopping_state(tmp_path,
 def store_sweep_runs(out: Path, depths: list[int]) -> None:
     """Finished sweep runs as script 01 leaves them, with untrained weights and random BatchNorms."""
     for config in sweep_configs(
-        preset="smoke", dataset="synthetic", depths=depths, device="cpu", synthetic={"image_size": 8}
+        preset="smoke", dataset="synthetic", device="cpu", synthetic={"image_size": 8}, overrides={"depths": depths}
     ):
         path = runs.prepare_run(out, config)
         torch.manual_seed(config["depth_n"])
@@ -266,5 +267,8 @@ def test_sweep_family_without_runs_is_one_line_naming_script_01(tmp_path, capsys
 def test_mini_fc_families_reach_cohen_et_als_deepest_depth_and_keep_the_committed_runs():
     # Issue 29: L = 512 and 1,024 added; the depths run before keep their configs (results/mini's run hashes).
     assert FC_PRESETS["mini"].depths == (4, 8, 16, 32, 64, 128, 256, 512, 1024)
-    hashes = {family: runs.config_hash(fc_configs(family, preset="mini", depths=[256])[0]) for family in FC_FAMILIES}
+    hashes = {
+        family: runs.config_hash(fc_configs(family, preset="mini", overrides={"depths": [256]})[0])
+        for family in FC_FAMILIES
+    }
     assert hashes == {"fc-tanh": "b1b8b346", "fc-relu": "184fdae7"}

@@ -23,6 +23,7 @@ probe's results. The steps script 04 shares (presets, data, training rounds, the
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Sequence
@@ -114,24 +115,21 @@ def gpt_configs(
         "peak_tflops": peak_tflops,
     }
     data_tag = spec.source if spec.source != "text" else f"text-{spec.text_name}"
-    configs = []
-    for seed in seeds:
-        for depth in depths:
-            configs.append(
-                {
-                    "experiment": EXPERIMENT,
-                    "name": f"{data_tag}-{spec.tokenizer}-L{depth}-d{p.n_embd}-seed{seed}",
-                    "preset": preset,
-                    "n_layer": depth,
-                    "seed": seed,
-                    "model": model,
-                    "data": spec.identity(),
-                    "train": {**recipe.to_config(), "batch_tokens": p.batch_tokens},
-                    "probe": decoder_runs.probe_config(p, seed),
-                    "runtime": dict(runtime),
-                }
-            )
-    return configs
+    return [
+        {
+            "experiment": EXPERIMENT,
+            "name": f"{data_tag}-{spec.tokenizer}-L{depth}-d{p.n_embd}-seed{seed}",
+            "preset": preset,
+            "n_layer": depth,
+            "seed": seed,
+            "model": model,
+            "data": spec.identity(),
+            "train": {**recipe.to_config(), "batch_tokens": p.batch_tokens},
+            "probe": decoder_runs.probe_config(p, seed),
+            "runtime": dict(runtime),
+        }
+        for seed, depth in itertools.product(seeds, depths)
+    ]
 
 
 def require_prepared(config: dict) -> Path:

@@ -40,14 +40,14 @@ import logging
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from common import runs, tables
 from common.data.vision import TensorLoader, VisionData
-from common.errors import UserError
+from common.errors import ParamError, UserError
 from common.growth import check_function_preserved
 from common.models.resnet import ResNet, depth_label, extra_block_position, grow
 from common.paper import (
@@ -59,31 +59,13 @@ from common.paper import (
     GROWTH_TEST_ABS_REDUCTION_RANGE,
     GROWTH_TEST_RELATIVE_REDUCTION,
 )
-from common.resnet_sweep import (
-    build_resnet,
-    fit_resnet,
-    load_trained_resnet,
-    sweep_configs,
-    train_resnet_run,
-)
+from common.presets.growth import DEFAULT_BUDGETS, GrowthPreset, growth_preset, scratch_budgets
+from common.resnet_sweep import build_resnet, load_trained_resnet, sweep_configs, train_resnet_run
 from common.runs import RunSpec
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "growth_vs_scratch"
-PAPER_DEPTHS = tuple(d - depth_label(0) for d in GROWTH_DEPTHS)  # N = 2, 3, 4, 5: ResNet-10 .. -13
-SCRATCH_BUDGETS = ("total", "sweep", "per-stage")  # docs/decisions.md, section "Function-preserving growth"
-DEFAULT_BUDGETS = ("total", "sweep")  # the equal-epoch arm the verdicts read, the sweep's fixed-epoch arm beside it
-SMOKE_DEPTHS = (
-    2,
-    4,
-)  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs are the scratch rows)
-SMOKE_STAGE_EPOCHS = 2  # smoke: short stages; scratch keeps the sweep's 6 epochs, so 01's runs are reused
-# mini (docs/decisions.md, section "Mini preset"): a ResNet-8 of MINI_PARENT_EPOCHS, then stages of MINI_STAGE_EPOCHS, so
-# that the grown ResNet-13 has the sweep's 100 epochs in all; the equal-epoch scratch arm then trains 52, 68, 84 epochs
-# at ResNet-10..12 and is the sweep's own run at ResNet-13.
-MINI_STAGE_EPOCHS = 16
-MINI_PARENT_EPOCHS = 20
 INSERTION = (
     "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
 )
@@ -169,32 +151,15 @@ def _state(out: str | Path, config: dict) -> str:
 
 def default_depths(preset: str) -> tuple[int, ...]:
     """N of the table's rows when ``--depths`` is not given: the paper's ResNet-10 .. -13 (smoke: ResNet-10 and -12)."""
-    return SMOKE_DEPTHS if preset == "smoke" else PAPER_DEPTHS
-
-
-def scratch_budgets(text: str) -> tuple[str, ...]:
-    """``--scratch-budget`` as a tuple: comma-separated names of :data:`SCRATCH_BUDGETS`, in order, once each."""
-    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-    bad = [n for n in names if n not in SCRATCH_BUDGETS]
-    if not names or bad:
-        raise UserError(
-            f"--scratch-budget {text}: use one or more of {', '.join(SCRATCH_BUDGETS)}, comma-separated "
-            f"(default {','.join(DEFAULT_BUDGETS)})"
-        )
-    return names
+    return growth_preset(preset).depths
 
 
 def growth_plan(
     *,
     preset: str = "smoke",
+    overrides: dict | None = None,
     dataset: str | None = None,
-    depths: Sequence[int] | None = None,
     seeds: Sequence[int] = (0,),
-    stage_epochs: int | None = None,
-    parent_epochs: int | None = None,
-    scratch_epochs: int | None = None,
-    scratch_budget: str | Sequence[str] | None = None,
-    train_subset: int | None = None,
     data_root: str | Path | None = None,
     device: str = "auto",
     compile: str = "auto",
@@ -203,52 +168,34 @@ def growth_plan(
     """Plan the growth chains and scratch runs (budgets and their defaults: docs/decisions.md, section
     "Function-preserving growth").
 
-    ``depths``: N of the table's rows (default: 2, 3, 4, 5, the paper's ResNet-10 .. -13; smoke: 2, 4).
-    ``stage_epochs``: epochs of every growth stage (default: the sweep's epochs; smoke: 2; mini:
-    :data:`MINI_STAGE_EPOCHS`). ``parent_epochs``: epochs of the chain's ResNet-8 (default: the sweep's, so the
-    chain starts from the sweep's own run; mini: :data:`MINI_PARENT_EPOCHS`, a run of this experiment).
-    ``train_subset``: as in :func:`~common.resnet_sweep.sweep_configs` (the parent, every stage and scratch train
-    on the same images). Scratch arms: ``scratch_epochs`` alone if given; else ``scratch_budget``, one or more of
-    ``total`` (growth's epochs in all: the parent's plus N stages'), ``sweep`` (the sweep's epochs: its finished
-    runs are reused) and ``per-stage`` (one stage's epochs); default :data:`DEFAULT_BUDGETS`. A scratch run at
-    the sweep's epochs is the sweep's own run.
+    ``overrides``: fields of the preset's :class:`~common.presets.growth.GrowthPreset`, None meaning "the
+    preset's": ``depths`` (N of the table's rows), ``stage_epochs`` (every growth stage's; None in the preset: the
+    sweep's epochs), ``parent_epochs`` (the chain's ResNet-8's; None: the sweep's, so the chain starts from the
+    sweep's own run), ``train_subset`` (as in :func:`~common.resnet_sweep.sweep_configs`: the parent, every stage
+    and scratch train on the same images), and the scratch arms: ``scratch_epochs`` alone if given, else
+    ``scratch_budget``, one or more of ``total`` (growth's epochs in all: the parent's plus N stages'), ``sweep``
+    (the sweep's epochs: its finished runs are reused) and ``per-stage`` (one stage's epochs). A scratch run at the
+    sweep's epochs is the sweep's own run.
     """
-    if depths is None:
-        depths = default_depths(preset)
-    depths = tuple(sorted(set(depths)))
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if isinstance(given.get("scratch_budget"), str):
+        given["scratch_budget"] = scratch_budgets(given["scratch_budget"])
+    if "depths" in given:
+        given["depths"] = tuple(sorted(set(given["depths"])))
+    p = replace(growth_preset(preset), **given)
     seeds = tuple(dict.fromkeys(seeds))
-    if not depths or min(depths) < 1:
-        raise UserError(
-            f"--depths {list(depths)}: give extra-block counts N >= 1 (N = 0 is the parent ResNet-8), e.g. 2,3,4,5"
-        )
     if not seeds:
-        raise UserError("--seeds: give at least one seed")
-    if scratch_epochs is not None and scratch_budget is not None:
-        raise UserError("--scratch-epochs and --scratch-budget both given; pass one of them")
-    budgets = scratch_budgets(scratch_budget) if isinstance(scratch_budget, str) else scratch_budget
-    if budgets is not None:
-        budgets = scratch_budgets(",".join(budgets))
-    for flag, value in (
-        ("--stage-epochs", stage_epochs),
-        ("--parent-epochs", parent_epochs),
-        ("--scratch-epochs", scratch_epochs),
-    ):
-        if value is not None and value <= 0:
-            raise UserError(f"{flag} {value}: must be a positive number of epochs")
-    common_keys = {
-        "preset": preset,
-        "dataset": dataset,
-        "data_root": data_root,
-        "device": device,
-        "compile": compile,
-        "synthetic": synthetic,
-        "train_subset": train_subset,
-    }
-    sweep_epochs = sweep_configs(depths=[0], seeds=seeds[:1], **common_keys)[0]["train"]["epochs"]
-    if stage_epochs is None:
-        stage_epochs = {"smoke": SMOKE_STAGE_EPOCHS, "mini": MINI_STAGE_EPOCHS}.get(preset, sweep_epochs)
-    if parent_epochs is None:
-        parent_epochs = MINI_PARENT_EPOCHS if preset == "mini" else sweep_epochs
+        raise ParamError("seeds", "(none)", "give at least one seed")
+    where = {"preset": preset, "dataset": dataset, "data_root": data_root, "device": device, "compile": compile}
+
+    def sweep(depths: Sequence[int], seeds: Sequence[int], epochs: int | None = None) -> list[dict]:
+        """The sweep's configs at ``epochs`` (None: its own)."""
+        keys = {"depths": depths, "epochs": epochs, "train_subset": p.train_subset}
+        return sweep_configs(overrides=keys, seeds=seeds, synthetic=synthetic, **where)
+
+    sweep_epochs = sweep([0], seeds[:1])[0]["train"]["epochs"]
+    stage_epochs = p.stage_epochs or sweep_epochs
+    parent_epochs = p.parent_epochs or sweep_epochs
 
     def scratch_config(config: dict, role: str = "scratch") -> dict:
         """The sweep's config at its epochs is the sweep's run; at any other budget a run of this experiment."""
@@ -256,35 +203,31 @@ def growth_plan(
             return config
         return {**config, "experiment": EXPERIMENT, "name": _scratch_name(config, role)}
 
-    parents = {
-        s: scratch_config(c, "parent")
-        for s, c in zip(seeds, sweep_configs(depths=[0], seeds=seeds, epochs=parent_epochs, **common_keys), strict=True)
-    }
-    chain_depths = range(1, max(depths) + 1)
+    parents = {s: scratch_config(c, "parent") for s, c in zip(seeds, sweep([0], seeds, parent_epochs), strict=True)}
     chains = {}
     for seed in seeds:
         chain, parent = [], parents[seed]
-        for base in sweep_configs(depths=chain_depths, seeds=[seed], epochs=stage_epochs, **common_keys):
+        for base in sweep(range(1, max(p.depths) + 1), [seed], stage_epochs):
             chain.append(_stage_config(base, parent))
             parent = chain[-1]
         chains[seed] = chain
-    if scratch_epochs is not None:
-        wanted = {f"e{scratch_epochs}": dict.fromkeys(depths, scratch_epochs)}
-    else:
-        every = {
-            "total": {n: parent_epochs + n * stage_epochs for n in depths},
-            "sweep": dict.fromkeys(depths, sweep_epochs),
-            "per-stage": dict.fromkeys(depths, stage_epochs),
-        }
-        wanted = {b: every[b] for b in budgets or DEFAULT_BUDGETS}
-    arms = []
-    for budget, epochs in wanted.items():
-        arm = {}
-        for n in depths:
-            for config in sweep_configs(depths=[n], seeds=seeds, epochs=epochs[n], **common_keys):
-                arm[(config["seed"], n)] = scratch_config(config)
-        arms.append(ScratchArm(budget, epochs, arm))
-    return GrowthPlan(depths, seeds, parents, chains, tuple(arms), stage_epochs, parent_epochs, sweep_epochs)
+    every = {
+        "total": {n: parent_epochs + n * stage_epochs for n in p.depths},
+        "sweep": dict.fromkeys(p.depths, sweep_epochs),
+        "per-stage": dict.fromkeys(p.depths, stage_epochs),
+    }
+    wanted = (
+        {b: every[b] for b in p.budgets}
+        if p.scratch_epochs is None
+        else {f"e{p.scratch_epochs}": dict.fromkeys(p.depths, p.scratch_epochs)}
+    )
+    arms = [
+        ScratchArm(
+            b, epochs, {(c["seed"], n): scratch_config(c) for n in p.depths for c in sweep([n], seeds, epochs[n])}
+        )
+        for b, epochs in wanted.items()
+    ]
+    return GrowthPlan(p.depths, seeds, parents, chains, tuple(arms), stage_epochs, parent_epochs, sweep_epochs)
 
 
 def _stage_config(base: dict, parent: dict) -> dict:
@@ -371,7 +314,7 @@ def train_growth_stage(spec: RunSpec) -> dict:
         raise UserError(
             f"{spec.name}: its parent run {parent_dir} is not finished; run the whole chain (03_growth_vs_scratch.py)"
         )
-    return fit_resnet(spec, lambda config, data: grown_model(config, data, parent_dir))
+    return train_resnet_run(spec, lambda config, data: grown_model(config, data, parent_dir))
 
 
 def grown_model(config: dict, data: VisionData, parent_dir: str | Path) -> tuple[ResNet, dict]:
@@ -397,18 +340,8 @@ def grown_model(config: dict, data: VisionData, parent_dir: str | Path) -> tuple
         raise RuntimeError(
             f"grown model's state_dict differs from ResNet-{config['depth_label']}'s: {sorted(set(shapes) ^ set(scratch))}"
         )
-    x, _ = next(
-        iter(
-            TensorLoader(
-                data.x_train[:CHECK_BATCH],
-                data.y_train[:CHECK_BATCH],
-                CHECK_BATCH,
-                train=False,
-                mean=data.mean,
-                std=data.std,
-            )
-        )
-    )
+    n = CHECK_BATCH
+    x, _ = next(iter(TensorLoader(data.x_train[:n], data.y_train[:n], n, train=False, mean=data.mean, std=data.std)))
     diff = check_function_preserved(parent, model, x, what=f"{config['name']}: inserting block {index}")
     record = {
         "parent": config["growth"]["parent"],
@@ -539,24 +472,13 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
 
 def paper_columns(model: str) -> dict:
     """The paper's values for one row (``ResNet-d`` or ``mean``); None where it reports none."""
-    out = dict.fromkeys(
-        (
-            "paper_growth_train_loss",
-            "paper_scratch_train_loss",
-            "paper_growth_test_loss",
-            "paper_scratch_test_loss",
-            "paper_test_loss_reduction",
-            "paper_test_loss_reduction_rel",
-            "paper_train_winner",
-            "paper_test_winner",
-        )
-    )
+    losses = (("train_loss", GROWTH_MEAN_TRAIN_LOSS), ("test_loss", GROWTH_MEAN_TEST_LOSS))
+    keys = [f"{m}_{loss}" for loss, _ in losses for m in METHODS]
+    out = dict.fromkeys(f"paper_{k}" for k in (*keys, "test_loss_reduction", "test_loss_reduction_rel"))
+    out |= dict.fromkeys(("paper_train_winner", "paper_test_winner"))
     if model == "mean":
+        out.update({f"paper_{m}_{loss}": paper[m] for loss, paper in losses for m in METHODS})
         out.update(
-            paper_growth_train_loss=GROWTH_MEAN_TRAIN_LOSS["growth"],
-            paper_scratch_train_loss=GROWTH_MEAN_TRAIN_LOSS["scratch"],
-            paper_growth_test_loss=GROWTH_MEAN_TEST_LOSS["growth"],
-            paper_scratch_test_loss=GROWTH_MEAN_TEST_LOSS["scratch"],
             paper_test_loss_reduction=GROWTH_MEAN_TEST_LOSS["scratch"] - GROWTH_MEAN_TEST_LOSS["growth"],
             paper_test_loss_reduction_rel=GROWTH_TEST_RELATIVE_REDUCTION,
             paper_train_winner=_winner(GROWTH_MEAN_TRAIN_LOSS["growth"], GROWTH_MEAN_TRAIN_LOSS["scratch"]),
@@ -650,12 +572,8 @@ def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path,
 __all__ = [
     "DEFAULT_BUDGETS",
     "EXPERIMENT",
-    "MINI_PARENT_EPOCHS",
-    "MINI_STAGE_EPOCHS",
-    "PAPER_DEPTHS",
-    "SCRATCH_BUDGETS",
-    "SMOKE_DEPTHS",
     "GrowthPlan",
+    "GrowthPreset",
     "ScratchArm",
     "block_seed",
     "collect_records",
@@ -664,6 +582,7 @@ __all__ = [
     "growth_plan",
     "growth_table",
     "growth_vs_scratch_run",
+    "growth_preset",
     "grown_model",
     "markdown_table",
     "paper_columns",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# What every sweep run's result.json holds (common.resnet_sweep.fit_resnet); the summary table reads them.
+# What every sweep run's result.json holds (common.resnet_sweep.train_resnet_run); the summary table reads them.
 RESULT_KEYS = ("depth_n", "depth_label", "params", "train_loss", "train_acc", "test_loss", "test_acc", "epochs", "seed")
 
 

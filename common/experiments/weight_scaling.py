@@ -57,23 +57,25 @@ give the interval with beta held at its estimate (the one reported before issue 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
 from common import runs, scaling, tables
 from common.data.neural_ode import BatchLoader, make_neural_ode_data
 from common.device import cpu_threads, resolve_device, seed_everything
-from common.errors import UserError
+from common.errors import ParamError
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
+from common.presets.weight_scaling import COHEN_STOPPING, SCHEDULES, fc_preset
+from common.presets.weight_scaling import FC_PRESETS as FC_PRESETS  # kept importable here (claim_rates, 07)
 from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
 from common.resnet_sweep import load_trained_resnet
 from common.train import AdamRecipe, EarlyStopping, TrainSettings, evaluate, finish_run, train
@@ -133,95 +135,30 @@ PAPER_EXPONENTS = {
 }
 
 
-# ----------------------------------------------------------------------------- FC presets
-def geometric_depths(lowest: int, highest: int, count: int) -> tuple[int, ...]:
-    """``count`` depths spaced evenly in ``log L`` from ``lowest`` to ``highest``, rounded (duplicates dropped)."""
-    return tuple(sorted({round(float(v)) for v in np.geomspace(lowest, highest, count)}))
-
-
-@dataclass(frozen=True)
-class FCPreset:
-    """What one preset fixes for the FC families: depth grid, optimiser, batch, data and initialisation."""
-
-    depths: tuple[int, ...]
-    recipe: AdamRecipe
-    batch_size: int
-    num_train: int = 1024
-    num_test: int = 256
-    dim: int = 10
-    init_scale: float = 0.01
-
-
-# The FC training schedules (--schedule): Cohen et al.'s protocol, or a cosine decay over every epoch.
-SCHEDULES = {
-    "constant": "Cohen et al.'s: Adam at a constant rate, early stopping (common.train.EarlyStopping)",
-    "cosine": "cosine decay of the rate to 0 over every epoch, no early stopping",
-}
-COHEN_STOPPING = EarlyStopping(below=1e-3, patience=5, min_improvement=0.01)  # scaling_experiments.train_final_net
-
-FC_PRESETS = {
-    # Cohen et al.'s protocol: scaling_run.DEFAULT_PARAMS with scaling_experiments.train_final_net (d = 10,
-    # 1,024 / 256 examples, Adam at a constant lr 1e-3, batch 50, at most 200 epochs, early stopping:
-    # docs/decisions.md), 17 depths from 4 to 1,024 (ratio sqrt 2).
-    "paper": FCPreset(
-        depths=geometric_depths(4, 1024, 17), recipe=AdamRecipe(epochs=200, lr=1e-3, decay="constant"), batch_size=50
-    ),
-    # Minutes on a CPU: 5 depths from 4 to 64, 256 examples, 20 epochs of 8 steps at lr 1e-2.
-    "smoke": FCPreset(
-        depths=geometric_depths(4, 64, 5),
-        recipe=AdamRecipe(epochs=20, lr=1e-2),
-        batch_size=32,
-        num_train=256,
-        num_test=128,
-    ),
-    # mini: Cohen et al.'s data and protocol (constant Adam lr 1e-3, batch 50, early stopping) at 9 depths from 4 to
-    # 1,024 (ratio 2; their deepest), at most 100 epochs (docs/decisions.md, section "Mini preset").
-    "mini": FCPreset(
-        depths=geometric_depths(4, 1024, 9), recipe=AdamRecipe(epochs=100, lr=1e-3, decay="constant"), batch_size=50
-    ),
-}
-
-
 def fc_configs(
     family: str,
     *,
     preset: str = "smoke",
-    depths: Sequence[int] | None = None,
+    overrides: dict | None = None,
     seeds: Sequence[int] = (0,),
-    epochs: int | None = None,
-    lr: float | None = None,
-    batch_size: int | None = None,
-    schedule: str | None = None,
     device: str = "auto",
 ) -> list[dict]:
-    """One config per (depth L, seed) of an FC family; unset values come from :data:`FC_PRESETS`.
-
-    ``schedule`` (:data:`SCHEDULES`; None: the preset's): "constant" trains with Cohen et al.'s early
-    stopping (:data:`COHEN_STOPPING`, stored under ``train.early_stopping``), "cosine" every epoch."""
+    """One config per (depth L, seed) of an FC family. ``overrides``: fields of the preset's ``FCPreset`` (``depths``,
+    ``batch_size``) and of its recipe (``epochs``, ``lr``, and ``schedule``: its ``decay``, one of :data:`SCHEDULES`),
+    None meaning "the preset's" (:data:`FC_PRESETS`, in ``common/presets/weight_scaling.py``). "constant" trains
+    with Cohen et al.'s early stopping (``COHEN_STOPPING``, stored under ``train.early_stopping``), "cosine" every
+    epoch."""
     if family not in FC_FAMILIES:
-        raise UserError(f"--family {family}: not a fully connected family; use one of {', '.join(FC_FAMILIES)}")
-    if preset not in FC_PRESETS:
-        raise UserError(f"--preset {preset}: unknown preset; use {' or '.join(FC_PRESETS)}")
-    settings = FC_PRESETS[preset]
-    depths = list(settings.depths if depths is None else depths)
-    if not depths or min(depths) < 1:
-        raise UserError(f"--depths {depths}: give network depths L >= 1, e.g. 4,8,16 or 4:64:4")
-    for flag, value in (("--epochs", epochs), ("--lr", lr), ("--batch-size", batch_size)):
-        if value is not None and value <= 0:
-            raise UserError(f"{flag} {value}: must be positive")
-    batch = batch_size or settings.batch_size
-    if batch > settings.num_train:
-        raise UserError(f"--batch-size {batch}: larger than the {settings.num_train} training examples; lower it")
-    if schedule is not None and schedule not in SCHEDULES:
-        raise UserError(f"--schedule {schedule}: use one of {', '.join(SCHEDULES)}")
+        raise ParamError("family", family, f"not a fully connected family; use one of {', '.join(FC_FAMILIES)}")
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if given.get("schedule", "cosine") not in SCHEDULES:
+        raise ParamError("schedule", given["schedule"], f"use one of {', '.join(SCHEDULES)}")
+    base = fc_preset(preset)
+    recipe = {"decay" if k == "schedule" else k: given.pop(k) for k in ("epochs", "lr", "schedule") if k in given}
+    settings = replace(base, recipe=replace(base.recipe, **recipe), **given)
     activation, delta = FC_FAMILIES[family]
-    recipe = replace(
-        settings.recipe,
-        epochs=epochs or settings.recipe.epochs,
-        lr=lr or settings.recipe.lr,
-        decay=schedule or settings.recipe.decay,
-    )
-    stopping = {"early_stopping": COHEN_STOPPING.to_config()} if recipe.decay == "constant" else {}
+    shape = {"dim": settings.dim, "activation": activation, "delta": delta, "init_scale": settings.init_scale}
+    stopping = {"early_stopping": COHEN_STOPPING.to_config()} if settings.recipe.decay == "constant" else {}
     return [
         {
             "experiment": EXPERIMENT,
@@ -239,16 +176,11 @@ def fc_configs(
                 "noise": 0.0,
                 "data_seed": seed,
             },
-            "model": asdict(
-                FCResNetConfig(
-                    depth=depth, dim=settings.dim, activation=activation, delta=delta, init_scale=settings.init_scale
-                )
-            ),
-            "train": {**recipe.to_config(), "batch_size": batch, **stopping},
+            "model": asdict(FCResNetConfig(depth=depth, **shape)),
+            "train": {**settings.recipe.to_config(), "batch_size": settings.batch_size, **stopping},
             "runtime": {"device": device},
         }
-        for seed in seeds
-        for depth in depths
+        for seed, depth in itertools.product(seeds, settings.depths)
     ]
 
 
@@ -321,9 +253,8 @@ def _train_fc_run(spec: runs.RunSpec, device: torch.device) -> dict:
         "train_loss_running": summary["train_loss_running"],
         "epochs": summary["epochs"],  # trained (with early stopping, at most the recipe's)
         "schedule": settings.recipe.decay,  # type: ignore[union-attr]
-        "stopping": summary.get(
-            "stopping"
-        ),  # best running loss, bad epochs, why it stopped; None without early stopping
+        # best running loss, bad epochs, why it stopped; None without early stopping
+        "stopping": summary.get("stopping"),
         "steps": summary["steps"],
         "wall_s": summary["wall_s"],
         "device": device.type,
@@ -347,14 +278,8 @@ def fc_statistics(model: FCResNet, base: dict) -> tuple[list[dict], list[dict]]:
     for name, seq in fc_tensors(model).items():
         records.append({**base, "tensor": name, "norm": "fro", **scaling.weight_statistics(seq)})
         if seq.dim() == 3:  # matrices: also the spectral norm (no trend/noise split: that is a Frobenius statistic)
-            records.append(
-                {
-                    **base,
-                    "tensor": name,
-                    "norm": "spectral",
-                    **scaling.weight_statistics(seq, "spectral", trend_noise=False),
-                }
-            )
+            spectral = scaling.weight_statistics(seq, "spectral", trend_noise=False)
+            records.append({**base, "tensor": name, "norm": "spectral", **spectral})
         split = scaling.trend_noise_split(seq)
         entry = (slice(None), *(0, 1)[: seq.dim() - 1])  # A_k[0, 1], b_k[0], delta_k
         stat = {f"entry_{part}": getattr(split, part)[1:][entry] for part in ("path", "trend", "noise")}

@@ -1,0 +1,137 @@
+"""The ResNet depth sweep's presets (scripts 01, 02, 03, 06, 07): per preset and dataset its depth grid, recipe,
+batch and augmentation, and what a script derives from the preset (seeds, default dataset, the CPU warning).
+
+Presets: ``paper`` has the paper's depth grids (``common/paper.py``; B.1: CIFAR N = 1..100, to which we add the
+backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR epoch count and
+no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value below are this reproduction's
+decisions (docs/decisions.md). ``smoke`` runs the same code paths in minutes on a CPU. ``mini`` trains 7 depths,
+2 seeds (a third at the depths script 03 reuses), on a class-balanced 1,000-image subset of real CIFAR-10
+(docs/decisions.md, section "Mini preset").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from common.errors import ParamError, one_of
+from common.models.resnet import BACKBONE_DEPTH
+from common.paper import CIFAR_EXTRA_BLOCKS, GROWTH_DEPTHS, IMAGENET100_EPOCHS, IMAGENET100_EXTRA_BLOCKS
+from common.train import SGDRecipe
+
+RECIPE_FIELDS = ("epochs", "lr")  # the overrides that set a field of the preset's recipe (the rest: of the preset)
+
+
+@dataclass(frozen=True)
+class SweepPreset:
+    """What one preset fixes for one dataset: the depth grid, the recipe, the batch and the augmentation."""
+
+    depths: tuple[int, ...]  # N: extra blocks over the ResNet-8 backbone
+    recipe: SGDRecipe
+    batch_size: int
+    crop_pad: int = 4  # random crop after 4-pixel zero padding (B.2)
+    flip: bool = True
+    eval_batch_size: int = 500
+    image_size: int | None = None  # ImageNet-100 resolution; None: the dataset's own
+    train_subset: int | None = None  # K: train on K / C images per class (C classes) instead of every one
+    subset_seed: int = 0  # the data seed that draws the subset: fixed by the preset, never a run's seed
+    test_every_epoch: bool = True  # False: the test set is evaluated once, at the end of training
+    fit_train_loss: float | None = None  # a run fits its images when its clean train_loss is at most this (mini)
+
+    def __post_init__(self) -> None:
+        if not self.depths or min(self.depths) < 0:
+            shown = ",".join(map(str, self.depths)) or "(none)"
+            raise ParamError("depths", shown, "give extra-block counts N >= 0, e.g. 0,1,2 or 1:100")
+        for name, value in (
+            ("epochs", self.recipe.epochs),
+            ("batch_size", self.batch_size),
+            ("lr", self.recipe.lr),
+            ("image_size", self.image_size),
+            ("train_subset", self.train_subset),
+        ):
+            if value is not None and not value > 0:
+                raise ParamError(name, value, "must be positive")
+
+
+@dataclass(frozen=True)
+class SweepPresets:
+    """One preset of the sweep across datasets, and what the scripts derive from it instead of testing its name."""
+
+    default: SweepPreset  # every dataset without a row of its own
+    default_dataset: str  # --dataset left out
+    by_dataset: Mapping[str, SweepPreset] = field(default_factory=dict)
+    seeds: int = 1  # seeds from --seed without --seeds (scripts 01, 02, 06, 07)
+    growth_seeds: int = 1  # the same for script 03 (and the sweep runs it reuses)
+    warn_on_cpu: bool = False  # sized for GPUs: a plan that would train on a CPU is warned about
+    in_commands: bool = True  # False: the default --preset, left out of the commands a message suggests
+
+    def for_dataset(self, dataset: str) -> SweepPreset:
+        return self.by_dataset.get(dataset, self.default)
+
+
+CIFAR_PAPER = SweepPreset(  # the paper's N = 1..100 and the backbone, N = 0
+    depths=(0, *CIFAR_EXTRA_BLOCKS), recipe=SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0), batch_size=128
+)
+IMAGENET100_PAPER = SweepPreset(
+    depths=IMAGENET100_EXTRA_BLOCKS,
+    recipe=SGDRecipe(epochs=IMAGENET100_EPOCHS, lr=0.2, warmup_epochs=5.0),
+    batch_size=256,
+    image_size=64,
+)
+SMOKE = SweepPreset(
+    depths=(0, 1, 2, 4), recipe=SGDRecipe(epochs=6, lr=0.05, warmup_epochs=1.0), batch_size=64, eval_batch_size=256
+)
+SMOKE_IMAGENET100 = replace(SMOKE, depths=(1, 5), recipe=replace(SMOKE.recipe, epochs=2), image_size=64)
+# mini (docs/decisions.md, section "Mini preset"): real CIFAR-10 images at a reduced scale; the sizes come from the
+# sizing study written down there: a 5-epoch warm-up (50 steps) lets ResNet-17 and -20 fit their 1,000 images in
+# 100 epochs (the 1-epoch warm-up left ResNet-20 at 0.16-0.19); ResNet-8 and -10 do not fit at any affordable
+# setting; ResNet-23 was cut for the time budget.
+MINI = SweepPreset(
+    depths=(0, 2, 3, 4, 5, 9, 12),
+    recipe=SGDRecipe(epochs=100, lr=0.05, warmup_epochs=5.0),
+    batch_size=100,
+    train_subset=1000,
+    test_every_epoch=False,
+    fit_train_loss=0.05,
+)
+MINI_SEEDS = 2  # mini: seeds --seed, --seed + 1 at every depth (the design 02, 06 and 07 read)
+MINI_GROWTH_SEEDS = 3  # mini: growth against scratch (03), and the sweep runs it reuses, one seed more
+GROWTH_SCRATCH_DEPTHS = tuple(d - BACKBONE_DEPTH for d in GROWTH_DEPTHS)  # N = 2..5: 03's fixed-epoch scratch rows
+
+PRESETS = {
+    "smoke": SweepPresets(SMOKE, "digits", {"imagenet100": SMOKE_IMAGENET100}),
+    "mini": SweepPresets(MINI, "cifar10", seeds=MINI_SEEDS, growth_seeds=MINI_GROWTH_SEEDS),
+    "paper": SweepPresets(
+        CIFAR_PAPER, "cifar10", {"imagenet100": IMAGENET100_PAPER}, warn_on_cpu=True, in_commands=False
+    ),
+}
+DEFAULT_DATASET = {name: p.default_dataset for name, p in PRESETS.items()}
+
+
+def sweep_presets(preset: str) -> SweepPresets:
+    """The preset ``preset`` ("smoke", "mini" or "paper") of the sweep, every dataset's row."""
+    return one_of("--preset", preset, PRESETS)
+
+
+def sweep_preset(preset: str, dataset: str) -> SweepPreset:
+    """The settings of ``preset`` ("smoke", "mini" or "paper") for ``dataset``."""
+    return sweep_presets(preset).for_dataset(dataset)
+
+
+__all__ = [
+    "CIFAR_PAPER",
+    "DEFAULT_DATASET",
+    "GROWTH_SCRATCH_DEPTHS",
+    "IMAGENET100_PAPER",
+    "MINI",
+    "MINI_GROWTH_SEEDS",
+    "MINI_SEEDS",
+    "PRESETS",
+    "RECIPE_FIELDS",
+    "SMOKE",
+    "SMOKE_IMAGENET100",
+    "SweepPreset",
+    "SweepPresets",
+    "sweep_preset",
+    "sweep_presets",
+]
