@@ -95,9 +95,7 @@ def probe_mode(model: nn.Module, bn_mode: str = "eval") -> Iterator[nn.Module]:
     modes = {m: m.training for m in model.modules()}
     grads = {p: p.requires_grad for p in model.parameters()}
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    buffers = (
-        {m: {k: b.clone() for k, b in m.named_buffers(recurse=False)} for m in norms} if bn_mode == "train" else {}
-    )
+    buffers = {b: b.clone() for m in norms for b in m.buffers(recurse=False)} if bn_mode == "train" else {}
     try:
         model.eval()
         if bn_mode == "train":
@@ -111,12 +109,9 @@ def probe_mode(model: nn.Module, bn_mode: str = "eval") -> Iterator[nn.Module]:
             m.training = training
         for p, flag in grads.items():
             p.requires_grad_(flag)
-        if bn_mode == "train":
-            with torch.no_grad():
-                for m, saved in buffers.items():
-                    for k, b in m.named_buffers(recurse=False):
-                        if k in saved:
-                            b.copy_(saved[k])
+        with torch.no_grad():  # train mode: the running statistics its forward passes updated in place, put back
+            for b, saved in buffers.items():
+                b.copy_(saved)
 
 
 def activation_gradients(
