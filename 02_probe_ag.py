@@ -40,7 +40,6 @@ from common.cli import (
     check_flag_use,
     comma_ints,
     entry_point,
-    flags_for,
     fraction,
     make_parser,
     non_negative_float,
@@ -49,13 +48,10 @@ from common.cli import (
     positive_int,
 )
 from common.data.vision import DATASETS
+from common.decoder_flags import PresetFlag, add_preset_flags, preset_fields
 from common.experiments.probe_ag import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_N_BATCHES,
     EXPERIMENT,
-    MINI_N_BATCHES,
-    SATURATION_ALPHA,
-    SATURATION_CAL_FRACTION,
+    PRESETS,
     SATURATION_SPLITS,
     SPLITS,
     probe_configs,
@@ -70,27 +66,75 @@ from common.probe import BN_MODES
 from common.resnet_sweep import DEFAULT_DATASET, check_sweep_inputs, require_sweep_runs
 from common.runs import make_specs
 
-PLANNER_FLAGS = (
-    "split",
-    "batch_size",
-    "bn_mode",
-    "seed",
-    "saturation_delta",
-    "saturation_t",
-    "saturation_alpha",
-    "saturation_n",
-    "saturation_split",
-    "saturation_cal_fraction",
-    "device",
-    "data_root",
-)
-SCRIPT_FLAGS = (
-    "dataset",
-    "seeds",
-    "exact",
-    "n_batches",
-    "preset",
-)  # which sweep runs to probe; --exact's and --n-batches' defaults follow --preset
+PAPER, MINI = PRESETS["paper"], PRESETS["mini"]
+PROBE_FLAGS: dict[str, PresetFlag] = {  # each sets the field of common.presets.probe.ProbePreset of its dest
+    "--split": ("split", str, f"where the analysis batches come from; None: the preset's ({PAPER.split})"),
+    "--batch-size": (
+        "batch_size",
+        positive_int,
+        f"analysis batch size (AG_l of the batch-mean loss scales like 1/sqrt(batch size)); None: {PAPER.batch_size}",
+    ),
+    "--n-batches": (
+        "n_batches",
+        positive_int,
+        f"B: analysis batches per model; None: {PAPER.n_batches} ({MINI.n_batches} with --preset mini, "
+        "whose 1,000 training images hold 7 batches of 128)",
+    ),
+    "--bn-mode": (
+        "bn_mode",
+        str,
+        f"BatchNorm during the probe: running statistics (eval) or batch statistics (train); None: {PAPER.bn_mode}",
+    ),
+    "--exact": (
+        "exact",
+        argparse.BooleanOptionalAction,
+        "also compute the exact growth value V_S,l per candidate; None: the preset's (on with --preset "
+        f"{', '.join(name for name, p in PRESETS.items() if p.exact)}, off with the others)",
+    ),
+}
+SATURATION_FLAGS: dict[str, PresetFlag] = {
+    "--saturation-delta": (
+        "saturation_delta",
+        non_negative_float,
+        "delta >= 0, in the units of ||C_l||: 'saturated within delta' when the interval's upper end is "
+        "<= delta, 'not saturated' when its lower end is > delta, else 'undecided'; None: no tolerance, "
+        "so only 'not saturated' (lower end > 0) or 'undecided'",
+    ),
+    "--saturation-t": (
+        "saturation_t",
+        positive_float,
+        "t > 0: the interval's half-width, fixed in advance; no calibration split, the implied alpha = "
+        "sum_l tr_l / (n t^2) is reported; None: t = sqrt(sum_l tr_l / (n_test alpha)) from the calibration part",
+    ),
+    "--saturation-alpha": (
+        "saturation_alpha",
+        fraction,
+        f"the interval's confidence is 1 - alpha (0 < alpha < 1), when --saturation-t is not given; None: "
+        f"{PAPER.saturation_alpha:g}",
+    ),
+    "--saturation-cal-fraction": (
+        "saturation_cal_fraction",
+        fraction,
+        "share of the App. G sample that calibrates the traces tr Sigma_l (the rest, n_test examples, gives C_l); "
+        f"None: {PAPER.saturation_cal_fraction:g}",
+    ),
+    "--saturation-n": (
+        "saturation_n",
+        positive_int,
+        "n: examples in the App. G sample; None: every example of the split outside the analysis batches",
+    ),
+    "--saturation-split": (
+        "saturation_split",
+        str,
+        "the independent probe sample: held-out (every image never trained on: the training images a "
+        "--train-subset left out and the test split), test, or train (flagged as reused training data); "
+        f"None: {PAPER.saturation_split}",
+    ),
+}
+CHOICES = {"split": SPLITS, "bn_mode": BN_MODES, "saturation_split": SATURATION_SPLITS}
+PRESET_FIELDS = preset_fields({**PROBE_FLAGS, **SATURATION_FLAGS})
+PLANNER_FLAGS = (*PRESET_FIELDS, "seed", "device", "data_root")
+SCRIPT_FLAGS = ("dataset", "seeds", "preset")  # which sweep runs to probe
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,73 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="as in 01_train_resnet_sweep.py (None: the data root the sweep run was trained with)",
     )
     probe.add_argument("--seeds", type=comma_ints, default=None, help="sweep seeds to probe; None: every finished run")
-    probe.add_argument("--split", choices=SPLITS, default="train", help="where the analysis batches come from")
-    probe.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=DEFAULT_BATCH_SIZE,
-        help="analysis batch size (AG_l of the batch-mean loss scales like 1/sqrt(batch size))",
-    )
-    probe.add_argument(
-        "--n-batches",
-        type=positive_int,
-        default=None,
-        help=f"B: analysis batches per model; None: {DEFAULT_N_BATCHES} ({MINI_N_BATCHES} with --preset mini, "
-        "whose 1,000 training images hold 7 batches of 128)",
-    )
-    probe.add_argument(
-        "--bn-mode",
-        choices=BN_MODES,
-        default="eval",
-        help="BatchNorm during the probe: running statistics (eval) or batch statistics (train)",
-    )
-    probe.add_argument(
-        "--exact",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also compute the exact growth value V_S,l per candidate; None: on with --preset smoke and mini, off with paper",
-    )
-    sat = parser.add_argument_group("separated saturation test (App. G)")
-    sat.add_argument(
-        "--saturation-delta",
-        type=non_negative_float,
-        default=None,
-        help="delta >= 0, in the units of ||C_l||: 'saturated within delta' when the interval's upper end is "
-        "<= delta, 'not saturated' when its lower end is > delta, else 'undecided'; None: no tolerance, "
-        "so only 'not saturated' (lower end > 0) or 'undecided'",
-    )
-    sat.add_argument(
-        "--saturation-t",
-        type=positive_float,
-        default=None,
-        help="t > 0: the interval's half-width, fixed in advance; no calibration split, the implied alpha = "
-        "sum_l tr_l / (n t^2) is reported; None: t = sqrt(sum_l tr_l / (n_test alpha)) from the calibration part",
-    )
-    sat.add_argument(
-        "--saturation-alpha",
-        type=fraction,
-        default=SATURATION_ALPHA,
-        help="the interval's confidence is 1 - alpha (0 < alpha < 1), when --saturation-t is not given",
-    )
-    sat.add_argument(
-        "--saturation-cal-fraction",
-        type=fraction,
-        default=SATURATION_CAL_FRACTION,
-        help="share of the App. G sample that calibrates the traces tr Sigma_l (the rest, n_test examples, gives C_l)",
-    )
-    sat.add_argument(
-        "--saturation-n",
-        type=positive_int,
-        default=None,
-        help="n: examples in the App. G sample; None: every example of the split outside the analysis batches",
-    )
-    sat.add_argument(
-        "--saturation-split",
-        choices=SATURATION_SPLITS,
-        default=SATURATION_SPLITS[0],
-        help="the independent probe sample: held-out (every image never trained on: the training images a "
-        "--train-subset left out and the test split), test, or train (flagged as reused training data)",
-    )
+    add_preset_flags(probe, PROBE_FLAGS, CHOICES)
+    add_preset_flags(parser.add_argument_group("separated saturation test (App. G)"), SATURATION_FLAGS, CHOICES)
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
@@ -182,11 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
-    exact = args.exact if args.exact is not None else args.preset in ("smoke", "mini")
-    n_batches = args.n_batches or (MINI_N_BATCHES if args.preset == "mini" else DEFAULT_N_BATCHES)
     sweep_dirs = require_sweep_runs(args.out, dataset, preset=args.preset, seeds=args.seeds)
+    overrides = {field: getattr(args, field) for field in PRESET_FIELDS}
     configs = probe_configs(
-        sweep_dirs, **flags_for(probe_configs, args, PLANNER_FLAGS, exact=exact, n_batches=n_batches)
+        sweep_dirs, args.preset, overrides, seed=args.seed, device=args.device, data_root=args.data_root
     )
     specs = make_specs(configs, args.out)
     results = launch_from_args(

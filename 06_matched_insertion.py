@@ -20,17 +20,17 @@ from common.cli import (
     check_flag_use,
     comma_ints,
     entry_point,
-    flags_for,
     make_parser,
     parse_args,
     positive_float,
     positive_int,
 )
 from common.data.vision import DATASETS
+from common.decoder_flags import PresetFlag, add_preset_flags, preset_fields
 from common.experiments.matched_insertion import (
-    DEFAULT_CANDIDATE,
     EXPERIMENT,
     FITS,
+    PRESETS,
     matched_configs,
     matched_insertion_run,
     summary_markdown,
@@ -41,7 +41,31 @@ from common.launch import launch_from_args
 from common.resnet_sweep import DEFAULT_DATASET, check_sweep_inputs
 from common.runs import make_specs
 
-PLANNER_FLAGS = ("preset", "data_root", "depths", "seeds", "candidate", "alphas", "fit", "gd_steps", "seed", "device")
+PAPER = PRESETS["paper"]
+PRESET_FLAGS: dict[str, PresetFlag] = {  # each sets the field of common.presets.matched.MatchedPreset of its dest
+    "--depths": (
+        "depths",
+        comma_ints,
+        "extra blocks N of the sweep runs; None: the preset's "
+        f"({','.join(map(str, PAPER.depths))}, ResNet-8/14/20/34, with paper; every finished depth with "
+        f"{', '.join(name for name, p in PRESETS.items() if p.depths is None)})",
+    ),
+    "--candidate": (
+        "candidate",
+        str,
+        "stage1-end (the end of stage 1 at every depth, one kind of tensor across depths), next (where the cyclic "
+        f"growth rule puts the next block), all, or a candidate index; None: the preset's ({PAPER.candidate})",
+    ),
+    "--fit": (
+        "fit",
+        str,
+        "closed-form: W = P^+ X; gradient-descent: a check of it on small cases (caches the examples); None: "
+        f"{PAPER.fit}",
+    ),
+    "--gd-steps": ("gd_steps", positive_int, f"steps of --fit gradient-descent; None: {PAPER.gd_steps}"),
+}
+PRESET_FIELDS = (*preset_fields(PRESET_FLAGS), "alphas")  # --alpha: repeated, added by itself
+PLANNER_FLAGS = (*PRESET_FIELDS, "preset", "data_root", "seeds", "seed", "device")
 SCRIPT_FLAGS = ("dataset",)  # its default follows --preset
 
 
@@ -55,41 +79,36 @@ def build_parser():
         help="which sweep; None: cifar10 with --preset paper and mini, digits with smoke",
     )
     group.add_argument("--data-root", default=None, help="as in 01_train_resnet_sweep.py (None: the sweep run's own)")
-    group.add_argument(
-        "--depths",
-        type=comma_ints,
-        default=None,
-        help="extra blocks N of the sweep runs; None: 0,6,12,26 (ResNet-8/14/20/34) with paper, every finished depth with smoke and mini",
-    )
+    add_preset_flags(group, {"--depths": PRESET_FLAGS["--depths"]}, {})
     group.add_argument("--seeds", type=comma_ints, default=None, help="sweep seeds; None: every finished seed")
-    group.add_argument(
-        "--candidate",
-        default=DEFAULT_CANDIDATE,
-        help="stage1-end (the end of stage 1 at every depth, one kind of tensor across depths), next (where the cyclic growth rule puts the next block), all, or a candidate index",
-    )
+    add_preset_flags(group, {"--candidate": PRESET_FLAGS["--candidate"]}, {})
     group.add_argument(
         "--alpha",
         dest="alphas",
         type=positive_float,
         action="append",
         default=None,
-        help="target scale: the block's output matches -alpha g_i (repeat for several; default 1e-3, the paper's)",
+        help="target scale: the block's output matches -alpha g_i (repeat for several; None: the preset's, "
+        f"{','.join(map(str, PAPER.alphas))}, the paper's)",
     )
-    group.add_argument(
-        "--fit",
-        choices=FITS,
-        default="closed-form",
-        help="closed-form: W = P^+ X; gradient-descent: a check of it on small cases (caches the examples)",
-    )
-    group.add_argument("--gd-steps", type=positive_int, default=2000, help="steps of --fit gradient-descent")
+    add_preset_flags(group, {k: PRESET_FLAGS[k] for k in ("--fit", "--gd-steps")}, {"fit": FITS})
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
 
 
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    dataset = args.dataset or DEFAULT_DATASET[args.preset]
-    configs = matched_configs(**flags_for(matched_configs, args, PLANNER_FLAGS, dataset=dataset, out=args.out))
+    overrides = {field: getattr(args, field) for field in PRESET_FIELDS}
+    configs = matched_configs(
+        args.preset,
+        overrides,
+        out=args.out,
+        dataset=args.dataset or DEFAULT_DATASET[args.preset],
+        seeds=args.seeds,
+        seed=args.seed,
+        device=args.device,
+        data_root=args.data_root,
+    )
     specs = make_specs(configs, args.out)
     results = launch_from_args(
         matched_insertion_run, specs, args, job_kind="probe", desc="matched insertion", check=check_sweep_inputs

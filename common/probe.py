@@ -9,9 +9,8 @@ is made a leaf that requires grad), never a parameter gradient.
 
 :func:`probe_activation_gradients` turns B batches into, per candidate,
 
-- ``ag_norm``: ``AG_l``, the Frobenius norm of the whole ``dL_b/dz_l`` (flattened per batch),
-  averaged over the B batches (B.1). Under the batch-mean loss it scales like
-  ``1 / sqrt(batch size)``, so batch size and B are stored with every result;
+- ``ag_norm``: ``AG_l``, the Frobenius norm of the whole ``dL_b/dz_l`` (flattened per batch), averaged over the B
+  batches (B.1). Under the batch-mean loss it scales like ``1 / sqrt(batch size)``: batch size and B are stored too;
 - ``ag_norm_normalised``: ``AG~_l = AG_l / sqrt(d)``, ``d`` = coordinates of ``z_l`` per row
   unit (channels of a feature map, width of a token): descriptive only (App. A);
 - ``per_example_rms``: ``sqrt(mean_i ||d loss_i / d z_l,i||^2)`` over all probed examples, with
@@ -19,8 +18,8 @@ is made a leaf that requires grad), never a parameter gradient.
   BatchNorm); in train mode it is the batch-gradient row rescaled;
 - ``ag_norm_pooled``: ``||dL_S/dz_l||_F`` for ``S`` = all probed examples, ``L_S`` their mean loss
   (``= per_example_rms / sqrt(n)``), the normalisation of the pooled exact values below;
-- ``block_input``: False for the tensor entering the head (the last candidate, whose module is
-  not one of ``model.blocks``), True for the input of a residual block;
+- ``block_input``: False for the tensor entering the head (the last candidate, not in ``model.blocks``), True for
+  the input of a residual block;
 
 :func:`ag_maxima` reads AGmax from these in the three readings the paper's words allow
 (docs/decisions.md): ``ag_max`` (batch-mean ``AG_l``), ``ag_max_per_example`` (per-example
@@ -43,9 +42,8 @@ BatchNorm) stream into :class:`common.projection.ContributionMoments`:
 and with ``exact=True`` the tangent-space quantities of :mod:`common.projection` for the
 protocol's standard zero-output block (:mod:`common.tangent`, ``U_l`` seeded by ``(seed, l)``):
 
-- ``growth_value``: ``V_S,l`` on each analysis batch (``S`` = that batch, same normalisation as
-  ``AG_l``, so ``growth_value <= ag_norm``), averaged over the batches; ``cross_gradient_norm``
-  likewise ``||C_l||_F``;
+- ``growth_value``: ``V_S,l`` on each analysis batch (``S`` = that batch, same normalisation as ``AG_l``, so
+  ``growth_value <= ag_norm``), averaged over the batches; ``cross_gradient_norm`` likewise ``||C_l||_F``;
 - ``growth_value_pooled`` / ``cross_gradient_norm_pooled``: the same on the pooled sample ``S``
   (Gram statistics streamed over all batches), with ``growth_fraction_pooled =
   V_S,l / ||G_S||_F`` in ``[0, 1]`` (1 under realizability), ``tangent_dim`` k and ``tangent_rank``.
@@ -53,12 +51,14 @@ protocol's standard zero-output block (:mod:`common.tangent`, ``U_l`` seeded by 
 BatchNorm runs in eval mode (running statistics) unless ``bn_mode="train"``; train mode uses
 batch statistics and the running buffers are restored afterwards.
 
-Precision: the probe runs under :func:`common.precision.full_precision` (TF32, and an Ascend NPU's
-HF32, off for float32 matrix products and convolutions, restored afterwards), because TF32, which
-cuDNN convolutions use by default on Ampere and later GPUs, and HF32, which torch_npu allows for
-convolutions by default, compute ``z``, ``G`` and ``Psi`` to only ~1e-3 relative precision.
-The math mode it ran in (:func:`common.precision.math_mode`) and the device of its float64
-statistics (:func:`common.precision.float64_device`: the CPU for MPS and NPU) are part of the result.
+Precision: the probe runs under :func:`common.precision.full_precision` (TF32, and an Ascend NPU's HF32, off for
+float32 matrix products and convolutions, restored afterwards), because TF32, which cuDNN convolutions use by default
+on Ampere and later GPUs, and HF32, which torch_npu allows for convolutions by default, compute ``z``, ``G`` and
+``Psi`` to only ~1e-3 relative precision. The math mode it ran in (:func:`common.precision.math_mode`) and the device
+of its float64 statistics (:func:`common.precision.float64_device`: the CPU for MPS and NPU) are part of the result.
+
+One shared pass (:func:`sub_batch_passes`, by sub-batches with ``sub_batch``) feeds each candidate's sums, whose
+``exact`` and ``contributions`` modes (``_CandidateSums.add_exact``, ``add_contributions``) read the same states.
 """
 
 from __future__ import annotations
@@ -95,9 +95,7 @@ def probe_mode(model: nn.Module, bn_mode: str = "eval") -> Iterator[nn.Module]:
     modes = {m: m.training for m in model.modules()}
     grads = {p: p.requires_grad for p in model.parameters()}
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    buffers = (
-        {m: {k: b.clone() for k, b in m.named_buffers(recurse=False)} for m in norms} if bn_mode == "train" else {}
-    )
+    buffers = {b: b.clone() for m in norms for b in m.buffers(recurse=False)} if bn_mode == "train" else {}
     try:
         model.eval()
         if bn_mode == "train":
@@ -111,12 +109,9 @@ def probe_mode(model: nn.Module, bn_mode: str = "eval") -> Iterator[nn.Module]:
             m.training = training
         for p, flag in grads.items():
             p.requires_grad_(flag)
-        if bn_mode == "train":
-            with torch.no_grad():
-                for m, saved in buffers.items():
-                    for k, b in m.named_buffers(recurse=False):
-                        if k in saved:
-                            b.copy_(saved[k])
+        with torch.no_grad():  # train mode: the running statistics its forward passes updated in place, put back
+            for b, saved in buffers.items():
+                b.copy_(saved)
 
 
 def activation_gradients(
@@ -229,9 +224,7 @@ class ProbeResult:
     contributions: bool = False
     math_mode: dict = field(default_factory=dict)  # float32 math inside the probe (:func:`common.precision.math_mode`)
     float64_device: str = "cpu"  # where the float64 statistics ran (:func:`common.precision.float64_device`)
-    sub_batch: int | None = (
-        None  # examples per forward/backward pass (None: the whole batch); the scores do not depend on it
-    )
+    sub_batch: int | None = None  # examples per forward/backward pass (None: the whole batch); scores are alike
     cross_gradients: list[torch.Tensor] | None = field(default=None, repr=False)  # C_l (k x d), with contributions
 
     @property
@@ -284,32 +277,6 @@ class ProbeResult:
         return [{**asdict(s), **measured} for s in self.scores]
 
 
-class _Running:
-    """Per-candidate running sums over batches."""
-
-    def __init__(self) -> None:
-        self.ag_sum = 0.0  # sum over batches of AG_l
-        self.example_sq = 0.0
-        self.growth_value_sum = 0.0  # sum over batches of V_S,l
-        self.cross_gradient_sum = 0.0  # sum over batches of ||C_l||_F
-        self.pooled: GramAccumulator | None = None
-        self.moments: ContributionMoments | None = None
-
-    def add_batch(self, grad_sq: float, b: int, gram: GramAccumulator | None) -> None:
-        """One analysis batch of ``b`` examples: ``||dL_b/dz_l||_F^2`` and, exact, its Gram statistics."""
-        self.ag_sum += math.sqrt(grad_sq)  # ||dL_b/dz_l||_F
-        self.example_sq += grad_sq * b * b  # sum_i ||d loss_i/dz_l,i||^2
-        if gram is None:
-            return
-        self.growth_value_sum += gram.growth_value()
-        self.cross_gradient_sum += gram.cross_gradient_norm()
-        # Rows of dL_S/dz are (b / n) dL_b/dz: scale by b now, by 1/n at the end.
-        if self.pooled is None:
-            self.pooled = gram.scaled(b)  # keeps the eigendecomposition: free with one batch
-        else:
-            self.pooled.merge(gram, grad_scale=b)
-
-
 def sub_batches(b: int, size: int | None) -> list[slice]:
     """The examples of a batch of ``b`` in consecutive slices of ``size`` (the last may be shorter); None: one slice."""
     step = b if size is None else int(size)
@@ -318,11 +285,110 @@ def sub_batches(b: int, size: int | None) -> list[slice]:
     return [slice(start, min(start + step, b)) for start in range(0, b, step)]
 
 
-def _scaled_loss(loss_fn: LossFn, weight: float) -> LossFn:
-    """``loss_fn`` times ``weight``: a sub-batch of ``s`` of ``b`` examples contributes ``(s / b) L_s`` to ``L_b``."""
-    if weight == 1.0:
-        return loss_fn
-    return lambda outputs, targets: loss_fn(outputs, targets) * weight
+# ----------------------------------------------------------------------------- the shared pass and its three modes
+def sub_batch_passes(model: nn.Module, x, y, loss_fn: LossFn, candidates: list, sub_batch: int | None) -> Iterator:
+    """The ``sub_batch`` mode of the shared pass (:func:`probe_activation_gradients`): one batch's
+    :func:`activation_gradients` per sub-batch, its loss weighted ``s / b``; nothing of a sub-batch is kept here."""
+    b = int(x.shape[0])
+    for part in sub_batches(b, sub_batch):  # a sub-batch of s of b examples contributes (s / b) L_s to L_b
+        w = (part.stop - part.start) / b
+        weighted = loss_fn if w == 1.0 else (lambda outputs, targets, w=w: loss_fn(outputs, targets) * w)
+        yield activation_gradients(model, x[part], y[part], weighted, candidates)
+
+
+class _CandidateSums:
+    """One candidate's sums over the probed batches: ``AG_l`` and the per-example norms (every probe), with ``exact``
+    the tangent regression's Gram statistics (:meth:`add_exact`), with ``contributions`` the per-example ``c_i(l)``
+    (:meth:`add_contributions`); both on the protocol's zero-output block, made on first use."""
+
+    def __init__(self, candidate, family, seed: int, bn_mode: str, exact: bool, contributions: bool, direction, chunk):
+        self.candidate, self.fam = candidate, candidate_family(candidate, family)
+        self.direction, self.chunk = direction, chunk
+        self.seed, self.bn_mode, self.exact, self.contributions = seed, bn_mode, exact, contributions
+        self.shape = self.block = self.gram = self.pooled = self.moments = None  # gram: this batch's; pooled: all's
+        self.grad_sq = self.ag_sum = self.example_sq = self.growth_value_sum = self.cross_gradient_sum = 0.0
+
+    def add(self, z: torch.Tensor, g: torch.Tensor, b: int, f64: torch.device) -> None:
+        """One sub-batch: its states ``z`` and its rows ``g`` of ``dL_b/dz_l``, of a batch of ``b`` examples."""
+        width = self.fam.width(z)
+        self.shape = self.shape or (width, self.fam.rows_per_example(z))
+        # Per-example norms in g's dtype (cascade-summed; ~1e-7 relative in float32), then float64.
+        self.grad_sq += float(torch.linalg.vector_norm(g.reshape(len(g), -1), dim=1).to(f64).double().square().sum())
+        if (self.exact or self.contributions) and self.block is None:
+            self.block = make_zero_block(self.fam.name, width, self.seed, self.candidate.index, like=z)
+            self.block.train(self.bn_mode == "train")
+        if self.contributions:
+            self.add_contributions(z, g, b, f64)
+        if self.exact:
+            self.add_exact(z, g)
+
+    def add_contributions(self, z: torch.Tensor, g: torch.Tensor, b: int, f64: torch.device) -> None:
+        """The ``contributions`` mode: ``c_i(l) = Psi_i^T (b G_i)`` of the sub-batch's examples into the moments."""
+        if self.moments is None:
+            width = self.fam.width(z)
+            self.moments = ContributionMoments(self.fam.feature_dim(width), width, device=f64, direction=self.direction)
+        for c_i in example_contributions(self.block, self.fam, z, g, b, self.chunk):
+            self.moments.update(c_i)
+
+    def add_exact(self, z: torch.Tensor, g: torch.Tensor) -> None:
+        """The ``exact`` mode: ``P = Psi^T Psi`` and ``X = Psi^T G`` of the sub-batch, merged into its batch's."""
+        acc = _tangent_gram(self.block, self.fam, z, g, self.chunk)
+        if self.gram is None:
+            self.gram = acc
+        else:
+            self.gram.merge(acc)
+
+    def end_batch(self, b: int) -> None:
+        self.ag_sum += math.sqrt(self.grad_sq)  # ||dL_b/dz_l||_F
+        self.example_sq += self.grad_sq * b * b  # sum_i ||d loss_i/dz_l,i||^2
+        self.grad_sq = 0.0
+        if self.gram is None:
+            return
+        self.growth_value_sum += self.gram.growth_value()
+        self.cross_gradient_sum += self.gram.cross_gradient_norm()
+        # Rows of dL_S/dz are (b / n) dL_b/dz: scale by b now, by 1/n at the end.
+        if self.pooled is None:
+            self.pooled = self.gram.scaled(b)  # keeps the eigendecomposition: free with one batch
+        else:
+            self.pooled.merge(self.gram, grad_scale=b)
+        self.gram = None
+
+    def score(self, n: int, nb: int, block_input: bool) -> CandidateScore:
+        c, (width, rows), ag, rms = self.candidate, self.shape, self.ag_sum / nb, math.sqrt(self.example_sq / n)
+        s = CandidateScore(
+            c.index, c.name, self.fam.name, width, rows, block_input, ag, ag / math.sqrt(width), rms, 0.0
+        )
+        s.ag_norm_pooled = rms / math.sqrt(n)
+        if self.exact:
+            pooled = self.pooled.scaled(1.0 / n)
+            vp, gp = pooled.growth_value(), pooled.grad_norm()
+            s.growth_value, s.cross_gradient_norm = self.growth_value_sum / nb, self.cross_gradient_sum / nb
+            s.growth_value_pooled, s.cross_gradient_norm_pooled = vp, pooled.cross_gradient_norm()
+            s.growth_fraction_pooled = vp / gp if gp > 0 else 0.0
+            s.tangent_dim, s.tangent_rank, s.rows_pooled = pooled.k, pooled.rank(), pooled.rows
+        if self.contributions:  # with exact too, the pooled ||C_l|| is the contributions'
+            m = self.moments
+            s.cross_gradient_norm_pooled = m.cross_gradient_norm()
+            s.contribution_cov_trace = m.covariance_trace() if n > 1 else None
+            s.contribution_norm_sq = m.norm_sq_unbiased() if n > 1 else None
+            s.contribution_cov_sq_trace = m.covariance_square_trace() if n > 3 else None
+            if self.direction is not None and n > 1:
+                s.contribution_direction_variance = m.direction_variance()
+        return s
+
+
+def _probe_batch(model, x, y, loss_fn: LossFn, sub_batch: int | None, sums: list[_CandidateSums], f64) -> float:
+    """The shared pass over one analysis batch: each sub-batch's states and rows of ``dL_b/dz_l`` at every candidate
+    into that candidate's sums, dropped before the next sub-batch's forward; returns ``L_b``."""
+    b, batch_loss = int(x.shape[0]), 0.0
+    for loss, states, grads in sub_batch_passes(model, x, y, loss_fn, [s.candidate for s in sums], sub_batch):
+        batch_loss += float(loss)
+        for candidate, z, g in zip(sums, states, grads, strict=True):  # g: these examples' rows of dL_b/dz_l
+            candidate.add(z, g, b, f64)
+        del states, grads, z, g  # this sub-batch's activations and gradients, before the next forward
+    for candidate in sums:
+        candidate.end_batch(b)
+    return batch_loss
 
 
 def probe_activation_gradients(
@@ -342,118 +408,41 @@ def probe_activation_gradients(
     """``AG_l``, ``AG~_l``, per-example RMS (with ``exact`` ``V_S,l``; with ``contributions`` the pooled
     ``C_l`` and ``tr(Sigma_hat_l)`` of App. G) for every candidate.
 
-    ``batches`` yields ``(x, y)`` analysis batches, each used for one forward and one backward
-    pass. ``family`` (default: each candidate's own, :func:`common.tangent.candidate_family`) and
-    ``seed`` define the standard zero-output block whose tangent space the exact values use;
-    they are the ones :func:`common.growth.insert_zero_block` inserts. Runs under
-    :func:`common.precision.full_precision`; float64 sums run on :func:`common.precision.float64_device`.
+    ``batches`` yields ``(x, y)`` analysis batches, each used for one forward and one backward pass. ``family``
+    (default: each candidate's own, :func:`common.tangent.candidate_family`) and ``seed`` define the standard
+    zero-output block whose tangent space the exact values use (:func:`common.growth.insert_zero_block` inserts it).
+    Runs under :func:`common.precision.full_precision`; float64 sums on :func:`common.precision.float64_device`.
 
-    ``sub_batch``: run each analysis batch of ``b`` examples as forward and backward passes over
-    sub-batches of ``sub_batch`` examples (memory: activations of ``sub_batch`` examples, not ``b``),
-    each sub-batch's loss weighted ``s / b``, so its rows of ``dL_b/dz_l`` come out exactly as in
-    one pass (``L_b`` is the mean of the examples' losses, all weighing alike, and the examples do
-    not interact: a decoder, or eval-mode BatchNorm). Every score is then that of the whole batch.
+    ``sub_batch``: each analysis batch of ``b`` examples as passes over sub-batches of ``sub_batch`` (memory:
+    activations of ``sub_batch`` examples, not ``b``), each loss weighted ``s / b``, so its rows of ``dL_b/dz_l`` come
+    out as in one pass (the examples do not interact: a decoder, or eval-mode BatchNorm): every score is the batch's.
 
-    ``contribution_directions`` (with ``contributions``): per candidate a fixed ``k x d`` direction along
-    which the variance of ``c_i(l)`` is streamed (App. G's asymptotic interval: the calibration part's
-    ``C_l``, :attr:`ProbeResult.cross_gradients`).
+    ``contribution_directions`` (with ``contributions``): per candidate a fixed ``k x d`` direction along which the
+    variance of ``c_i(l)`` is streamed (App. G's asymptotic interval: the calibration part's ``C_l``,
+    :attr:`ProbeResult.cross_gradients`).
     """
     if contribution_directions is not None and not contributions:
         raise ValueError("contribution_directions need contributions=True")
     if sub_batch is not None and bn_mode != "eval":
-        raise ValueError(
-            "sub-batches need examples that do not interact: BatchNorm in train mode mixes a batch; use bn_mode='eval'"
-        )
+        raise ValueError("sub-batches need examples that do not interact (train-mode BatchNorm): use bn_mode='eval'")
     candidates = model.candidates()
-    block_modules = {id(m) for m in getattr(model, "blocks", ())}
-    running = [_Running() for _ in candidates]
-    blocks: list[ZeroOutputBlock | None] = [None] * len(candidates)
-    shapes: list[tuple[str, int, int]] = []
-    sizes, losses = [], []
-    f64 = torch.device("cpu")
+    directions = contribution_directions or [None] * len(candidates)
+    sums = [
+        _CandidateSums(c, family, seed, bn_mode, exact, contributions, d, chunk_elements)
+        for c, d in zip(candidates, directions, strict=True)
+    ]
+    sizes, losses, f64 = [], [], torch.device("cpu")
     with probe_mode(model, bn_mode), full_precision() as mode:
         for x, y in batches:
-            b = int(x.shape[0])
             f64 = float64_device(x.device)
-            grad_sq = [0.0] * len(candidates)  # ||dL_b/dz_l||_F^2, summed over the sub-batches
-            grams: list[GramAccumulator | None] = [None] * len(candidates)
-            batch_loss = 0.0
-            for part in sub_batches(b, sub_batch):
-                s = part.stop - part.start
-                loss, states, grads = activation_gradients(
-                    model, x[part], y[part], _scaled_loss(loss_fn, s / b), candidates
-                )
-                batch_loss += float(loss)
-                for i, (z, g) in enumerate(zip(states, grads, strict=True)):  # g: these examples' rows of dL_b/dz_l
-                    fam = candidate_family(candidates[i], family)
-                    if len(shapes) <= i:
-                        shapes.append((fam.name, fam.width(z), fam.rows_per_example(z)))
-                    # Per-example norms in g's dtype (cascade-summed; ~1e-7 relative in float32), then float64.
-                    row_sq = torch.linalg.vector_norm(g.reshape(s, -1), dim=1).to(f64).double().square()
-                    grad_sq[i] += float(row_sq.sum())
-                    if (exact or contributions) and blocks[i] is None:
-                        blocks[i] = make_zero_block(fam.name, fam.width(z), seed, candidates[i].index, like=z)
-                        blocks[i].train(bn_mode == "train")
-                    if contributions:
-                        run = running[i]
-                        if run.moments is None:
-                            direction = None if contribution_directions is None else contribution_directions[i]
-                            run.moments = ContributionMoments(
-                                fam.feature_dim(fam.width(z)), fam.width(z), device=f64, direction=direction
-                            )
-                        for c_i in example_contributions(blocks[i], fam, z, g, b, chunk_elements):
-                            run.moments.update(c_i)
-                    if exact:
-                        acc = _tangent_gram(blocks[i], fam, z, g, chunk_elements)
-                        if grams[i] is None:
-                            grams[i] = acc
-                        else:
-                            grams[i].merge(acc)
-                del states, grads, z, g  # this sub-batch's activations and gradients, before the next forward
-            for run, sq, gram in zip(running, grad_sq, grams, strict=True):
-                run.add_batch(sq, b, gram)
-            sizes.append(b)
-            losses.append(batch_loss)
+            losses.append(_probe_batch(model, x, y, loss_fn, sub_batch, sums, f64))
+            sizes.append(int(x.shape[0]))
     if not sizes:
         raise ValueError("probe_activation_gradients got no batches")
     n, nb = sum(sizes), len(sizes)
-    scores = []
-    for c, run, (fam_name, width, rows_per_example) in zip(candidates, running, shapes, strict=True):
-        ag = run.ag_sum / nb
-        rms = math.sqrt(run.example_sq / n)
-        score = CandidateScore(
-            index=c.index,
-            name=c.name,
-            family=fam_name,
-            width=width,
-            rows_per_example=rows_per_example,
-            block_input=id(c.module) in block_modules,
-            ag_norm=ag,
-            ag_norm_normalised=ag / math.sqrt(width),
-            per_example_rms=rms,
-            ag_norm_pooled=rms / math.sqrt(n),
-        )
-        if exact:
-            pooled = run.pooled.scaled(1.0 / n)
-            vp, gp = pooled.growth_value(), pooled.grad_norm()
-            score.growth_value = run.growth_value_sum / nb
-            score.cross_gradient_norm = run.cross_gradient_sum / nb
-            score.growth_value_pooled = vp
-            score.cross_gradient_norm_pooled = pooled.cross_gradient_norm()
-            score.growth_fraction_pooled = vp / gp if gp > 0 else 0.0
-            score.tangent_dim = pooled.k
-            score.tangent_rank = pooled.rank()
-            score.rows_pooled = pooled.rows
-        if contributions:
-            score.cross_gradient_norm_pooled = run.moments.cross_gradient_norm()
-            score.contribution_cov_trace = run.moments.covariance_trace() if n > 1 else None
-            score.contribution_norm_sq = run.moments.norm_sq_unbiased() if n > 1 else None
-            score.contribution_cov_sq_trace = run.moments.covariance_square_trace() if n > 3 else None
-            if contribution_directions is not None and n > 1:
-                score.contribution_direction_variance = run.moments.direction_variance()
-        scores.append(score)
+    block_modules = {id(m) for m in getattr(model, "blocks", ())}
     return ProbeResult(
-        scores=scores,
+        scores=[s.score(n, nb, id(s.candidate.module) in block_modules) for s in sums],
         batch_size=sizes[0],
         n_batches=nb,
         n_examples=n,
@@ -465,7 +454,7 @@ def probe_activation_gradients(
         math_mode=mode,
         float64_device=str(f64),
         sub_batch=sub_batch,
-        cross_gradients=[run.moments.cross_gradient() for run in running] if contributions else None,
+        cross_gradients=[s.moments.cross_gradient() for s in sums] if contributions else None,
     )
 
 

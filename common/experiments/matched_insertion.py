@@ -51,11 +51,21 @@ from torch import nn
 from common import runs, tables
 from common.data.vision import TensorLoader, warn_unused_data_root
 from common.device import resolve_device
-from common.errors import UserError
+from common.errors import ParamError, UserError
 from common.growth import insert_zero_block
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
 from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
 from common.precision import float64_device, full_precision
+from common.presets.matched import (  # noqa: F401  (the presets' names, importable from here as before)
+    CANDIDATE_RULES,
+    DEFAULT_ALPHAS,
+    DEFAULT_CANDIDATE,
+    FITS,
+    PAPER_DEPTHS,
+    PRESETS,
+    MatchedPreset,
+)
+from common.presets.probe import choose_preset
 from common.probe import (
     TangentRegression,
     activation_gradients,
@@ -70,11 +80,6 @@ from common.tangent import make_zero_block
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "matched_insertion"
-PAPER_DEPTHS = tuple(d - BACKBONE_DEPTH for d in sorted(MATCHED_INSERTION_REDUCTION))  # N = 0, 6, 12, 26
-DEFAULT_ALPHAS = (MATCHED_INSERTION_ALPHA,)  # the paper's alpha = 1e-3 (a protocol setting, not a result)
-CANDIDATE_RULES = ("stage1-end", "next", "all")
-DEFAULT_CANDIDATE = "stage1-end"  # one kind of tensor at every depth (the claims compare drops across depths)
-FITS = ("closed-form", "gradient-descent")
 EVAL_BATCH_SIZE = 500
 REORDER_SEED = 0  # the permutation of the floor's second float64 pass (a measurement setting, not a result)
 FLOAT64_CHUNK = 16  # examples per float64 forward pass (CPU float64 convolutions unfold the batch: small is fast)
@@ -129,9 +134,11 @@ def fit_by_gradient_descent(
     Starts at ``W = 0`` and steps ``n / lambda_max(P)``, so it converges to the minimum-norm solution.
     """
     if regression.examples > GD_MAX_EXAMPLES:
-        raise UserError(
-            f"--fit gradient-descent caches every example and is a check for small cases (at most {GD_MAX_EXAMPLES} "
-            f"examples, got {regression.examples}); use --fit closed-form"
+        raise ParamError(
+            "fit",
+            "gradient-descent",
+            f"caches every example and is a check for small cases (at most {GD_MAX_EXAMPLES} examples, got "
+            f"{regression.examples}); use closed-form",
         )
     candidate = model.candidates()[regression.index]
     cached = []
@@ -180,7 +187,7 @@ def matched_insertion(
     ``math_mode`` in each row.
     """
     if fit not in FITS:
-        raise UserError(f"--fit {fit}: use one of {', '.join(FITS)}")
+        raise ParamError("fit", fit, f"use one of {', '.join(FITS)}")
     with full_precision() as mode:
         regression = per_example_tangent_regression(model, train_batches(), index, loss_fn=loss_fn, seed=seed)
         w = regression.gram.solution()  # Psi W* ~ G: the least-squares fit of the per-example gradients
@@ -190,61 +197,55 @@ def matched_insertion(
             fit_gap = float(torch.linalg.matrix_norm(w_gd - w) / torch.linalg.matrix_norm(w).clamp_min(1e-300))
             w = w_gd
         reordered = reordered_batches or (lambda: ((x.flip(0), y.flip(0)) for x, y in train_batches()))
+        weights = [-alpha * w for alpha in alphas]
         losses = measure_losses(
-            model,
-            index,
-            regression.family,
-            seed,
-            [-alpha * w for alpha in alphas],
-            train_batches,
-            reordered,
-            test_batches,
-            loss_fn,
+            model, index, regression.family, seed, weights, train_batches, reordered, test_batches, loss_fn
         )
-        floors = measurement_floors(losses)
-        v_pooled = regression.pooled_growth_value()
-        rows = []
-        for alpha, after, after32, test_after in zip(
-            alphas, losses["after"], losses["after_float32"], losses["test_after"], strict=True
-        ):
-            before, before32, test_before = losses["before"], losses["before_float32"], losses["test_before"]
-            predicted = regression.first_order_change(alpha)
-            change, change32 = after - before, after32 - before32
-            status = precision_status(change, floors["measurement_floor"])
-            rows.append(
-                {
-                    "candidate": index,
-                    "candidate_name": model.candidates()[index].name,
-                    "alpha": alpha,
-                    "train_loss_before": before,
-                    "train_loss_after": after,
-                    "measured_change": change,
-                    "measured_change_precision": status,
-                    "predicted_change": predicted,
-                    "ratio": change / predicted if predicted != 0 and status == MEASURED else None,
-                    "train_loss_before_float32": before32,
-                    "train_loss_after_float32": after32,
-                    "measured_change_float32": change32,
-                    "measured_change_float32_precision": precision_status(change32, floors["float32_gap"]),
-                    **floors,
-                    "relative_residual": regression.relative_residual(),
-                    "predicted_change_pooled_targets": -alpha * v_pooled**2,
-                    **alternative_readings(regression, alpha),
-                    "growth_value_pooled": v_pooled,
-                    "examples": regression.examples,
-                    "tangent_rank": regression.gram.rank(),
-                    "tangent_dim": regression.gram.k,
-                    "test_loss_before": test_before,
-                    "test_loss_after": test_after,
-                    "test_change": None if test_before is None else test_after - test_before,
-                    "fit": fit,
-                    "fit_gap_closed_form": fit_gap,
-                    "loss_dtype": "float64",
-                    "float64_device": str(losses["float64_device"]),
-                    "math_mode": mode,
-                }
-            )
-        return rows
+        fit_record = {"fit": fit, "fit_gap_closed_form": fit_gap, "loss_dtype": "float64"}
+        fit_record |= {"float64_device": str(losses["float64_device"]), "math_mode": mode}
+        name = model.candidates()[index].name
+        return [insertion_row(index, name, alpha, k, regression, losses, fit_record) for k, alpha in enumerate(alphas)]
+
+
+def insertion_row(
+    index: int, name: str, alpha: float, k: int, regression: TangentRegression, losses: dict, fit_record: dict
+) -> dict:
+    """The row of the ``k``-th target scale ``alpha``: the losses before and after (:func:`measure_losses`), measured
+    against predicted change, the floors, the other readings' predictions and how the fit was made."""
+    floors = measurement_floors(losses)
+    v_pooled = regression.pooled_growth_value()
+    before, before32, test_before = losses["before"], losses["before_float32"], losses["test_before"]
+    after, after32, test_after = losses["after"][k], losses["after_float32"][k], losses["test_after"][k]
+    predicted = regression.first_order_change(alpha)
+    change, change32 = after - before, after32 - before32
+    status = precision_status(change, floors["measurement_floor"])
+    return {
+        "candidate": index,
+        "candidate_name": name,
+        "alpha": alpha,
+        "train_loss_before": before,
+        "train_loss_after": after,
+        "measured_change": change,
+        "measured_change_precision": status,
+        "predicted_change": predicted,
+        "ratio": change / predicted if predicted != 0 and status == MEASURED else None,
+        "train_loss_before_float32": before32,
+        "train_loss_after_float32": after32,
+        "measured_change_float32": change32,
+        "measured_change_float32_precision": precision_status(change32, floors["float32_gap"]),
+        **floors,
+        "relative_residual": regression.relative_residual(),
+        "predicted_change_pooled_targets": -alpha * v_pooled**2,
+        **alternative_readings(regression, alpha),
+        "growth_value_pooled": v_pooled,
+        "examples": regression.examples,
+        "tangent_rank": regression.gram.rank(),
+        "tangent_dim": regression.gram.k,
+        "test_loss_before": test_before,
+        "test_loss_after": test_after,
+        "test_change": None if test_before is None else test_after - test_before,
+        **fit_record,
+    }
 
 
 MEASURED = "measured"
@@ -371,57 +372,54 @@ def resolve_candidates(rule: str | int, extra_blocks: int) -> list[int]:
         return [extra_block_position(extra_blocks)[1]]
     if rule == "all":
         return list(range(count))
-    try:
-        index = int(rule)
-    except ValueError:
-        raise UserError(f"--candidate {rule}: use {', '.join(CANDIDATE_RULES)} or a candidate index") from None
+    index = int(rule)  # a rule the preset checked (common.presets.matched.MatchedPreset): an index now
     if not 0 <= index < count:
-        raise UserError(f"--candidate {index}: ResNet-{BACKBONE_DEPTH + extra_blocks} has candidates 0..{count - 1}")
+        raise ParamError("candidate", index, f"ResNet-{BACKBONE_DEPTH + extra_blocks} has candidates 0..{count - 1}")
     return [index]
 
 
 def matched_configs(
+    preset: str = "smoke",
+    overrides: dict | None = None,
     *,
     out: str | Path = "runs",
-    preset: str = "smoke",
     dataset: str | None = None,
-    depths: Sequence[int] | None = None,
     seeds: Sequence[int] | None = None,
-    candidate: str = DEFAULT_CANDIDATE,
-    alphas: Sequence[float] | None = None,
-    fit: str = "closed-form",
-    gd_steps: int = 2000,
     seed: int = 0,
     device: str = "auto",
     data_root: str | None = None,
 ) -> list[dict]:
     """One run per finished sweep run (depth N, seed): its candidates, alphas and fit.
 
-    Depths default to the paper's four (N = 0, 6, 12, 26) with ``--preset paper`` and to every
-    finished depth of the sweep with ``--preset smoke`` or ``mini``; a missing depth is a
-    :class:`UserError` naming the script-01 command that trains it. Seeds default to those with a run at every
-    depth (mini's third seed, trained at 03's depths only, stays out: the design stays balanced). ``seed`` seeds
-    ``U_l``.
+    ``preset``: a preset of :data:`common.presets.matched.PRESETS`, whose ``depths`` are the paper's four (N = 0, 6,
+    12, 26) with ``paper`` and every finished depth of the sweep (None) with ``smoke`` and ``mini``; ``overrides``: its
+    fields set otherwise (None: the preset's). A missing depth is a :class:`UserError` naming the script-01 command
+    that trains it. Seeds default to those with a run at every depth (mini's third seed, trained at 03's depths only,
+    stays out: the design stays balanced). ``seed`` seeds ``U_l``.
     """
+    p = choose_preset(PRESETS, preset, overrides)
     dataset = dataset or DEFAULT_DATASET[preset]
     warn_unused_data_root(dataset, data_root)
-    alphas = list(alphas or DEFAULT_ALPHAS)
-    if any(a <= 0 for a in alphas):
-        raise UserError(f"--alpha {alphas}: every alpha must be > 0")
-    if fit not in FITS:
-        raise UserError(f"--fit {fit}: use one of {', '.join(FITS)}")
-    found = finished_sweep_runs(out, dataset)
     by_depth: dict[tuple[int, int], Path] = {}
-    for directory in found:
+    for directory in finished_sweep_runs(out, dataset):
         config = runs.read_config(directory, SWEEP_CONFIG_KEYS)
         by_depth.setdefault((config["depth_n"], config["seed"]), directory)
-    wanted = (
-        list(depths)
-        if depths is not None
-        else (list(PAPER_DEPTHS) if preset == "paper" else sorted({n for n, _ in by_depth}))
-    )
+    wanted = list(p.depths) if p.depths is not None else sorted({n for n, _ in by_depth})
     balanced = sorted({s for _, s in by_depth if all((n, s) in by_depth for n in wanted)})
     seed_list = list(seeds) if seeds is not None else balanced or sorted({s for _, s in by_depth}) or [0]
+    require_design(wanted, seed_list, by_depth, preset=preset, dataset=dataset, out=out, seeds=seeds)
+    configs = []
+    for s in seed_list:
+        for n in wanted:
+            directory = by_depth[(n, s)]
+            sweep = runs.read_config(directory, SWEEP_CONFIG_KEYS)
+            configs.append(matched_config(p, directory, sweep, dataset, seed, device=device, data_root=data_root))
+    return configs
+
+
+def require_design(wanted, seed_list, by_depth: dict, *, preset: str, dataset: str, out, seeds) -> None:
+    """Refuse a design with no depth (nothing finished to default to) or a (depth, seed) without a finished sweep run,
+    in one line naming the script-01 command that trains what is missing."""
     missing = [n for n in wanted for s in seed_list if (n, s) not in by_depth]
     if not wanted:  # nothing finished to default to (the parser refuses an empty --depths)
         raise UserError(
@@ -435,39 +433,37 @@ def matched_configs(
             f"no finished sweep run for --dataset {dataset} at N = {','.join(map(str, grid))} (seeds {','.join(map(str, missing_seeds))}) "
             f"under {Path(out) / 'resnet_sweep'}; train them first: {train_command(preset, dataset, out, depths=grid, seeds=missing_seeds)}"
         )
-    configs = []
-    for s in seed_list:
-        for n in wanted:
-            directory = by_depth[(n, s)]
-            sweep = runs.read_config(directory, SWEEP_CONFIG_KEYS)
-            indices = resolve_candidates(candidate, n)
-            configs.append(
-                {
-                    "experiment": EXPERIMENT,
-                    "name": f"{dataset}-resnet{sweep['depth_label']}-n{n}-seed{s}-cand{candidate}",
-                    "dataset": dataset,
-                    "depth_n": n,
-                    "depth_label": sweep["depth_label"],
-                    "seed": s,
-                    "sweep_run": directory.name,
-                    "candidate_rule": str(candidate),
-                    "candidates": indices,
-                    "alphas": alphas,
-                    "fit": fit,
-                    **({"gd_steps": gd_steps} if fit == "gradient-descent" else {}),
-                    "block_seed": seed,
-                    "split": "train",
-                    "targets": "per_example",
-                    "loss_dtype": "float64",  # losses of the model in float64, float32 beside (older runs: float32)
-                    "runtime": {
-                        "device": device,
-                        "sweep_dir": str(directory.resolve()),
-                        "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
-                        "batch_size": EVAL_BATCH_SIZE,
-                    },
-                }
-            )
-    return configs
+
+
+def matched_config(
+    p: MatchedPreset, directory: Path, sweep: dict, dataset: str, seed: int, *, device: str, data_root
+) -> dict:
+    """The run config of the matched insertion on the sweep run in ``directory`` (its config ``sweep``)."""
+    n, s = sweep["depth_n"], sweep["seed"]
+    return {
+        "experiment": EXPERIMENT,
+        "name": f"{dataset}-resnet{sweep['depth_label']}-n{n}-seed{s}-cand{p.candidate}",
+        "dataset": dataset,
+        "depth_n": n,
+        "depth_label": sweep["depth_label"],
+        "seed": s,
+        "sweep_run": directory.name,
+        "candidate_rule": str(p.candidate),
+        "candidates": resolve_candidates(p.candidate, n),
+        "alphas": list(p.alphas),
+        "fit": p.fit,
+        **({"gd_steps": p.gd_steps} if p.fit == "gradient-descent" else {}),
+        "block_seed": seed,
+        "split": "train",
+        "targets": "per_example",
+        "loss_dtype": "float64",  # losses of the model in float64, float32 beside (older runs: float32)
+        "runtime": {
+            "device": device,
+            "sweep_dir": str(directory.resolve()),
+            "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
+            "batch_size": EVAL_BATCH_SIZE,
+        },
+    }
 
 
 def matched_insertion_run(spec: runs.RunSpec) -> dict:
