@@ -6,8 +6,8 @@ one (:func:`check_flag_use`), and wraps its ``main`` with :func:`entry_point`, w
 :class:`~common.errors.UserError` into one line on stderr and exit code 2 (docs/design.md, section "Runs, records
 and launching").
 
-Every flag has exactly one consumer: the planner (the flags a script lists for it, handed over by
-:func:`flags_for` or by name), the shared command line and the launcher (:data:`CLI_FLAGS`,
+Every flag has exactly one consumer: the planner (the preset fields a script's flag table sets, handed over as
+``overrides``, or a keyword by name: docs/design.md, section "Validation"), the shared command line and the launcher (:data:`CLI_FLAGS`,
 :data:`LAUNCHER_FLAGS`), or the script itself (the flags it lists as its own).
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
-import inspect
 import math
 import os
 import sys
@@ -261,21 +260,6 @@ def entry_point(main: Callable[..., int]) -> Callable[..., int]:
             return 130
 
     return wrapped
-
-
-def flags_for(fn: Callable, args: argparse.Namespace, flags: Iterable[str], **given) -> dict:
-    """Keyword arguments for the planner ``fn``: each flag (dest) in ``flags`` under its own name, plus
-    ``given`` (values the script derives, which win).
-
-    A script's config planner is called as ``plan(**flags_for(plan, args, PLANNER_FLAGS, exact=...))``.
-    A listed flag that ``fn`` does not take is a ``TypeError``: no flag is dropped silently.
-    """
-    names = inspect.signature(fn).parameters
-    flags = list(flags)
-    unknown = sorted((set(flags) | set(given)) - set(names))
-    if unknown:
-        raise TypeError(f"{fn.__name__} takes no arguments {unknown}")
-    return {**{name: getattr(args, name) for name in flags}, **given}
 
 
 def comma_ints(text: str) -> list[int]:

@@ -610,8 +610,6 @@ def test_a_flag_nobody_consumes_is_a_programming_error():
         cli.check_flag_use(parser, planner=["preset", "seed", "device"])
     with pytest.raises(TypeError, match="preset: planner and script"):
         cli.check_flag_use(parser, planner=["preset", "seed", "device", "unused"], script=["preset"])
-    with pytest.raises(TypeError, match="depths"):  # declared for the planner, which does not take it
-        cli.flags_for(lambda preset: preset, argparse.Namespace(preset="smoke", depths=[1]), ["preset", "depths"])
 
 
 NUMBER_TYPES = (

@@ -1,6 +1,5 @@
 """common/cli.py: shared flags and one-line errors with exit code 2 (checked in a real process)."""
 
-import argparse
 import importlib
 import subprocess
 import sys
@@ -9,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from common import runs
-from common.cli import entry_point, flags_for, make_parser, parse_args
+from common.cli import entry_point, make_parser, parse_args
 from common.errors import ParamError
 from tests.jobs import demo_configs
 
@@ -81,16 +80,6 @@ def test_every_numbered_script_explains_the_shared_flags(script, capsys):
     help_text = capsys.readouterr().out
     for flag in READER_FLAGS if script.startswith("08") else SHARED_FLAGS:
         assert flag in help_text, f"{script} --help does not explain {flag}"
-
-
-def test_flags_reach_a_planner_under_their_own_names():
-    def plan(*, depths=None, lr=0.1, seeds=(0,)):
-        return depths, lr, seeds
-
-    args = argparse.Namespace(depths=[1, 2], lr=0.5, seed=3, device="cpu")
-    assert plan(**flags_for(plan, args, ["depths", "lr"], seeds=[3])) == ([1, 2], 0.5, [3])  # seed/device: not listed
-    with pytest.raises(TypeError, match="epochs"):
-        flags_for(plan, args, ["depths"], epochs=2)
 
 
 def test_a_parameter_error_names_the_parameter_in_python_and_its_flag_on_the_command_line(tmp_path, capsys):
