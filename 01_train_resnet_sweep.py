@@ -17,14 +17,8 @@ from common.cli import check_flag_use, comma_ints, entry_point, make_parser, par
 from common.data.vision import DATASETS
 from common.experiments.train_resnet_sweep import summary_table
 from common.launch import launch_from_args
-from common.resnet_sweep import (
-    DEFAULT_DATASET,
-    check_sweep_plan,
-    preset_runs,
-    sweep_configs,
-    sweep_preset,
-    train_resnet_run,
-)
+from common.presets.sweep import DEFAULT_DATASET, sweep_preset
+from common.resnet_sweep import check_sweep_plan, preset_runs, sweep_configs, train_resnet_run
 from common.runs import make_specs
 
 # The flags that set a field of the sweep's preset (common.presets.sweep.SweepPreset and its recipe): dest == field.

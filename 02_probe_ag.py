@@ -51,9 +51,6 @@ from common.data.vision import DATASETS
 from common.decoder_flags import PresetFlag, add_preset_flags, preset_fields
 from common.experiments.probe_ag import (
     EXPERIMENT,
-    PRESETS,
-    SATURATION_SPLITS,
-    SPLITS,
     probe_configs,
     probe_sweep_run,
     summary_rows,
@@ -62,8 +59,10 @@ from common.experiments.probe_ag import (
 )
 from common.launch import launch_from_args
 from common.paper import LOW_SIGNAL_AG
+from common.presets.probe import PRESETS, SATURATION_SPLITS, SPLITS
+from common.presets.sweep import DEFAULT_DATASET
 from common.probe import BN_MODES
-from common.resnet_sweep import DEFAULT_DATASET, check_sweep_inputs, require_sweep_runs
+from common.resnet_sweep import check_sweep_inputs, require_sweep_runs
 from common.runs import make_specs
 
 PAPER, MINI = PRESETS["paper"], PRESETS["mini"]

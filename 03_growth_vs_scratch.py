@@ -41,7 +41,8 @@ from common.presets.growth import (
     SMOKE_STAGE_EPOCHS,
     scratch_budgets,
 )
-from common.resnet_sweep import DEFAULT_DATASET, check_sweep_data, preset_seeds
+from common.presets.sweep import DEFAULT_DATASET
+from common.resnet_sweep import check_sweep_data, preset_seeds
 from common.runs import make_specs
 
 # The flags that set a field of the growth preset (common.presets.growth.GrowthPreset): dest == field.

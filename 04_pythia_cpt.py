@@ -29,7 +29,7 @@ import argparse
 
 from common import runs
 from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
-from common.data.text_sources import SOURCES
+from common.data.text_sources import FINEWEB_SUBSET, SOURCES
 from common.decoder_flags import (
     add_preset_flags,
     data_and_device_kwargs,
@@ -43,8 +43,6 @@ from common.device import resolve_device
 from common.experiments.pythia_cpt import (
     DEFAULT_DATA_ROOT,
     EXPERIMENT,
-    FINEWEB_SUBSET,
-    PRESETS,
     cpt_configs,
     fetch_model,
     mini_hub_check,
@@ -58,6 +56,7 @@ from common.experiments.pythia_cpt import (
 )
 from common.launch import launch_from_args
 from common.paper import LOW_SIGNAL_AG
+from common.presets.pythia import PRESETS
 from common.runs import make_specs
 
 # flag -> (CPTPreset field, type, help); None: the preset's value (docs/decisions.md)

@@ -29,8 +29,6 @@ from common.data.vision import DATASETS
 from common.decoder_flags import PresetFlag, add_preset_flags, preset_fields
 from common.experiments.matched_insertion import (
     EXPERIMENT,
-    FITS,
-    PRESETS,
     matched_configs,
     matched_insertion_run,
     summary_markdown,
@@ -38,7 +36,9 @@ from common.experiments.matched_insertion import (
     summary_stem,
 )
 from common.launch import launch_from_args
-from common.resnet_sweep import DEFAULT_DATASET, check_sweep_inputs
+from common.presets.matched import FITS, PRESETS
+from common.presets.sweep import DEFAULT_DATASET
+from common.resnet_sweep import check_sweep_inputs
 from common.runs import make_specs
 
 PAPER = PRESETS["paper"]

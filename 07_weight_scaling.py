@@ -54,15 +54,10 @@ from common.experiments.weight_scaling import (
     train_fc_run,
 )
 from common.launch import launch_from_args
+from common.presets.sweep import DEFAULT_DATASET
 from common.presets.weight_scaling import SCHEDULES
-from common.resnet_sweep import (
-    DEFAULT_DATASET,
-    check_sweep_inputs,
-    finished_sweep_runs,
-    require_sweep_runs,
-    train_command,
-)
 from common.resnet_sweep import EXPERIMENT as SWEEP_EXPERIMENT
+from common.resnet_sweep import check_sweep_inputs, finished_sweep_runs, require_sweep_runs, train_command
 from common.runs import make_specs
 from common.scaling import DEFAULT_LEVEL
 

@@ -64,7 +64,7 @@ mini-readme: $(STAMP)
 ## and the generated tables of docs/claim-rules.md (then rebuild the report with 08); about a minute on 2 cores
 claim-tables: $(STAMP)
 	$(PY) -m common.experiments.power_table --out results/mini --preset mini --fresh
-	$(PY) -m common.experiments.claim_rates --write-docs docs/claim-rules.md
+	$(PY) -m common.claim_rates --write-docs docs/claim-rules.md
 
 ## test: install, then run the whole test suite (ruff check and ruff format --check included, as tests)
 test: $(STAMP)

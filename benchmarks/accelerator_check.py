@@ -71,26 +71,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import device as devices
 from common import runs
-from common.data.vision import CIFAR10_STATS, TensorLoader
+from common.data.loader import TensorLoader
+from common.data.vision import CIFAR10_STATS
 from common.distributed import destroy_distributed, init_distributed, process_device, wait_for_all
 from common.errors import UserError
 from common.models.gpt import GPT, GPTConfig
 from common.models.resnet import ResNet, ResNetConfig, depth_label
+from common.placement import is_sharded, place_model
 from common.precision import float32_reduced, float64_device, math_mode, supports_float64
 from common.probe import probe_activation_gradients
 from common.projection import GramAccumulator
-from common.train import (
-    AdamWRecipe,
-    NonFiniteLossError,
-    SGDRecipe,
-    TrainSettings,
-    classification_loss,
-    evaluate,
-    is_sharded,
-    load_weights,
-    place_model,
-    train,
-)
+from common.recipes import AdamWRecipe, SGDRecipe, TrainSettings
+from common.train import NonFiniteLossError, classification_loss, evaluate, load_weights, train
 
 TOL_FLOAT64, TOL_FLOAT32, TOL_EIGH = 1e-10, 1e-4, 1e-10
 

@@ -37,7 +37,8 @@ from common.device import cpu_count, device_name
 from common.experiments.gpt2_ascend import peak_flops
 from common.models.gpt import GPT, GPTConfig
 from common.probe import probe_activation_gradients
-from common.train import AdamWRecipe, classification_loss
+from common.recipes import AdamWRecipe
+from common.train import classification_loss
 
 TARGET_SPEED, TARGET_PROBE, TARGET_MFU = 1.0, 0.90, 0.45
 RECIPE = AdamWRecipe(steps=1, lr=6e-4, eval_interval=1)  # the optimiser of the training runs

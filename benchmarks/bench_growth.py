@@ -25,10 +25,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import device as devices
-from common.data.vision import CIFAR10_STATS, TensorLoader
+from common.data.loader import TensorLoader
+from common.data.vision import CIFAR10_STATS
 from common.growth import check_function_preserved
 from common.models.resnet import ResNet, ResNetConfig, depth_label, grow
-from common.train import Schedule, SGDRecipe, TrainSettings, train_epoch
+from common.recipes import Schedule, SGDRecipe, TrainSettings
+from common.train import train_epoch
 
 
 def grown_resnet(n: int) -> tuple[ResNet, float]:

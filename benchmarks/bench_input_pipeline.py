@@ -22,7 +22,8 @@ from torchvision import transforms
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.data.vision import CIFAR10_STATS, TensorLoader
+from common.data.loader import TensorLoader
+from common.data.vision import CIFAR10_STATS
 from common.device import cpu_count
 
 

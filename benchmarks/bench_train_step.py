@@ -26,9 +26,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import device as devices
-from common.data.vision import CIFAR10_STATS, TensorLoader
+from common.data.loader import TensorLoader
+from common.data.vision import CIFAR10_STATS
 from common.models.resnet import ResNet, ResNetConfig, depth_label
-from common.train import EpochStats, Schedule, SGDRecipe, TrainSettings, train_epoch
+from common.recipes import Schedule, SGDRecipe, TrainSettings
+from common.train import EpochStats, train_epoch
 
 DEPTHS = {0: "ResNet-8", 12: "ResNet-20"}
 CIFAR10_TRAIN_IMAGES = 50_000

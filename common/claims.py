@@ -11,19 +11,21 @@ and is ``fn.rule``. The verdicts:
   is needed, too few runs for a test, a constant input). Failing to reject never gives "holds";
 - ``not decidable at this design``: the same, where the rule cannot reach :data:`POWER_TARGET` at the
   records' own design (depths, seeds, sample sizes), measured by simulation in the claim's own world
-  (:mod:`common.experiments.claim_rates`); the report says how many runs, seeds or test examples it
+  (:mod:`common.claim_rates`); the report says how many runs, seeds or test examples it
   would need. Set by the report builder, never by a rule;
 - ``not comparable``: the paper's value cannot be compared with the records as it stands (the 5e-3
   line: the paper gives no normalisation, :data:`NOT_COMPARABLE_WHY`). Set by the report builder;
 - ``not run``: no records (set by the report builder, never by a rule).
 
 :data:`RULES` are the paper's claims; their error rates are measured by simulation
-(:mod:`common.experiments.claim_rates`, ``tests/test_claim_rates.py``, ``docs/claim-rules.md``).
+(:mod:`common.claim_rates`, ``tests/test_claim_rates.py``, ``docs/claim-rules.md``).
 :data:`IDENTITY_CHECKS` are identities that hold by construction (``V_S,l <= AG_l``; a matched
 insertion lowers the loss at small alpha): the report shows them apart and never counts them among
 reproduced claims.
 
-Every margin and threshold is fixed in :mod:`common.claim_rules.margins`, each with its reason, before
+This module is the rules' front, the one place callers import a rule from; the rules live in
+:mod:`common.claim_rules` (one module per family: depth, growth, matched, exponents, App. G, identities, their
+statistics and verdict words). Every margin and threshold is fixed in :mod:`common.claim_rules.margins`, each with its reason, before
 any mini or paper record was looked at; nothing is tuned to make a claim hold.
 
 Statistics:

@@ -39,15 +39,7 @@ from common import runs, slurm
 from common.device import resolve_device
 from common.distributed import broadcast_from_main, destroy_distributed, env_info, init_distributed
 from common.errors import UserError
-from common.local_pool import (  # noqa: F401  (the local pool's names, kept importable from here)
-    LOCAL_POLL_S,
-    VISIBLE_DEVICES_ENV,
-    LocalSlot,
-    local_slots,
-    run_in_slots,
-    run_local,
-    visible_device_ids,
-)
+from common.local_pool import LocalSlot, local_slots, run_local
 from common.logs import setup_logging
 from common.runs import RunSpec
 

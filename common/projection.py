@@ -12,7 +12,7 @@ For one sample set ``S`` (docs/design.md, section "Exact growth value V_S,l"), w
 - the streamed moments of the per-example contributions ``c_i(l)`` whose mean is the cross-gradient
   of the *pooled* mean loss (:class:`ContributionMoments`): what App. G's separated saturation test
   (Theorem 3) and the asymptotic interval beside it need. The intervals and verdicts themselves are
-  functions of those numbers, in :mod:`common.saturation` (still importable from here).
+  functions of those numbers, in :mod:`common.saturation`.
 
 Rank tolerance (one place: :data:`DEFAULT_RTOL_FACTOR`): ``P`` is eigendecomposed in float64 and
 eigenvalues ``<= rtol * max_eig`` count as zero, ``rtol = k * eps(float64)`` by default (numpy's
@@ -36,36 +36,6 @@ from collections.abc import Sequence
 import torch
 
 from common.precision import float64_device
-
-# App. G's intervals and verdicts live in common.saturation; kept importable from here.
-from common.saturation import (  # noqa: F401
-    ASYMPTOTIC_LABEL,
-    LOWER_ABOVE_DELTA,
-    N_SEARCH_LIMIT,
-    NO_VERDICT,
-    NOT_SATURATED,
-    SATURATED,
-    SATURATION_STATISTIC,
-    SATURATION_VERDICTS,
-    UNDECIDED,
-    UPPER_AT_MOST_DELTA,
-    AsymptoticInterval,
-    SaturationInterval,
-    asymptotic_gamma_interval,
-    asymptotic_interval,
-    asymptotic_n_to_exclude,
-    bonferroni_z,
-    exclusion_side,
-    gamma_interval,
-    linear_variance_estimate,
-    norm_sq_standard_error,
-    saturation_error_bound,
-    saturation_interval,
-    saturation_verdict,
-    separation_margin,
-    smallest_sample,
-    theorem3_n_to_exclude,
-)
 
 DEFAULT_RTOL_FACTOR = 1.0  # rtol = DEFAULT_RTOL_FACTOR * k * eps(float64), see the module docstring
 

@@ -12,8 +12,8 @@ Each run trains ResNet-(8+N) (``common/models/resnet.py``) on one dataset with o
 leaves ``config.json``, ``metrics.jsonl``, ``model.pt`` (final weights) and ``result.json``
 in its run directory.
 
-Presets (``paper``, ``smoke``, ``mini``) are data: :mod:`common.presets.sweep`, whose names this module keeps
-importable (``SweepPreset``, ``MINI``, ``DEFAULT_DATASET``, ...).
+Presets (``paper``, ``smoke``, ``mini``) are data: :mod:`common.presets.sweep` (``SweepPreset``, ``MINI``,
+``DEFAULT_DATASET``, ...).
 
 On accelerators (``common.train``): bf16 autocast where the device has native bf16, else
 float32; ``--compile auto`` compiles on CUDA, and every run starts from a fresh compiler state so
@@ -36,28 +36,15 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from common import runs
-from common.data.vision import DATASETS, TensorLoader, VisionData, load_vision, warn_unused_data_root, with_train_subset
+from common.data.loader import TensorLoader
+from common.data.vision import DATASETS, VisionData, load_vision, warn_unused_data_root, with_train_subset
 from common.device import resolve_device, seed_everything
 from common.errors import ParamError, UserError
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
-from common.presets.sweep import (
-    CIFAR_PAPER,
-    DEFAULT_DATASET,
-    GROWTH_SCRATCH_DEPTHS,
-    IMAGENET100_PAPER,
-    MINI,
-    MINI_GROWTH_SEEDS,
-    MINI_SEEDS,
-    PRESETS,
-    RECIPE_FIELDS,
-    SMOKE,
-    SMOKE_IMAGENET100,
-    SweepPreset,
-    sweep_preset,
-    sweep_presets,
-)
+from common.presets.sweep import GROWTH_SCRATCH_DEPTHS, PRESETS, RECIPE_FIELDS, SweepPreset, sweep_preset, sweep_presets
+from common.recipes import SGDRecipe, TrainSettings
 from common.runs import RunSpec
-from common.train import WEIGHTS, SGDRecipe, TrainSettings, finish_run, load_weights, train
+from common.train import WEIGHTS, finish_run, load_weights, train
 
 log = logging.getLogger(__name__)
 
@@ -557,20 +544,12 @@ def finished_sweep_runs(
 
 
 __all__ = [
-    "CIFAR_PAPER",
-    "DEFAULT_DATASET",
-    "IMAGENET100_PAPER",
-    "MINI",
     "PRESETS",
-    "SMOKE",
-    "SMOKE_IMAGENET100",
     "fresh_resnet",
     "sweep_data",
     "CONFIG_KEYS",
     "EXPERIMENT",
     "GROWTH_SCRATCH_DEPTHS",
-    "MINI_GROWTH_SEEDS",
-    "MINI_SEEDS",
     "SweepPreset",
     "balanced_runs",
     "build_resnet",

@@ -18,9 +18,9 @@ its directory's name is a :class:`UserError` naming the file and the fix; :func:
 A write that fails for want of space, quota or file size (``ENOSPC``, ``EDQUOT``, ``EFBIG``) is a
 :class:`UserError` too; the run stays resumable.
 
-The parts below a run live in modules of their own, whose names stay importable from here: atomic writes
-and write errors in :mod:`common.atomic`, the checks of one JSON or JSONL file in :mod:`common.record_io`,
-the data and run locks in :mod:`common.locks`.
+This module is the front of the records API, the one place callers import it from; its parts live in modules
+of their own: atomic writes and write errors in :mod:`common.atomic`, the checks of one JSON or JSONL file in
+:mod:`common.record_io`, the data and run locks in :mod:`common.locks`.
 
 Keys under ``config["runtime"]`` (device, launcher, ...) are stored but are not part of the
 run's identity: the same run may resume on another device.
@@ -41,7 +41,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from common.atomic import (  # noqa: F401  (kept importable from here)
+from common.atomic import (  # noqa: F401  (the front's names)
     WRITE_ADVICE,
     atomic_file,
     atomic_write_bytes,
@@ -52,7 +52,7 @@ from common.atomic import (  # noqa: F401  (kept importable from here)
     write_error,
 )
 from common.errors import UserError
-from common.locks import (  # noqa: F401  (kept importable from here)
+from common.locks import (  # noqa: F401  (the front's names)
     LEASE_S,
     LOCK,
     RENEW_S,
@@ -65,7 +65,7 @@ from common.locks import (  # noqa: F401  (kept importable from here)
     process_start,
     this_host,
 )
-from common.record_io import (  # noqa: F401  (kept importable from here)
+from common.record_io import (  # noqa: F401  (the front's names)
     PERMISSION_FIX,
     append_jsonl,
     default_fix,

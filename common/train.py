@@ -58,10 +58,6 @@ from common.placement import distribute, fsdp_bf16, full_state, place_model, ran
 from common.precision import float32_reduced_on, float64_device, full_precision, supports_float64
 from common.recipes import Schedule, TrainSettings
 
-# Kept importable from here for the callers written before the split (repointed at the merge).
-from common.placement import is_sharded  # noqa: F401  # isort: skip
-from common.recipes import AdamRecipe, AdamWRecipe, EarlyStopping, SGDRecipe, cosine_lr  # noqa: F401  # isort: skip
-
 log = logging.getLogger(__name__)
 
 WEIGHTS = "model.pt"  # final weights of a finished run: {"model": state_dict}

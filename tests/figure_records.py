@@ -13,7 +13,7 @@ from pathlib import Path
 from common import resnet_sweep as sweep
 from common import runs
 from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, probe_ag, pythia_cpt, weight_scaling
-from common.projection import saturation_interval
+from common.saturation import saturation_interval
 
 ALL = ("sweep", "probe", "gpt2", "pythia", "growth", "matched", "scaling")
 

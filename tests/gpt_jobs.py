@@ -18,7 +18,8 @@ import torch
 from common.data.text_sources import prepare_tokens, text_data_spec
 from common.data.token_shards import TokenData, TokenLoader, TokenWindows
 from common.models.gpt import GPT, GPTConfig
-from common.train import AdamWRecipe, TrainSettings, train
+from common.recipes import AdamWRecipe, TrainSettings
+from common.train import train
 
 RECIPE = AdamWRecipe(steps=6, lr=0.01, eval_interval=2, warmup_steps=2, grad_clip=0.5)
 

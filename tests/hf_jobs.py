@@ -20,7 +20,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForC
 
 from common.models.hf_decoder import BlockInfluence, HFDecoder, load_causal_lm
 from common.probe import probe_activation_gradients
-from common.train import AdamWRecipe, Schedule, TrainSettings, classification_loss, train_epoch
+from common.recipes import AdamWRecipe, Schedule, TrainSettings
+from common.train import classification_loss, train_epoch
 from tests.gpt_jobs import torchrun_script_worker
 
 VOCAB = 61

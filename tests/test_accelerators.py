@@ -23,11 +23,13 @@ from torch._dynamo.utils import counters
 from common import device as devices
 from common import distributed, precision, probe, projection, runs
 from common import train as train_module
-from common.data.vision import TensorLoader, make_synthetic
+from common.data.loader import TensorLoader
+from common.data.vision import make_synthetic
 from common.errors import UserError
 from common.models import hf_decoder
 from common.models.resnet import ResNet, ResNetConfig
-from common.train import Schedule, SGDRecipe, TrainSettings, evaluate, train, train_epoch
+from common.recipes import Schedule, SGDRecipe, TrainSettings
+from common.train import evaluate, train, train_epoch
 from tests.helpers import precision_flags
 
 script = importlib.import_module("01_train_resnet_sweep")

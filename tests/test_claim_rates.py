@@ -1,6 +1,6 @@
 """Every claim rule's error rates, measured by simulation at the paper preset's design (issue 21).
 
-For each case of :data:`common.experiments.claim_rates.CASES` (every rule of :data:`common.claims.RULES`), a
+For each case of :data:`common.claim_rules.cases.CASES` (every rule of :data:`common.claims.RULES`), a
 "claim true" world and a "claim false" world at its least favourable point are simulated 2,000
 times at noise 0.5x and 1x the effect, each record set going through the rule function itself.
 The requirements: P(holds | false) <= 0.05 at both noise levels, and P(holds | true) >= 0.8 at
@@ -8,7 +8,7 @@ The requirements: P(holds | false) <= 0.05 at both noise levels, and P(holds | t
 report gives each row's power at its records' own design, from the committed power table, tested
 here too). The measured rates are stated below (and in docs/claim-rules.md); the simulations are
 seeded, so a change of a rate beyond 0.02 means a rule or a world changed and the docs must be
-regenerated (``python -m common.experiments.claim_rates --write-docs docs/claim-rules.md``).
+regenerated (``python -m common.claim_rates --write-docs docs/claim-rules.md``).
 
 Design: ResNet sweep N = 0..100 x 3 seeds; growth 4 architectures x 3 seeds; matched insertion
 ResNet-8, -14, -20, -34 x 3 seeds; weight scaling L = 4..1024 (17 depths).
@@ -21,8 +21,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from common import claims
-from common.experiments import claim_rates, claim_rows, power_table, records
+from common import claim_rates, claims
+from common.claim_rules.cases import CASES, power_law_fits
+from common.claim_rules.design import Design
+from common.experiments import claim_rows, power_table, records
+from common.experiments.report_rows import POWER_NOT_COMPUTED
 from common.scaling import fit_power_law
 from tests import figure_records
 
@@ -52,27 +55,25 @@ LOW_POWER_AT_PAPER_DESIGN = {
 }
 TOLERANCE = 0.02  # the stated rates are rounded; a seeded rerun on another platform may differ in the last digits
 PAPER = claim_rates.design_for_preset("paper")
-CASES = {c.name: c for c in claim_rates.CASES}
+CASES = {c.name: c for c in CASES}
 
 
 def test_vectorised_fits_are_07s_fits():
     depths = PAPER.scaling_depths
     logs = 0.3 * np.log(depths) + np.random.default_rng(0).normal(size=(3, len(depths)))
-    for row, fit in zip(
-        claim_rates.power_law_fits(depths, logs), (fit_power_law(depths, np.exp(y)) for y in logs), strict=True
-    ):
+    for row, fit in zip(power_law_fits(depths, logs), (fit_power_law(depths, np.exp(y)) for y in logs), strict=True):
         assert row == pytest.approx([fit.slope, fit.ci_low, fit.ci_high], rel=1e-10)
 
 
 def test_every_rule_has_a_simulation_and_stated_rates():
-    assert {c.rule for c in claim_rates.CASES} == set(claims.RULES)
+    assert {c.rule for c in CASES} == set(claims.RULES)
     assert set(STATED_RATES) == set(CASES)
 
 
 @pytest.fixture(scope="module")
 def paper_rates() -> dict[str, claim_rates.Rates]:
     """Every case's rates at the paper preset's design, 2,000 repetitions, seed 0 (what docs/claim-rules.md shows)."""
-    return {c.name: claim_rates.measure(c, PAPER, reps=2000, seed=0) for c in claim_rates.CASES}
+    return {c.name: claim_rates.measure(c, PAPER, reps=2000, seed=0) for c in CASES}
 
 
 @pytest.mark.parametrize("name", list(STATED_RATES))
@@ -98,7 +99,7 @@ def test_the_rules_below_80_percent_at_the_paper_design_are_exactly_those_listed
 
 
 def test_the_harness_runs_at_another_design_and_from_the_command_line(capsys):
-    small = claim_rates.Design(
+    small = Design(
         sweep_depths=tuple(range(0, 21, 2)),
         sweep_seeds=2,
         growth_architectures=2,
@@ -157,7 +158,7 @@ def test_the_power_table_is_regenerated_from_the_records_a_report_reads_and_read
     claim_rows.claim_rows(records.load_records(out, "smoke"), power=asked)
     assert set(asked.requested) == set(loaded.entries)  # every design the report asks for, and no other
     rows = claim_rows.claim_rows(records.load_records(out, "smoke"), power=loaded)
-    assert not any(r["power"].startswith(claim_rows.POWER_NOT_COMPUTED) for r in rows)
+    assert not any(r["power"].startswith(POWER_NOT_COMPUTED) for r in rows)
     assert power_table.main(["--out", str(tmp_path / "nowhere"), "--table", str(table)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("python -m common.experiments.power_table: error: --out")

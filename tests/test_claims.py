@@ -18,18 +18,19 @@ import pytest
 import torch
 from scipy import stats
 
-from common import claims
+from common import claim_rates, claims
 from common.claims import FAILS, HOLDS, UNDECIDABLE, Estimate
 from common.experiments import (
-    claim_rates,
     claim_rows,
     claims_report,
     make_figures,
     matched_insertion,
     probe_ag,
     records,
+    report_rows,
 )
-from common.projection import saturation_interval
+from common.presets.report import SMOKE_NOTE
+from common.saturation import saturation_interval
 from tests import figure_records
 
 LINE = 5e-3
@@ -349,7 +350,7 @@ def test_report_rows_follow_the_records(tmp_path):
     for claim in claims_checked:
         assert g[claim].startswith(HOLDS), (claim, g[claim])
         assert b[claim].startswith(FAILS), (claim, b[claim])
-        assert g[claim].endswith(f"({claim_rows.SMOKE_NOTE})")
+        assert g[claim].endswith(f"({SMOKE_NOTE})")
 
 
 def test_growth_verdicts_read_the_equal_budget_arm_with_the_other_beside_it(tmp_path):
@@ -427,13 +428,13 @@ def test_identity_checks_are_reported_apart_and_not_counted(tmp_path):
     out = figure_records.everything(tmp_path, seeds=(0, 1))
     rows = claim_rows.claim_rows(records.load_records(out, "smoke"))
     kinds = {r["claim"]: r["kind"] for r in rows}
-    assert kinds["the exact growth value never exceeds AG_l at any candidate"] == claim_rows.IDENTITY
-    assert kinds["matched insertion lowers the training loss at every depth (digits)"] == claim_rows.IDENTITY
-    assert {r["kind"] for r in rows} == {claim_rows.CLAIM, claim_rows.IDENTITY}
+    assert kinds["the exact growth value never exceeds AG_l at any candidate"] == report_rows.IDENTITY
+    assert kinds["matched insertion lowers the training loss at every depth (digits)"] == report_rows.IDENTITY
+    assert {r["kind"] for r in rows} == {report_rows.CLAIM, report_rows.IDENTITY}
     text = claims_report.claims_markdown(rows, "smoke", out)
     claims_part, checks_part = text.split("## Identity checks")
     assert "never exceeds AG_l" in checks_part and "never exceeds AG_l" not in claims_part
-    counted = sum(1 for r in rows if r["kind"] == claim_rows.CLAIM)
+    counted = sum(1 for r in rows if r["kind"] == report_rows.CLAIM)
     counts = claims_report.verdict_counts(rows)
     assert sum(int(re.match(r"[^:]+: (\d+)", part)[1]) for part in counts.split(", ")) == counted
 
@@ -601,11 +602,11 @@ def test_a_design_missing_from_the_power_table_is_said_to_be_so_and_never_guesse
     figure_records.growth(tmp_path, seeds=(0, 1, 2, 3, 4), test_gap=lambda n, s: 0.03 if s % 2 else -0.03)
     rows = claim_rows.claim_rows(records.load_records(tmp_path, "smoke"), power=claim_rates.PowerTable())
     test_mean = next(r for r in rows if r["claim"] == "growth's mean test loss is below scratch's (digits)")
-    assert test_mean["power"].startswith(claim_rows.POWER_NOT_COMPUTED)
+    assert test_mean["power"].startswith(report_rows.POWER_NOT_COMPUTED)
     assert claim_rates.POWER_COMMAND in test_mean["power"]
     assert claims.verdict_kind(test_mean["verdict"]) == UNDECIDABLE  # not "at this design": no power was computed
     counts = claims_report.verdict_counts(rows)
-    assert f"with {claim_rows.POWER_NOT_COMPUTED})" in counts
+    assert f"with {report_rows.POWER_NOT_COMPUTED})" in counts
     # 08 reads the committed table, which does not hold this design either: the same fallback
     committed = claim_rows.claim_rows(records.load_records(tmp_path, "smoke"))
     assert next(r for r in committed if r["claim"] == test_mean["claim"])["power"] == test_mean["power"]

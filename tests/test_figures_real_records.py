@@ -29,7 +29,6 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 from common import claims, paper, resnet_sweep
 from common.data.vision import make_synthetic
 from common.experiments import (
-    claim_rows,
     claims_report,
     gpt2_ascend,
     growth_vs_scratch,
@@ -37,9 +36,11 @@ from common.experiments import (
     matched_insertion,
     probe_ag,
     pythia_cpt,
+    report_rows,
     weight_scaling,
 )
 from common.models.resnet import depth_label
+from common.presets.report import SMOKE_NOTE
 
 pytestmark = pytest.mark.slow  # the fixture trains and probes every experiment once: about half a minute
 
@@ -223,7 +224,7 @@ def test_the_projection_check_covers_every_exact_candidate_of_02_and_05_and_hold
     assert every and all(c["growth_value"] is not None for c in every)  # smoke probes are exact
     ratio = max(c["growth_value"] / c["ag_norm"] for c in every)
     row = claim(pipeline, "the exact growth value never exceeds AG_l")
-    assert row["kind"] == claim_rows.IDENTITY
+    assert row["kind"] == report_rows.IDENTITY
     assert row["reproduced"] == f"max V_S,l / AG_l = {ratio:.4f} over {len(every)} candidates; 0 above"
     assert row["verdict"].startswith(claims.HOLDS)
     for source, found in candidates.items():
@@ -322,4 +323,4 @@ def test_the_claims_report_and_its_csv_hold_the_same_rows(pipeline):
         return sorted((int(r["id"]), r["claim"], r["verdict"]) for r in rows)
 
     assert keys(shown) == keys(written)
-    assert all(r["verdict"].endswith(f"({claim_rows.SMOKE_NOTE})") for r in written)  # 08 read the smoke records
+    assert all(r["verdict"].endswith(f"({SMOKE_NOTE})") for r in written)  # 08 read the smoke records

@@ -22,21 +22,14 @@ from common import runs
 from common.claims import PROJECTION_SLACK
 from common.errors import ParamError
 from common.experiments import decoder_runs
-from common.experiments.gpt2_ascend import PAPER_DEPTHS, gpt_configs, peak_flops, prepare_data, train_gpt_run
+from common.experiments.decoder_runs import prepare_data
+from common.experiments.gpt2_ascend import gpt_configs, peak_flops, train_gpt_run
 from common.launch import launch
 from common.models.gpt import GPT, GPTConfig
+from common.presets.gpt2 import PAPER_DEPTHS
+from common.recipes import AdamWRecipe, Schedule, SGDRecipe, TrainSettings, cosine_lr
 from common.runs import make_specs
-from common.train import (
-    WEIGHTS,
-    AdamWRecipe,
-    Schedule,
-    SGDRecipe,
-    TrainSettings,
-    classification_loss,
-    cosine_lr,
-    load_weights,
-    train_epoch,
-)
+from common.train import WEIGHTS, classification_loss, load_weights, train_epoch
 from tests.gpt_jobs import RECIPE, tiny_data, tiny_train, torchrun_script_worker
 
 script = importlib.import_module("05_gpt2_ascend")

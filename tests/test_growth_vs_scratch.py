@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from common import resnet_sweep as sweep
 from common import runs
+from common.errors import ParamError, UserError
 from common.experiments import growth_vs_scratch as gvs
 from common.growth import GrowthBrokeFunction, check_function_preserved, function_difference
 from common.models.resnet import (
@@ -27,6 +28,7 @@ from common.models.resnet import (
     zero_output_basic_block,
 )
 from common.paper import GROWTH_MEAN_TEST_LOSS, GROWTH_TEST_ABS_REDUCTION_RANGE, GROWTH_TEST_RELATIVE_REDUCTION
+from common.presets.growth import DEFAULT_BUDGETS
 from common.train import load_weights
 from tests.helpers import tiny_resnet
 
@@ -199,7 +201,7 @@ def test_plan_reuses_the_sweeps_runs_at_its_epochs_and_derives_the_scratch_budge
     plan = tiny_plan(scratch_epochs=None, depths=[2, 3], stage_epochs=3)
     sweep_epochs = plan.parents[0]["train"]["epochs"]
     # Default arms: the equal-epoch arm first (the verdicts read it), the sweep's fixed-epoch arm beside it.
-    assert [a.budget for a in plan.arms] == ["total", "sweep"] == list(gvs.DEFAULT_BUDGETS)
+    assert [a.budget for a in plan.arms] == ["total", "sweep"] == list(DEFAULT_BUDGETS)
     total, fixed = plan.arms
     assert total.epochs == {2: sweep_epochs + 6, 3: sweep_epochs + 9} == {n: plan.growth_epochs(n) for n in (2, 3)}
     assert runs.run_dir("r", total.runs[(0, 3)]).parent.name == gvs.EXPERIMENT  # not a sweep run: kept apart
@@ -232,13 +234,13 @@ def test_plan_reuses_the_sweeps_runs_at_its_epochs_and_derives_the_scratch_budge
     assert runs.config_hash(tiny_plan(stage_epochs=4).stage(0, 2)) != runs.config_hash(
         tiny_plan(stage_epochs=3).stage(0, 2)
     )
-    with pytest.raises(gvs.UserError, match="pass one of them"):
+    with pytest.raises(UserError, match="pass one of them"):
         tiny_plan(scratch_budget="total")
-    with pytest.raises(gvs.ParamError, match="scratch_budget=total,equal: use one or more of"):
+    with pytest.raises(ParamError, match="scratch_budget=total,equal: use one or more of"):
         tiny_plan(scratch_epochs=None, scratch_budget="total,equal")
-    with pytest.raises(gvs.ParamError, match="depths=0,2: .*N >= 1"):
+    with pytest.raises(ParamError, match="depths=0,2: .*N >= 1"):
         tiny_plan(depths=[0, 2])
-    with pytest.raises(gvs.ParamError, match="parent_epochs=0: must be a positive number of epochs"):
+    with pytest.raises(ParamError, match="parent_epochs=0: must be a positive number of epochs"):
         tiny_plan(parent_epochs=0)
 
 

@@ -10,11 +10,12 @@ import pytest
 import torch
 from transformers import MistralConfig, MistralForCausalLM, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from common.device import cpu_threads
 from common.errors import UserError
-from common.experiments.weight_scaling import cpu_threads
 from common.models.hf_decoder import BlockInfluence, HFDecoder, find_decoder_layers, insert_zero_layer
 from common.probe import probe_activation_gradients
-from common.train import AdamWRecipe, Schedule, TrainSettings, classification_loss, train_epoch
+from common.recipes import AdamWRecipe, Schedule, TrainSettings
+from common.train import classification_loss, train_epoch
 from tests.conftest import ROOT
 from tests.hf_jobs import CONFIGS, VOCAB, from_config, save_memory_model
 

@@ -21,7 +21,6 @@ from torch import nn
 
 from common.experiments.matched_insertion import (
     BELOW_PRECISION,
-    PAPER_DEPTHS,
     matched_insertion,
     resolve_candidates,
     summary_markdown,
@@ -30,6 +29,7 @@ from common.experiments.matched_insertion import (
 from common.models.candidates import Candidate
 from common.models.resnet import ResNet, ResNetConfig, extra_block_position
 from common.precision import math_mode
+from common.presets.matched import PAPER_DEPTHS
 from common.probe import activation_gradients, per_example_tangent_regression, probe_mode
 from common.tangent import make_zero_block
 from tests.helpers import CASES, MLPBlock, precision_flags

@@ -20,15 +20,18 @@ from common.data import text_sources
 from common.data.vision import class_balanced_indices, load_vision, with_train_subset
 from common.errors import UserError
 from common.experiments import (
+    claims_report,
     gpt2_ascend,
     growth_vs_scratch,
     make_figures,
     matched_insertion,
-    pythia_cpt,
-    weight_scaling,
 )
 from common.experiments.probe_ag import probe_configs
+from common.presets import gpt2 as gpt2_presets
 from common.presets import growth as growth_presets
+from common.presets import pythia as pythia_presets
+from common.presets import sweep as sweep_presets
+from common.presets import weight_scaling as weight_scaling_presets
 from common.resnet_sweep import load_sweep_data, load_sweep_run, sweep_configs
 from tests import figure_records
 
@@ -44,8 +47,12 @@ def test_every_numbered_script_accepts_preset_mini(script):
 
 
 def test_each_job_module_has_a_mini_table():
-    assert resnet_sweep.sweep_preset("mini", "cifar10").train_subset
-    assert "mini" in gpt2_ascend.PRESETS and "mini" in pythia_cpt.PRESETS and "mini" in weight_scaling.FC_PRESETS
+    assert sweep_presets.sweep_preset("mini", "cifar10").train_subset
+    assert (
+        "mini" in gpt2_presets.PRESETS
+        and "mini" in pythia_presets.PRESETS
+        and "mini" in weight_scaling_presets.FC_PRESETS
+    )
     assert (
         growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="x.npz").stage_epochs
         == growth_presets.MINI_STAGE_EPOCHS
@@ -77,12 +84,12 @@ def test_train_subset_enters_the_identity_only_when_given():
     [plain] = sweep_configs(preset="paper", dataset="cifar10", overrides={"depths": [3]})
     [cut] = sweep_configs(preset="paper", dataset="cifar10", overrides={"depths": [3], "train_subset": 1000})
     assert "train_subset" not in plain["data"]
-    assert cut["data"]["train_subset"] == {"k": 1000, "seed": resnet_sweep.MINI.subset_seed}
+    assert cut["data"]["train_subset"] == {"k": 1000, "seed": sweep_presets.MINI.subset_seed}
     assert runs.config_hash(plain) != runs.config_hash(cut)
     [mini] = sweep_configs(
         preset="mini", dataset="npz", data_root="/somewhere/c10.npz", seeds=[5], overrides={"depths": [3]}
     )
-    assert mini["data"] == {"file": "c10.npz", "train_subset": {"k": resnet_sweep.MINI.train_subset, "seed": 0}}
+    assert mini["data"] == {"file": "c10.npz", "train_subset": {"k": sweep_presets.MINI.train_subset, "seed": 0}}
 
 
 def test_probe_growth_and_scratch_see_exactly_the_sweeps_training_images(tmp_path):
@@ -150,7 +157,7 @@ def test_mini_runs_two_seeds_by_default_and_a_third_where_growth_reuses_the_swee
     assert resnet_sweep.preset_seeds("mini", 3) == [3, 4] and resnet_sweep.preset_seeds("paper", 3) == [3]
     assert resnet_sweep.preset_seeds("mini", 3, growth=True) == [3, 4, 5]
     assert resnet_sweep.preset_seeds("paper", 3, growth=True) == [3]
-    depths = resnet_sweep.MINI.depths
+    depths = sweep_presets.MINI.depths
     assert resnet_sweep.preset_runs("mini", 0, depths) == [(list(depths), [0, 1]), ([2, 3, 4, 5], [2])]
     assert resnet_sweep.preset_runs("paper", 0, [0, 1, 2]) == [([0, 1, 2], [0])]
     assert resnet_sweep.preset_runs("mini", 0, [0, 9]) == [([0, 9], [0, 1])]  # no growth depth: no third seed
@@ -169,7 +176,7 @@ def test_mini_runs_two_seeds_by_default_and_a_third_where_growth_reuses_the_swee
 def test_mini_growth_has_the_sweeps_epochs_at_resnet13_so_its_equal_epoch_twin_is_the_sweeps_run():
     plan = growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="c10.npz", seeds=[0, 1, 2])
     equal = plan.arms[0]
-    assert equal.budget == "total" and plan.growth_epochs(5) == plan.sweep_epochs == resnet_sweep.MINI.recipe.epochs
+    assert equal.budget == "total" and plan.growth_epochs(5) == plan.sweep_epochs == sweep_presets.MINI.recipe.epochs
     [sweep13] = sweep_configs(preset="mini", dataset="npz", data_root="c10.npz", seeds=[2], overrides={"depths": [5]})
     assert runs.run_dir("o", equal.runs[(2, 5)]) == runs.run_dir("o", sweep13)
     assert all(equal.epochs[n] < plan.sweep_epochs for n in (2, 3, 4))  # the others are shorter runs of 03
@@ -207,7 +214,7 @@ def fake_shakespeare(tmp_path, monkeypatch):
     )
     fetched = []
     monkeypatch.setattr(text_sources, "fetch_url", lambda url: fetched.append(url) or payload)
-    monkeypatch.setitem(gpt2_ascend.PRESETS, "mini", dataclasses.replace(gpt2_ascend.MINI, text=remote))
+    monkeypatch.setitem(gpt2_presets.PRESETS, "mini", dataclasses.replace(gpt2_presets.MINI, text=remote))
     monkeypatch.chdir(tmp_path)
     return payload, remote, fetched
 
@@ -219,7 +226,7 @@ def test_the_download_route_and_text_file_give_the_same_run_hashes(fake_shakespe
     assert saved.read_bytes() == payload and fetched == [remote.url]
     given = gpt2_ascend.gpt_configs(preset="mini", text_path="data/tinyshakespeare.txt")
     assert [runs.run_dir("o", c) for c in downloaded] == [runs.run_dir("o", c) for c in given]
-    assert len(downloaded) == len(gpt2_ascend.PRESETS["mini"].depths) and downloaded[0]["data"]["tokenizer"] == "byte"
+    assert len(downloaded) == len(gpt2_presets.PRESETS["mini"].depths) and downloaded[0]["data"]["tokenizer"] == "byte"
     gpt2_ascend.gpt_configs(preset="mini")
     assert fetched == [remote.url]  # once saved, never fetched again
 
@@ -339,17 +346,17 @@ def test_the_readme_block_holds_every_claims_row_beside_the_papers_value(tmp_pat
             "rule": "y",
         },
     ]
-    report = make_figures.claims_markdown(rows, "mini", Path("results/mini"), banner="**Mini scale.** b")
-    block = make_figures.results_block(report)
+    report = claims_report.claims_markdown(rows, "mini", Path("results/mini"), banner="**Mini scale.** b")
+    block = claims_report.results_block(report)
     assert block.splitlines()[2:] == [
         "| 1 | a \\| b | 0.5 | 0.4 | holds (mini scale) |",
         "| 2 | c | 1e-3 | - | not run |",
     ]
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{make_figures.README_START}\nold\n{make_figures.README_END}\n\nafter\n")
+    readme.write_text(f"# x\n\n{claims_report.README_START}\nold\n{claims_report.README_END}\n\nafter\n")
     (tmp_path / "claims.md").write_text(report)
-    make_figures.update_readme(readme, tmp_path / "claims.md")
-    assert make_figures.readme_block(readme.read_text()) == block and readme.read_text().endswith("\n\nafter\n")
+    claims_report.update_readme(readme, tmp_path / "claims.md")
+    assert claims_report.readme_block(readme.read_text()) == block and readme.read_text().endswith("\n\nafter\n")
 
 
 # ----------------------------------------------------------------------------- committing records

@@ -19,9 +19,10 @@ from common.claims import PROJECTION_SLACK
 from common.data.vision import class_balanced_indices
 from common.growth import insert_zero_block
 from common.launch import launch
-from common.projection import PAIR_BUFFER, bonferroni_z, linear_variance_estimate
+from common.projection import PAIR_BUFFER
 from common.resnet_sweep import load_source, load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
 from common.runs import make_specs
+from common.saturation import bonferroni_z, linear_variance_estimate
 from tests.helpers import explicit_states_grads
 
 script = importlib.import_module("02_probe_ag")

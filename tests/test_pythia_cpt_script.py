@@ -23,7 +23,8 @@ from transformers import (
 
 from common import runs
 from common.errors import ParamError
-from common.experiments.pythia_cpt import PRESETS, PYTHIA_MODELS, cpt_configs
+from common.experiments.pythia_cpt import cpt_configs
+from common.presets.pythia import PRESETS, PYTHIA_MODELS
 from common.train import load_weights
 from tests.hf_jobs import torchrun_runs_worker
 from tests.test_gpt_script import free_port, one_error_line

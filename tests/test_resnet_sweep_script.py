@@ -13,16 +13,12 @@ import pytest
 import torch
 
 from common import runs
-from common.data.vision import TensorLoader
+from common.data.loader import TensorLoader
 from common.experiments.train_resnet_sweep import RESULT_KEYS
-from common.resnet_sweep import (
-    finished_sweep_runs,
-    load_sweep_data,
-    load_trained_resnet,
-    sweep_configs,
-    sweep_preset,
-)
-from common.train import SGDRecipe, evaluate
+from common.presets.sweep import sweep_preset
+from common.recipes import SGDRecipe
+from common.resnet_sweep import finished_sweep_runs, load_sweep_data, load_trained_resnet, sweep_configs
+from common.train import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 script = importlib.import_module("01_train_resnet_sweep")

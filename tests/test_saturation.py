@@ -41,13 +41,13 @@ import torch
 import torch.nn.functional as F
 
 from common.probe import probe_activation_gradients
-from common.projection import (
+from common.projection import ContributionMoments
+from common.saturation import (
     LOWER_ABOVE_DELTA,
     NOT_SATURATED,
     SATURATED,
     UNDECIDED,
     UPPER_AT_MOST_DELTA,
-    ContributionMoments,
     asymptotic_gamma_interval,
     asymptotic_interval,
     asymptotic_n_to_exclude,

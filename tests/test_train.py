@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from common import device, runs
+from common.data.loader import TensorLoader
 from common.data.neural_ode import BatchLoader
-from common.data.vision import TensorLoader, make_synthetic
+from common.data.vision import make_synthetic
 from common.models.resnet import ResNet, ResNetConfig
 from common.recipes import AdamRecipe, EarlyStopping, Schedule, SGDRecipe, TrainSettings, cosine_lr
 from common.train import WEIGHTS, NonFiniteLossError, load_weights, train

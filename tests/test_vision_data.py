@@ -13,15 +13,8 @@ import torch
 from PIL import Image
 
 from common.data import vision
-from common.data.vision import (
-    TensorLoader,
-    batch_crop,
-    batch_flip,
-    crop_flip_padded,
-    imagenet100_classes,
-    load_vision,
-    make_synthetic,
-)
+from common.data.loader import TensorLoader, batch_crop, batch_flip, crop_flip_padded
+from common.data.vision import imagenet100_classes, load_vision, make_synthetic
 from common.errors import UserError
 from common.models.resnet import ResNet, ResNetConfig
 

@@ -17,9 +17,10 @@ from torch import nn
 
 from common import runs, scaling
 from common.data.neural_ode import make_neural_ode_data
-from common.experiments.weight_scaling import FC_FAMILIES, FC_PRESETS, JOINT_INTERVAL, fc_configs
+from common.experiments.weight_scaling import FC_FAMILIES, JOINT_INTERVAL, fc_configs
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.models.resnet import blocks_per_stage
+from common.presets.weight_scaling import FC_PRESETS
 from common.resnet_sweep import build_resnet, sweep_configs
 from common.train import WEIGHTS, load_weights
 

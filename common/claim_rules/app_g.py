@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 
 from common.claim_rules.verdicts import FAILS, HOLDS, UNDECIDABLE, Outcome, fmt, rule
-from common.projection import NOT_SATURATED, SATURATED
+from common.saturation import NOT_SATURATED, SATURATED
 
 
 # ----------------------------------------------------------------------------- rule: App. G

@@ -1,6 +1,6 @@
 """The simulated worlds of every claim rule (:data:`CASES`): for each rule a "claim true" world and a "claim false"
 world at its least favourable point, simulated at a :class:`~common.claim_rules.design.Design` through the rule
-itself (:mod:`common.experiments.claim_rates` measures their rates and powers; docs/claim-rules.md lists them)."""
+itself (:mod:`common.claim_rates` measures their rates and powers; docs/claim-rules.md lists them)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.data.vision import epoch_seed
+from common.data.loader import epoch_seed
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ Sources (:func:`load_vision`), each returned as uint8 NCHW tensors on the CPU:
 - ``synthetic``: class-dependent smooth patterns plus noise, generated from a seed (tests).
 
 Training augmentation (B.2: random crop after 4-pixel zero padding, horizontal flip, per-channel
-normalisation) and the tensor-resident loader are in :mod:`common.data.loader` (their names stay importable
-from here).
+normalisation) and the tensor-resident loader are in :mod:`common.data.loader`.
 """
 
 from __future__ import annotations
@@ -37,13 +36,6 @@ import torchvision
 from sklearn.datasets import load_digits
 from torchvision import transforms
 
-from common.data.loader import (  # noqa: F401  (kept importable from here)
-    TensorLoader,
-    batch_crop,
-    batch_flip,
-    crop_flip_padded,
-    epoch_seed,
-)
 from common.device import cpu_count
 from common.errors import UserError
 from common.locks import file_lock

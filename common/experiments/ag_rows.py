@@ -10,7 +10,7 @@ import pandas as pd
 
 from common import claims, paper
 from common.claims import fmt
-from common.experiments import probe_ag
+from common.experiments.probe_summary import saturation_summary
 from common.experiments.records import Records
 from common.experiments.report_rows import (
     CANDIDATE_COLUMNS,
@@ -250,7 +250,7 @@ APP_G_KEYS = (  # 02's App. G keys the row reads beside saturation_summary's (is
 def app_g_summary(sat: Mapping) -> dict:
     """:func:`common.experiments.probe_ag.saturation_summary` with 02's n_test projections, asymptotic interval and
     sample sources where the record has them."""
-    summary = dict(probe_ag.saturation_summary(sat))
+    summary = dict(saturation_summary(sat))
     for key in APP_G_KEYS:
         if key in sat and key not in summary:
             summary[key] = sat[key]

@@ -26,7 +26,7 @@ Verdicts of ``--preset smoke`` and ``mini`` records carry the scale (:data:`SCAL
 What a row says beyond its rule (issue 29; docs/decisions.md, section "Figures and the claims report"):
 
 - **its power** at its records' own design (:func:`finish_row`): each row names the case of
-  :mod:`common.experiments.claim_rates` that simulates its rule and the design of its records (:data:`RowDesign`);
+  :mod:`common.claim_rates` that simulates its rule and the design of its records (:data:`RowDesign`);
   the power is looked up in the committed table, never guessed ("power not computed for this design"); an
   undecided row whose rule cannot reach 0.8 there is "not decidable at this design (needs ...)";
 - **one row per test**: a rank-based rule whose two readings of AGmax order the runs identically;
@@ -43,35 +43,19 @@ puts them in the paper's order (:func:`claim_rows`).
 
 from __future__ import annotations
 
-from common import claims
-from common.experiments import claim_rates
+from common import claim_rates, claims
 from common.experiments.ag_rows import decoder_claims, projection_claims, resnet_claims, saturation_claims
 from common.experiments.growth_rows import growth_claims
 from common.experiments.insertion_rows import matched_claims
-from common.experiments.insertion_rows import matched_rows as matched_rows
 from common.experiments.records import Records, commands
-from common.experiments.report_rows import (
-    CLAIM,
-    FIT_TARGET,
-    IDENTITY,
-    MINI_NOTE,
-    POWER_NOT_COMPUTED,
-    SCALE_NOTES,
-    SMOKE_NOTE,
-    STEM_OUTPUT,
-    about_test_performance,
-    claim_row,
-    finish_row,
-    regime,
-    unfit_note,
-)
+from common.experiments.report_rows import about_test_performance, finish_row, regime
 from common.experiments.scaling_rows import scaling_claims
 
 
 def claim_rows(rec: Records, power: claim_rates.PowerTable | None = None) -> list[dict]:
     """Every row of the report, in the paper's order (``kind``: claim or identity check), each with its verdict cell
     and its power at the records' own design, looked up in ``power`` (default: the committed table,
-    :data:`common.experiments.claim_rates.POWER_TABLE`). A row about test performance states the regime of the
+    :data:`common.claim_rates.POWER_TABLE`). A row about test performance states the regime of the
     sweep on its dataset (:func:`regime`)."""
     power = claim_rates.PowerTable.load() if power is None else power
     cmd = commands(rec.preset, rec.out)
@@ -98,20 +82,4 @@ def row_dataset(row: dict) -> str | None:
     return parts[1] if len(parts) > 2 and parts[0] == row["scale"] else None
 
 
-__all__ = [
-    "CLAIM",
-    "FIT_TARGET",
-    "IDENTITY",
-    "MINI_NOTE",
-    "POWER_NOT_COMPUTED",
-    "SCALE_NOTES",
-    "SMOKE_NOTE",
-    "STEM_OUTPUT",
-    "claim_row",
-    "claim_rows",
-    "commands",
-    "matched_rows",
-    "regime",
-    "saturation_claims",
-    "unfit_note",
-]
+__all__ = ["claim_rows", "commands", "regime", "saturation_claims"]

@@ -13,8 +13,8 @@ import pandas as pd
 
 from common import claims, runs, tables
 from common.experiments.records import Records
-from common.experiments.report_rows import CLAIM, IDENTITY, MINI_NOTE, POWER_NOT_COMPUTED, regime, unfit_note
-from common.presets.report import report_preset
+from common.experiments.report_rows import CLAIM, IDENTITY, POWER_NOT_COMPUTED, regime, unfit_note
+from common.presets.report import MINI_NOTE, report_preset
 
 MINI_DATA_TITLES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "npz": "CIFAR-10", "imagenet100": "ImageNet-100"}
 REPORT_COLUMNS = ("id", "claim", "paper", "reproduced", "records", "verdict", "power", "rule")

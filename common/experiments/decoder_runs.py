@@ -35,10 +35,11 @@ from common.data.tokenizers import Tokenizer
 from common.device import device_name, empty_cache
 from common.distributed import DistInfo, init_distributed, process_device, wait_for_all
 from common.errors import ParamError, UserError, one_of
-from common.presets.decoders import DecoderPreset  # importable from here too
+from common.presets.decoders import DecoderPreset
 from common.probe import ProbeResult, probe_activation_gradients
+from common.recipes import AdamWRecipe, TrainSettings
 from common.runs import RunSpec
-from common.train import AdamWRecipe, TrainSettings, classification_loss, train
+from common.train import classification_loss, train
 
 DEFAULT_DATA_ROOT = "data/tokens"
 PROBE_LOSS = "token_cross_entropy_mean"  # the probe's loss: mean over sequences of each sequence's mean token loss

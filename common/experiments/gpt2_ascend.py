@@ -41,9 +41,10 @@ from common.distributed import DistInfo, wait_for_all
 from common.experiments import decoder_runs
 from common.experiments.decoder_runs import DEFAULT_DATA_ROOT, prepare_data
 from common.models.gpt import GPT, GPTConfig
-from common.presets.gpt2 import MINI, PAPER, PAPER_DEPTHS, PRESETS, SMOKE, GPTPreset  # importable from here too
+from common.presets.gpt2 import PRESETS
+from common.recipes import AdamWRecipe, TrainSettings
 from common.runs import RunSpec
-from common.train import WEIGHTS, AdamWRecipe, TrainSettings, finish_run, load_weights
+from common.train import WEIGHTS, finish_run, load_weights
 
 log = logging.getLogger(__name__)
 
@@ -332,14 +333,9 @@ __all__ = [
     "DEFAULT_DATA_ROOT",
     "EXPERIMENT",
     "FINEWEB_SUBSET",
-    "PAPER_DEPTHS",
     "PEAK_BF16_TFLOPS",
     "PRESETS",
     "SCRIPT",
-    "MINI",
-    "PAPER",
-    "SMOKE",
-    "GPTPreset",
     "build_gpt",
     "gpt_configs",
     "peak_flops",

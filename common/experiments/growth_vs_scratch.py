@@ -46,7 +46,8 @@ from pathlib import Path
 import torch
 
 from common import runs, tables
-from common.data.vision import TensorLoader, VisionData
+from common.data.loader import TensorLoader
+from common.data.vision import VisionData
 from common.errors import ParamError, UserError
 from common.growth import check_function_preserved
 from common.models.resnet import ResNet, depth_label, extra_block_position, grow
@@ -59,7 +60,7 @@ from common.paper import (
     GROWTH_TEST_ABS_REDUCTION_RANGE,
     GROWTH_TEST_RELATIVE_REDUCTION,
 )
-from common.presets.growth import DEFAULT_BUDGETS, GrowthPreset, growth_preset, scratch_budgets
+from common.presets.growth import growth_preset, scratch_budgets
 from common.resnet_sweep import build_resnet, load_trained_resnet, sweep_configs, train_resnet_run
 from common.runs import RunSpec
 
@@ -570,10 +571,8 @@ def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path,
 
 
 __all__ = [
-    "DEFAULT_BUDGETS",
     "EXPERIMENT",
     "GrowthPlan",
-    "GrowthPreset",
     "ScratchArm",
     "block_seed",
     "collect_records",

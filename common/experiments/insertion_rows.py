@@ -16,6 +16,7 @@ from common.experiments.report_rows import (
     describe,
     matched_design,
 )
+from common.presets.matched import DEFAULT_CANDIDATE
 
 
 def matched_rows(matched: pd.DataFrame) -> pd.DataFrame:
@@ -30,7 +31,7 @@ def matched_rows(matched: pd.DataFrame) -> pd.DataFrame:
         & (matched["fit"] == "closed-form")
         & matched["alpha"].map(lambda a: math.isclose(a, paper.MATCHED_INSERTION_ALPHA))
     ]
-    preferred = chosen.assign(_rank=(chosen["candidate_rule"] != matched_insertion.DEFAULT_CANDIDATE).astype(int))
+    preferred = chosen.assign(_rank=(chosen["candidate_rule"] != DEFAULT_CANDIDATE).astype(int))
     return (
         preferred.sort_values(["_rank", "run"])
         .drop_duplicates(["dataset", "depth_label", "seed"])

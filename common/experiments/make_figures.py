@@ -29,18 +29,7 @@ import pandas as pd
 from common import paper, plots, runs, tables
 from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, weight_scaling
 from common.experiments.claim_rows import claim_rows
-from common.experiments.claims_report import (
-    README_END,
-    README_START,
-    claims_cells,
-    claims_markdown,
-    mini_banner,
-    readme_block,
-    report_banner,
-    results_block,
-    update_readme,
-    verdict_counts,
-)
+from common.experiments.claims_report import claims_markdown, report_banner, verdict_counts
 from common.experiments.records import (
     PROBE,
     PYTHIA,
@@ -301,21 +290,14 @@ __all__ = [  # and, for 08 (which imports its own job module only), the records'
     "CLAIMS",
     "FIGURES",
     "IDENTITY",
-    "README_END",
-    "README_START",
     "TABLES",
     "Records",
     "Report",
     "build",
-    "claims_cells",
     "claims_markdown",
     "dropped_line",
     "load_records",
-    "mini_banner",
-    "readme_block",
     "records_preset",
-    "results_block",
     "scan_records",
-    "update_readme",
     "verdict_counts",
 ]

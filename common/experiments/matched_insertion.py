@@ -49,23 +49,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from common import runs, tables
-from common.data.vision import TensorLoader, warn_unused_data_root
+from common.data.loader import TensorLoader
+from common.data.vision import warn_unused_data_root
 from common.device import resolve_device
 from common.errors import ParamError, UserError
 from common.growth import insert_zero_block
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
 from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
 from common.precision import float64_device, full_precision
-from common.presets.matched import (  # noqa: F401  (the presets' names, importable from here as before)
-    CANDIDATE_RULES,
-    DEFAULT_ALPHAS,
-    DEFAULT_CANDIDATE,
-    FITS,
-    PAPER_DEPTHS,
-    PRESETS,
-    MatchedPreset,
-)
+from common.presets.matched import FITS, PRESETS, MatchedPreset
 from common.presets.probe import choose_preset
+from common.presets.sweep import DEFAULT_DATASET
 from common.probe import (
     TangentRegression,
     activation_gradients,
@@ -74,7 +68,7 @@ from common.probe import (
     probe_mode,
 )
 from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.resnet_sweep import DEFAULT_DATASET, finished_sweep_runs, load_sweep_run, train_command
+from common.resnet_sweep import finished_sweep_runs, load_sweep_run, train_command
 from common.tangent import make_zero_block
 
 log = logging.getLogger(__name__)

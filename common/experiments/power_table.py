@@ -3,7 +3,7 @@
 For every statistical row of the claims report of ``--preset`` records under ``--out``, P(holds | claim true) of
 its rule at the records' own design (depths, seeds, sample sizes, read from the records by
 :func:`common.experiments.claim_rows.claim_rows`), simulated in the claim's own world at noise 0.5x the effect
-(:func:`common.experiments.claim_rates.power`), and below the power target the seeds it would need. 08 reads the
+(:func:`common.claim_rates.power`), and below the power target the seeds it would need. 08 reads the
 table, so that rebuilding a report stays fast and deterministic; a design missing from it is reported as "power
 not computed for this design", never guessed (docs/claim-rules.md, section "Power at the records' own design").
 
@@ -20,8 +20,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from common import claim_rates
 from common.errors import UserError
-from common.experiments import claim_rates, claim_rows, records
+from common.experiments import claim_rows, records
 
 
 def regenerate(

@@ -37,26 +37,16 @@ from pathlib import Path
 import torch
 
 from common import runs
-from common.data.vision import TensorLoader, VisionData, class_balanced_indices, warn_unused_data_root
+from common.data.loader import TensorLoader
+from common.data.vision import VisionData, class_balanced_indices, warn_unused_data_root
 from common.device import resolve_device
 from common.errors import ParamError
-from common.experiments.probe_summary import saturation_summary, summary_rows, summary_table  # noqa: F401
-from common.presets.probe import (  # noqa: F401  (the presets' names, importable from here as before)
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_N_BATCHES,
-    HELD_OUT,
-    MINI_N_BATCHES,
-    PRESETS,
-    SATURATION_ALPHA,
-    SATURATION_CAL_FRACTION,
-    SATURATION_SPLITS,
-    SPLITS,
-    ProbePreset,
-    app_g_sizes,
-    choose_preset,
-)
+from common.experiments.probe_summary import summary_rows, summary_table  # noqa: F401  (for 02: a script imports its job module only)
+from common.presets.probe import HELD_OUT, PRESETS, ProbePreset, app_g_sizes, choose_preset
 from common.probe import probe_activation_gradients
-from common.projection import (
+from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.resnet_sweep import load_source, load_sweep_run, sweep_data_config
+from common.saturation import (
     LOWER_ABOVE_DELTA,
     NO_VERDICT,
     SATURATION_STATISTIC,
@@ -66,8 +56,6 @@ from common.projection import (
     saturation_interval,
     theorem3_n_to_exclude,
 )
-from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.resnet_sweep import load_source, load_sweep_run, sweep_data_config
 
 log = logging.getLogger(__name__)
 

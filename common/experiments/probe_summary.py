@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from common.projection import gamma_interval, saturation_verdict
+from common.saturation import gamma_interval, saturation_verdict
 
 ROW_KEYS = (
     "depth_n",

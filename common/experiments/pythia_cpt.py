@@ -56,19 +56,12 @@ from common.models.hf_decoder import (
     load_causal_lm,
     resolve_snapshot,
 )
+from common.placement import place_model
 from common.precision import full_precision
-from common.presets.pythia import (  # the presets, importable from here too
-    DEFAULT_LR,
-    MINI,
-    PAPER,
-    PRESETS,
-    PYTHIA_MODELS,
-    SMOKE,
-    CPTPreset,
-    ModelEntry,
-)
+from common.presets.pythia import DEFAULT_LR, MINI, PRESETS, PYTHIA_MODELS, ModelEntry
+from common.recipes import AdamWRecipe, TrainSettings
 from common.runs import RunSpec
-from common.train import AdamWRecipe, TrainSettings, evaluate, finish_run, load_weights, place_model
+from common.train import evaluate, finish_run, load_weights
 
 log = logging.getLogger(__name__)
 
@@ -511,13 +504,10 @@ def summary_key(config: dict) -> str:
 __all__ = [
     "DEFAULT_DATA_ROOT",
     "EXPERIMENT",
-    "PAPER",
     "PRESETS",
     "PYTHIA_MODELS",
     "SCRIPT",
     "MINI",
-    "SMOKE",
-    "CPTPreset",
     "ModelEntry",
     "cpt_configs",
     "fetch_model",

@@ -55,7 +55,8 @@ from common.experiments import (
     pythia_cpt,
     weight_scaling,
 )
-from common.experiments.probe_ag import DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, probe_tag
+from common.experiments.probe_ag import probe_tag
+from common.presets.probe import DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES
 from common.presets.report import report_preset
 
 SWEEP, PROBE, PYTHIA = resnet_sweep.EXPERIMENT, probe_ag.EXPERIMENT, pythia_cpt.EXPERIMENT  # scripts 01, 02, 04

@@ -12,12 +12,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from common import claims, paper
-from common.claim_rules.cases import Case
+from common import claim_rates, claims, paper
+from common.claim_rules.cases import Case, case_named
 from common.claim_rules.design import Design
 from common.claims import fmt
-from common.experiments import claim_rates
-from common.presets.report import MINI_NOTE, REPORTS, SMOKE_NOTE, report_preset
+from common.presets.report import REPORTS, report_preset
 
 SCALE_NOTES = {name: r.scale_note for name, r in REPORTS.items() if r.scale_note}  # presets whose verdicts are marked
 CLAIM, IDENTITY = "claim", "identity check"  # the two kinds of report rows: only claims are counted as reproduced
@@ -68,7 +67,7 @@ def claim_row(
     """One row of the report; ``outcome`` None means not run (``records`` then names the command).
 
     ``kind``: a paper's ``claim`` (counted) or an ``identity check`` (shown apart). ``design``: the records' own
-    design (the case of :mod:`common.experiments.claim_rates` that simulates the rule and the design of the records
+    design (the case of :mod:`common.claim_rates` that simulates the rule and the design of the records
     behind the row), by which :func:`claim_rows` looks the row's power up; ``comparable`` False: the paper's value
     cannot be compared as it stands (``not comparable``). The verdict cell and the power are set by
     :func:`finish_row`.
@@ -134,7 +133,7 @@ def sweep_design(case: str, depths: Iterable) -> RowDesign | None:
     distinct, counts = _depth_counts(depths)
     if not distinct:
         return None
-    return claim_rates.case_named(case), replace(BASE_DESIGN, sweep_depths=distinct, sweep_seeds=counts)
+    return case_named(case), replace(BASE_DESIGN, sweep_depths=distinct, sweep_seeds=counts)
 
 
 def growth_design(table, fn: Callable, claim: str, said: str) -> RowDesign:
@@ -153,7 +152,7 @@ def growth_design(table, fn: Callable, claim: str, said: str) -> RowDesign:
     else:
         case = "paper_direction (one architecture, spread pooled)"
     design = replace(BASE_DESIGN, growth_architectures=archs, growth_seeds=len(table.seeds), growth_required=named)
-    return claim_rates.case_named(case), design
+    return case_named(case), design
 
 
 def matched_design(case: str, drops: claims.LogDrops) -> RowDesign | None:
@@ -164,7 +163,7 @@ def matched_design(case: str, drops: claims.LogDrops) -> RowDesign | None:
     if case == "matches_paper_precision" and not set(usable) & set(paper.MATCHED_INSERTION_REDUCTION):
         return None
     counts = tuple(len(drops.logs[d]) for d in usable)
-    return claim_rates.case_named(case), replace(BASE_DESIGN, matched_depths=tuple(usable), matched_seeds=counts)
+    return case_named(case), replace(BASE_DESIGN, matched_depths=tuple(usable), matched_seeds=counts)
 
 
 def scaling_design(fn: Callable, fits: Iterable[Iterable[float]]) -> RowDesign | None:
@@ -173,7 +172,7 @@ def scaling_design(fn: Callable, fits: Iterable[Iterable[float]]) -> RowDesign |
     if not xs or any(len(set(f)) < 3 for f in xs):
         return None
     case = "exponent_within_tolerance" if fn is claims.exponent_within_tolerance else "sign_within_tolerance ('<= 0')"
-    return claim_rates.case_named(case), replace(BASE_DESIGN, scaling_fits=xs)
+    return case_named(case), replace(BASE_DESIGN, scaling_fits=xs)
 
 
 # ----------------------------------------------------------------------------- what the records are: regime, fit, line
@@ -266,12 +265,10 @@ __all__ = [
     "IDENTITY",
     "KnownPower",
     "LINE_RULES",
-    "MINI_NOTE",
     "POWER_NOT_COMPUTED",
     "READINGS",
     "RowDesign",
     "SCALE_NOTES",
-    "SMOKE_NOTE",
     "STEM_OUTPUT",
     "about_test_performance",
     "claim_row",

@@ -75,10 +75,10 @@ from common.errors import ParamError
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
 from common.presets.weight_scaling import COHEN_STOPPING, SCHEDULES, fc_preset
-from common.presets.weight_scaling import FC_PRESETS as FC_PRESETS  # kept importable here (claim_rates, 07)
+from common.recipes import AdamRecipe, EarlyStopping, TrainSettings
 from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
 from common.resnet_sweep import load_trained_resnet
-from common.train import AdamRecipe, EarlyStopping, TrainSettings, evaluate, finish_run, train
+from common.train import evaluate, finish_run, train
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from common.errors import ParamError, one_of
 from common.models.resnet import BACKBONE_DEPTH
 from common.paper import CIFAR_EXTRA_BLOCKS, GROWTH_DEPTHS, IMAGENET100_EPOCHS, IMAGENET100_EXTRA_BLOCKS
-from common.train import SGDRecipe
+from common.recipes import SGDRecipe
 
 RECIPE_FIELDS = ("epochs", "lr")  # the overrides that set a field of the preset's recipe (the rest: of the preset)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import ParamError, one_of
-from common.train import AdamRecipe, EarlyStopping
+from common.recipes import AdamRecipe, EarlyStopping
 
 
 def geometric_depths(lowest: int, highest: int, count: int) -> tuple[int, ...]:

@@ -19,20 +19,20 @@ AGmax halving over the depth grid (the trend), and for the low-signal rules AGma
 the line to the line over the first quarter of the grid, to half the line at 3/8 and flat after.
 The worlds are the cases of :mod:`common.claim_rules.cases` (:data:`CASES`), the designs
 the :class:`~common.claim_rules.design.Design` of :mod:`common.claim_rules.design`; this module measures them,
-and gives the design of a preset's default depths (:func:`design_for_preset`, which reads the experiments).
+and gives the design of a preset's default depths (:func:`design_for_preset`, which reads the presets of :mod:`common.presets`).
 ``docs/claim-rules.md`` lists every case with its measured rates at the paper preset's design (a generated
-table: ``python -m common.experiments.claim_rates --write-docs docs/claim-rules.md``).
+table: ``python -m common.claim_rates --write-docs docs/claim-rules.md``).
 
 **Power at the records' own design** (issue 29): :func:`power` gives P(holds | true) of a case at noise 0.5x
 the effect at any :class:`Design`, such as the one a report row's records have (one seed count per depth
 where they differ), and below :data:`common.claims.POWER_TARGET` the seeds it would need. The report reads
-these from a committed table (:class:`PowerTable`, ``claim_power.csv`` beside this module), regenerated from
+these from a committed table (:class:`PowerTable`, ``common/experiments/claim_power.csv``, beside the report's modules), regenerated from
 the records by ``python -m common.experiments.power_table`` (:data:`POWER_COMMAND`).
 
 Another design (a preset's default depths, other seeds or noise levels)::
 
-    python -m common.experiments.claim_rates --preset mini --seeds 3          # every rule, markdown table
-    python -m common.experiments.claim_rates --seeds 5 --noise 0.25,0.5,1 --rules growth_wins_everywhere
+    python -m common.claim_rates --preset mini --seeds 3          # every rule, markdown table
+    python -m common.claim_rates --seeds 5 --noise 0.25,0.5,1 --rules growth_wins_everywhere
 
 or from Python, with any depths: ``design = replace(design_for_preset("paper"), sweep_depths=tuple(range(0, 41, 2)))``,
 ``print(markdown(measure_all(design), design))``.
@@ -52,15 +52,15 @@ from pathlib import Path
 
 import numpy as np
 
-from common import claims, resnet_sweep, runs
+from common import claims, runs
 from common.claim_rules.cases import CASES, CASES_BY_NAME, Case
-from common.claim_rules.cases import case_named as case_named  # kept importable from here
-from common.claim_rules.cases import power_law_fits as power_law_fits
-from common.claim_rules.design import EXPERIMENTS as EXPERIMENTS
 from common.claim_rules.design import Design
 from common.errors import UserError
-from common.experiments import growth_vs_scratch, matched_insertion, weight_scaling
+from common.presets.growth import growth_preset
+from common.presets.matched import PAPER_DEPTHS as MATCHED_PAPER_DEPTHS
 from common.presets.report import report_preset
+from common.presets.sweep import sweep_preset
+from common.presets.weight_scaling import FC_PRESETS
 
 NOISE = (0.5, 1.0)  # noise sd in units of the effect (issue 21)
 REPS = 2000  # repetitions per world and noise level (issue 21: >= 2,000)
@@ -72,22 +72,20 @@ SEEDS = 3  # seeds of the paper preset's design (issue 21: N = 0..100 with 3 see
 
 def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = "cifar10") -> Design:
     """The design of ``preset``'s default depths (scripts 01, 03, 06, 07) with ``seeds`` seeds everywhere."""
-    sweep = resnet_sweep.sweep_preset(preset, dataset).depths
+    sweep = sweep_preset(preset, dataset).depths
     # 06 probes the paper's depths, or every finished depth of the sweep (the preset's field)
-    matched_n = matched_insertion.PAPER_DEPTHS if report_preset(preset).matched_paper_depths else sweep
+    matched_n = MATCHED_PAPER_DEPTHS if report_preset(preset).matched_paper_depths else sweep
     matched = tuple(n + 8 for n in matched_n)
-    if preset not in weight_scaling.FC_PRESETS:
-        raise UserError(
-            f"--preset {preset}: no weight-scaling preset of that name ({', '.join(weight_scaling.FC_PRESETS)})"
-        )
+    if preset not in FC_PRESETS:
+        raise UserError(f"--preset {preset}: no weight-scaling preset of that name ({', '.join(FC_PRESETS)})")
     return Design(
         sweep_depths=tuple(sweep),
         sweep_seeds=seeds,
-        growth_architectures=len(growth_vs_scratch.default_depths(preset)),
+        growth_architectures=len(growth_preset(preset).depths),
         growth_seeds=seeds,
         matched_depths=matched,
         matched_seeds=seeds,
-        scaling_depths=tuple(weight_scaling.FC_PRESETS[preset].depths),
+        scaling_depths=tuple(FC_PRESETS[preset].depths),
     )
 
 
@@ -168,7 +166,7 @@ def markdown(rates: Sequence[Rates], design: Design) -> str:
 # ----------------------------------------------------------------------------- power at the records' own design
 POWER_NOISE = NOISE[0]  # the power target's noise level: 0.5x the effect (issue 21)
 SEED_STEPS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)  # seeds (runs per depth) tried for "needs about"
-POWER_TABLE = Path(__file__).with_name("claim_power.csv")  # committed; 08 reads it (docs/claim-rules.md)
+POWER_TABLE = Path(__file__).parent / "experiments" / "claim_power.csv"  # committed; 08 reads it (docs/claim-rules.md)
 POWER_COLUMNS = ("case", "design", "power", "fails_true", "seeds_needed", "runs_needed", "reps", "seed", "noise")
 POWER_COMMAND = "python -m common.experiments.power_table --out results/mini --preset mini"  # regenerates the table
 
@@ -305,8 +303,8 @@ def power_markdown(table: PowerTable) -> str:
 
 
 # ----------------------------------------------------------------------------- the docs' tables, regenerated
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "claim-rules.md"
-DOCS_COMMAND = "python -m common.experiments.claim_rates --write-docs docs/claim-rules.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "claim-rules.md"
+DOCS_COMMAND = "python -m common.claim_rates --write-docs docs/claim-rules.md"
 
 
 def docs_block(name: str) -> tuple[str, str]:
@@ -340,9 +338,9 @@ def write_docs(path: str | Path, reps: int = REPS, seed: int = 0, table: str | P
 
 # ----------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
-    """Flags of ``python -m common.experiments.claim_rates`` (plain argparse: a job module stays clear of the launcher's CLI)."""
+    """Flags of ``python -m common.claim_rates`` (plain argparse: a job module stays clear of the launcher's CLI)."""
     parser = argparse.ArgumentParser(
-        prog="python -m common.experiments.claim_rates",
+        prog="python -m common.claim_rates",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
