@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from common import claim_rates, claims
-from common.claim_rules.cases import CASES, power_law_fits
+from common.claim_rules import cases
+from common.claim_rules.cases import power_law_fits
 from common.claim_rules.design import Design
 from common.experiments import claim_rows, power_table, records
 from common.experiments.report_rows import POWER_NOT_COMPUTED
@@ -55,7 +56,7 @@ LOW_POWER_AT_PAPER_DESIGN = {
 }
 TOLERANCE = 0.02  # the stated rates are rounded; a seeded rerun on another platform may differ in the last digits
 PAPER = claim_rates.design_for_preset("paper")
-CASES = {c.name: c for c in CASES}
+CASES = {c.name: c for c in cases.CASES}
 
 
 def test_vectorised_fits_are_07s_fits():
@@ -66,14 +67,14 @@ def test_vectorised_fits_are_07s_fits():
 
 
 def test_every_rule_has_a_simulation_and_stated_rates():
-    assert {c.rule for c in CASES} == set(claims.RULES)
+    assert {c.rule for c in cases.CASES} == set(claims.RULES)
     assert set(STATED_RATES) == set(CASES)
 
 
 @pytest.fixture(scope="module")
 def paper_rates() -> dict[str, claim_rates.Rates]:
     """Every case's rates at the paper preset's design, 2,000 repetitions, seed 0 (what docs/claim-rules.md shows)."""
-    return {c.name: claim_rates.measure(c, PAPER, reps=2000, seed=0) for c in CASES}
+    return {c.name: claim_rates.measure(c, PAPER, reps=2000, seed=0) for c in cases.CASES}
 
 
 @pytest.mark.parametrize("name", list(STATED_RATES))

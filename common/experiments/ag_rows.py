@@ -206,7 +206,7 @@ def saturation_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         deepest = group[group["depth_n"] == group["depth_n"].max()]
         found = deepest.dropna(subset=["saturation"]) if "saturation" in deepest else deepest.iloc[:0]
         summaries = {
-            f"ResNet-{r['depth_label']} seed {r['seed']}": app_g_summary(r["saturation"])
+            f"ResNet-{r['depth_label']} seed {r['seed']}": saturation_summary(r["saturation"])
             for r in found.to_dict("records")
         }
         n_test = sorted({s["n_test"] for s in summaries.values()})
@@ -235,26 +235,6 @@ def saturation_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
             )
         )
     return rows
-
-
-APP_G_KEYS = (  # 02's App. G keys the row reads beside saturation_summary's (issue 29; absent from older records)
-    "split",
-    "sources",
-    "n_test_to_exclude_zero",
-    "n_test_to_exclude_delta",
-    "n_test_to_exclude_delta_side",
-    "asymptotic",
-)
-
-
-def app_g_summary(sat: Mapping) -> dict:
-    """:func:`common.experiments.probe_ag.saturation_summary` with 02's n_test projections, asymptotic interval and
-    sample sources where the record has them."""
-    summary = dict(saturation_summary(sat))
-    for key in APP_G_KEYS:
-        if key in sat and key not in summary:
-            summary[key] = sat[key]
-    return summary
 
 
 def sources_note(summaries: Mapping[str, Mapping]) -> str:
@@ -341,9 +321,7 @@ def gpt_data_label(df: pd.DataFrame) -> str:
 
 
 __all__ = [
-    "APP_G_KEYS",
     "app_g_power",
-    "app_g_summary",
     "decoder_claims",
     "gpt_data_label",
     "projection_claims",

@@ -20,7 +20,6 @@ import gc
 import os
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,7 +33,8 @@ from common.data.token_shards import META, TokenBatches, TokenData, TokenLoader,
 from common.data.tokenizers import Tokenizer
 from common.device import device_name, empty_cache
 from common.distributed import DistInfo, init_distributed, process_device, wait_for_all
-from common.errors import ParamError, UserError, one_of
+from common.errors import ParamError, UserError
+from common.presets.choose import choose_preset
 from common.presets.decoders import DecoderPreset
 from common.probe import ProbeResult, probe_activation_gradients
 from common.recipes import AdamWRecipe, TrainSettings
@@ -49,21 +49,17 @@ P = TypeVar("P", bound=DecoderPreset)
 
 
 # ----------------------------------------------------------------------------- presets
-def choose_preset(
+def choose_decoder_preset(
     presets: dict[str, P], name: str, overrides: dict | None, text_path: str | os.PathLike | None
 ) -> tuple[P, str | os.PathLike | None]:
     """Preset ``name`` of ``presets`` with the flags' values (``overrides``: preset fields, None meaning "the preset's";
     the preset checks them, :class:`common.presets.decoders.DecoderPreset`), and the text it reads: ``text_path``
     (which implies source ``text``), or for a ``text`` source without one the preset's own text, downloaded (mini:
     Tiny Shakespeare, as if ``--text-file data/tinyshakespeare.txt``)."""
-    preset = one_of("--preset", name, presets)
-    given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    unknown = set(given) - {f.name for f in fields(preset)}
-    if unknown:
-        raise ValueError(f"unknown preset fields {sorted(unknown)}")
-    if text_path is not None and "source" not in given:
+    given = dict(overrides or {})
+    if text_path is not None and given.get("source") is None:
         given["source"] = "text"
-    chosen = replace(preset, **given)
+    chosen = choose_preset(presets, name, given)
     return chosen, preset_text_path(text_path, chosen.source, chosen.text)
 
 

@@ -89,7 +89,7 @@ def gpt_configs(
     given = {**(overrides or {}), **({} if depths is None else {"depths": depths})}
     if given.get("depths") is not None:
         given["depths"] = tuple(given["depths"])
-    p, text_path = decoder_runs.choose_preset(PRESETS, preset, given, text_path)
+    p, text_path = decoder_runs.choose_decoder_preset(PRESETS, preset, given, text_path)
     depths = list(p.depths)
     spec = text_data_spec(
         p.source,

@@ -42,6 +42,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -156,18 +157,11 @@ def default_depths(preset: str) -> tuple[int, ...]:
 
 
 def growth_plan(
-    *,
-    preset: str = "smoke",
-    overrides: dict | None = None,
-    dataset: str | None = None,
-    seeds: Sequence[int] = (0,),
-    data_root: str | Path | None = None,
-    device: str = "auto",
-    compile: str = "auto",
-    synthetic: dict | None = None,
+    *, preset: str = "smoke", overrides: dict | None = None, seeds: Sequence[int] = (0,), **sweep_keywords: Any
 ) -> GrowthPlan:
     """Plan the growth chains and scratch runs (budgets and their defaults: docs/decisions.md, section
-    "Function-preserving growth").
+    "Function-preserving growth"). ``sweep_keywords`` are :func:`~common.resnet_sweep.sweep_configs`'s others
+    (``dataset``, ``data_root``, ``device``, ``compile``, ``synthetic``): every run is one of the sweep's configs.
 
     ``overrides``: fields of the preset's :class:`~common.presets.growth.GrowthPreset`, None meaning "the
     preset's": ``depths`` (N of the table's rows), ``stage_epochs`` (every growth stage's; None in the preset: the
@@ -187,12 +181,11 @@ def growth_plan(
     seeds = tuple(dict.fromkeys(seeds))
     if not seeds:
         raise ParamError("seeds", "(none)", "give at least one seed")
-    where = {"preset": preset, "dataset": dataset, "data_root": data_root, "device": device, "compile": compile}
 
     def sweep(depths: Sequence[int], seeds: Sequence[int], epochs: int | None = None) -> list[dict]:
         """The sweep's configs at ``epochs`` (None: its own)."""
         keys = {"depths": depths, "epochs": epochs, "train_subset": p.train_subset}
-        return sweep_configs(overrides=keys, seeds=seeds, synthetic=synthetic, **where)
+        return sweep_configs(preset=preset, overrides=keys, seeds=seeds, **sweep_keywords)
 
     sweep_epochs = sweep([0], seeds[:1])[0]["train"]["epochs"]
     stage_epochs = p.stage_epochs or sweep_epochs

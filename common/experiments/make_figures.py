@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from common import paper, plots, runs, tables
-from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, weight_scaling
+from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, pythia_cpt, weight_scaling
 from common.experiments.claim_rows import claim_rows
 from common.experiments.claims_report import claims_markdown, report_banner, verdict_counts
 from common.experiments.records import (
@@ -48,18 +48,7 @@ FIGURES = "figures"  # default folder, under --out
 TABLES = "tables"
 CLAIMS = "claims.md"
 DATASET_ORDER = ("cifar10", "cifar100", "imagenet100")  # figure 2's dataset: the first present, else the first by name
-PYTHIA_COLUMNS = (
-    "model",
-    "model_id",
-    "revision",
-    "n_layer",
-    "d_model",
-    "ag_max",
-    "ag_max_per_example",
-    "ag_max_blocks",
-    "val_loss_before",
-    "val_loss_after",
-)
+PYTHIA_COLUMNS = ("model", "model_id", "revision", *pythia_cpt.MODEL_COLUMNS)
 
 
 # ----------------------------------------------------------------------------- what build writes

@@ -57,8 +57,8 @@ from common.growth import insert_zero_block
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
 from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
 from common.precision import float64_device, full_precision
+from common.presets.choose import choose_preset
 from common.presets.matched import FITS, PRESETS, MatchedPreset
-from common.presets.probe import choose_preset
 from common.presets.sweep import DEFAULT_DATASET
 from common.probe import (
     TangentRegression,

@@ -42,7 +42,8 @@ from common.data.vision import VisionData, class_balanced_indices, warn_unused_d
 from common.device import resolve_device
 from common.errors import ParamError
 from common.experiments.probe_summary import summary_rows, summary_table  # noqa: F401  (for 02: a script imports its job module only)
-from common.presets.probe import HELD_OUT, PRESETS, ProbePreset, app_g_sizes, choose_preset
+from common.presets.choose import choose_preset
+from common.presets.probe import HELD_OUT, PRESETS, ProbePreset, app_g_sizes
 from common.probe import probe_activation_gradients
 from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
 from common.resnet_sweep import load_source, load_sweep_run, sweep_data_config

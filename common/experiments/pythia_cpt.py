@@ -91,7 +91,7 @@ def cpt_configs(
     (``--model-path``: local directories only) replace the preset's (``revision`` applies to them, and to the
     preset's when given); ``overrides``: :class:`CPTPreset` fields. ``fsdp_bf16``: FSDP2 with bf16 unsharded
     parameters (``runtime.fsdp_bf16_params``, present only when asked for)."""
-    p, text_path = decoder_runs.choose_preset(PRESETS, preset, overrides, text_path)
+    p, text_path = decoder_runs.choose_decoder_preset(PRESETS, preset, overrides, text_path)
     chosen = [user_model(m, revision) for m in models or ()] + [
         user_model(m, revision, local="model_paths") for m in model_paths
     ]
@@ -448,9 +448,8 @@ def _probe_and_finish(
 
 
 # ----------------------------------------------------------------------------- summary
-SUMMARY_KEYS = (
-    "name",
-    "model",
+# A model's shape, its AGmax readings and its losses: the columns of B.5's table here and in 08's pythia table.
+MODEL_COLUMNS = (
     "n_layer",
     "d_model",
     "ag_max",
@@ -458,6 +457,11 @@ SUMMARY_KEYS = (
     "ag_max_blocks",
     "val_loss_before",
     "val_loss_after",
+)
+SUMMARY_KEYS = (
+    "name",
+    "model",
+    *MODEL_COLUMNS,
     "cpt_tokens",
     "lr",
     "seed",
@@ -502,6 +506,7 @@ def summary_key(config: dict) -> str:
 
 
 __all__ = [
+    "MODEL_COLUMNS",
     "DEFAULT_DATA_ROOT",
     "EXPERIMENT",
     "PRESETS",

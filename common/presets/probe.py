@@ -8,10 +8,9 @@ A field's single value is checked here, once, naming the field (:class:`common.e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import TypeVar
+from dataclasses import dataclass
 
-from common.errors import ParamError, one_of
+from common.errors import ParamError
 from common.probe import BN_MODES
 
 DEFAULT_BATCH_SIZE = 128  # analysis batch size (docs/decisions.md): AG_l ~ 1/sqrt(batch)
@@ -76,20 +75,6 @@ def app_g_sizes(n: int, cal_fraction: float) -> tuple[int, int]:
             "at least 2 and 1 are needed: a larger sample (saturation_n) or another fraction",
         )
     return n_cal, n - n_cal
-
-
-P = TypeVar("P")
-
-
-def choose_preset(presets: dict[str, P], name: str, overrides: dict | None) -> P:
-    """Preset ``name`` of ``presets`` with the fields ``overrides`` sets (None meaning "the preset's value"); its
-    ``__post_init__`` checks each field. A key that is no field of the preset is a programming error."""
-    preset = one_of("--preset", name, presets)
-    given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    unknown = set(given) - {f.name for f in fields(preset)}
-    if unknown:
-        raise TypeError(f"unknown preset fields {sorted(unknown)}")
-    return replace(preset, **given)
 
 
 PRESETS = {
