@@ -544,13 +544,10 @@ def finished_sweep_runs(
 
 
 __all__ = [
-    "PRESETS",
     "fresh_resnet",
     "sweep_data",
     "CONFIG_KEYS",
     "EXPERIMENT",
-    "GROWTH_SCRATCH_DEPTHS",
-    "SweepPreset",
     "balanced_runs",
     "build_resnet",
     "check_sweep_data",
@@ -567,7 +564,6 @@ __all__ = [
     "read_sweep_run",
     "sweep_configs",
     "sweep_data_config",
-    "sweep_preset",
     "train_command",
     "train_resnet_run",
 ]

@@ -122,6 +122,12 @@ def test_nothing_below_the_experiments_imports_an_experiment():
         assert not upward, f"{name} imports the job modules {sorted(upward)}"
 
 
+def test_the_rules_simulation_reads_the_presets_not_the_job_modules():
+    reached = closure("common.claim_rates")
+    above = {m for m in reached if is_experiment(m)} | (reached & SHARED_JOBS)
+    assert not above, f"common.claim_rates reaches {sorted(above)}: its designs are read from common/presets/"
+
+
 def test_job_modules_never_reach_the_launcher_or_submitit():
     experiments = [m for m in MODULES if is_experiment(m)]
     assert experiments, "no job modules found under common/experiments/"

@@ -82,4 +82,4 @@ def row_dataset(row: dict) -> str | None:
     return parts[1] if len(parts) > 2 and parts[0] == row["scale"] else None
 
 
-__all__ = ["claim_rows", "commands", "regime", "saturation_claims"]
+__all__ = ["claim_rows"]

@@ -332,9 +332,7 @@ def summary_name(configs: Sequence[dict]) -> str:
 __all__ = [
     "DEFAULT_DATA_ROOT",
     "EXPERIMENT",
-    "FINEWEB_SUBSET",
     "PEAK_BF16_TFLOPS",
-    "PRESETS",
     "SCRIPT",
     "build_gpt",
     "gpt_configs",
