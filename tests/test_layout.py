@@ -30,8 +30,9 @@ LAUNCHING = {
     "common.cli",
     "common.decoder_flags",
 }
-# Below the job modules, imported by several of them: the ResNet sweep's presets, its job function (pickled by
-# submitit, as the job modules' are) and the records API that scripts 02, 03, 06 and 07 read sweep runs through.
+# Below the job modules, imported by several of them: the ResNet sweep's run configs, its job function (pickled by
+# submitit, as the job modules' are) and the records API that scripts 02, 03, 06 and 07 read sweep runs through
+# (its presets are data in common/presets/sweep.py).
 SHARED_JOBS = {"common.resnet_sweep"}
 # Script 08's job module reads every experiment's records, so it may import the other scripts' job modules.
 READS_EVERY_EXPERIMENT = {"common.experiments.make_figures"}

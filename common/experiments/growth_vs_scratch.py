@@ -151,11 +151,6 @@ def _state(out: str | Path, config: dict) -> str:
     return "done" if runs.is_done(runs.run_dir(out, config)) else "todo"
 
 
-def default_depths(preset: str) -> tuple[int, ...]:
-    """N of the table's rows when ``--depths`` is not given: the paper's ResNet-10 .. -13 (smoke: ResNet-10 and -12)."""
-    return growth_preset(preset).depths
-
-
 def growth_plan(
     *, preset: str = "smoke", overrides: dict | None = None, seeds: Sequence[int] = (0,), **sweep_keywords: Any
 ) -> GrowthPlan:
@@ -569,7 +564,6 @@ __all__ = [
     "ScratchArm",
     "block_seed",
     "collect_records",
-    "default_depths",
     "epochs_cell",
     "growth_plan",
     "growth_table",
