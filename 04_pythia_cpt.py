@@ -30,6 +30,7 @@ import argparse
 from common import runs
 from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
 from common.data.text_sources import FINEWEB_SUBSET, SOURCES
+from common.data.token_shards import DEFAULT_DATA_ROOT
 from common.decoder_flags import (
     add_preset_flags,
     data_and_device_kwargs,
@@ -41,7 +42,6 @@ from common.decoder_flags import (
 )
 from common.device import resolve_device
 from common.experiments.pythia_cpt import (
-    DEFAULT_DATA_ROOT,
     EXPERIMENT,
     cpt_configs,
     fetch_model,

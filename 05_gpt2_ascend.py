@@ -26,6 +26,7 @@ import argparse
 from common import runs
 from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_float, positive_int
 from common.data.text_sources import FINEWEB_SUBSET, SOURCES
+from common.data.token_shards import DEFAULT_DATA_ROOT
 from common.data.tokenizers import TOKENIZERS
 from common.decoder_flags import (
     add_preset_flags,
@@ -38,7 +39,6 @@ from common.decoder_flags import (
 )
 from common.device import resolve_device
 from common.experiments.gpt2_ascend import (
-    DEFAULT_DATA_ROOT,
     EXPERIMENT,
     gpt_configs,
     prepare_data,

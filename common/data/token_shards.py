@@ -35,6 +35,7 @@ VERSION = 1
 HEADER_BYTES = 1024
 META = "meta.json"
 META_KEYS = ("tokenizer", "dtype", "vocab_size", "val", "train")
+DEFAULT_DATA_ROOT = "data/tokens"  # where scripts 04 and 05 prepare their token shards unless --data-root says
 VAL_SHARD = "val_000000.bin"  # the held-out validation shard of a prepared directory
 
 

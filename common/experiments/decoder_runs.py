@@ -29,7 +29,16 @@ from torch import nn
 
 from common import runs
 from common.data.text_sources import TextDataSpec, prepare_tokens, preset_text_path
-from common.data.token_shards import META, TokenBatches, TokenData, TokenLoader, TokenWindows, read_meta, sample_windows
+from common.data.token_shards import (
+    DEFAULT_DATA_ROOT,
+    META,
+    TokenBatches,
+    TokenData,
+    TokenLoader,
+    TokenWindows,
+    read_meta,
+    sample_windows,
+)
 from common.data.tokenizers import Tokenizer
 from common.device import device_name, empty_cache
 from common.distributed import DistInfo, init_distributed, process_device, wait_for_all
@@ -41,7 +50,6 @@ from common.recipes import AdamWRecipe, TrainSettings
 from common.runs import RunSpec
 from common.train import classification_loss, train
 
-DEFAULT_DATA_ROOT = "data/tokens"
 PROBE_LOSS = "token_cross_entropy_mean"  # the probe's loss: mean over sequences of each sequence's mean token loss
 RENAMED_KEYS = {"epochs": "eval_rounds"}  # result keys of decoder runs recorded before the rename -> their names now
 

@@ -39,7 +39,7 @@ from common.data.tokenizers import tokenizer_vocab_size
 from common.device import resolve_device, seed_everything
 from common.distributed import DistInfo, wait_for_all
 from common.experiments import decoder_runs
-from common.experiments.decoder_runs import DEFAULT_DATA_ROOT, prepare_data
+from common.experiments.decoder_runs import prepare_data
 from common.models.gpt import GPT, GPTConfig
 from common.presets.gpt2 import PRESETS
 from common.recipes import AdamWRecipe, TrainSettings
@@ -330,7 +330,6 @@ def summary_name(configs: Sequence[dict]) -> str:
 
 
 __all__ = [
-    "DEFAULT_DATA_ROOT",
     "EXPERIMENT",
     "PEAK_BF16_TFLOPS",
     "SCRIPT",

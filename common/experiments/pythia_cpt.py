@@ -46,7 +46,6 @@ from common.device import cpu_threads, resolve_device, seed_everything
 from common.distributed import DistInfo, broadcast_from_main, env_info, wait_for_all
 from common.errors import ParamError
 from common.experiments import decoder_runs
-from common.experiments.decoder_runs import DEFAULT_DATA_ROOT
 from common.models.hf_decoder import (
     BlockInfluence,
     HFDecoder,
@@ -507,7 +506,6 @@ def summary_key(config: dict) -> str:
 
 __all__ = [
     "MODEL_COLUMNS",
-    "DEFAULT_DATA_ROOT",
     "EXPERIMENT",
     "SCRIPT",
     "cpt_configs",
