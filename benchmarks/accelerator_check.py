@@ -588,7 +588,7 @@ print("cuda initialised:", torch.cuda.is_initialized())
 def cpu_run_item(check: Check, report: dict) -> dict:
     if not torch.cuda.is_available():
         return {
-            "status": "skipped: no CUDA here, so there is no context to create (tests/test_accelerators.py checks the RNG rule)"
+            "status": "skipped: no CUDA here, so there is no context to create (tests/launch_runs/test_accelerators.py checks the RNG rule)"
         }
     code = CPU_RUN.format(root=str(Path(__file__).resolve().parents[1]), run_dir=str(check.workdir / "cpu-run"))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -13,5 +13,5 @@
   they share (``claim_rows`` turns records into the claims report's rows).
 
 Imports point down only: scripts -> experiments and launch; experiments -> training, runs, data,
-models, science; science -> science. ``tests/test_layout.py`` checks it.
+models, science; science -> science. ``tests/docs_layout/test_layout.py`` checks it.
 """

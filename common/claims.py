@@ -18,7 +18,7 @@ and is ``fn.rule``. The verdicts:
 - ``not run``: no records (set by the report builder, never by a rule).
 
 :data:`RULES` are the paper's claims; their error rates are measured by simulation
-(:mod:`common.claim_rates`, ``tests/test_claim_rates.py``, ``docs/claim-rules.md``).
+(:mod:`common.claim_rates`, ``tests/report/test_claim_rates.py``, ``docs/claim-rules.md``).
 :data:`IDENTITY_CHECKS` are identities that hold by construction (``V_S,l <= AG_l``; a matched
 insertion lowers the loss at small alpha): the report shows them apart and never counts them among
 reproduced claims.

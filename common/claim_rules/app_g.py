@@ -10,7 +10,7 @@ from common.saturation import NOT_SATURATED, SATURATED
 
 
 # ----------------------------------------------------------------------------- rule: App. G
-# Its error rates (coverage, wrong verdicts, power) are measured in tests/test_saturation.py, on App. G's own intervals.
+# Its error rates (coverage, wrong verdicts, power) are measured in tests/science/test_saturation.py, on App. G's own intervals.
 @rule(
     "App. G's separated test (Theorem 3) on every seed of the deepest depth probed: Gamma = max_l ||C_l|| lies in "
     "[max(0, Gamma_hat - t), Gamma_hat + t] with probability >= 1 - alpha (t = sqrt(sum_l tr_l / (n_test alpha)), traces "

@@ -229,7 +229,7 @@ def sim_precision(design: Design, rng: np.random.Generator, reps: int, k: float,
 # --- weight scaling: log-log fits over the depths
 def power_law_fits(depths: Sequence[float], log_values: np.ndarray, level: float = DEFAULT_LEVEL) -> np.ndarray:
     """Rows ``(slope, ci_low, ci_high)`` of :func:`common.scaling.fit_power_law` for each row of ``log_values``, at once
-    (the same least squares and Student-t interval; tests/test_claim_rates.py checks them against it)."""
+    (the same least squares and Student-t interval; tests/report/test_claim_rates.py checks them against it)."""
     x = np.log(np.asarray(depths, float))
     cx = x - x.mean()
     sxx = cx @ cx

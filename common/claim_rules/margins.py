@@ -27,6 +27,6 @@ SIZE_FACTOR = (
 )
 PRECISION_UNITS = 0.5  # "at the paper's precision": within half a unit of the leading digit (one significant digit)
 
-# Requirements of issue 21 on every rule's measured error rates (common.claim_rates, tests/test_claim_rates.py).
+# Requirements of issue 21 on every rule's measured error rates (common.claim_rates, tests/report/test_claim_rates.py).
 POWER_TARGET = 0.8  # P(holds | claim true) at noise 0.5x the effect
 FALSE_HOLDS_LIMIT = 0.05  # P(holds | claim false, least favourable point) at noise 0.5x and 1x

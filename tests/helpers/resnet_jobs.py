@@ -1,0 +1,28 @@
+"""The sweep's real job function, paced so a SLURM test can interrupt it mid-run (test_slurm.py).
+
+Its own module, apart from ``tests/helpers/jobs.py``: importing the sweep pulls in the data stack
+(torchvision, scikit-learn), which the many small jobs of ``tests/helpers/jobs.py`` do not need.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from common import resnet_sweep as sweep
+
+
+def paced_resnet_run(spec) -> dict:
+    """:func:`common.resnet_sweep.train_resnet_run` unchanged, pausing ``runtime.pause_s`` after each
+    epoch's checkpoint, so a test can interrupt it mid-run even when epochs take milliseconds.
+
+    The pause is runtime (not identity): the run directory and the weights are those of an
+    unpaced run of the same config.
+    """
+    pause_s = spec.config.get("runtime", {}).get("pause_s", 0)
+    train = sweep.train
+    sweep.train = functools.partial(train, on_epoch_end=lambda epoch, record: time.sleep(pause_s))
+    try:
+        return sweep.train_resnet_run(spec)
+    finally:
+        sweep.train = train
