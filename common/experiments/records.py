@@ -46,7 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 from common import resnet_sweep, runs
-from common.errors import UserError
+from common.errors import ParamError, UserError
 from common.experiments import (
     gpt2_ascend,
     growth_vs_scratch,
@@ -263,9 +263,8 @@ def records_preset(scan: Scan, preset: str | None) -> str:
         left = (
             f" ({len(scan.dropped)} finished runs there cannot be read: {scan.dropped[0][1]})" if scan.dropped else ""
         )
-        raise UserError(
-            f"--out {scan.out}: no usable run records there{left}; pass --out the folder scripts 01-07 wrote their "
-            "runs into (default runs/)"
+        raise ParamError(
+            "out", scan.out, f"no usable run records there{left}; pass the folder scripts 01-07 wrote their runs into"
         )
     if preset is None:
         if len(found) > 1:
@@ -276,9 +275,11 @@ def records_preset(scan: Scan, preset: str | None) -> str:
         return next(iter(found))
     if preset not in found:
         theirs = ", ".join(sorted(found))
-        raise UserError(
-            f"--preset {preset}: the records under {scan.out} are of preset {theirs}, so a {preset} report would only "
-            f"say 'not run' and replace theirs; pass --preset {sorted(found)[0]}, or leave --preset out"
+        raise ParamError(
+            "preset",
+            preset,
+            f"the records under {scan.out} are of preset {theirs}, so a {preset} report would only say 'not run' and "
+            f"replace theirs; pass {sorted(found)[0]}, or leave the preset out",
         )
     return preset
 
