@@ -10,13 +10,6 @@ class UserError(Exception):
     """
 
 
-def one_of(flag: str, value: str, options: dict):
-    """``options[value]``; else a :class:`UserError` naming the choices (``--preset huge: unknown preset; use ...``)."""
-    if value not in options:
-        raise UserError(f"{flag} {value}: unknown {flag.lstrip('-')}; use {' or '.join(options)}")
-    return options[value]
-
-
 class ParamError(UserError):
     """A bad value of one parameter of a planner or a preset, named by the parameter (``lr``, ``depths``).
 
@@ -33,3 +26,11 @@ class ParamError(UserError):
     def worded(self, flag: str) -> str:
         """The message as the command line shows it: ``--flag value: message``."""
         return f"{flag} {self.shown}: {self.message}"
+
+
+def one_of(param: str, value: str, options: dict):
+    """``options[value]``; else a :class:`ParamError` of ``param`` naming the choices (``preset=huge: unknown preset;
+    use smoke or mini or paper``, on the command line ``--preset huge: ...``)."""
+    if value not in options:
+        raise ParamError(param, value, f"unknown {param}; use {' or '.join(options)}")
+    return options[value]

@@ -13,7 +13,7 @@ P = TypeVar("P")
 def choose_preset(presets: dict[str, P], name: str, overrides: dict | None) -> P:
     """Preset ``name`` of ``presets`` with the fields ``overrides`` sets (None meaning "the preset's value"); its
     ``__post_init__`` checks each field. A key that is no field of the preset is a programming error."""
-    preset = one_of("--preset", name, presets)
+    preset = one_of("preset", name, presets)
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = set(given) - {f.name for f in fields(preset)}
     if unknown:

@@ -79,7 +79,7 @@ PRESETS = {
 
 def growth_preset(preset: str) -> GrowthPreset:
     """Script 03's preset ``preset`` ("smoke", "mini" or "paper")."""
-    return one_of("--preset", preset, PRESETS)
+    return one_of("preset", preset, PRESETS)
 
 
 __all__ = [

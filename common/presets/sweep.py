@@ -110,7 +110,7 @@ DEFAULT_DATASET = {name: p.default_dataset for name, p in PRESETS.items()}
 
 def sweep_presets(preset: str) -> SweepPresets:
     """The preset ``preset`` ("smoke", "mini" or "paper") of the sweep, every dataset's row."""
-    return one_of("--preset", preset, PRESETS)
+    return one_of("preset", preset, PRESETS)
 
 
 def sweep_preset(preset: str, dataset: str) -> SweepPreset:

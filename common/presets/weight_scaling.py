@@ -73,7 +73,7 @@ FC_PRESETS = {
 
 def fc_preset(preset: str) -> FCPreset:
     """The FC families' preset ``preset`` ("paper", "smoke" or "mini")."""
-    return one_of("--preset", preset, FC_PRESETS)
+    return one_of("preset", preset, FC_PRESETS)
 
 
 __all__ = ["COHEN_STOPPING", "FC_PRESETS", "SCHEDULES", "FCPreset", "fc_preset", "geometric_depths"]
