@@ -2,10 +2,10 @@
 
 Functions of record frames only, fixed before any trajectory record existed (docs/decisions.md, section
 "Stopping rules for growth by the criterion (09)"). A *trajectory* is one ``(policy, seed)``: one row per round,
-round 0 the trained ResNet-8 before any insertion, with the columns of :data:`TRAJECTORY_COLUMNS`. At each round
-the records hold what was measured on the network of that round (before the round's insertion): ``AGmax``,
-the largest exact growth value ``V_S,l`` (``v_max``), App. G's interval for ``Gamma = max_l ||C_l||`` and its
-verdict, and the losses.
+round 0 the trained ResNet-8 before any insertion, with the columns of :data:`TRAJECTORY_COLUMNS`. Round r's
+record holds what was measured on round r's trained network (whose candidates choose where round r + 1's block
+goes): ``AGmax``, the largest exact growth value ``V_S,l`` (``v_max``), App. G's interval for
+``Gamma = max_l ||C_l||`` and its verdict, and the losses.
 
 A rule *stops at round r* when it fires on round r's measurements: the network kept is the one of round r (depth
 ``depth_n``, no roll-back to an earlier round), and the compute spent is that round's ``flops_cum``. The four rules:

@@ -61,10 +61,13 @@ def test_a_does_not_fire_at_the_mini_sweeps_lowest_agmax_and_nan_rounds_never_fi
     assert not stop.fired and "never below 0.005 (lowest 0.0149)" in stop.text
 
 
-def test_a_can_stop_before_any_growth_on_a_single_round():
+def test_on_a_single_round_a_and_b_can_stop_before_any_growth_and_c_and_d_cannot():
     assert gs.ag_below_line(trajectory(0, ag_max=[0.001])).round == 0
+    assert gs.app_g_saturated(trajectory(0, app_g_upper=[0.005])).round == 0
     stop = gs.ag_below_line(trajectory(0))
     assert not stop.fired and stop.text.startswith("did not stop within 0 rounds")
+    table = gs.stop_table(trajectory(0, ag_max=[0.001], v_max=[0.0], val_loss=[math.nan]))
+    assert table["fired"].tolist() == [True, False, False, False] and table["round"].tolist()[0] == 0
 
 
 # ----------------------------------------------------------------------------- (b)
