@@ -129,6 +129,13 @@ def test_the_rules_simulation_reads_the_presets_not_the_job_modules():
     assert not above, f"common.claim_rates reaches {sorted(above)}: its designs are read from common/presets/"
 
 
+def test_the_stopping_rules_read_only_the_saturation_verdicts_and_the_papers_line():
+    """common.growth_stopping (script 09's rules, read by the report) imports of ours only common.saturation and
+    common.paper: no job module, no launcher, so the report can read the rules without running anything."""
+    ours = repo_imports("common.growth_stopping") - {"common"}
+    assert ours <= {"common.saturation", "common.paper"}, f"common.growth_stopping imports {sorted(ours)}"
+
+
 def test_job_modules_never_reach_the_launcher_or_submitit():
     experiments = [m for m in MODULES if is_experiment(m)]
     assert experiments, "no job modules found under common/experiments/"
