@@ -42,6 +42,7 @@ from common.experiments.grow_rounds import (
     train_round,
 )
 from common.flops import training_flops
+from common.locks import RunLocked
 from common.presets.choose import choose_preset
 from common.presets.grow import PRESETS, GrowPreset, policies_of
 from common.resnet_sweep import load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
@@ -57,6 +58,7 @@ RECORD_KEYS = (  # what every round's result.json holds (the stopping rules read
     "chosen_rank_ag", "candidates", "v_max", "ag_max", "app_g_verdict", "app_g_lower", "app_g_upper", "val_loss",
     "train_loss", "test_loss", "test_acc", "epochs_cum", "flops_cum", "wall_s",
 )  # fmt: skip
+LOCK_POLL_S = 5.0  # how often a trajectory waiting for its seed's shared ResNet-8 looks again
 NO_CHOICE = dict.fromkeys(
     ("chosen_candidate", "chosen_index", "chosen_v_s", "chosen_ag", "chosen_rank_v", "chosen_rank_ag")
 )
@@ -167,14 +169,19 @@ def grow_trajectory_run(spec: RunSpec) -> dict:
 
 
 def _ensure_sweep_run(sweep: dict, out: Path) -> None:
+    """The sweep's ResNet-8 of a trajectory, trained here unless it is finished. The policies of one seed share it:
+    under ``--launcher local`` or SLURM their jobs may reach it together, so the ones that find it locked wait for
+    the holder (a holder that died leaves a stale lock, which :class:`common.locks.RunLock` takes over)."""
     spec = RunSpec(config=sweep, out=out)
-    if runs.is_done(spec.dir):
-        return
-    log.info("grow by criterion: training the sweep's ResNet-8 %s", spec.name)
-    runs.prepare_run(spec.out, sweep)
-    with runs.RunLock(spec.dir):
-        if not runs.is_done(spec.dir):
-            train_resnet_run(spec)
+    while not runs.is_done(spec.dir):
+        log.info("grow by criterion: training the sweep's ResNet-8 %s", spec.name)
+        runs.prepare_run(spec.out, sweep)
+        try:
+            with runs.RunLock(spec.dir):
+                if not runs.is_done(spec.dir):
+                    train_resnet_run(spec)
+        except RunLocked:
+            time.sleep(LOCK_POLL_S)
 
 
 def run_round(spec: RunSpec) -> dict:
@@ -281,7 +288,8 @@ def markdown_table(rows: Sequence[dict]) -> str:
 def table_stem(dataset: str, plan: GrowPlan) -> str:
     p = plan.preset
     policies, seeds = "-".join(p.policies), "-".join(map(str, plan.seeds))
-    return f"table-{dataset}-{policies}-k{p.rounds}-e{p.epochs_per_round}-seeds{seeds}"
+    epochs = p.epochs_per_round or "sweep"  # None: the sweep's epochs per round
+    return f"table-{dataset}-{policies}-k{p.rounds}-e{epochs}-seeds{seeds}"
 
 
 def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path, Path]:

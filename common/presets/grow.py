@@ -60,9 +60,10 @@ class GrowPreset:
 PRESETS = {
     # digits: ~1,400 training images; 3 rounds of 2 epochs after the sweep's 6-epoch ResNet-8 (about a minute)
     "smoke": GrowPreset(rounds=3, epochs_per_round=2, probe_batch_size=64, probe_batches=2, held_out=128),
-    # the mini sweep's 1,000 CIFAR-10 images; its 49,000 unused training images are the held-apart pool
+    # provisional, not run yet (issue 31's next part sizes it against its 20-minute budget): the mini sweep's 1,000
+    # CIFAR-10 images; its 49,000 unused training images are the held-apart pool
     "mini": GrowPreset(rounds=5, epochs_per_round=20, probe_batch_size=128, probe_batches=4, held_out=1000),
-    "paper": GrowPreset(rounds=10, probe_batches=10, held_out=5000),
+    "paper": GrowPreset(rounds=10, probe_batches=10, held_out=5000),  # provisional too: CIFAR-10 on a GPU
 }
 
 

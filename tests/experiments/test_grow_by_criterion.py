@@ -191,3 +191,15 @@ def test_dry_run_plans_every_policy_and_creates_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert all(f"trajectory {p} seed 0" in out for p in ("criterion", "ag", "cyclic", "random"))
     assert not (tmp_path / "runs").exists()
+
+
+def test_paper_preset_dry_run_plans_cifar10_with_the_sweeps_epochs_and_creates_nothing(tmp_path, capsys):
+    argv = ["--preset", "paper", "--policy", "criterion,cyclic", "--seeds", "0,1", "--dry-run"]
+    assert script.main([*argv, "--out", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "trajectory criterion seed 1" in out and "trajectory ag" not in out
+    assert not (tmp_path / "runs").exists()
+    plan = gbc.grow_plan(preset="paper", overrides={"policies": "cyclic"}, dataset="cifar10")
+    (rounds,) = plan.trajectories.values()
+    assert [c["train"]["epochs"] for c in rounds[:2]] == [200, 200] and rounds[0]["dataset"] == "cifar10"
+    assert gbc.table_stem("cifar10", plan).endswith("-esweep-seeds0")
