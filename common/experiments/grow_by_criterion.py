@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from common import runs, tables
 from common.device import resolve_device, seed_everything
 from common.errors import UserError
@@ -255,6 +257,15 @@ def collect_records(plan: GrowPlan, out: str | Path) -> list[dict]:
     return records
 
 
+def read_trajectories(out: str | Path, problems: list | None = None) -> pd.DataFrame:
+    """Every finished round under ``<out>/grow_by_criterion``, one row per round (:data:`RECORD_KEYS` among the
+    columns, with the config's ``preset``, ``dataset`` and ``run_dir``), sorted by policy, seed and round: what the
+    stopping rules read. ``problems``: as :func:`common.runs.scan_runs`'s (malformed rounds left out, listed there)."""
+    found = runs.scan_runs(Path(out) / EXPERIMENT, problems=problems, result_keys=RECORD_KEYS)
+    frame = pd.DataFrame([r.row for r in found], columns=None if found else ["policy", "seed", "round"])
+    return frame.sort_values(["policy", "seed", "round"], ignore_index=True) if found else frame
+
+
 TABLE_KEYS = (
     "policy", "seed", "round", "depth_n", "chosen_candidate", "chosen_v_s", "chosen_ag", "chosen_rank_v",
     "chosen_rank_ag", "v_max", "ag_max", "app_g_verdict", "app_g_lower", "app_g_upper", "val_loss", "train_loss",
@@ -316,6 +327,7 @@ __all__ = [
     "grow_plan",
     "grow_trajectory_run",
     "markdown_table",
+    "read_trajectories",
     "run_round",
     "table_stem",
     "trajectory_table",

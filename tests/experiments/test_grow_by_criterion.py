@@ -203,3 +203,11 @@ def test_paper_preset_dry_run_plans_cifar10_with_the_sweeps_epochs_and_creates_n
     (rounds,) = plan.trajectories.values()
     assert [c["train"]["epochs"] for c in rounds[:2]] == [200, 200] and rounds[0]["dataset"] == "cifar10"
     assert gbc.table_stem("cifar10", plan).endswith("-esweep-seeds0")
+
+
+def test_the_trajectories_read_back_as_one_frame_of_rounds(trajectories):
+    _, out, records = trajectories
+    frame = gbc.read_trajectories(out)
+    assert len(frame) == len(records) == 6 and set(gbc.RECORD_KEYS) <= set(frame.columns)
+    assert list(frame["round"]) == [0, 1, 2, 0, 1, 2] and list(frame["policy"].unique()) == ["criterion", "random"]
+    assert gbc.read_trajectories(out / "nothing").empty
