@@ -34,7 +34,7 @@ from common.presets.probe import app_g_sizes
 from common.probe import mean_loss, probe_activation_gradients
 from common.recipes import SGDRecipe, TrainSettings
 from common.resnet_sweep import build_resnet, load_source
-from common.saturation import saturation_interval
+from common.saturation import asymptotic_interval, linear_variance_estimate, saturation_interval
 from common.train import load_weights, train
 
 CHECK_BATCH = 8  # training images in the run-time function-preservation check (as 03's)
@@ -130,7 +130,9 @@ def measure(model: torch.nn.Module, config: dict, examples: RoundExamples) -> di
     cal, test = split[:n_cal], split[n_cal:]
     moments = {"seed": u_seed, "contributions": True}
     tested = probe_activation_gradients(model, examples.held(test, p["batch_size"]), **moments)
-    traced = probe_activation_gradients(model, examples.held(cal, p["batch_size"]), **moments)
+    traced = probe_activation_gradients(
+        model, examples.held(cal, p["batch_size"]), contribution_directions=tested.cross_gradients, **moments
+    )
     interval = saturation_interval(
         [s.cross_gradient_norm_pooled for s in tested.scores],
         [s.contribution_cov_trace for s in traced.scores],
@@ -148,8 +150,26 @@ def measure(model: torch.nn.Module, config: dict, examples: RoundExamples) -> di
         "app_g_lower": interval.lower,
         "app_g_upper": interval.upper,
         "app_g": {**interval.as_record(), "n_cal": len(cal), "n_test": len(test), "sources": examples.held_counts},
+        "app_g_asymptotic": asymptotic_beside(tested.scores, traced.scores, len(test), len(cal), p),
         "val_loss": mean_loss(model, examples.held(None, p["batch_size"])),
     }
+
+
+def asymptotic_beside(test_scores, cal_scores, n_test: int, n_cal: int, p: dict) -> dict | None:
+    """App. G's asymptotic interval beside Theorem 3's (:func:`common.saturation.asymptotic_interval`: ``U_l``,
+    ``tr(Sigma_l^2)`` of the test part, the variance along the test part's ``C_hat_l`` from the calibration part,
+    a Student quantile with ``n_cal - 1`` degrees of freedom); None below 4 test examples (no ``tr(Sigma^2)``)."""
+    v2 = [s.contribution_cov_sq_trace for s in test_scores]
+    if any(v is None for v in v2):
+        return None
+    v1 = [
+        linear_variance_estimate(c.contribution_direction_variance, v, n_test)
+        for c, v in zip(cal_scores, v2, strict=True)
+    ]
+    u = [s.contribution_norm_sq for s in test_scores]
+    names = [s.name for s in test_scores]
+    interval = asymptotic_interval(u, v1, v2, n=n_test, alpha=p["alpha"], dof=n_cal - 1, delta=p["delta"], names=names)
+    return interval.as_record()
 
 
 # ----------------------------------------------------------------------------- choose and insert

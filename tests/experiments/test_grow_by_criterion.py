@@ -211,3 +211,13 @@ def test_the_trajectories_read_back_as_one_frame_of_rounds(trajectories):
     assert len(frame) == len(records) == 6 and set(gbc.RECORD_KEYS) <= set(frame.columns)
     assert list(frame["round"]) == [0, 1, 2, 0, 1, 2] and list(frame["policy"].unique()) == ["criterion", "random"]
     assert gbc.read_trajectories(out / "nothing").empty
+
+
+def test_app_g_records_theorem_3s_interval_and_the_asymptotic_one_beside_it(trajectories):
+    _, _, records = trajectories
+    for r in records:
+        assert r["app_g"]["n_cal"] + r["app_g"]["n_test"] == TINY["held_out"]
+        assert r["app_g"]["sources"] == {"train_unused": 0, "test": TINY["held_out"]}  # synthetic trains on every image
+        assert 0 <= r["app_g_lower"] <= r["app_g"]["gamma_hat"] <= r["app_g_upper"]
+        asymptotic = r["app_g_asymptotic"]
+        assert asymptotic["dof"] == r["app_g"]["n_cal"] - 1 and asymptotic["verdict"] in ("not saturated", "undecided")
