@@ -221,3 +221,16 @@ def test_app_g_records_theorem_3s_interval_and_the_asymptotic_one_beside_it(traj
         assert 0 <= r["app_g_lower"] <= r["app_g"]["gamma_hat"] <= r["app_g_upper"]
         asymptotic = r["app_g_asymptotic"]
         assert asymptotic["dof"] == r["app_g"]["n_cal"] - 1 and asymptotic["verdict"] in ("not saturated", "undecided")
+
+
+def test_a_longer_trajectory_reuses_the_rounds_of_a_shorter_one(trajectories):
+    plan, out, _ = trajectories
+    longer = gbc.grow_plan(
+        preset="smoke",
+        overrides={**TINY, "rounds": 3, "policies": ("criterion",)},
+        dataset="synthetic",
+        synthetic=TINY_DATA,
+        device="cpu",
+    )
+    shorter, extended = plan.trajectories[("criterion", 0)], longer.trajectories[("criterion", 0)]
+    assert [runs.run_dir(out, c) for c in extended[:3]] == [runs.run_dir(out, c) for c in shorter]
