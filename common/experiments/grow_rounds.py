@@ -141,6 +141,7 @@ def measure(model: torch.nn.Module, config: dict, examples: RoundExamples) -> di
         delta=p["delta"],
         names=[s.name for s in tested.scores],
     )
+    asymptotic = asymptotic_beside(tested.scores, traced.scores, len(test), len(cal), p)
     return {
         "candidates": candidates,
         "v_max": max(c["v_s"] for c in candidates),
@@ -150,7 +151,8 @@ def measure(model: torch.nn.Module, config: dict, examples: RoundExamples) -> di
         "app_g_lower": interval.lower,
         "app_g_upper": interval.upper,
         "app_g": {**interval.as_record(), "n_cal": len(cal), "n_test": len(test), "sources": examples.held_counts},
-        "app_g_asymptotic": asymptotic_beside(tested.scores, traced.scores, len(test), len(cal), p),
+        "app_g_asymptotic": asymptotic,
+        **{f"app_g_asymptotic_{k}": (asymptotic or {}).get(k) for k in ("lower", "upper", "verdict")},
         "val_loss": mean_loss(model, examples.held(None, p["batch_size"])),
     }
 

@@ -221,6 +221,7 @@ def test_app_g_records_theorem_3s_interval_and_the_asymptotic_one_beside_it(traj
         assert 0 <= r["app_g_lower"] <= r["app_g"]["gamma_hat"] <= r["app_g_upper"]
         asymptotic = r["app_g_asymptotic"]
         assert asymptotic["dof"] == r["app_g"]["n_cal"] - 1 and asymptotic["verdict"] in ("not saturated", "undecided")
+        assert (r["app_g_asymptotic_lower"], r["app_g_asymptotic_upper"]) == (asymptotic["lower"], asymptotic["upper"])
 
 
 def test_a_longer_trajectory_reuses_the_rounds_of_a_shorter_one(trajectories):
