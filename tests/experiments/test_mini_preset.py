@@ -36,7 +36,7 @@ from common.resnet_sweep import load_sweep_data, load_sweep_run, sweep_configs
 from tests.helpers import figure_records
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted(p.stem for p in ROOT.glob("0[1-8]_*.py"))
+SCRIPTS = sorted(p.stem for p in ROOT.glob("[0-9][0-9]_*.py"))
 
 
 # ----------------------------------------------------------------------------- every script knows mini

@@ -48,7 +48,7 @@ from common.resnet_sweep import sweep_configs
 from common.runs import RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted(p.stem for p in ROOT.glob("0[1-8]_*.py"))
+SCRIPTS = sorted(p.stem for p in ROOT.glob("[0-9][0-9]_*.py"))
 SWEEP = ["--preset", "smoke", "--dataset", "synthetic", "--device", "cpu"]  # the records' sweep: 01's flags
 SWEEP_FLAGS = [*SWEEP, "--depths", "0", "--epochs", "1"]
 PROBE = [*SWEEP, "--batch-size", "16", "--n-batches", "2"]
@@ -63,6 +63,7 @@ BASE = {
     "06": SWEEP,
     "07": SWEEP,
     "08": ["--preset", "smoke"],
+    "09": SWEEP,
 }
 SUMMARIES = (
     "ag_probe/summary-synthetic-train-b16x2.csv",
@@ -265,9 +266,9 @@ SMALL_TEXT = ["--text-file", "{tmp}/small.txt"]
 
 CASES: list[Case] = [
     # unknown choices, and values the parser refuses
-    *each("01 02 03 04 05 06 07 08", "unknown-preset", ["--preset", "huge"], "--preset"),
-    *each("01 02 03 06 07", "unknown-dataset", ["--dataset", "imagenet1k"], "--dataset"),
-    *each("01 02 03 04 05 06 07", "seeds-comma", ["--seeds", ","], "--seeds"),
+    *each("01 02 03 04 05 06 07 08 09", "unknown-preset", ["--preset", "huge"], "--preset"),
+    *each("01 02 03 06 07 09", "unknown-dataset", ["--dataset", "imagenet1k"], "--dataset"),
+    *each("01 02 03 04 05 06 07 09", "seeds-comma", ["--seeds", ","], "--seeds"),
     *each("01 03 05 06 07", "depths-empty-range", ["--depths", "5:1"], "'5:1'"),
     *each("01", "lr-nan", ["--lr", "nan", "--dry-run"], "--lr"),
     *each("04", "warmup-negative", ["--warmup-steps", "-5"], "'-5'"),
@@ -280,13 +281,16 @@ CASES: list[Case] = [
     *each("03", "stage-epochs-zero", ["--stage-epochs", "0"], "--stage-epochs"),
     *each("04 05", "block-size-zero", ["--block-size", "0"], "--block-size"),
     *each("06", "gd-steps-zero", ["--gd-steps", "0"], "--gd-steps"),
+    *each("09", "rounds-zero", ["--rounds", "0"], "--rounds"),
+    *each("09", "epochs-per-round-zero", ["--epochs-per-round", "0"], "--epochs-per-round"),
+    *each("09", "unknown-policy", ["--policy", "criterion,greedy"], "--policy"),
     *each("05", "heads-do-not-divide-width", ["--n-embd", "64", "--n-head", "5"], "--n-head 5"),
     *each("02", "more-batches-than-the-split", ["--split", "test", "--n-batches", "100"], "--n-batches 100"),
     # unwritable --out (under a file) and --figures-dir
-    *each("01 02 03 04 05 06 07 08", "out-under-a-file", ["--out", "{tmp}/small.txt/runs"], "--out"),
+    *each("01 02 03 04 05 06 07 08 09", "out-under-a-file", ["--out", "{tmp}/small.txt/runs"], "--out"),
     *each("08", "figures-dir-under-a-file", ["--figures-dir", "{tmp}/small.txt/figs"], "--figures-dir"),
     # missing data, runs or models
-    *each("01 03", "missing-npz", ["--dataset", "npz", "--data-root", "{tmp}/no.npz"], "no.npz"),
+    *each("01 03 09", "missing-npz", ["--dataset", "npz", "--data-root", "{tmp}/no.npz"], "no.npz"),
     *each("02 06", "no-sweep-for-the-dataset", ["--dataset", "digits"], "01_train_resnet_sweep.py"),
     *each("07", "no-sweep-for-the-dataset", ["--dataset", "digits", "--family", "sweep"], "01_train_resnet_sweep.py"),
     *each("02", "seed-not-trained", ["--seeds", "7"], "--seeds 7"),
@@ -490,6 +494,7 @@ PROCESS_CASES = {  # one real process per script, all started at once: what a sh
     "06": "06-garbage-model-pt",
     "07": "07-seeds-comma",
     "08": "08-sweep-config-random-bytes",
+    "09": "09-rounds-zero",
 }
 BY_ID = {c.id: c for c in CASES}
 assert len(BY_ID) == len(CASES), "case ids must be unique"

@@ -64,7 +64,7 @@ def test_help_and_dry_run(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
-NUMBERED_SCRIPTS = sorted(p.name for p in ROOT.glob("0[1-8]_*.py"))
+NUMBERED_SCRIPTS = sorted(p.name for p in ROOT.glob("[0-9][0-9]_*.py"))
 SHARED_FLAGS = ("--preset", "--out", "--seed", "--device", "--launcher", "--dry-run", "--slurm-profile")
 READER_FLAGS = ("--preset", "--out", "--dry-run")  # 08 reads records and launches nothing
 
