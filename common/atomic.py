@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -114,6 +114,14 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 def atomic_write_csv(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     """Atomically write ``rows`` (one dict per row) as a CSV with a header line (pandas)."""
     atomic_write_bytes(path, csv_bytes(rows))
+
+
+def atomic_write_table(folder: str | os.PathLike, stem: str, rows: Sequence[dict], markdown: str) -> tuple[Path, Path]:
+    """A summary table as ``<folder>/<stem>.csv`` (``rows``) and ``<stem>.md`` (``markdown``), each written atomically."""
+    csv_path, md_path = Path(folder) / f"{stem}.csv", Path(folder) / f"{stem}.md"
+    atomic_write_csv(csv_path, rows)
+    atomic_write_bytes(md_path, (markdown + "\n").encode())
+    return csv_path, md_path
 
 
 def csv_bytes(rows: Iterable[dict]) -> bytes:

@@ -47,6 +47,7 @@ from common.atomic import (  # noqa: F401  (the front's names)
     atomic_write_bytes,
     atomic_write_csv,
     atomic_write_json,
+    atomic_write_table,
     csv_bytes,
     file_mode,
     write_error,

@@ -305,11 +305,7 @@ def table_stem(dataset: str, plan: GrowPlan) -> str:
 
 def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path, Path]:
     """``<out>/grow_by_criterion/<stem>.csv`` and ``.md``, written atomically."""
-    folder = Path(out) / EXPERIMENT
-    csv_path, md_path = folder / f"{stem}.csv", folder / f"{stem}.md"
-    runs.atomic_write_csv(csv_path, rows)
-    runs.atomic_write_bytes(md_path, (markdown_table(rows) + "\n").encode())
-    return csv_path, md_path
+    return runs.atomic_write_table(Path(out) / EXPERIMENT, stem, rows, markdown_table(rows))
 
 
 def check_grow_data(configs: Sequence[dict]) -> None:
