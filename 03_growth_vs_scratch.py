@@ -19,7 +19,15 @@ from __future__ import annotations
 
 import argparse
 
-from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
+from common.cli import (
+    add_training_data_flags,
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    make_parser,
+    parse_args,
+    positive_int,
+)
 from common.data.vision import DATASETS
 from common.experiments.growth_vs_scratch import (
     collect_records,
@@ -54,13 +62,7 @@ SCRIPT_FLAGS = ("dataset", "seeds", "seed")  # --dataset's default follows --pre
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="03_growth_vs_scratch.py")
     group = parser.add_argument_group("growth vs scratch (paper, Function-preserving growth)")
-    group.add_argument(
-        "--dataset",
-        choices=DATASETS,
-        default=None,
-        help="None: cifar10 with --preset paper and mini, digits (offline) with smoke; as in 01_train_resnet_sweep.py",
-    )
-    group.add_argument("--data-root", default=None, help="as in 01_train_resnet_sweep.py")
+    add_training_data_flags(group, DATASETS)
     group.add_argument(
         "--depths",
         type=comma_ints,
@@ -101,13 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
         "model has in all: the parent ResNet-8's plus every stage's up to its depth; the claims report's verdicts "
         "read it), sweep (the sweep's epochs: its finished runs are reused), per-stage (one stage's epochs); "
         f"None: {','.join(DEFAULT_BUDGETS)}",
-    )
-    group.add_argument(
-        "--train-subset",
-        type=positive_int,
-        default=None,
-        metavar="K",
-        help="as in 01_train_resnet_sweep.py: K / C training images per class; None: the preset's (mini: 1000), else all",
     )
     group.add_argument(
         "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"

@@ -17,7 +17,15 @@ from __future__ import annotations
 
 import argparse
 
-from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
+from common.cli import (
+    add_training_data_flags,
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    make_parser,
+    parse_args,
+    positive_int,
+)
 from common.data.vision import DATASETS
 from common.experiments.grow_by_criterion import (
     check_grow_data,
@@ -43,20 +51,7 @@ SCRIPT_FLAGS = ("dataset", "seeds", "seed")  # --dataset's default follows --pre
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__, prog="09_grow_by_criterion.py")
     group = parser.add_argument_group("growth by the criterion (beyond the paper)")
-    group.add_argument(
-        "--dataset",
-        choices=DATASETS,
-        default=None,
-        help="None: cifar10 with --preset paper and mini, digits (offline) with smoke; as in 01_train_resnet_sweep.py",
-    )
-    group.add_argument("--data-root", default=None, help="as in 01_train_resnet_sweep.py")
-    group.add_argument(
-        "--train-subset",
-        type=positive_int,
-        default=None,
-        metavar="K",
-        help="as in 01_train_resnet_sweep.py: K / C training images per class; None: the preset's (mini: 1000), else all",
-    )
+    add_training_data_flags(group, DATASETS)
     group.add_argument(
         "--seeds", type=comma_ints, default=None, help="seeds, one trajectory per policy each; None: --seed"
     )

@@ -186,6 +186,25 @@ def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_training_data_flags(group: argparse._ArgumentGroup, datasets: Sequence[str]) -> None:
+    """``--dataset``, ``--data-root`` and ``--train-subset`` of a script that trains on the sweep's data as 01 does
+    (03 and 09): the flags' meaning is 01's, their dests the planners' parameters."""
+    group.add_argument(
+        "--dataset",
+        choices=datasets,
+        default=None,
+        help="None: cifar10 with --preset paper and mini, digits (offline) with smoke; as in 01_train_resnet_sweep.py",
+    )
+    group.add_argument("--data-root", default=None, help="as in 01_train_resnet_sweep.py")
+    group.add_argument(
+        "--train-subset",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="as in 01_train_resnet_sweep.py: K / C training images per class; None: the preset's (mini: 1000), else all",
+    )
+
+
 def parse_args(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None, *, writes_out: bool = True
 ) -> argparse.Namespace:
