@@ -60,7 +60,8 @@ RECORD_KEYS = (  # what every round's result.json holds (the stopping rules read
     "chosen_rank_ag", "candidates", "v_max", "ag_max", "app_g_verdict", "app_g_lower", "app_g_upper", "val_loss",
     "train_loss", "test_loss", "test_acc", "epochs_cum", "flops_cum", "wall_s",
 )  # fmt: skip
-LOCK_POLL_S = 5.0  # how often a trajectory waiting for its seed's shared ResNet-8 looks again
+LOCK_POLL_S = 5.0  # how often a trajectory waiting for a run its seed's policies share looks again
+SHARED = "shared"  # round 0's ``policy``: one measured ResNet-8 per seed, every policy's first row
 NO_CHOICE = dict.fromkeys(
     ("chosen_candidate", "chosen_index", "chosen_v_s", "chosen_ag", "chosen_rank_v", "chosen_rank_ag")
 )
@@ -123,16 +124,22 @@ def grow_plan(
     return GrowPlan(p, tuple(seeds), parents, trajectories)
 
 
+def _shared_name(sweep: dict) -> str:
+    return f"{sweep['dataset']}-r0-seed{sweep['seed']}"
+
+
 def _rounds(sweep: dict, policy: str, rounds: int, epochs: int, probe: dict) -> list[dict]:
-    """Round configs 0..K of one trajectory; each names its parent's run directory (relative to ``--out``)."""
+    """Round configs 0..K of one trajectory; each names its parent's run directory (relative to ``--out``). Round 0
+    (the sweep's ResNet-8, measured) does not depend on the policy: its config is the same for every policy of a
+    seed (``policy``: :data:`SHARED`), so it is one run that every trajectory of that seed starts from."""
     parent, out = str(runs.run_dir("", sweep)), []
     for r in range(rounds + 1):
         config = {
             "experiment": EXPERIMENT,
-            "name": f"{sweep['dataset']}-{policy}-r{r}-seed{sweep['seed']}",
+            "name": f"{sweep['dataset']}-{policy}-r{r}-seed{sweep['seed']}" if r else _shared_name(sweep),
             "preset": sweep["preset"],
             "dataset": sweep["dataset"],
-            "policy": policy,
+            "policy": policy if r else SHARED,
             "seed": sweep["seed"],
             "round": r,
             "depth_n": r,
@@ -156,9 +163,11 @@ def grow_trajectory_run(spec: RunSpec) -> dict:
     sweep = config["runtime"]["sweep"]
     epochs = config["train"]["epochs"] if config["round"] else sweep["train"]["epochs"]
     policy_rounds = _rounds(sweep, config["policy"], config["round"], epochs, config["probe"])
-    _ensure_sweep_run(sweep, out)
-    result = None
-    for link_config in policy_rounds:
+    _ensure_shared(RunSpec(config=sweep, out=out), train_resnet_run, "training the sweep's ResNet-8")
+    first = RunSpec(config={**policy_rounds[0], "runtime": config["runtime"]}, out=spec.out)
+    _ensure_shared(first, run_round, "measuring the shared round 0")
+    result = runs.read_result(first.dir, RECORD_KEYS)
+    for link_config in policy_rounds[1:]:
         link = RunSpec(config={**link_config, "runtime": config["runtime"]}, out=spec.out)
         if runs.is_done(link.dir):
             result = runs.read_result(link.dir, RECORD_KEYS)
@@ -170,18 +179,18 @@ def grow_trajectory_run(spec: RunSpec) -> dict:
     return result
 
 
-def _ensure_sweep_run(sweep: dict, out: Path) -> None:
-    """The sweep's ResNet-8 of a trajectory, trained here unless it is finished. The policies of one seed share it:
-    under ``--launcher local`` or SLURM their jobs may reach it together, so the ones that find it locked wait for
-    the holder (a holder that died leaves a stale lock, which :class:`common.locks.RunLock` takes over)."""
-    spec = RunSpec(config=sweep, out=out)
+def _ensure_shared(spec: RunSpec, job, what: str) -> None:
+    """Run ``job(spec)`` unless ``spec``'s run is finished: the sweep's ResNet-8 and round 0, which the policies of
+    one seed share. Under ``--launcher local`` or SLURM their jobs may reach it together, so the ones that find it
+    locked wait for the holder (a holder that died leaves a stale lock, which :class:`common.locks.RunLock` takes
+    over)."""
     while not runs.is_done(spec.dir):
-        log.info("grow by criterion: training the sweep's ResNet-8 %s", spec.name)
-        runs.prepare_run(spec.out, sweep)
+        log.info("grow by criterion: %s %s", what, spec.name)
+        runs.prepare_run(spec.out, spec.config)
         try:
             with runs.RunLock(spec.dir):
                 if not runs.is_done(spec.dir):
-                    train_resnet_run(spec)
+                    job(spec)
         except RunLocked:
             time.sleep(LOCK_POLL_S)
 
@@ -254,6 +263,7 @@ def collect_records(plan: GrowPlan, out: str | Path) -> list[dict]:
             if not runs.is_done(path):
                 raise UserError(f"{path} is not finished; rerun 09_grow_by_criterion.py with the same flags")
             records.append(runs.read_result(path, RECORD_KEYS))
+            records[-1]["policy"] = config["policy"] if config["round"] else rounds[-1]["policy"]
     return records
 
 
@@ -263,7 +273,16 @@ def read_trajectories(out: str | Path, problems: list | None = None) -> pd.DataF
     stopping rules read. ``problems``: as :func:`common.runs.scan_runs`'s (malformed rounds left out, listed there)."""
     found = runs.scan_runs(Path(out) / EXPERIMENT, problems=problems, result_keys=RECORD_KEYS)
     frame = pd.DataFrame([r.row for r in found], columns=None if found else ["policy", "seed", "round"])
-    return frame.sort_values(["policy", "seed", "round"], ignore_index=True) if found else frame
+    if not found:
+        return frame
+    shared, grown = frame[frame["round"] == 0], frame[frame["round"] > 0]
+    starts = [  # the shared round 0 of a seed, once as the first row of each policy grown from it
+        row.assign(policy=policy)
+        for (policy, seed), _ in grown.groupby(["policy", "seed"])
+        for row in [shared[shared["seed"] == seed]]
+    ]
+    frame = pd.concat([*starts, grown], ignore_index=True)
+    return frame.sort_values(["policy", "seed", "round"], ignore_index=True)
 
 
 TABLE_KEYS = (

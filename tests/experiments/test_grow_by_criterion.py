@@ -213,6 +213,16 @@ def test_the_trajectories_read_back_as_one_frame_of_rounds(trajectories):
     assert gbc.read_trajectories(out / "nothing").empty
 
 
+def test_round_zero_is_one_run_per_seed_that_every_policy_starts_from(trajectories):
+    plan, out, records = trajectories
+    firsts = {runs.run_dir(out, rounds[0]) for rounds in plan.trajectories.values()}
+    assert len(firsts) == 1 and len(list((out / gbc.EXPERIMENT).glob("*-r0-seed0-*"))) == 1
+    assert runs.read_result(firsts.pop())["policy"] == gbc.SHARED
+    starts = [r for r in records if r["round"] == 0]
+    assert [r["policy"] for r in starts] == ["criterion", "random"]  # read back as each trajectory's first row
+    assert starts[0]["candidates"] == starts[1]["candidates"]
+
+
 def test_app_g_records_theorem_3s_interval_and_the_asymptotic_one_beside_it(trajectories):
     _, _, records = trajectories
     for r in records:
