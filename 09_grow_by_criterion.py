@@ -30,6 +30,7 @@ from common.data.vision import DATASETS
 from common.experiments.grow_by_criterion import (
     check_grow_data,
     collect_records,
+    default_seeds,
     grow_plan,
     grow_trajectory_run,
     markdown_table,
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("growth by the criterion (beyond the paper)")
     add_training_data_flags(group, DATASETS)
     group.add_argument(
-        "--seeds", type=comma_ints, default=None, help="seeds, one trajectory per policy each; None: --seed"
+        "--seeds", type=comma_ints, default=None, help="seeds, one trajectory per policy each; None: --seed (mini: --seed .. --seed + 2)"
     )
     group.add_argument(
         "--policy",
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
-    seeds = args.seeds if args.seeds is not None else [args.seed]
+    seeds = args.seeds if args.seeds is not None else default_seeds(args.preset, args.seed)
     overrides = {field: getattr(args, field) for field in PRESET_FLAGS}
     where = {"data_root": args.data_root, "device": args.device, "compile": args.compile}
     plan = grow_plan(preset=args.preset, overrides=overrides, dataset=dataset, seeds=seeds, **where)

@@ -47,7 +47,13 @@ from common.flops import training_flops
 from common.locks import RunLocked
 from common.presets.choose import choose_preset
 from common.presets.grow import PRESETS, GrowPreset, policies_of
-from common.resnet_sweep import load_sweep_data, load_trained_resnet, sweep_configs, train_resnet_run
+from common.resnet_sweep import (
+    load_sweep_data,
+    load_trained_resnet,
+    preset_seeds,
+    sweep_configs,
+    train_resnet_run,
+)
 from common.runs import RunSpec
 from common.train import WEIGHTS
 
@@ -157,12 +163,24 @@ def _rounds(sweep: dict, policy: str, rounds: int, epochs: int, probe: dict) -> 
 
 
 # ----------------------------------------------------------------------------- jobs
+def trajectory_configs(config: dict) -> list[dict]:
+    """The configs of round 0 .. ``config``'s round of the trajectory ending at ``config`` (a round >= 1)."""
+    sweep = config["runtime"]["sweep"]
+    epochs = config["train"]["epochs"] if config["round"] else sweep["train"]["epochs"]
+    return _rounds(sweep, config["policy"], config["round"], epochs, config["probe"])
+
+
+def default_seeds(preset: str, seed: int) -> list[int]:
+    """The seeds 09 runs without ``--seeds``: 03's (:func:`common.resnet_sweep.preset_seeds` with ``growth``):
+    ``--seed`` alone, under mini three seeds from it."""
+    return preset_seeds(preset, seed, growth=True)
+
+
 def grow_trajectory_run(spec: RunSpec) -> dict:
     """Job function: run every unfinished round of the trajectory ending at ``spec`` in order; its last result."""
     config, out = spec.config, Path(spec.out)
     sweep = config["runtime"]["sweep"]
-    epochs = config["train"]["epochs"] if config["round"] else sweep["train"]["epochs"]
-    policy_rounds = _rounds(sweep, config["policy"], config["round"], epochs, config["probe"])
+    policy_rounds = trajectory_configs(config)
     _ensure_shared(RunSpec(config=sweep, out=out), train_resnet_run, "training the sweep's ResNet-8")
     first = RunSpec(config={**policy_rounds[0], "runtime": config["runtime"]}, out=spec.out)
     _ensure_shared(first, run_round, "measuring the shared round 0")
@@ -339,12 +357,14 @@ __all__ = [
     "GrowPlan",
     "check_grow_data",
     "collect_records",
+    "default_seeds",
     "grow_plan",
     "grow_trajectory_run",
     "markdown_table",
     "read_trajectories",
     "run_round",
     "table_stem",
+    "trajectory_configs",
     "trajectory_table",
     "write_table",
 ]

@@ -19,7 +19,7 @@ import pytest
 
 from common import runs
 from common.data import text_sources
-from common.experiments import claims_report, make_figures
+from common.experiments import claims_report, grow_by_criterion, make_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path("results") / "mini"  # relative to the repository root, as make mini writes it
@@ -32,6 +32,7 @@ PLANNERS = (
     "05_gpt2_ascend",
     "06_matched_insertion",
     "07_weight_scaling",
+    "09_grow_by_criterion",
 )
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?(?:\s?UTC)?)?")
 
@@ -80,6 +81,13 @@ def data_flags(configs: dict[str, dict], monkeypatch) -> tuple[list[str], list[s
     return images, ["--text-file", name]
 
 
+def _trajectory(config: dict) -> list[dict]:
+    """Script 09's rounds before ``config`` and its sweep ResNet-8 (none for another experiment's config)."""
+    if config.get("experiment") != grow_by_criterion.EXPERIMENT:
+        return []
+    return [config["runtime"]["sweep"], *grow_by_criterion.trajectory_configs(config)]
+
+
 def planned_runs(monkeypatch, images: list[str], texts: list[str]) -> set[str]:
     """Every run (``<experiment>/<name>-<hash>``) that ``--preset mini`` plans, each script called as make mini calls it."""
     planned: set[str] = set()
@@ -88,8 +96,9 @@ def planned_runs(monkeypatch, images: list[str], texts: list[str]) -> set[str]:
         for spec in specs:
             for config in [
                 *spec.config.get("runtime", {}).get("chain", []),
+                *_trajectory(spec.config),
                 spec.config,
-            ]:  # a growth chain's every link
+            ]:  # a growth chain's every link, a trajectory's every round and the sweep run it starts from
                 planned.add(runs.run_dir("", config).as_posix())
         return None
 
