@@ -56,6 +56,7 @@ from common import claims, runs
 from common.claim_rules.cases import CASES, CASES_BY_NAME, Case
 from common.claim_rules.design import Design
 from common.errors import UserError
+from common.presets.grow import PRESETS as GROW_PRESETS
 from common.presets.growth import growth_preset
 from common.presets.matched import PAPER_DEPTHS as MATCHED_PAPER_DEPTHS
 from common.presets.report import report_preset
@@ -86,6 +87,8 @@ def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = 
         matched_depths=matched,
         matched_seeds=seeds,
         scaling_depths=tuple(FC_PRESETS[preset].depths),
+        grow_seeds=seeds,
+        grow_rounds=GROW_PRESETS[preset].rounds if preset in GROW_PRESETS else GROW_PRESETS["paper"].rounds,
     )
 
 
@@ -195,12 +198,12 @@ class Power:
 
     def needs(self) -> str:
         """``about 4 seeds per depth, 32 runs`` (what the design would need to reach the power target)."""
-        unit = {"sweep": "seeds per depth", "growth": "seeds", "matched": "seeds per depth"}.get(
+        unit = {"sweep": "seeds per depth", "growth": "seeds", "matched": "seeds per depth", "grow": "seeds"}.get(
             self.experiment, "runs per depth"
         )
         if self.seeds_needed is None:
             return f"more than {SEED_STEPS[-1]} {unit}"
-        what = "points per fit" if self.experiment == "scaling" else "runs"
+        what = {"scaling": "points per fit", "grow": "trajectories (two policies)"}.get(self.experiment, "runs")
         return f"about {self.seeds_needed} {unit}, {self.runs_needed} {what}"
 
     def row(self) -> dict:

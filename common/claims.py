@@ -17,14 +17,16 @@ and is ``fn.rule``. The verdicts:
   line: the paper gives no normalisation, :data:`NOT_COMPARABLE_WHY`). Set by the report builder;
 - ``not run``: no records (set by the report builder, never by a rule).
 
-:data:`RULES` are the paper's claims; their error rates are measured by simulation
+:data:`RULES` are the paper's claims, and the two rules about growth by the criterion (script 09) that go
+beyond it (:mod:`common.claim_rules.grow`: the paper never grows by ``V_S,l``, so they have no paper value); their
+error rates are measured by simulation
 (:mod:`common.claim_rates`, ``tests/report/test_claim_rates.py``, ``docs/claim-rules.md``).
 :data:`IDENTITY_CHECKS` are identities that hold by construction (``V_S,l <= AG_l``; a matched
 insertion lowers the loss at small alpha): the report shows them apart and never counts them among
 reproduced claims.
 
 This module is the rules' front, the one place callers import a rule from; the rules live in
-:mod:`common.claim_rules` (one module per family: depth, growth, matched, exponents, App. G, identities, their
+:mod:`common.claim_rules` (one module per family: depth, growth, grow, matched, exponents, App. G, identities, their
 statistics and verdict words). Every margin and threshold is fixed in :mod:`common.claim_rules.margins`, each with its reason, before
 any mini or paper record was looked at; nothing is tuned to make a claim hold.
 
@@ -65,6 +67,7 @@ from common.claim_rules.depth import (
     stays_below_line,
 )
 from common.claim_rules.exponents import exponent_within_tolerance, sign_within_tolerance
+from common.claim_rules.grow import STOP_TOLERANCE, placement_lower_train_loss, stop_within_depths
 from common.claim_rules.growth import growth_lower_mean, growth_wins_everywhere, paper_direction, paper_size
 from common.claim_rules.identities import lowers_loss_everywhere, projection_never_exceeds
 from common.claim_rules.margins import (
@@ -142,6 +145,8 @@ RULES = (
     matches_paper_precision,
     exponent_within_tolerance,
     sign_within_tolerance,
+    placement_lower_train_loss,
+    stop_within_depths,
 )
 IDENTITY_CHECKS = (projection_never_exceeds, lowers_loss_everywhere)
 
@@ -171,6 +176,7 @@ __all__ = [
     "SIGNIFICANCE",
     "SIZE_FACTOR",
     "SPEARMAN_Z_VARIANCE",
+    "STOP_TOLERANCE",
     "TAIL",
     "UNDECIDABLE",
     "UNDECIDABLE_AT_DESIGN",
@@ -202,6 +208,7 @@ __all__ = [
     "partial_min_runs",
     "partial_spearman",
     "plateau_blocks",
+    "placement_lower_train_loss",
     "plateau_within_margin",
     "pooled_estimates",
     "pooled_spread",
@@ -215,6 +222,7 @@ __all__ = [
     "sign_within_tolerance",
     "spearman",
     "stays_below_line",
+    "stop_within_depths",
     "t_quantile",
     "t_two_sided",
     "verdict_kind",

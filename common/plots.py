@@ -450,3 +450,79 @@ def ag_vs_train_loss(probe: pd.DataFrame) -> Figure:
         "does AGmax say more than the training loss? (claims report: partial Spearman given training loss)", fontsize=9
     )
     return fig
+
+
+# ----------------------------------------------------------------------------- figures 10 and 11 (script 09)
+POLICY_COLORS = {"criterion": "C0", "ag": "C2", "cyclic": "C1", "random": "C3"}  # one colour per placement
+
+
+def grow_vs_compute(trajectories: pd.DataFrame, sweep: pd.DataFrame, *, dataset: str) -> Figure:
+    """Figure 10: growth by the criterion (09), training loss and the largest ``V_S,l`` against cumulative training
+    compute, one line per policy (the mean over seeds at each round), each seed faint; the sweep's depths (01) as
+    points on the loss panel, labelled N.
+
+    ``trajectories``: one row per (policy, seed, round), ``flops_cum``, ``train_loss``, ``v_max``; ``sweep``: one
+    row per run, ``depth_n``, ``flops`` and ``train_loss`` (empty: no points).
+    """
+    fig = new_figure(9.5, 3.8)
+    axes = fig.subplots(1, 2)
+    for ax, column, label in ((axes[0], "train_loss", "clean training loss"), (axes[1], "v_max", "largest V_S,l")):
+        for policy, group in trajectories.groupby("policy", sort=True):
+            color = POLICY_COLORS.get(policy, "0.4")
+            for _, seed in group.groupby("seed"):
+                seed = seed.sort_values("round")
+                ax.plot(seed["flops_cum"], seed[column], color=color, alpha=0.25, linewidth=0.8)
+            mean = group.groupby("round")[["flops_cum", column]].mean()
+            ax.plot(mean["flops_cum"], mean[column], "o-", color=color, markersize=3, label=policy)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("cumulative training FLOPs")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    if len(sweep):
+        points = sweep.groupby("depth_n")[["flops", "train_loss"]].mean()
+        axes[0].scatter(points["flops"], points["train_loss"], marker="s", color="k", s=14, label="sweep (scratch)")
+        for n, row in points.iterrows():
+            axes[0].annotate(f"N={int(n)}", (row["flops"], row["train_loss"]), fontsize=6, xytext=(3, 3),
+                             textcoords="offset points")  # fmt: skip
+    axes[0].legend(fontsize=7)
+    axes[0].set_title(f"growth by the criterion, {dataset}: {_mean_note(trajectories)}", fontsize=9)
+    axes[1].set_title("the largest growth value of each round's network", fontsize=9)
+    return fig
+
+
+def grow_choices(trajectories: pd.DataFrame, *, dataset: str) -> Figure:
+    """Figure 11: which candidate each policy chose, round by round (09): one panel per policy, x the round, y the
+    candidate (in the network's order, ``chosen_index``), one marker per seed, offset a little to stay apart.
+
+    ``trajectories``: one row per (policy, seed, round) with ``chosen_candidate`` (round 0: none) and, where
+    recorded, ``chosen_index``."""
+    grown = trajectories[trajectories["round"] >= 1].dropna(subset=["chosen_candidate"])
+    policies = sorted(grown["policy"].unique()) or ["(none)"]
+    order = "chosen_index" if "chosen_index" in grown and grown["chosen_index"].notna().all() else "chosen_candidate"
+    names = grown.sort_values(order).drop_duplicates("chosen_candidate")["chosen_candidate"].tolist()
+    place = {name: i for i, name in enumerate(names)}
+    fig = new_figure(min(3.0 * len(policies), 12.0), 1.2 + 0.28 * max(len(names), 4))
+    axes = np.atleast_1d(fig.subplots(1, len(policies), sharey=True))
+    seeds = sorted(grown["seed"].unique())
+    for ax, policy in zip(axes, policies, strict=True):
+        rows = grown[grown["policy"] == policy]
+        for j, seed in enumerate(seeds):
+            mine = rows[rows["seed"] == seed].sort_values("round")
+            offset = 0.12 * (j - (len(seeds) - 1) / 2)
+            y = [place[c] for c in mine["chosen_candidate"]]
+            ax.plot(mine["round"] + offset, y, "o-", color=POLICY_COLORS.get(policy, "0.4"), alpha=0.6,
+                    markersize=4, linewidth=0.7)  # fmt: skip
+        ax.set_title(policy, fontsize=9)
+        ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    axes[0].set_yticks(range(len(names)), names, fontsize=7)
+    axes[0].set_ylabel("candidate chosen")
+    fig.suptitle(f"where each round's block went, {dataset}: one line per seed", fontsize=9)
+    return fig
+
+
+def _mean_note(df: pd.DataFrame) -> str:
+    n = df["seed"].nunique() if "seed" in df else 0
+    return f"{n} seed{'s' if n != 1 else ''}" + (" (mean; faint: each seed)" if n > 1 else "")

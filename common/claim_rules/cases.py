@@ -12,6 +12,7 @@ import numpy as np
 
 from common import claims, paper
 from common.claim_rules.design import Design
+from common.claim_rules.grow_cases import STOP_EFFECT, sim_placement, sim_stop
 from common.scaling import DEFAULT_LEVEL
 
 LINE = paper.LOW_SIGNAL_AG
@@ -404,6 +405,27 @@ CASES: tuple[Case, ...] = (
         f"exponent +{claims.EXPONENT_TOLERANCE:g}",
         sim_sign,
         experiment="scaling",
+    ),
+    Case(
+        claims.placement_lower_train_loss,
+        "paired over seeds",
+        STAT,
+        "the difference (other - criterion training loss at round K)",
+        "every seed's difference equal to the effect (the criterion lower)",
+        "no difference (effect 0)",
+        sim_placement,
+        experiment="grow",
+    ),
+    Case(
+        claims.stop_within_depths,
+        "",
+        STAT,
+        f"{STOP_EFFECT} depths (from the stop at N* to the nearest whole depth outside ±{claims.STOP_TOLERANCE})",
+        "V_S,max falls geometrically, crossing a tenth of round 0's half a round before N* (N* = the middle round): "
+        "rule (c) stops at N* without noise",
+        f"as true, the crossing {STOP_EFFECT} depths later: rule (c) stops at N* + {STOP_EFFECT} without noise",
+        sim_stop,
+        experiment="grow",
     ),
 )
 

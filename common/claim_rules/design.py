@@ -8,7 +8,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-EXPERIMENTS = ("sweep", "growth", "matched", "scaling")  # the part of a design each case reads (Case.experiment)
+EXPERIMENTS = (
+    "sweep",
+    "growth",
+    "matched",
+    "scaling",
+    "grow",
+)  # the part of a design each case reads (Case.experiment)
 
 
 def _counts(depths: Sequence, seeds: int | Sequence[int], unit: str = "seed") -> str:
@@ -40,6 +46,8 @@ class Design:
     scaling_depths: tuple[int, ...]  # L of the weight-scaling fits (07)
     growth_required: int | None = None
     scaling_fits: tuple[tuple[float, ...], ...] = ()
+    grow_seeds: int = 0  # trajectories per policy (09), one per seed
+    grow_rounds: int = 0  # K: the rounds every trajectory compared reached
 
     def fits(self) -> tuple[tuple[float, ...], ...]:
         """The x values of every fit a scaling claim reads."""
@@ -52,6 +60,10 @@ class Design:
             f"{self.growth_architectures} architectures x {self.growth_seeds} seeds; matched insertion ResNet-"
             f"{', -'.join(map(str, self.matched_depths))} x {_seeds_text(self.matched_seeds)} seeds; weight scaling "
             f"L = {self.scaling_depths[0]}..{self.scaling_depths[-1]} ({len(self.scaling_depths)} depths)"
+        ) + (
+            f"; growth by the criterion K = {self.grow_rounds} rounds x {self.grow_seeds} seeds"
+            if self.grow_seeds
+            else ""
         )
 
     def key(self, experiment: str) -> str:
@@ -69,6 +81,8 @@ class Design:
                 distinct = sorted(set(xs))
                 fits.append(_counts(distinct, [xs.count(x) for x in distinct], unit="run"))
             return f"scaling: {len(fits)} fit{'s' if len(fits) != 1 else ''} at L " + "; ".join(fits)
+        if experiment == "grow":
+            return f"grow: K = {self.grow_rounds} rounds x {self.grow_seeds} seeds"
         raise ValueError(f"experiment {experiment!r}: one of {EXPERIMENTS}")
 
     def seeds(self, experiment: str) -> int:
@@ -79,6 +93,8 @@ class Design:
             return self.growth_seeds
         if experiment == "matched":
             return int(np.min(self.matched_seeds))
+        if experiment == "grow":
+            return self.grow_seeds
         return min(xs.count(x) for xs in self.fits() for x in set(xs))
 
     def with_seeds(self, experiment: str, k: int) -> Design:
@@ -89,18 +105,23 @@ class Design:
             return replace(self, growth_seeds=k)
         if experiment == "matched":
             return replace(self, matched_seeds=k)
+        if experiment == "grow":
+            return replace(self, grow_seeds=k)
         return replace(
             self, scaling_fits=tuple(tuple(x for x in sorted(set(xs)) for _ in range(k)) for xs in self.fits())
         )
 
     def runs(self, experiment: str) -> int:
-        """How many runs (records) ``experiment`` holds at this design (growth: both arms)."""
+        """How many runs (records) ``experiment`` holds at this design (growth: both arms; grow: the two compared
+        policies' trajectories)."""
         if experiment == "sweep":
             return int(np.sum(np.broadcast_to(np.asarray(self.sweep_seeds), (len(self.sweep_depths),))))
         if experiment == "growth":
             return 2 * self.growth_architectures * self.growth_seeds
         if experiment == "matched":
             return int(np.sum(np.broadcast_to(np.asarray(self.matched_seeds), (len(self.matched_depths),))))
+        if experiment == "grow":
+            return 2 * self.grow_seeds
         return max(len(xs) for xs in self.fits())
 
 

@@ -18,6 +18,8 @@ from (preset, dataset, seeds, number of runs), the verdict and the rule that gav
   same candidate from ``next`` / ``all`` runs), the closed-form fit and the paper's alpha, one value per seed.
 - **Weight scaling** (07): Cohen et al.'s exponents against the fits of the Frobenius norm; a beta-based verdict
   uses the max-norm estimator, Step 2's estimate is shown beside it.
+- **Growth by the criterion** (09, beyond the paper, last): placing by ``V_S,l`` against cyclic and random
+  placement after K rounds, and stop rule (c) against the sweep's N* (:mod:`common.experiments.grow_rows`).
 
 A claim without records is "not run", its records column naming the command that makes them
 (:func:`common.experiments.records.commands`).
@@ -37,7 +39,8 @@ What a row says beyond its rule (issue 29; docs/decisions.md, section "Figures a
 Where each part lives: what every row shares (the row, its verdict cell, its design, the regime) in
 :mod:`common.experiments.report_rows`; the rows about AGmax (ResNet sweep, App. G, decoders, V_S,l <= AG_l) in
 :mod:`common.experiments.ag_rows`; growth vs scratch in :mod:`common.experiments.growth_rows`; the matched insertion
-in :mod:`common.experiments.insertion_rows`; weight scaling in :mod:`common.experiments.scaling_rows`. This module
+in :mod:`common.experiments.insertion_rows`; weight scaling in :mod:`common.experiments.scaling_rows`; growth by the
+criterion in :mod:`common.experiments.grow_rows`. This module
 puts them in the paper's order (:func:`claim_rows`).
 """
 
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 from common import claim_rates, claims
 from common.experiments.ag_rows import decoder_claims, projection_claims, resnet_claims, saturation_claims
+from common.experiments.grow_rows import grow_claims
 from common.experiments.growth_rows import growth_claims
 from common.experiments.insertion_rows import matched_claims
 from common.experiments.records import Records, commands
@@ -67,6 +71,7 @@ def claim_rows(rec: Records, power: claim_rates.PowerTable | None = None) -> lis
         *growth_claims(rec, cmd),
         *matched_claims(rec, cmd),
         *scaling_claims(rec, cmd),
+        *grow_claims(rec, cmd),
     ]
     regimes = {d: regime(g) for d, g in rec.sweep.groupby("dataset")} if len(rec.sweep) else {}
     for row in rows:

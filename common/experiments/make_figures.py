@@ -27,7 +27,14 @@ from pathlib import Path
 import pandas as pd
 
 from common import paper, plots, runs, tables
-from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, pythia_cpt, weight_scaling
+from common.experiments import (
+    gpt2_ascend,
+    grow_rows,
+    growth_vs_scratch,
+    matched_insertion,
+    pythia_cpt,
+    weight_scaling,
+)
 from common.experiments.claim_rows import claim_rows
 from common.experiments.claims_report import claims_markdown, report_banner, verdict_counts
 from common.experiments.records import (
@@ -43,6 +50,8 @@ from common.experiments.records import (
 )
 from common.experiments.report_rows import FIT_TARGET, IDENTITY, STEM_OUTPUT
 from common.models.resnet import BACKBONE_DEPTH
+
+GROW = grow_rows.grow_by_criterion.EXPERIMENT  # script 09's folder
 
 FIGURES = "figures"  # default folder, under --out
 TABLES = "tables"
@@ -238,6 +247,34 @@ def growth_value_figure(rec: Records, report: Report, cmd: dict[str, str]) -> No
     report.figure("fig8_growth_value_vs_ag", plots.growth_value_vs_ag(rec.exact_candidates))
 
 
+def grow_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
+    """Figures 10 and 11 (09, beyond the paper): training loss and the largest V_S,l against cumulative compute with
+    the sweep's depths as points, and which candidate each policy chose; the tables of the stopping rules and of the
+    trajectories against the sweep, per dataset (:mod:`common.experiments.grow_rows`)."""
+    frame = grow_rows.grow_trajectories(rec)
+    if frame.empty:
+        command = grow_rows.grow_command(rec.preset, rec.out)
+        report.skip("figures 10 and 11 (growth by the criterion)", "09 trajectories", command, rec, (GROW,))
+        return
+    for dataset, group in frame.groupby("dataset", sort=True):
+        sweep = rec.sweep[rec.sweep["dataset"] == dataset] if len(rec.sweep) else pd.DataFrame()
+        points = grow_rows.sweep_flops(sweep)
+        report.figure(f"fig10_grow_vs_compute-{dataset}", plots.grow_vs_compute(group, points, dataset=dataset))
+        report.figure(f"fig11_grow_choices-{dataset}", plots.grow_choices(group, dataset=dataset))
+        report.table(f"grow_stops-{dataset}", grow_rows.stop_rows(group, sweep))
+        if sweep.empty:
+            report.skipped.append(
+                skip_line(f"09 against the sweep ({dataset})", "sweep runs", cmd["sweep"], rec, (SWEEP,))
+            )
+            continue
+        compared = grow_rows.comparison_rows(group, sweep)
+        for name, rows in compared.items():
+            if isinstance(rows, str):  # the sweep over-fits: a sentence instead of a number
+                report.table(f"grow_vs_sweep_{name}-{dataset}", [{"comparison": name, "result": rows}])
+            else:
+                report.table(f"grow_vs_sweep_{name}-{dataset}", rows)
+
+
 FIGURE_GROUPS = (  # in the order build draws them (and lists what it skipped)
     probe_figures,
     gpt2_figure,
@@ -246,6 +283,7 @@ FIGURE_GROUPS = (  # in the order build draws them (and lists what it skipped)
     matched_figures,
     scaling_figure,
     growth_value_figure,
+    grow_figures,
 )
 
 

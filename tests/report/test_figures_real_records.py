@@ -172,15 +172,22 @@ def mean(values) -> float:
 
 
 # ----------------------------------------------------------------------------- every experiment that ran is run
+GROW_ROWS = ("beyond the paper: placing by V_S,l", "beyond the paper: stop rule (c)")  # 09's rows
+
+
 def test_every_experiment_that_ran_has_its_claim_rows_run_and_nothing_is_skipped(pipeline):
     for experiment, fragment in CLAIMS_OF.items():
         rows = [r for text, r in pipeline.claims.items() if fragment in text]
         assert rows, f"{experiment}: no claim row"
         not_run = [r["claim"] for r in rows if r["verdict"] == claims.NOT_RUN]
         assert not not_run, f"{experiment}: reported not run: {not_run}"
-    assert all(r["verdict"] != claims.NOT_RUN for r in pipeline.claims.values())
-    assert f"{len(FIGURES)} figures" in pipeline.printed and ", 0 skipped" in pipeline.printed
-    assert f"{claims.NOT_RUN}: 0;" in pipeline.printed
+    # 09 does not run here (its real records: tests/experiments/test_grow_by_criterion.py; its rows and figures 10 and
+    # 11 from 09-format records: tests/report/test_grow_report.py): its three rows and one figure group are not run
+    grow = [r for text, r in pipeline.claims.items() if text.startswith(GROW_ROWS)]
+    assert len(grow) == 3 and all(r["verdict"] == claims.NOT_RUN for r in grow)
+    assert all(r["verdict"] != claims.NOT_RUN for text, r in pipeline.claims.items() if not text.startswith(GROW_ROWS))
+    assert f"{len(FIGURES)} figures" in pipeline.printed and ", 1 skipped" in pipeline.printed
+    assert f"{claims.NOT_RUN}: 3;" in pipeline.printed
     assert "0 finished runs left out" in pipeline.printed  # the one reader accepts every record the real jobs write
 
 
@@ -323,4 +330,5 @@ def test_the_claims_report_and_its_csv_hold_the_same_rows(pipeline):
         return sorted((int(r["id"]), r["claim"], r["verdict"]) for r in rows)
 
     assert keys(shown) == keys(written)
-    assert all(r["verdict"].endswith(f"({SMOKE_NOTE})") for r in written)  # 08 read the smoke records
+    ran = [r for r in written if r["verdict"] != claims.NOT_RUN]  # 09's rows: not run here
+    assert len(ran) == len(written) - 3 and all(r["verdict"].endswith(f"({SMOKE_NOTE})") for r in ran)  # smoke records
