@@ -18,7 +18,7 @@ from common.data.vision import DATASETS
 from common.experiments.train_resnet_sweep import summary_table
 from common.launch import launch_from_args
 from common.presets.sweep import DEFAULT_DATASET, sweep_preset
-from common.resnet_sweep import check_sweep_plan, preset_runs, sweep_configs, train_resnet_run
+from common.resnet_sweep import check_sweep_plan, preset_runs, sweep_configs, sweep_run_cost, train_resnet_run
 from common.runs import make_specs
 
 # The flags that set a field of the sweep's preset (common.presets.sweep.SweepPreset and its recipe): dest == field.
@@ -89,7 +89,13 @@ def main(argv=None) -> int:
     ]
     specs = make_specs(configs, args.out)
     results = launch_from_args(
-        train_resnet_run, specs, args, job_kind="train", desc="resnet sweep", check=check_sweep_plan
+        train_resnet_run,
+        specs,
+        args,
+        job_kind="train",
+        desc="resnet sweep",
+        check=check_sweep_plan,
+        cost=sweep_run_cost,
     )
     if results is not None:
         print(summary_table(results))
