@@ -22,7 +22,7 @@ from common.resnet_sweep import check_sweep_plan, preset_runs, sweep_configs, sw
 from common.runs import make_specs
 
 # The flags that set a field of the sweep's preset (common.presets.sweep.SweepPreset and its recipe): dest == field.
-PRESET_FLAGS = ("depths", "epochs", "batch_size", "lr", "image_size", "train_subset")
+PRESET_FLAGS = ("depths", "epochs", "batch_size", "lr", "image_size", "train_subset", "eval_every", "checkpoint_every")
 PLANNER_FLAGS = ("preset", "dataset", "data_root", *PRESET_FLAGS, "device", "compile")
 SCRIPT_FLAGS = ("seeds", "seed")  # the seeds to plan: --seeds, else --seed
 
@@ -65,6 +65,20 @@ def build_parser():
         default=None,
         metavar="K",
         help="train on K / C images per class (C classes), drawn with the preset's data seed; None: the preset's (mini: 1000), else all",
+    )
+    sweep.add_argument(
+        "--eval-every",
+        type=positive_int,
+        default=None,
+        metavar="E",
+        help="evaluate the test set every E-th epoch (and the last); None: the preset's (paper: 5, else 1)",
+    )
+    sweep.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        default=None,
+        metavar="E",
+        help="checkpoint every E-th epoch (and the last; a killed run redoes at most E - 1); None: the preset's (paper: 10)",
     )
     sweep.add_argument(
         "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"
