@@ -18,11 +18,11 @@ from common.data.vision import DATASETS
 from common.experiments.train_resnet_sweep import summary_table
 from common.launch import launch_from_args
 from common.presets.sweep import DEFAULT_DATASET, sweep_preset
-from common.resnet_sweep import check_sweep_plan, preset_runs, sweep_configs, train_resnet_run
+from common.resnet_sweep import check_sweep_plan, preset_runs, sweep_configs, sweep_run_cost, train_resnet_run
 from common.runs import make_specs
 
 # The flags that set a field of the sweep's preset (common.presets.sweep.SweepPreset and its recipe): dest == field.
-PRESET_FLAGS = ("depths", "epochs", "batch_size", "lr", "image_size", "train_subset")
+PRESET_FLAGS = ("depths", "epochs", "batch_size", "lr", "image_size", "train_subset", "eval_every", "checkpoint_every")
 PLANNER_FLAGS = ("preset", "dataset", "data_root", *PRESET_FLAGS, "device", "compile")
 SCRIPT_FLAGS = ("seeds", "seed")  # the seeds to plan: --seeds, else --seed
 
@@ -67,6 +67,20 @@ def build_parser():
         help="train on K / C images per class (C classes), drawn with the preset's data seed; None: the preset's (mini: 1000), else all",
     )
     sweep.add_argument(
+        "--eval-every",
+        type=positive_int,
+        default=None,
+        metavar="E",
+        help="evaluate the test set every E-th epoch (and the last); None: the preset's (paper: 5, else 1)",
+    )
+    sweep.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        default=None,
+        metavar="E",
+        help="checkpoint every E-th epoch (and the last; a killed run redoes at most E - 1); None: the preset's (paper: 10)",
+    )
+    sweep.add_argument(
         "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"
     )
     return check_flag_use(parser, planner=PLANNER_FLAGS, script=SCRIPT_FLAGS)
@@ -89,7 +103,13 @@ def main(argv=None) -> int:
     ]
     specs = make_specs(configs, args.out)
     results = launch_from_args(
-        train_resnet_run, specs, args, job_kind="train", desc="resnet sweep", check=check_sweep_plan
+        train_resnet_run,
+        specs,
+        args,
+        job_kind="train",
+        desc="resnet sweep",
+        check=check_sweep_plan,
+        cost=sweep_run_cost,
     )
     if results is not None:
         print(summary_table(results))

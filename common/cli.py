@@ -42,7 +42,9 @@ SLURM_FLAGS = (
     "mem_gb",
     "array_parallelism",
 )
-LAUNCHER_FLAGS = frozenset({"launcher", "dry_run", "wait", "slurm_profile", *SLURM_FLAGS})  # read by launch_from_args
+LAUNCHER_FLAGS = frozenset(
+    {"launcher", "runs_per_device", "dry_run", "wait", "slurm_profile", *SLURM_FLAGS}
+)  # read by launch_from_args
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -109,6 +111,14 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
         default="inline",
         help="'inline': in this process, one run after another; 'local': submitit's local executor "
         "(one process per run); 'slurm': submitit job array on a SLURM cluster",
+    )
+    shared.add_argument(
+        "--runs-per-device",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="with --launcher local: K runs share each GPU (NPU; each CPU core), the longest first; with --launcher "
+        "slurm: K array jobs per GPU, through the profile's gpu_share (slurm/README.md); CPU runs keep one thread each",
     )
     shared.add_argument(
         "--dry-run",

@@ -8,8 +8,9 @@ A *job function* lives in ``common/experiments/`` (so submitit can pickle it), t
 
 - ``inline``: in this process, one run after another;
 - ``local``: submitit's local executor, one process per run, waited for; each run gets one
-  visible GPU (NPU) of its own and at most as many run at once as there are devices, or as
-  there are CPU cores on a machine without any (:func:`common.local_pool.local_slots`);
+  visible GPU (NPU) and at most as many run at once as there are devices, or as
+  there are CPU cores on a machine without any, times ``--runs-per-device`` (the longest runs
+  first: :func:`common.local_pool.local_slots`, :func:`common.local_pool.longest_first`);
 - ``slurm``: one SLURM job array per call (parameters from a profile, see
   :mod:`common.slurm`), requeued on preemption or timeout and resumed from the run's last
   checkpoint; waited for only with ``--wait``.
@@ -39,7 +40,7 @@ from common import runs, slurm
 from common.device import resolve_device
 from common.distributed import broadcast_from_main, destroy_distributed, env_info, init_distributed
 from common.errors import UserError
-from common.local_pool import LocalSlot, local_slots, run_local
+from common.local_pool import LocalSlot, local_slots, longest_first, run_local
 from common.logs import setup_logging
 from common.runs import RunSpec
 
@@ -66,6 +67,7 @@ class RunJob(submitit.helpers.Checkpointable):
             setup_logging()
             logging.getLogger("submitit").propagate = False  # it has its own handler
             export_submitit_env()
+            _threads_from_env()
         if runs.is_done(spec.dir):
             return runs.read_result(spec.dir)
         if env_info().rank != 0:  # a multi-task job: its rank 0 holds the run's lock for every task
@@ -81,6 +83,15 @@ class RunJob(submitit.helpers.Checkpointable):
         where = f"its checkpoint {ckpt}" if ckpt.exists() else "the start (no checkpoint yet)"
         log.warning("%s: preempted or timed out; requeued, it resumes from %s", spec.name, where)
         return submitit.helpers.DelayedSubmission(RunJob(self.fn), spec)
+
+
+def _threads_from_env() -> None:
+    """A job started with ``OMP_NUM_THREADS`` (a ``--launcher local`` CPU slot) computes with that many threads."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch  # only in a job process: the launcher itself never needs torch
+
+        torch.set_num_threads(int(threads))
 
 
 def export_submitit_env() -> bool:
@@ -149,12 +160,14 @@ def launch(
     wait: bool = True,
     wait_timeout_s: float | None = None,
     slots: Sequence[LocalSlot] | None = None,
+    cost: Callable[[dict], float] | None = None,
 ) -> list[dict] | None:
     """Run every unfinished spec with ``fn``; return all results in ``specs`` order.
 
     ``inline``: sequentially in this process, with a tqdm bar.
     ``local``: one submitit local job per run, one per free slot of ``slots`` at a time
-    (default :func:`~common.local_pool.local_slots` for ``--device auto``; see :func:`~common.local_pool.run_in_slots`).
+    (default :func:`~common.local_pool.local_slots` for ``--device auto``; see :func:`~common.local_pool.run_in_slots`),
+    started in order of ``cost(config)``, the largest first (:func:`~common.local_pool.longest_first`).
     ``slurm``: one submitit job array (``executor.batch()``) through
     ``submitit.AutoExecutor(cluster=...)``. Both take ``executor_params`` (AutoExecutor names:
     ``timeout_min``, ``slurm_partition``, ..., ``slurm_max_num_timeout``) and write logs under
@@ -189,8 +202,9 @@ def launch(
     elif launcher == "local":
         if plan.todo:
             slots = slots if slots is not None else local_slots("auto", distributed=False)
-            jobs = run_local(job, plan.todo, executor_params or {}, folder, slots, desc)
-            _raise_failures(list(zip(plan.todo, jobs, strict=True)), {})
+            todo = longest_first(plan.todo, cost)
+            jobs = run_local(job, todo, executor_params or {}, folder, slots, desc)
+            _raise_failures(list(zip(todo, jobs, strict=True)), {})
     elif launcher == "slurm":
         if not _launch_slurm(job, plan, executor_params or {}, folder, desc, wait, wait_timeout_s):
             return None
@@ -219,12 +233,15 @@ def launch_from_args(
     desc: str = "runs",
     distributed: bool = False,
     check: Callable[[list[dict]], None] | None = None,
+    cost: Callable[[dict], float] | None = None,
 ) -> list[dict] | None:
     """What every numbered script calls: ``--dry-run`` prints the plan, else :func:`launch`.
 
     ``check(configs)`` validates the experiment's inputs (data, trained models) of the unfinished runs
     before any run directory is created, with ``--launcher inline`` or ``local``
-    (:func:`check_before_creating`). An empty list of runs is a :class:`UserError`.
+    (:func:`check_before_creating`). An empty list of runs is a :class:`UserError`. ``cost(config)``: an estimate
+    of a run's training FLOPs; ``--launcher local`` starts the largest first (``--runs-per-device`` K > 1 shares
+    every device between K runs: :func:`~common.local_pool.local_slots`, :func:`common.slurm.resolve`).
 
     ``job_kind`` ("train", "probe", "gpt2", ...) selects the ``[job_kind]`` table of the SLURM
     profile; ``distributed`` marks multi-GPU jobs (one task per GPU, see
@@ -240,13 +257,17 @@ def launch_from_args(
             refuse_torchrun()
         return launch_torchrun_ranks(fn, specs, args, desc=desc)
     resolved, slots = None, None
+    per_device = getattr(args, "runs_per_device", 1)
     if launcher == "slurm":
         profile = slurm.load_profile(getattr(args, "slurm_profile", None))
-        resolved = slurm.resolve(profile, job_kind, slurm.overrides_from_args(args), distributed=distributed)
+        overrides = slurm.overrides_from_args(args)
+        resolved = slurm.resolve(profile, job_kind, overrides, distributed=distributed, runs_per_device=per_device)
         params = resolved.executor_params()
     elif launcher == "local":
         params = {"timeout_min": LOCAL_TIMEOUT_MIN}
-        slots = local_slots(getattr(args, "device", "auto"), distributed=distributed)
+        slots = local_slots(getattr(args, "device", "auto"), distributed=distributed, runs_per_device=per_device)
+    elif per_device != 1:
+        log.warning("--runs-per-device is used only with --launcher local or slurm; ignored")
     else:
         params = {}
     if getattr(args, "slurm_profile", None) and launcher != "slurm":
@@ -262,9 +283,8 @@ def launch_from_args(
             print(slurm.sbatch_preview(slurm.with_repo_on_path(params), default_log_folder(specs), n))
         return None
     check_before_creating(specs, launcher, check)
-    return launch(
-        fn, specs, launcher=launcher, executor_params=params, desc=desc, wait=getattr(args, "wait", False), slots=slots
-    )
+    wait = getattr(args, "wait", False)
+    return launch(fn, specs, launcher=launcher, executor_params=params, desc=desc, wait=wait, slots=slots, cost=cost)
 
 
 def refuse_torchrun() -> None:

@@ -3,7 +3,11 @@
 
 Each run gets one visible GPU (NPU) of its own and at most as many run at once as there are devices, or as
 there are CPU cores on a machine without any (:func:`local_slots`); a distributed run gets every visible device,
-one task each, and runs alone. :func:`run_in_slots` is the pool, :func:`run_local` its use by
+one task each, and runs alone. ``--runs-per-device K`` gives every device K slots (K runs share it, time-sliced,
+or under CUDA MPS where its daemon runs), and a CPU core K runs. A CPU job computes with :data:`CPU_THREADS` intra-op
+threads whatever K is, so its records are those of the same run alone (apart from timings): a CPU result depends on
+its thread count, never on what else runs. :func:`longest_first` orders the runs (the pool's rolling start then
+ends with the short runs), :func:`run_in_slots` is the pool, :func:`run_local` its use by
 :func:`common.launch.launch`.
 """
 
@@ -30,6 +34,7 @@ from common.runs import RunSpec
 log = logging.getLogger(__name__)
 
 JobFn = Callable[[RunSpec], dict]
+CPU_THREADS = 1  # intra-op threads of a --launcher local CPU job: one core per slot, fixed whatever K is
 LOCAL_POLL_S = 0.5  # how often --launcher local looks for a finished job to start the next run
 VISIBLE_DEVICES_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
 
@@ -50,26 +55,45 @@ class LocalSlot:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-def local_slots(device: str, *, distributed: bool) -> list[LocalSlot]:
+def local_slots(device: str, *, distributed: bool, runs_per_device: int = 1) -> list[LocalSlot]:
     """Where ``--launcher local`` runs jobs for ``--device device``; one job per slot at a time.
 
-    - CUDA GPUs or Ascend NPUs: a one-process run gets one device of its own (one slot per
-      visible device, so as many runs at once as devices); a ``distributed`` run gets every
-      visible device, one task each, and runs alone (one slot).
-    - MPS: one slot (one GPU); the CPU: one slot per core, each job seeing no GPU.
+    - CUDA GPUs or Ascend NPUs: a one-process run gets one device (``runs_per_device`` slots per
+      visible device, so K times as many runs at once as devices, the devices' first slots first);
+      a ``distributed`` run gets every visible device, one task each, and runs alone (one slot).
+    - MPS: ``runs_per_device`` slots (one GPU); the CPU: ``runs_per_device`` slots per core, each job seeing no
+      GPU and computing with :data:`CPU_THREADS` threads (``OMP_NUM_THREADS``; :class:`common.launch.RunJob` sets
+      torch's count from it).
 
     Devices are named as this process sees them (``CUDA_VISIBLE_DEVICES=2,3`` gives jobs ``2``
-    and ``3``, not ``0`` and ``1``).
+    and ``3``, not ``0`` and ``1``). A distributed run with ``runs_per_device`` > 1 is a :class:`UserError`.
     """
+    if runs_per_device < 1:
+        raise UserError(f"--runs-per-device {runs_per_device}: give a positive number of runs per device")
+    if distributed and runs_per_device > 1:
+        raise UserError(
+            f"--runs-per-device {runs_per_device}: this script's runs are distributed (one process per device, every "
+            "device for one run), so devices cannot be shared between runs; leave --runs-per-device at 1"
+        )
     kind = resolve_device(device).type
     if kind == "mps":
-        return [LocalSlot(label="mps")]
+        return [LocalSlot(label="mps") for _ in range(runs_per_device)]
     if kind not in VISIBLE_DEVICES_ENV:
-        return [LocalSlot() for _ in range(cpu_count())]
+        threads = {"OMP_NUM_THREADS": str(CPU_THREADS)}
+        return [LocalSlot(env=threads) for _ in range(cpu_count() * runs_per_device)]
     ids = visible_device_ids(kind, visible_devices(kind))
     if distributed:
         return [_device_slot(kind, ids)]
-    return [_device_slot(kind, [one]) for one in ids]
+    return [_device_slot(kind, [one]) for _ in range(runs_per_device) for one in ids]
+
+
+def longest_first(specs: Sequence[RunSpec], cost: Callable[[dict], float] | None) -> list[RunSpec]:
+    """``specs`` by ``cost(config)`` (an estimate of a run's training FLOPs), the largest first; the plan's order
+    among equal costs, and without ``cost``. With K runs per device the pool then never ends waiting on one long run
+    started last (longest-processing-time-first scheduling)."""
+    if cost is None:
+        return list(specs)
+    return sorted(specs, key=lambda spec: -cost(spec.config))
 
 
 def visible_device_ids(kind: str, count: int) -> list[str]:

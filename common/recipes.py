@@ -253,6 +253,8 @@ class TrainSettings:
     fsdp: bool = False  # several processes: shard parameters, gradients and optimizer state (FSDP2) instead of DDP
     stopping: EarlyStopping | None = None  # an early-stopping rule on the running training loss (None: every epoch)
     fsdp_bf16_params: bool = False  # with fsdp and bf16 autocast: bf16 unsharded parameters, float32 gradient reduction
+    eval_every: int = 1  # rounds between the per-round evaluations; the last round always
+    checkpoint_every: int = 1  # rounds between checkpoints; the last round (and an early stop) always
 
 
 LOSSES = ("cross_entropy", "mse")

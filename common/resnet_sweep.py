@@ -114,7 +114,8 @@ def sweep_configs(
     """One config per (depth N, seed): identity keys plus a ``runtime`` sub-dict.
 
     ``overrides``: fields of the preset's :class:`SweepPreset` (``depths``, ``batch_size``, ``image_size``,
-    ``train_subset``) and of its recipe (:data:`~common.presets.sweep.RECIPE_FIELDS`: ``epochs``, ``lr``), None
+    ``train_subset``, ``eval_every``, ``checkpoint_every``) and of its recipe (:data:`~common.presets.sweep.RECIPE_FIELDS`:
+    ``epochs``, ``lr``), None
     meaning "the preset's" (:func:`sweep_preset`). ``train_subset``: K, train on K / C images per class (C classes),
     drawn with the preset's data seed; stored as ``data.train_subset = {k, seed}`` only when there is one, so the
     identity of a run on every image is unchanged. ``compile``: "auto" (on for CUDA only), "on" or "off".
@@ -137,6 +138,8 @@ def sweep_configs(
         "compile": compile,
         "eval_batch_size": settings.eval_batch_size,
         "test_every_epoch": settings.test_every_epoch,
+        "eval_every": settings.eval_every,
+        "checkpoint_every": settings.checkpoint_every,
     }
     widths = list(ResNetConfig.for_dataset(dataset, 0, 1).widths)
     return [
@@ -283,7 +286,13 @@ def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet) -> dict:
     )
     test_loader = TensorLoader(data.x_test, data.y_test, eval_bs, train=False, **loader_keys)
     clean_train_loader = TensorLoader(x_train, y_train, eval_bs, train=False, **loader_keys)
-    settings = TrainSettings(recipe=SGDRecipe.from_config(hp), compile=use_compile, channels_last=channels_last)
+    settings = TrainSettings(
+        recipe=SGDRecipe.from_config(hp),
+        compile=use_compile,
+        channels_last=channels_last,
+        eval_every=runtime.get("eval_every", 1),
+        checkpoint_every=runtime.get("checkpoint_every", 1),
+    )
     every_epoch = runtime.get("test_every_epoch", True)  # False (mini): the test set once, at the end
     summary = train(
         model,
@@ -474,6 +483,17 @@ def _forward_flops(config: dict, shape: tuple, num_classes: int, n: int) -> int:
     return f[0] + q * (f[3] - f[0]) + (f[r] - f[0])
 
 
+def sweep_run_cost(config: dict) -> float:
+    """A sweep run's training FLOPs up to one factor that every run of a plan shares (``--runs-per-device`` starts
+    the largest first): epochs x training images (its subset's K; 1 without one) x ResNet-(8+N)'s forward FLOPs per
+    32 x 32 image (:func:`_forward_flops`, counted on the meta device: no data read, no compute)."""
+    if "depth_n" not in config:
+        return 0.0
+    images = (config.get("data", {}).get("train_subset") or {}).get("k", 1)
+    shape = (3, 32, 32)
+    return float(config["train"]["epochs"] * images * _forward_flops(config, shape, 10, config["depth_n"]))
+
+
 def _duration(seconds: float) -> str:
     for unit, size in (("years", 365 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
         if seconds >= 2 * size:
@@ -564,6 +584,7 @@ __all__ = [
     "read_sweep_run",
     "sweep_configs",
     "sweep_data_config",
+    "sweep_run_cost",
     "train_command",
     "train_resnet_run",
 ]

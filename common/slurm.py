@@ -60,7 +60,9 @@ PROFILE_KEYS: dict[str, tuple[tuple[type, ...], float | None, str]] = {
     "job_name": ((str,), None, "job name in squeue (default ds-<job kind>)"),
     "setup": ((list,), None, "shell lines run before the job (module load ..., source venv)"),
     "sbatch": ((dict,), None, "any other sbatch option, e.g. {gres = 'gpu:a100:4', exclusive = true}"),
+    "gpu_share": ((str,), None, "how the cluster splits a GPU between jobs, 'shard:N' or 'mps:N' (--runs-per-device)"),
 }
+SHARE_GRES = ("shard", "mps")  # SLURM's GPU-sharing GRES (gres.conf Name=shard / Name=mps)
 BUILTIN = {"time_min": 60, "max_num_timeout": 3, "signal_delay_s": 90}
 # Command-line flags that override profile keys (argparse dest == profile key).
 FLAG_KEYS = (
@@ -144,10 +146,14 @@ def _check_keys(path: Path, where: str, table: Mapping[str, Any]) -> None:
             ok = all(isinstance(line, str) for line in value)
         if ok and key == "sbatch":
             ok = all(isinstance(v, str | int | float | bool) for v in value.values())
+        if ok and key == "gpu_share":
+            kind, _, count = value.partition(":")
+            ok = kind in SHARE_GRES and count.isdigit() and int(count) >= 1
         if not ok:
             want = {
                 "setup": "a list of strings",
                 "sbatch": "a table of strings, numbers or booleans",
+                "gpu_share": "'shard:N' or 'mps:N', N the shards (MPS units) per GPU of the cluster's gres.conf",
             }.get(key, " or ".join(t.__name__ for t in types) + _bound(key, minimum))
             raise UserError(f"--slurm-profile {path}: {key} = {value!r} at {where} must be {want}; fix the file")
 
@@ -206,9 +212,17 @@ class Resolved:
 
 
 def resolve(
-    profile: Profile, job_kind: str, overrides: Mapping[str, Any] | None = None, *, distributed: bool = False
+    profile: Profile,
+    job_kind: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    distributed: bool = False,
+    runs_per_device: int = 1,
 ) -> Resolved:
     """Merge built-in defaults < profile top level < ``[job_kind]`` < flags (None = not given).
+
+    ``runs_per_device`` K > 1 (``--runs-per-device``): K array tasks share each GPU, through the GPU sharing the
+    profile's ``gpu_share`` declares (:func:`_share_gpu`).
 
     A ``distributed`` job (GPT-2, Pythia: one process per GPU) gets one task per GPU it
     requests (:func:`requested_gpus`: ``gpus_per_node``, else ``sbatch = {gres = "gpu:N"}``); a
@@ -239,7 +253,46 @@ def resolve(
         log.warning(
             "'%s' jobs run one process on one GPU, but request %d GPUs per job: %d sit idle", job_kind, gpus, gpus - 1
         )
+    if runs_per_device > 1:
+        _share_gpu(values, where, job_kind, runs_per_device, distributed)
+        sources.append(f"--runs-per-device {runs_per_device}")
     return Resolved(values=values, sources=sources, job_kind=job_kind, distributed=distributed)
+
+
+def _share_gpu(values: dict, where: str | None, job_kind: str, k: int, distributed: bool) -> None:
+    """K jobs per GPU: each job requests ``1/K`` of one GPU's shards (``--gres=shard:N/K``) or MPS units
+    (``--gres=mps:N/K``) instead of a whole GPU, so SLURM places K of them on each GPU.
+
+    The cluster must offer that GRES (``GresTypes=gpu,shard`` or ``gpu,mps`` in slurm.conf, ``Name=shard Count=N``
+    or ``Name=mps Count=N`` per GPU in gres.conf, the ``select/cons_tres`` plugin; MPS also needs its control daemon
+    on the nodes); the profile's ``gpu_share = "shard:N"`` names it and N. Refused: no ``gpu_share``, N not a
+    multiple of K, a distributed job kind, or a job that asks for more than one GPU.
+    """
+    share = values.get("gpu_share")
+    if distributed:
+        raise UserError(
+            f"--runs-per-device {k}: '{job_kind}' jobs are distributed (every GPU of a job for one run); leave it at 1"
+        )
+    if not share:
+        raise UserError(
+            f"--runs-per-device {k} with --launcher slurm needs the profile's gpu_share key ('shard:N' or 'mps:N': how "
+            f"the cluster splits a GPU, slurm/README.md); {where or 'no profile'} has none, so each job gets a whole GPU"
+        )
+    kind, _, count = share.partition(":")
+    if int(count) % k:
+        raise UserError(
+            f"--runs-per-device {k}: gpu_share = {share!r} in {where} splits a GPU into {count} {kind} units, "
+            f"which K = {k} jobs cannot share evenly; use a K that divides {count}"
+        )
+    sbatch = dict(values.get("sbatch") or {})
+    if requested_gpus(values) > 1:
+        raise UserError(
+            f"--runs-per-device {k}: '{job_kind}' jobs request {requested_gpus(values)} GPUs each in {where}; "
+            "sharing needs jobs of one GPU (gpus_per_node = 1)"
+        )
+    values.pop("gpus_per_node", None)  # the shard (MPS) GRES binds the job to one GPU
+    sbatch["gres"] = f"{kind}:{int(count) // k}"
+    values["sbatch"] = sbatch
 
 
 def _one_task_per_gpu(values: dict, where: str | None, job_kind: str) -> None:

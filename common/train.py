@@ -5,9 +5,9 @@ Adam or AdamW, stored in the run's config and rebuilt from it). :func:`train_epo
 steps (per-step learning rate, bf16 autocast on accelerators, gradient accumulation, a periodic
 non-finite-loss check); :func:`train` runs the epochs (under an ``AdamWRecipe``, rounds of
 ``eval_interval`` steps), with optional ``torch.compile`` and channels_last memory. After every
-epoch: evaluation, one line in ``metrics.jsonl`` and an atomic checkpoint (model, optimizer,
-schedule, RNG states, epoch), so a killed run resumes and ends with bit-identical weights on the
-CPU. A non-finite loss stops the run with :class:`NonFiniteLossError` naming the step; nothing is
+epoch: one line in ``metrics.jsonl``; every ``eval_every``-th an evaluation and every ``checkpoint_every``-th an
+atomic checkpoint (model, optimizer, schedule, RNG states, epoch), the last epoch always both, so a killed run
+resumes and ends with bit-identical weights on the CPU. A non-finite loss stops the run with :class:`NonFiniteLossError` naming the step; nothing is
 marked finished. ``TrainSettings.stopping`` (an ``EarlyStopping``) may end a run after any epoch;
 its state is in every checkpoint, so a resumed run stops at the same epoch.
 
@@ -278,7 +278,7 @@ def train(
     """Train ``model`` for ``settings.recipe.rounds`` rounds (epochs; a recipe by steps: evaluation rounds) in
     ``run_dir``, resuming from its checkpoint.
 
-    ``eval_loaders`` (e.g. ``{"test": ...}``) are evaluated after every epoch and logged as
+    ``eval_loaders`` (e.g. ``{"test": ...}``) are evaluated every ``settings.eval_every``-th epoch (and the last) as
     ``<name>_loss`` / ``<name>_acc``; ``final_eval_loaders`` (e.g. ``{"train": <clean train
     loader>}``) once at the end, overriding same-named keys of the summary. The summary's losses
     are evaluated in float32 with TF32/HF32 off (``final_eval_dtype``, ``final_eval_math_mode``:
@@ -414,29 +414,17 @@ def _train_round(run: _Run, train_loader: Iterable, eval_loaders: dict[str, Iter
         f"{counts}_per_s": stats.examples_per_s if counts == "images" else stats.targets_per_s,
         "epoch_time_s": stats.seconds,
     }
-    for name, loader in eval_loaders.items():
-        metrics = evaluate(run.forward, loader, device, amp=settings.amp, loss=settings.loss)
-        record.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
+    stop = settings.stopping.update(run.stop, stats.loss) if run.stop is not None else None  # type: ignore[union-attr]
+    last = epoch + 1 == settings.recipe.rounds or bool(stop and stop["stopped"])  # always evaluated and checkpointed
+    if last or (epoch + 1) % settings.eval_every == 0:
+        for name, loader in eval_loaders.items():
+            metrics = evaluate(run.forward, loader, device, amp=settings.amp, loss=settings.loss)
+            record.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
     run.wall += time.perf_counter() - start
     record["wall_s"] = run.wall
-    if run.stop is not None:
-        run.stop = settings.stopping.update(run.stop, stats.loss)  # type: ignore[union-attr]
-        record["stopping"] = run.stop
-    model_state, optimizer_state = full_state(run.model, run.optimizer, run.shard)  # a collective when sharded
-    if run.main:
-        runs.append_metrics(run.run_dir, record)
-        runs.save_checkpoint(
-            runs.checkpoint_path(run.run_dir),
-            {
-                "model": model_state,
-                "optimizer": optimizer_state,
-                "schedule": {**asdict(run.schedule), "step": run.step},
-                "rng": devices.rng_state(device),
-                "epoch": epoch + 1,
-                "wall_s": run.wall,
-                **({"stopping": run.stop} if run.stop is not None else {}),
-            },
-        )
+    if stop is not None:
+        run.stop = record["stopping"] = stop
+    _save_round(run, record, epoch, checkpoint=last or (epoch + 1) % settings.checkpoint_every == 0)
     recipe = settings.recipe
     log.info(
         "%s: %s %d/%d lr %.4g %s%.0f %s/s",
@@ -445,11 +433,33 @@ def _train_round(run: _Run, train_loader: Iterable, eval_loaders: dict[str, Iter
         epoch + 1,
         recipe.rounds,
         stats.lr,
-        "".join(_loss_acc(record, n) for n in ("train", *eval_loaders)),
+        "".join(_loss_acc(record, n) for n in ("train", *eval_loaders) if f"{n}_loss" in record),
         record[f"{counts}_per_s"],
         counts,
     )
     return record
+
+
+def _save_round(run: _Run, record: dict, epoch: int, *, checkpoint: bool) -> None:
+    """The round's metrics line and, with ``checkpoint``, the checkpoint a killed run resumes from (a resumed run
+    drops the metrics lines after its checkpoint's round and trains those rounds again, bit-identically)."""
+    model_state, optimizer_state = full_state(run.model, run.optimizer, run.shard) if checkpoint else (None, None)
+    if not run.main:  # full_state is a collective when sharded: every process called it above
+        return
+    runs.append_metrics(run.run_dir, record)
+    if checkpoint:
+        runs.save_checkpoint(
+            runs.checkpoint_path(run.run_dir),
+            {
+                "model": model_state,
+                "optimizer": optimizer_state,
+                "schedule": {**asdict(run.schedule), "step": run.step},
+                "rng": devices.rng_state(run.device),
+                "epoch": epoch + 1,
+                "wall_s": run.wall,
+                **({"stopping": run.stop} if run.stop is not None else {}),
+            },
+        )
 
 
 def _finish(run: _Run, eval_loaders: dict[str, Iterable], final_eval_loaders: dict[str, Iterable]) -> dict:

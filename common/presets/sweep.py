@@ -36,6 +36,8 @@ class SweepPreset:
     train_subset: int | None = None  # K: train on K / C images per class (C classes) instead of every one
     subset_seed: int = 0  # the data seed that draws the subset: fixed by the preset, never a run's seed
     test_every_epoch: bool = True  # False: the test set is evaluated once, at the end of training
+    eval_every: int = 1  # epochs between test-set evaluations (with test_every_epoch); the last epoch always
+    checkpoint_every: int = 1  # epochs between checkpoints; the last epoch always (docs/decisions.md, "Eval cadence")
     fit_train_loss: float | None = None  # a run fits its images when its clean train_loss is at most this (mini)
 
     def __post_init__(self) -> None:
@@ -48,6 +50,8 @@ class SweepPreset:
             ("lr", self.recipe.lr),
             ("image_size", self.image_size),
             ("train_subset", self.train_subset),
+            ("eval_every", self.eval_every),
+            ("checkpoint_every", self.checkpoint_every),
         ):
             if value is not None and not value > 0:
                 raise ParamError(name, value, "must be positive")
@@ -69,14 +73,22 @@ class SweepPresets:
         return self.by_dataset.get(dataset, self.default)
 
 
+# paper: the test set every 5th epoch and a checkpoint every 10th keep both under 5% of a run's GPU time
+# (an estimate: docs/decisions.md, section "Evaluation and checkpoint cadence").
 CIFAR_PAPER = SweepPreset(  # the paper's N = 1..100 and the backbone, N = 0
-    depths=(0, *CIFAR_EXTRA_BLOCKS), recipe=SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0), batch_size=128
+    depths=(0, *CIFAR_EXTRA_BLOCKS),
+    recipe=SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0),
+    batch_size=128,
+    eval_every=5,
+    checkpoint_every=10,
 )
 IMAGENET100_PAPER = SweepPreset(
     depths=IMAGENET100_EXTRA_BLOCKS,
     recipe=SGDRecipe(epochs=IMAGENET100_EPOCHS, lr=0.2, warmup_epochs=5.0),
     batch_size=256,
     image_size=64,
+    eval_every=5,
+    checkpoint_every=10,
 )
 SMOKE = SweepPreset(
     depths=(0, 1, 2, 4), recipe=SGDRecipe(epochs=6, lr=0.05, warmup_epochs=1.0), batch_size=64, eval_batch_size=256

@@ -68,6 +68,35 @@ def test_killed_run_resumes_to_bit_identical_weights(tmp_path, deterministic):
         assert resumed[key] == whole[key], key
 
 
+def test_sparse_eval_and_checkpoints_resume_bit_identically_and_train_as_every_epoch(tmp_path, deterministic):
+    """eval_every = checkpoint_every = 2 over 5 epochs: the test set at epochs 2, 4 and 5 (the last), checkpoints
+    at 2, 4 and 5; killed after epoch 3 the run resumes from epoch 2's checkpoint, and its weights and final
+    losses are those of the uninterrupted run and of the run that evaluates and checkpoints every epoch."""
+    recipe = SGDRecipe(epochs=5, lr=0.05, warmup_epochs=1)
+    every = tiny_run(tmp_path / "every", settings=TrainSettings(recipe, channels_last=True))
+    sparse = TrainSettings(recipe, channels_last=True, eval_every=2, checkpoint_every=2)
+    whole = tiny_run(tmp_path / "whole", settings=sparse)
+    saved = []
+
+    def kill_after_third_epoch(epoch, record):
+        path = runs.checkpoint_path(tmp_path / "resumed")
+        saved.append(torch.load(path, weights_only=False)["epoch"] if path.exists() else None)
+        if epoch == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        tiny_run(tmp_path / "resumed", settings=sparse, on_epoch_end=kill_after_third_epoch)
+    assert saved == [None, 2, 2]  # epoch 1 wrote no checkpoint, epoch 3 kept epoch 2's
+    resumed = tiny_run(tmp_path / "resumed", settings=sparse, model_seed=123)
+    weights = [load_weights(tmp_path / name) for name in ("every", "whole", "resumed")]
+    assert all(w.keys() == weights[0].keys() and all(torch.equal(weights[0][k], w[k]) for k in w) for w in weights)
+    records = runs.read_metrics(tmp_path / "resumed")
+    assert [r["epoch"] for r in records] == [1, 2, 3, 4, 5]
+    assert [r["epoch"] for r in records if "test_loss" in r] == [2, 4, 5]
+    for key in ("train_loss", "train_acc", "test_loss", "test_acc", "steps"):
+        assert resumed[key] == whole[key] == every[key], key
+
+
 def test_nan_loss_stops_naming_the_step_and_nothing_is_finished(tmp_path):
     class NaNFromStep(nn.Module):
         def __init__(self, step):
