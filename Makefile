@@ -59,7 +59,7 @@ mini: $(STAMP)
 
 ## mini-readme: copy the claims table of results/mini into the README's Results block (after committing a new make mini)
 mini-readme: $(STAMP)
-	$(PY) -c 'from common.experiments.make_figures import update_readme; update_readme("README.md", "results/mini/figures/claims.md")'
+	$(PY) -c 'from common.experiments.claims_report import update_readme; update_readme("README.md", "results/mini/figures/claims.md")'
 
 ## claim-tables: after a new make mini, regenerate the claims report's power table at results/mini's own design
 ## and the generated tables of docs/claim-rules.md (then rebuild the report with 08); about a minute on 2 cores
