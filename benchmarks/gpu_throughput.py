@@ -175,8 +175,9 @@ def sharing_part(sizes: Sizes, dev: torch.device, quick: bool) -> dict:
     return {"rows": rows, "model": "ResNet-8 eager", "batch": sizes.batch, "sharing": "time-slicing (no MPS)"}
 
 
-def train_step_fn(model, forward, x, y, dev):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+def train_step_fn(model, forward, x, y, dev, optimizer=None):
+    """One timed training step: autocast forward, loss, backward, step (SGD with momentum unless ``optimizer``)."""
+    optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
         with devices.autocast(dev, True):
@@ -253,14 +254,7 @@ def gpt2_part(sizes: Sizes, dev: torch.device, quick: bool, peak_tflops: float |
     optimizer = AdamWRecipe(steps=1, lr=6e-4, eval_interval=1).make_optimizer(model)
     forward = compiled(model, dev, quick)
     x = torch.randint(0, config.vocab_size, (sizes.gpt_batch, config.block_size), device=dev)
-
-    def step():
-        with devices.autocast(dev, True):
-            loss = classification_loss(forward(x), x)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
+    step = train_step_fn(model, forward, x, x, dev, optimizer)
     first = timed(step, dev)
     steady = statistics.median(timed(step, dev) for _ in range(sizes.gpt_steps))
     tokens_per_s = sizes.gpt_batch * config.block_size / steady
