@@ -62,7 +62,8 @@ PRESETS = {
     "smoke": GrowPreset(rounds=3, epochs_per_round=2, probe_batch_size=64, probe_batches=2, held_out=128),
     # the mini sweep's 1,000 CIFAR-10 images, 03's three seeds, all four policies, 5 rounds (to N = 5) of 10 epochs;
     # probe on 512 of the training images; 1,000 of the unused training images held apart (App. G, validation loss);
-    # sized against its 20-minute budget (docs/decisions.md, section "Growth by the criterion (09)", mini)
+    # sized against its 20-minute budget
+    # (docs/decisions.md, section "Growth by the criterion (09_grow_by_criterion.py)")
     "mini": GrowPreset(rounds=5, epochs_per_round=10, probe_batch_size=128, probe_batches=4, held_out=1000),
     # CIFAR-10 on a GPU: 10 rounds of the sweep's 200 epochs, one seed (~11 GPU-hours, an estimate:
     # docs/reproducing.md); App. G and the validation loss on 5,000 of the held-out images

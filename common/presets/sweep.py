@@ -74,7 +74,7 @@ class SweepPresets:
 
 
 # paper: the test set every 5th epoch and a checkpoint every 10th keep both under 5% of a run's GPU time
-# (an estimate: docs/decisions.md, section "Evaluation and checkpoint cadence").
+# (an estimate: docs/decisions.md, section "Several runs per device, evaluation and checkpoint cadence (issue 33)").
 CIFAR_PAPER = SweepPreset(  # the paper's N = 1..100 and the backbone, N = 0
     depths=(0, *CIFAR_EXTRA_BLOCKS),
     recipe=SGDRecipe(epochs=200, lr=0.1, warmup_epochs=1.0),
