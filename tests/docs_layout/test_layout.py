@@ -39,7 +39,11 @@ READS_EVERY_EXPERIMENT = {"common.experiments.make_figures"}
 DECODER_JOBS = {"common.experiments.gpt2_ascend", "common.experiments.pythia_cpt"}  # scripts 05 and 04
 DECODER_SHARED = "common.experiments.decoder_runs"  # what both decoder experiments share
 # The one import allowed inside a function: torch_npu exists only on Ascend machines.
-FUNCTION_IMPORTS_ALLOWED = {("common.device", "torch_npu")}
+FUNCTION_IMPORTS_ALLOWED = {
+    ("common.device", "torch_npu"),  # only where an Ascend NPU is
+    ("common.launch", "torch"),  # in a job process only: the launcher itself never needs torch
+    ("benchmarks.gpu_throughput", "common.experiments.gpt2_ascend"),  # the text stack a bare GPU image may lack
+}
 
 
 def module_name(path: Path) -> str:
