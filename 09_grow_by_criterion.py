@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("growth by the criterion (beyond the paper)")
     add_training_data_flags(group, DATASETS)
     group.add_argument(
-        "--seeds", type=comma_ints, default=None, help="seeds, one trajectory per policy each; None: --seed (mini: --seed .. --seed + 2)"
+        "--seeds",
+        type=comma_ints,
+        default=None,
+        help="seeds, one trajectory per policy each; None: --seed (mini: --seed .. --seed + 2)",
     )
     group.add_argument(
         "--policy",
