@@ -295,9 +295,8 @@ def read_trajectories(out: str | Path, problems: list | None = None) -> pd.DataF
         return frame
     shared, grown = frame[frame["round"] == 0], frame[frame["round"] > 0]
     starts = [  # the shared round 0 of a seed, once as the first row of each policy grown from it
-        row.assign(policy=policy)
-        for (policy, seed), _ in grown.groupby(["policy", "seed"])
-        for row in [shared[shared["seed"] == seed]]
+        shared[shared["seed"] == seed].assign(policy=policy)
+        for policy, seed in grown[["policy", "seed"]].drop_duplicates().itertuples(index=False)
     ]
     frame = pd.concat([*starts, grown], ignore_index=True)
     return frame.sort_values(["policy", "seed", "round"], ignore_index=True)
