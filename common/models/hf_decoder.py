@@ -176,10 +176,23 @@ def insert_zero_layer(decoder: HFDecoder, index: int) -> nn.Module:
     layer = zero_output_layer(layers[min(index, len(layers) - 1)])
     layers.insert(index, layer)
     config = decoder.lm.config
-    config.num_hidden_layers = len(layers)  # Llama-style loops read layers[: num_hidden_layers]
     if isinstance(getattr(config, "layer_types", None), list):
         config.layer_types.insert(index, config.layer_types[min(index, len(config.layer_types) - 1)])
+    renumber_layers(layers, config)
     return layer
+
+
+def renumber_layers(layers: nn.ModuleList, config) -> None:
+    """Every module's ``layer_idx`` in layer ``i`` set to ``i``, and ``config.num_hidden_layers`` to the list's length.
+
+    A copied layer keeps its source's ``self_attn.layer_idx``; a generation cache keyed by it would give
+    two layers one slot. Llama-style loops read ``layers[: num_hidden_layers]``.
+    """
+    for i, layer in enumerate(layers):
+        for module in layer.modules():
+            if isinstance(getattr(module, "layer_idx", None), int):
+                module.layer_idx = i
+    config.num_hidden_layers = len(layers)
 
 
 # ----------------------------------------------------------------------------- Block Influence
