@@ -321,6 +321,14 @@ def comma_ints(text: str) -> list[int]:
     return values
 
 
+def positive_ints(text: str) -> list[int]:
+    """:func:`comma_ints` whose values are all >= 1 (numbers of layers to add)."""
+    values = comma_ints(text) if not text.strip().startswith("-") else None
+    if values is None or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive integers like 1 or 1,2")
+    return values
+
+
 def positive_int(text: str) -> int:
     """An argparse type: an integer >= 1."""
     return _number(text, int, lambda v: v >= 1, "an integer >= 1")

@@ -34,7 +34,7 @@ import pytest
 import torch
 import torchvision
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import GPTNeoXConfig
+from transformers import BertConfig, GPTNeoXConfig
 
 from common import cli, resnet_sweep, runs
 from common.data.text_sources import TextDataSpec
@@ -64,6 +64,7 @@ BASE = {
     "07": SWEEP,
     "08": ["--preset", "smoke"],
     "09": SWEEP,
+    "10": ["--preset", "smoke", "--device", "cpu"],
 }
 SUMMARIES = (
     "ag_probe/summary-synthetic-train-b16x2.csv",
@@ -121,6 +122,27 @@ def write(relative: str | Callable[[Path], Path], data: bytes) -> Callable[[Path
         path = relative(out) if callable(relative) else out / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+
+    return setup
+
+
+def bert_folder(out: Path) -> None:
+    """A BERT config (a masked LM, not a causal one) beside the records."""
+    folder = out.parent / "bert"
+    folder.mkdir()
+    BertConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=32).to_json_file(
+        folder / "config.json"
+    )
+    (folder / "model.safetensors").write_bytes(noise(64))
+
+
+def write_other(relative: str) -> Callable[[Path], None]:
+    """A small file ``relative`` beside the records (some text: another folder's content, or a text too short)."""
+
+    def setup(out: Path) -> None:
+        path = out.parent / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("Too few words.\n")
 
     return setup
 
@@ -266,9 +288,9 @@ SMALL_TEXT = ["--text-file", "{tmp}/small.txt"]
 
 CASES: list[Case] = [
     # unknown choices, and values the parser refuses
-    *each("01 02 03 04 05 06 07 08 09", "unknown-preset", ["--preset", "huge"], "--preset"),
+    *each("01 02 03 04 05 06 07 08 09 10", "unknown-preset", ["--preset", "huge"], "--preset"),
     *each("01 02 03 06 07 09", "unknown-dataset", ["--dataset", "imagenet1k"], "--dataset"),
-    *each("01 02 03 04 05 06 07 09", "seeds-comma", ["--seeds", ","], "--seeds"),
+    *each("01 02 03 04 05 06 07 09 10", "seeds-comma", ["--seeds", ","], "--seeds"),
     *each("01 03 05 06 07", "depths-empty-range", ["--depths", "5:1"], "'5:1'"),
     *each("01", "lr-nan", ["--lr", "nan", "--dry-run"], "--lr"),
     *each("04", "warmup-negative", ["--warmup-steps", "-5"], "'-5'"),
@@ -287,7 +309,7 @@ CASES: list[Case] = [
     *each("05", "heads-do-not-divide-width", ["--n-embd", "64", "--n-head", "5"], "--n-head 5"),
     *each("02", "more-batches-than-the-split", ["--split", "test", "--n-batches", "100"], "--n-batches 100"),
     # unwritable --out (under a file) and --figures-dir
-    *each("01 02 03 04 05 06 07 08 09", "out-under-a-file", ["--out", "{tmp}/small.txt/runs"], "--out"),
+    *each("01 02 03 04 05 06 07 08 09 10", "out-under-a-file", ["--out", "{tmp}/small.txt/runs"], "--out"),
     *each("08", "figures-dir-under-a-file", ["--figures-dir", "{tmp}/small.txt/figs"], "--figures-dir"),
     # missing data, runs or models
     *each("01 03 09", "missing-npz", ["--dataset", "npz", "--data-root", "{tmp}/no.npz"], "no.npz"),
@@ -298,6 +320,23 @@ CASES: list[Case] = [
     *each("04", "model-path-not-a-folder", ["--model-path", str(ROOT / "README.md")], "--model-path"),
     *each("04", "garbage-safetensors", ["--model-path", "{tmp}/neox", "--tokenizer", "byte"], "model.safetensors"),
     *each("05", "missing-text-file", ["--text-file", "{tmp}/no.txt"], "--text-file"),
+    # 10: the model, the number of layers, the save folder, the text
+    *each("10", "blocks-zero", ["--blocks", "0"], "--blocks"),
+    *each("10", "blocks-negative", ["--blocks", "-1"], "--blocks"),
+    *each("10", "blocks-more-than-layers", ["--blocks", "9"], "--blocks 9"),
+    *each("10", "unknown-policy", ["--policy", "criterion,deepest"], "--policy"),
+    *each("10", "model-path-missing", ["--model-path", "{tmp}/no-model"], "--model-path"),
+    *each("10", "model-path-not-causal", ["--model-path", "{tmp}/bert"], "not a causal LM", setup=bert_folder),
+    *each(
+        "10",
+        "garbage-safetensors",
+        ["--model-path", "{tmp}/neox", "--text-file", "{tmp}/small.txt"],
+        "model.safetensors",
+    ),
+    *each("10", "two-models", ["--model-path", "{tmp}/neox", "--from-run", "{tmp}"], "give one model"),
+    *each("10", "save-with-other-content", ["--save", "{tmp}/save"], "--save", setup=write_other("save/notes.txt")),
+    *each("10", "text-too-short", ["--text-file", "{tmp}/short.txt"], "too short", setup=write_other("short.txt")),
+    *each("10", "missing-text-file", ["--text-file", "{tmp}/no.txt"], "--text-file"),
     *each(
         "04 05",
         "binary-text-file",
@@ -495,6 +534,7 @@ PROCESS_CASES = {  # one real process per script, all started at once: what a sh
     "07": "07-seeds-comma",
     "08": "08-sweep-config-random-bytes",
     "09": "09-rounds-zero",
+    "10": "10-blocks-zero",
 }
 BY_ID = {c.id: c for c in CASES}
 assert len(BY_ID) == len(CASES), "case ids must be unique"
