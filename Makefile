@@ -10,7 +10,7 @@ OUT    ?= runs/smoke
 export OMP_WAIT_POLICY ?= PASSIVE
 
 # Every numbered script, in order (01 trains what 02 probes, ...), with 08_make_figures.py last: it reads every record.
-SMOKE_SCRIPTS := $(filter-out 08_make_figures.py,$(sort $(wildcard 0[1-9]_*.py))) 08_make_figures.py
+SMOKE_SCRIPTS := $(filter-out 08_make_figures.py,$(sort $(wildcard [0-9][0-9]_*.py))) 08_make_figures.py
 
 .PHONY: install smoke mini mini-readme claim-tables test lint clean-smoke slurm-up slurm-down slurm-status
 

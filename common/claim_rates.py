@@ -66,13 +66,15 @@ from common.presets.weight_scaling import FC_PRESETS
 NOISE = (0.5, 1.0)  # noise sd in units of the effect (issue 21)
 REPS = 2000  # repetitions per world and noise level (issue 21: >= 2,000)
 SEEDS = 3  # seeds of the paper preset's design (issue 21: N = 0..100 with 3 seeds; growth 4 architectures x 3 seeds)
+EXPAND_BLOCKS = (1, 2)  # K of script 10's runs, one run per (K, seed): its mini grid (common/presets has no 10 preset)
 
 
 # ----------------------------------------------------------------------------- designs
 
 
 def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = "cifar10") -> Design:
-    """The design of ``preset``'s default depths (scripts 01, 03, 06, 07) with ``seeds`` seeds everywhere."""
+    """The design of ``preset``'s default depths (scripts 01, 03, 06, 07) with ``seeds`` seeds everywhere (script 10:
+    ``seeds`` runs at each K of :data:`EXPAND_BLOCKS`)."""
     sweep = sweep_preset(preset, dataset).depths
     # 06 probes the paper's depths, or every finished depth of the sweep (the preset's field)
     matched_n = MATCHED_PAPER_DEPTHS if report_preset(preset).matched_paper_depths else sweep
@@ -89,6 +91,7 @@ def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = 
         scaling_depths=tuple(FC_PRESETS[preset].depths),
         grow_seeds=seeds,
         grow_rounds=GROW_PRESETS[preset].rounds if preset in GROW_PRESETS else GROW_PRESETS["paper"].rounds,
+        expand_runs=len(EXPAND_BLOCKS) * seeds,
     )
 
 
@@ -198,6 +201,9 @@ class Power:
 
     def needs(self) -> str:
         """``about 4 seeds per depth, 32 runs`` (what the design would need to reach the power target)."""
+        if self.experiment == "expand":  # a run trains every policy: its runs are its only count
+            about = f"more than {SEED_STEPS[-1]}" if self.seeds_needed is None else f"about {self.seeds_needed}"
+            return f"{about} runs (one per K and seed, each training every policy)"
         unit = {"sweep": "seeds per depth", "growth": "seeds", "matched": "seeds per depth", "grow": "seeds"}.get(
             self.experiment, "runs per depth"
         )

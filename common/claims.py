@@ -17,8 +17,9 @@ and is ``fn.rule``. The verdicts:
   line: the paper gives no normalisation, :data:`NOT_COMPARABLE_WHY`). Set by the report builder;
 - ``not run``: no records (set by the report builder, never by a rule).
 
-:data:`RULES` are the paper's claims, and the two rules about growth by the criterion (script 09) that go
-beyond it (:mod:`common.claim_rules.grow`: the paper never grows by ``V_S,l``, so they have no paper value); their
+:data:`RULES` are the paper's claims, the two rules about growth by the criterion (script 09) and the one about
+expanding a trained decoder by it (script 10) that go beyond it (:mod:`common.claim_rules.grow`,
+:mod:`common.claim_rules.expand`: the paper never grows or expands by ``V_S,l``, so they have no paper value); their
 error rates are measured by simulation
 (:mod:`common.claim_rates`, ``tests/report/test_claim_rates.py``, ``docs/claim-rules.md``).
 :data:`IDENTITY_CHECKS` are identities that hold by construction (``V_S,l <= AG_l``; a matched
@@ -26,8 +27,8 @@ insertion lowers the loss at small alpha): the report shows them apart and never
 reproduced claims.
 
 This module is the rules' front, the one place callers import a rule from; the rules live in
-:mod:`common.claim_rules` (one module per family: depth, growth, grow, matched, exponents, App. G, identities, their
-statistics and verdict words). Every margin and threshold is fixed in :mod:`common.claim_rules.margins`, each with its reason, before
+:mod:`common.claim_rules` (one module per family: depth, growth, grow, expand, matched, exponents, App. G,
+identities, their statistics and verdict words). Every margin and threshold is fixed in :mod:`common.claim_rules.margins`, each with its reason, before
 any mini or paper record was looked at; nothing is tuned to make a claim hold.
 
 Statistics:
@@ -66,6 +67,7 @@ from common.claim_rules.depth import (
     plateau_within_margin,
     stays_below_line,
 )
+from common.claim_rules.expand import expansion_lower_held_out_loss
 from common.claim_rules.exponents import exponent_within_tolerance, sign_within_tolerance
 from common.claim_rules.grow import STOP_TOLERANCE, placement_lower_train_loss, stop_within_depths
 from common.claim_rules.growth import growth_lower_mean, growth_wins_everywhere, paper_direction, paper_size
@@ -147,6 +149,7 @@ RULES = (
     sign_within_tolerance,
     placement_lower_train_loss,
     stop_within_depths,
+    expansion_lower_held_out_loss,
 )
 IDENTITY_CHECKS = (projection_never_exceeds, lowers_loss_everywhere)
 
@@ -188,6 +191,7 @@ __all__ = [
     "clauses",
     "depth_groups",
     "drop_not_increasing",
+    "expansion_lower_held_out_loss",
     "explained_by_training_loss",
     "exponent_within_tolerance",
     "falls_with_depth",

@@ -12,6 +12,7 @@ import numpy as np
 
 from common import claims, paper
 from common.claim_rules.design import Design
+from common.claim_rules.expand_cases import sim_expansion
 from common.claim_rules.grow_cases import STOP_EFFECT, sim_placement, sim_stop
 from common.scaling import DEFAULT_LEVEL
 
@@ -426,6 +427,16 @@ CASES: tuple[Case, ...] = (
         f"as true, the crossing {STOP_EFFECT} depths later: rule (c) stops at N* + {STOP_EFFECT} without noise",
         sim_stop,
         experiment="grow",
+    ),
+    Case(
+        claims.expansion_lower_held_out_loss,
+        "paired over runs",
+        STAT,
+        "the difference (other - criterion held-out loss after S steps)",
+        "every run's difference equal to the effect (the criterion lower)",
+        "no difference (effect 0)",
+        sim_expansion,
+        experiment="expand",
     ),
 )
 

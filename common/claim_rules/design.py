@@ -14,6 +14,7 @@ EXPERIMENTS = (
     "matched",
     "scaling",
     "grow",
+    "expand",
 )  # the part of a design each case reads (Case.experiment)
 
 
@@ -48,6 +49,7 @@ class Design:
     scaling_fits: tuple[tuple[float, ...], ...] = ()
     grow_seeds: int = 0  # trajectories per policy (09), one per seed
     grow_rounds: int = 0  # K: the rounds every trajectory compared reached
+    expand_runs: int = 0  # runs of 10 two policies are paired over: one per (K, seed), every policy trained in each
 
     def fits(self) -> tuple[tuple[float, ...], ...]:
         """The x values of every fit a scaling claim reads."""
@@ -55,16 +57,17 @@ class Design:
 
     def describe(self) -> str:
         sweep = self.sweep_depths
-        return (
+        text = (
             f"sweep N = {sweep[0]}..{sweep[-1]} ({len(sweep)} depths) x {_seeds_text(self.sweep_seeds)} seeds; growth "
             f"{self.growth_architectures} architectures x {self.growth_seeds} seeds; matched insertion ResNet-"
             f"{', -'.join(map(str, self.matched_depths))} x {_seeds_text(self.matched_seeds)} seeds; weight scaling "
             f"L = {self.scaling_depths[0]}..{self.scaling_depths[-1]} ({len(self.scaling_depths)} depths)"
-        ) + (
-            f"; growth by the criterion K = {self.grow_rounds} rounds x {self.grow_seeds} seeds"
-            if self.grow_seeds
-            else ""
         )
+        if self.grow_seeds:
+            text += f"; growth by the criterion K = {self.grow_rounds} rounds x {self.grow_seeds} seeds"
+        if self.expand_runs:
+            text += f"; decoder expansion: {self.expand_runs} paired runs (K, seed)"
+        return text
 
     def key(self, experiment: str) -> str:
         """The design in words, as far as a case of ``experiment`` reads it: the power table's key."""
@@ -83,6 +86,8 @@ class Design:
             return f"scaling: {len(fits)} fit{'s' if len(fits) != 1 else ''} at L " + "; ".join(fits)
         if experiment == "grow":
             return f"grow: K = {self.grow_rounds} rounds x {self.grow_seeds} seeds"
+        if experiment == "expand":
+            return f"expand: {self.expand_runs} paired runs (K, seed)"
         raise ValueError(f"experiment {experiment!r}: one of {EXPERIMENTS}")
 
     def seeds(self, experiment: str) -> int:
@@ -95,6 +100,8 @@ class Design:
             return int(np.min(self.matched_seeds))
         if experiment == "grow":
             return self.grow_seeds
+        if experiment == "expand":
+            return self.expand_runs
         return min(xs.count(x) for xs in self.fits() for x in set(xs))
 
     def with_seeds(self, experiment: str, k: int) -> Design:
@@ -107,13 +114,15 @@ class Design:
             return replace(self, matched_seeds=k)
         if experiment == "grow":
             return replace(self, grow_seeds=k)
+        if experiment == "expand":
+            return replace(self, expand_runs=k)
         return replace(
             self, scaling_fits=tuple(tuple(x for x in sorted(set(xs)) for _ in range(k)) for xs in self.fits())
         )
 
     def runs(self, experiment: str) -> int:
         """How many runs (records) ``experiment`` holds at this design (growth: both arms; grow: the two compared
-        policies' trajectories)."""
+        policies' trajectories; expand: its runs, each training every policy)."""
         if experiment == "sweep":
             return int(np.sum(np.broadcast_to(np.asarray(self.sweep_seeds), (len(self.sweep_depths),))))
         if experiment == "growth":
@@ -122,6 +131,8 @@ class Design:
             return int(np.sum(np.broadcast_to(np.asarray(self.matched_seeds), (len(self.matched_depths),))))
         if experiment == "grow":
             return 2 * self.grow_seeds
+        if experiment == "expand":
+            return self.expand_runs
         return max(len(xs) for xs in self.fits())
 
 

@@ -12,21 +12,31 @@ functions :data:`common.claim_rules.cases.CASES` simulates them with (docs/claim
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from common.claim_rules.design import Design
 from common.claim_rules.grow import STOP_TOLERANCE, placement_lower_train_loss, stop_within_depths
+from common.claim_rules.verdicts import Outcome
 
 STOP_EFFECT = STOP_TOLERANCE + 1  # depths from the true world's gap (0) to the false world's (k + 1)
 
 
-def sim_placement(design: Design, rng: np.random.Generator, reps: int, k: float, world: str) -> list[str]:
-    seeds = design.grow_seeds
+def paired_verdicts(
+    rule: Callable[..., Outcome], pairs: int, rng: np.random.Generator, reps: int, k: float, world: str
+) -> list[str]:
+    """The verdicts of ``reps`` simulated sets of ``pairs`` paired differences (other - criterion, one per seed or
+    run), each the effect (claim true) or 0 (false) plus Gaussian noise ``k`` times the effect, through ``rule``
+    (called as ``rule(criterion, other, "other")``, a paired rule of :mod:`common.claim_rules.grow`'s form)."""
     effect = 1.0 if world == "true" else 0.0
-    d = effect + k * rng.normal(size=(reps, seeds))  # other - criterion, per seed; the effect is the noise unit
-    criterion = dict.fromkeys(range(seeds), 0.0)
-    return [placement_lower_train_loss(criterion, dict(enumerate(row.tolist())), "other").verdict for row in d]
+    d = effect + k * rng.normal(size=(reps, pairs))  # the effect is the noise unit
+    criterion = dict.fromkeys(range(pairs), 0.0)
+    return [rule(criterion, dict(enumerate(row.tolist())), "other").verdict for row in d]
+
+
+def sim_placement(design: Design, rng: np.random.Generator, reps: int, k: float, world: str) -> list[str]:
+    return paired_verdicts(placement_lower_train_loss, design.grow_seeds, rng, reps, k, world)
 
 
 def stop_plateau(rounds: int) -> int:
@@ -46,4 +56,4 @@ def sim_stop(design: Design, rng: np.random.Generator, reps: int, k: float, worl
     return verdicts
 
 
-__all__ = ["STOP_EFFECT", "sim_placement", "sim_stop", "stop_plateau"]
+__all__ = ["STOP_EFFECT", "paired_verdicts", "sim_placement", "sim_stop", "stop_plateau"]

@@ -20,6 +20,9 @@ from (preset, dataset, seeds, number of runs), the verdict and the rule that gav
   uses the max-norm estimator, Step 2's estimate is shown beside it.
 - **Growth by the criterion** (09, beyond the paper, last): placing by ``V_S,l`` against cyclic and random
   placement after K rounds, and stop rule (c) against the sweep's N* (:mod:`common.experiments.grow_rows`).
+- **Expanding a decoder by the criterion** (10, beyond the paper, last): K new layers placed where ``V_S,l`` is
+  largest against even spacing, Block Influence and ``AG_l``, held-out loss at equal training steps
+  (:mod:`common.experiments.expand_rows`).
 
 A claim without records is "not run", its records column naming the command that makes them
 (:func:`common.experiments.records.commands`).
@@ -40,7 +43,8 @@ Where each part lives: what every row shares (the row, its verdict cell, its des
 :mod:`common.experiments.report_rows`; the rows about AGmax (ResNet sweep, App. G, decoders, V_S,l <= AG_l) in
 :mod:`common.experiments.ag_rows`; growth vs scratch in :mod:`common.experiments.growth_rows`; the matched insertion
 in :mod:`common.experiments.insertion_rows`; weight scaling in :mod:`common.experiments.scaling_rows`; growth by the
-criterion in :mod:`common.experiments.grow_rows`. This module
+criterion in :mod:`common.experiments.grow_rows`; the decoder expansion in :mod:`common.experiments.expand_rows`. This
+module
 puts them in the paper's order (:func:`claim_rows`).
 """
 
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 from common import claim_rates, claims
 from common.experiments.ag_rows import decoder_claims, projection_claims, resnet_claims, saturation_claims
+from common.experiments.expand_rows import expand_claims
 from common.experiments.grow_rows import grow_claims
 from common.experiments.growth_rows import growth_claims
 from common.experiments.insertion_rows import matched_claims
@@ -72,6 +77,7 @@ def claim_rows(rec: Records, power: claim_rates.PowerTable | None = None) -> lis
         *matched_claims(rec, cmd),
         *scaling_claims(rec, cmd),
         *grow_claims(rec, cmd),
+        *expand_claims(rec),
     ]
     regimes = {d: regime(g) for d, g in rec.sweep.groupby("dataset")} if len(rec.sweep) else {}
     for row in rows:

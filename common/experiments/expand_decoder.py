@@ -4,7 +4,7 @@ each policy, check the function, save, and optionally train the new layers (docs
 One run per (K, seed), every policy inside it (they share the probe and, when training, the batches). The model
 comes from a Hub id (``--model``), a local ``save_pretrained`` folder (``--model-path``), a finished run of
 05 (``--from-run``, or the preset's ``ascend_depth`` found under ``--out``: exported to a Hugging Face GPT-2 by
-:func:`common.models.gpt_export.export_run`), or, at the smoke preset, a tiny Llama built here. The run's identity
+:func:`common.gpt_runs.export_run`), or, at the smoke preset, a tiny Llama built here. The run's identity
 holds what defines the model and the text (names and sha256 of the files, not their paths: those sit under
 ``runtime``), so the same model and text give the same run hash on any machine.
 
@@ -33,7 +33,9 @@ from common.data.text_sources import python_docs, text_data_spec, text_files
 from common.device import resolve_device, seed_everything
 from common.errors import ParamError, UserError
 from common.experiments import expand_training as training
-from common.models.gpt_export import byte_tokenizer, export_run
+from common.gpt_runs import EXPERIMENT as ASCEND
+from common.gpt_runs import export_run
+from common.models.gpt_export import byte_tokenizer
 from common.models.hf_decoder import HFDecoder, check_weight_files, is_local, load_causal_lm, sha256_file
 from common.models.hf_expand import (
     POLICIES,
@@ -50,7 +52,6 @@ from common.runs import RunSpec
 from common.train import WEIGHTS
 
 EXPERIMENT = "expand_decoder"
-ASCEND = "gpt2_ascend"  # 05's experiment folder under --out
 REPORT = "expansion_report.json"  # beside each saved checkpoint
 TINY = {"family": "llama", "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 64}
 

@@ -40,6 +40,7 @@ from common.device import resolve_device, seed_everything
 from common.distributed import DistInfo, wait_for_all
 from common.experiments import decoder_runs
 from common.experiments.decoder_runs import prepare_data
+from common.gpt_runs import EXPERIMENT, SCRIPT, build_gpt
 from common.models.gpt import GPT, GPTConfig
 from common.presets.gpt2 import PRESETS
 from common.recipes import AdamWRecipe, TrainSettings
@@ -48,8 +49,6 @@ from common.train import WEIGHTS, finish_run, load_weights
 
 log = logging.getLogger(__name__)
 
-EXPERIMENT = "gpt2_ascend"
-SCRIPT = "05_gpt2_ascend.py"
 
 # Dense bf16 tensor-core peaks (TFLOP/s per device, no sparsity), matched against the device name
 # (longest key first); --peak-tflops overrides. Ascend: approximate public FP16 figures.
@@ -136,11 +135,6 @@ def gpt_configs(
 def require_prepared(config: dict) -> Path:
     """The run's prepared token directory; under torchrun a one-line error naming ``--prepare-only`` when it is missing."""
     return decoder_runs.require_prepared(config, SCRIPT)
-
-
-def build_gpt(config: dict) -> GPT:
-    """The untrained GPT-2 of a config (initialised from the current torch RNG)."""
-    return GPT(GPTConfig(n_layer=config["n_layer"], **config["model"]))
 
 
 # ----------------------------------------------------------------------------- the job

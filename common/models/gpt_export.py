@@ -25,8 +25,8 @@ value, and no merges, so that every UTF-8 byte is one token whose id is the byte
 EOT every training document starts with (GPT-2's convention: it is both BOS and EOS). Special tokens are split
 (``split_special_tokens``): the literal text ``<|endoftext|>`` encodes to its bytes, as in our shards.
 
-:func:`export_run` writes a finished run's model (config, safetensors weights) and that tokenizer into one folder
-with ``save_pretrained``, through a temporary sibling folder renamed into place, so ``from_pretrained`` of
+:func:`save_hf_gpt2` writes the model (config, safetensors weights) and that tokenizer into one folder
+with ``save_pretrained`` (a finished run of 05: :func:`common.gpt_runs.export_run`), through a temporary sibling folder renamed into place, so ``from_pretrained`` of
 ``AutoModelForCausalLM`` and ``AutoTokenizer`` loads it offline.
 """
 
@@ -46,13 +46,9 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from common import runs
 from common.atomic import write_error
-from common.data.tokenizers import ByteTokenizer
 from common.errors import UserError
-from common.experiments.gpt2_ascend import EXPERIMENT, SCRIPT, build_gpt
 from common.models.gpt import GPT, GPTConfig
-from common.train import WEIGHTS, load_weights
 
 EOT_TOKEN = "<|endoftext|>"  # GPT-2's end-of-text, id ByteTokenizer.eot_id = 256
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")  # what an export holds
@@ -151,42 +147,6 @@ def byte_tokenizer(model_max_length: int | None = None) -> PreTrainedTokenizerFa
     )
 
 
-def _unfinished(run_dir: Path, why: str) -> UserError:
-    return UserError(
-        f"{run_dir} {why}; run {SCRIPT} with the flags that planned this run first (it trains it, or resumes it, and "
-        f"saves {WEIGHTS}), then export it"
-    )
-
-
-def load_run_model(run_dir: str | os.PathLike) -> GPT:
-    """The trained GPT of a finished run of script 05 (eval mode, float32, on the CPU).
-
-    The architecture is rebuilt from ``config.json`` (:func:`common.experiments.gpt2_ascend.build_gpt`), the
-    weights are the run's ``model.pt`` (:func:`common.train.load_weights`), or its twin's when the run reused a
-    finished training (``trained_in`` in ``result.json``). A run that is not finished (no ``result.json``: not
-    started, or training, or killed before its end) is a one-line :class:`UserError` naming script 05.
-    """
-    run_dir = Path(run_dir)
-    if not runs.is_done(run_dir):
-        why = "is not a run directory" if not (run_dir / runs.CONFIG).is_file() else "has not finished (no result.json)"
-        raise _unfinished(run_dir, why)
-    run = runs.read_run(run_dir)
-    if run.config.get("experiment") != EXPERIMENT:
-        raise UserError(
-            f"{run_dir} is a run of {run.config.get('experiment')!r}, not of {SCRIPT} ({EXPERIMENT}); give a run "
-            f"directory under <out>/{EXPERIMENT}/"
-        )
-    source = run_dir.parent / run.result["trained_in"] if "trained_in" in run.result else run_dir
-    if not (source / WEIGHTS).is_file() and source != run_dir:
-        raise UserError(
-            f"{run_dir} reused the training of {source}, which has no {WEIGHTS}; delete {run_dir} and rerun {SCRIPT} "
-            "with the flags that planned it (it trains that run again)"
-        )
-    model = build_gpt(run.config)
-    model.load_state_dict(load_weights(source))
-    return model.eval()
-
-
 def _fsync_files(folder: Path) -> None:
     """Flush the files ``save_pretrained`` wrote (it writes them flat) to disk before the folder is renamed."""
     for path in folder.iterdir():
@@ -205,24 +165,16 @@ def _is_export(folder: Path) -> bool:
     return False
 
 
-def export_run(run_dir: str | os.PathLike, folder: str | os.PathLike) -> Path:
-    """Write run ``run_dir``'s model and the byte tokenizer to ``folder`` as one Hugging Face folder; return it.
+def save_hf_gpt2(model: GPT, folder: str | os.PathLike) -> Path:
+    """Write ``model`` and the byte tokenizer to ``folder`` as one Hugging Face folder; return it.
 
     ``config.json``, ``model.safetensors`` (and ``generation_config.json``) from ``GPT2LMHeadModel.save_pretrained``,
     ``tokenizer.json`` and ``tokenizer_config.json`` from the tokenizer's. Written into a temporary sibling folder,
     fsynced, then renamed to ``folder``: a crash never leaves a partial export there (the old one, the new one, or,
     between the two renames of a replacement, none, the old one then a hidden ``.old`` sibling). An earlier
-    export at ``folder`` is replaced; any other non-empty folder there is refused (one line), and so is a run trained
-    with another tokenizer than the byte one (tiktoken's ``gpt2`` has no offline Hugging Face twin here).
+    export at ``folder`` is replaced; any other non-empty folder there is refused (one line).
     """
     folder = Path(folder)
-    model = load_run_model(run_dir)
-    tokenizer_name = runs.read_run(Path(run_dir)).config["data"]["tokenizer"]
-    if tokenizer_name != ByteTokenizer.name:
-        raise UserError(
-            f"{run_dir} was trained with the {tokenizer_name!r} tokenizer; export_run writes only the byte tokenizer "
-            f"({SCRIPT} --tokenizer byte, the smoke and mini presets)"
-        )
     if folder.exists() and not (folder.is_dir() and _is_export(folder)):
         raise UserError(f"{folder} exists and is not an earlier export; delete it or choose another folder")
     hf, tokenizer = to_hf_gpt2(model), byte_tokenizer(model.config.block_size)
@@ -247,4 +199,4 @@ def export_run(run_dir: str | os.PathLike, folder: str | os.PathLike) -> Path:
     return folder
 
 
-__all__ = ["byte_tokenizer", "export_run", "hf_config", "hf_state_dict", "load_run_model", "to_hf_gpt2"]
+__all__ = ["byte_tokenizer", "hf_config", "hf_state_dict", "save_hf_gpt2", "to_hf_gpt2"]

@@ -15,8 +15,9 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from common import runs
 from common.data.tokenizers import ByteTokenizer
 from common.errors import UserError
+from common.gpt_runs import export_run, load_run_model
 from common.models.gpt import GPT, GPTConfig
-from common.models.gpt_export import byte_tokenizer, export_run, hf_config, load_run_model, to_hf_gpt2
+from common.models.gpt_export import byte_tokenizer, hf_config, to_hf_gpt2
 from common.train import WEIGHTS
 
 script = importlib.import_module("05_gpt2_ascend")

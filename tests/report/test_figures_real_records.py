@@ -173,6 +173,8 @@ def mean(values) -> float:
 
 # ----------------------------------------------------------------------------- every experiment that ran is run
 GROW_ROWS = ("beyond the paper: placing by V_S,l", "beyond the paper: stop rule (c)")  # 09's rows
+EXPAND_ROWS = ("beyond the paper: expanding a trained decoder",)  # 10's rows
+UNRUN_ROWS = GROW_ROWS + EXPAND_ROWS  # 09 and 10 do not run here: their 3 + 3 rows are not run
 
 
 def test_every_experiment_that_ran_has_its_claim_rows_run_and_nothing_is_skipped(pipeline):
@@ -182,12 +184,15 @@ def test_every_experiment_that_ran_has_its_claim_rows_run_and_nothing_is_skipped
         not_run = [r["claim"] for r in rows if r["verdict"] == claims.NOT_RUN]
         assert not not_run, f"{experiment}: reported not run: {not_run}"
     # 09 does not run here (its real records: tests/experiments/test_grow_by_criterion.py; its rows and figures 10 and
-    # 11 from 09-format records: tests/report/test_grow_report.py): its three rows and one figure group are not run
+    # 11 from 09-format records: tests/report/test_grow_report.py): its three rows and one figure group are not run;
+    # nor does 10 (its rows from 10-format records: tests/report/test_expand_report.py): its three rows are not run
     grow = [r for text, r in pipeline.claims.items() if text.startswith(GROW_ROWS)]
     assert len(grow) == 3 and all(r["verdict"] == claims.NOT_RUN for r in grow)
-    assert all(r["verdict"] != claims.NOT_RUN for text, r in pipeline.claims.items() if not text.startswith(GROW_ROWS))
+    expand = [r for text, r in pipeline.claims.items() if text.startswith(EXPAND_ROWS)]
+    assert len(expand) == 3 and all(r["verdict"] == claims.NOT_RUN for r in expand)
+    assert all(r["verdict"] != claims.NOT_RUN for text, r in pipeline.claims.items() if not text.startswith(UNRUN_ROWS))
     assert f"{len(FIGURES)} figures" in pipeline.printed and ", 1 skipped" in pipeline.printed
-    assert f"{claims.NOT_RUN}: 3;" in pipeline.printed
+    assert f"{claims.NOT_RUN}: {len(grow) + len(expand)};" in pipeline.printed
     assert "0 finished runs left out" in pipeline.printed  # the one reader accepts every record the real jobs write
 
 
@@ -330,5 +335,5 @@ def test_the_claims_report_and_its_csv_hold_the_same_rows(pipeline):
         return sorted((int(r["id"]), r["claim"], r["verdict"]) for r in rows)
 
     assert keys(shown) == keys(written)
-    ran = [r for r in written if r["verdict"] != claims.NOT_RUN]  # 09's rows: not run here
-    assert len(ran) == len(written) - 3 and all(r["verdict"].endswith(f"({SMOKE_NOTE})") for r in ran)  # smoke records
+    ran = [r for r in written if r["verdict"] != claims.NOT_RUN]  # 09's and 10's rows: not run here
+    assert len(ran) == len(written) - 6 and all(r["verdict"].endswith(f"({SMOKE_NOTE})") for r in ran)  # smoke records

@@ -1,0 +1,81 @@
+"""10_expand_decoder.py end to end: a tiny local GPT-NeoX and Llama expanded by K = 2 under every policy, saved, loaded
+back with from_pretrained, the same logits and greedy tokens; the smoke preset; a rerun that resumes."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from common import runs
+from common.models.hf_decoder import HFDecoder
+from common.models.hf_expand import FUNCTION_ATOL, POLICIES, greedy_tokens
+from tests.helpers import hf_tiny
+
+main = importlib.import_module("10_expand_decoder").main
+FLAGS = ["--device", "cpu", "--seq-len", "16", "--sequences", "8", "--batch-size", "4", "--held-out-tokens", "512"]
+
+
+@pytest.mark.parametrize("layout", ["gpt_neox", "llama"])
+def test_every_policy_saves_an_expansion_that_loads_and_computes_the_same_function(layout, tmp_path, capsys):
+    model = hf_tiny.save(layout, tmp_path / "model")
+    text = hf_tiny.text(tmp_path)
+    save, out = tmp_path / "expanded", tmp_path / "runs"
+    argv = [
+        "--model-path",
+        str(model),
+        "--text-file",
+        str(text),
+        "--blocks",
+        "2",
+        "--save",
+        str(save),
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, *FLAGS, "--train-steps", "2", "--n-evals", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "| place | copy of | V_S,l |" in printed and "held-out loss" in printed
+    [run] = runs.run_dirs(out / "expand_decoder")
+    result = runs.read_result(run)
+    assert set(result["policies"]) == set(POLICIES) and len(result["ranking"]) == 4
+    original = AutoModelForCausalLM.from_pretrained(model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    x = torch.tensor([tokenizer(text.read_text()[:200])["input_ids"][:24]])
+    for policy in POLICIES:
+        folder = save / f"{policy}-K2"
+        report = json.loads((folder / "expansion_report.json").read_text())
+        assert report["places"] == result["policies"][policy]["places"] and report["reloaded_check"]["passed"]
+        expanded = AutoModelForCausalLM.from_pretrained(folder).eval()
+        assert expanded.config.num_hidden_layers == 5 and AutoTokenizer.from_pretrained(folder)("a")["input_ids"] == [
+            97
+        ]
+        with torch.no_grad():
+            diff = (expanded(x).logits - original(x).logits).abs().max()
+        assert diff <= FUNCTION_ATOL
+        assert greedy_tokens(expanded, x[:, :6]) == greedy_tokens(original, x[:, :6])
+        curve = result["policies"][policy]["training"]
+        assert [c["step"] for c in curve] == [0, 2] and result["policies"][policy]["held_out_loss"] == curve[-1][
+            "held_out_loss"
+        ]
+    assert len(HFDecoder(original).blocks) == 3  # the source folder untouched
+    before = {p: p.stat().st_mtime_ns for p in run.iterdir()}
+    assert main([*argv, *FLAGS, "--train-steps", "2", "--n-evals", "2"]) == 0  # finished: nothing redone
+    assert {p: p.stat().st_mtime_ns for p in run.iterdir()} == before
+
+
+def test_smoke_preset_runs_and_a_killed_run_resumes_at_its_policy(tmp_path, capsys):
+    out = tmp_path / "runs"
+    assert main(["--preset", "smoke", "--device", "cpu", "--out", str(out)]) == 0
+    [run] = runs.run_dirs(out / "expand_decoder")
+    first = runs.read_result(run)
+    assert first["model"]["model_class"] == "LlamaForCausalLM" and first["blocks"] == 2
+    lines = runs.read_metrics(run)
+    (run / runs.RESULT).unlink()  # killed after two policies: their lines stay, the rest is redone
+    (run / runs.METRICS).write_text("".join(json.dumps(line) + "\n" for line in lines[:2]))
+    assert main(["--preset", "smoke", "--device", "cpu", "--out", str(out)]) == 0
+    again = runs.read_result(run)
+    assert again["policies"] == first["policies"] and len(runs.read_metrics(run)) == len(POLICIES)
