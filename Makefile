@@ -33,7 +33,7 @@ smoke: $(STAMP)
 ## mini: install, then the whole chain with --preset mini (real CIFAR-10 images and Tiny Shakespeare at reduced
 ## scale; about 5,050 s measured on a 2-core CPU on 2026-12-02: README, section "Results"), its records made portable, then 08's figures and claims report.
 ##   make mini IMAGES="--dataset npz --data-root X.npz" TEXT="--text-file Y.txt"   (no downloads)
-## IMAGES goes to 01, 02, 03, 06, 07 and 09 (07 reads weights only: without --data-root), TEXT to 04 and 05; without
+## IMAGES goes to 01, 02, 03, 06, 07 and 09 (07 reads weights only: without --data-root), TEXT to 04, 05 and 10 (10 expands 05's L = 6 decoder); without
 ## them 01 downloads CIFAR-10 into data/ and 05 Tiny Shakespeare into data/tinyshakespeare.txt. Output: OUT.
 mini: OUT = results/mini
 mini: $(STAMP)
@@ -50,6 +50,7 @@ mini: $(STAMP)
 	step 06_matched_insertion.py $(IMAGES); \
 	step 07_weight_scaling.py $$images07; \
 	step 09_grow_by_criterion.py $(IMAGES); \
+	step 10_expand_decoder.py $(TEXT); \
 	$(PY) -c 'import sys; from common.runs import make_portable; print(f"mini: {len(make_portable(sys.argv[1]))} configs made portable")' $(OUT); \
 	t=$$(date +%s); $(PY) -m common.experiments.power_table --out $(OUT) --preset mini --fresh; \
 	echo "mini: the power table at the records' design took $$(( $$(date +%s) - t )) s"; \

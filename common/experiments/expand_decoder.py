@@ -43,6 +43,7 @@ from common.models.hf_expand import (
     choose_places,
     copy_decoder,
     expand_layers,
+    expandable,
     function_check,
     place_scores,
 )
@@ -57,23 +58,43 @@ TINY = {"family": "llama", "hidden_size": 32, "num_hidden_layers": 3, "num_atten
 
 
 # ----------------------------------------------------------------------------- where the model comes from
-def find_ascend_run(out: str | Path, depth: int) -> Path:
-    """The finished 05 run of depth ``depth`` under ``out`` that kept its weights; a one-line error naming 05 if none."""
+def find_ascend_run(out: str | Path, depth: int, preset: str) -> Path:
+    """The finished 05 run of depth ``depth`` and ``preset`` under ``out``; a one-line error naming 05 if none.
+
+    Its weights are not needed to plan (the run's identity names the 05 run, whose config defines its training):
+    :func:`check_weights` asks for them before any run starts, so that committed records without weights plan.
+    """
     found = [
         d
         for d in runs.run_dirs(Path(out) / ASCEND)
-        if runs.is_done(d) and (d / WEIGHTS).is_file() and runs.read_run(d).config.get("n_layer") == depth
+        if runs.is_done(d) and {"n_layer": depth, "preset": preset}.items() <= runs.read_run(d).config.items()
     ]
     if not found:
         raise UserError(
-            f"{Path(out) / ASCEND}: no finished 05 run of L = {depth} with its weights ({WEIGHTS}); run "
-            f"05_gpt2_ascend.py --depths {depth} with the same --out (and --preset) first, or give --from-run DIR"
+            f"{Path(out) / ASCEND}: no finished 05 run of L = {depth} at --preset {preset}; run 05_gpt2_ascend.py "
+            f"--preset {preset} --depths {depth} with the same --out first, or give --from-run DIR"
         )
     return sorted(found)[0]
 
 
+def check_weights(run: Path) -> None:
+    """A 05 run to export must have kept its weights (committed records hold none: 05 retrains them)."""
+    if not (run / WEIGHTS).is_file():
+        raise UserError(
+            f"{run}: this 05 run has no {WEIGHTS} (committed records keep no weights); delete the run directory and "
+            "rerun 05_gpt2_ascend.py with the same flags (it trains it again), then this command"
+        )
+
+
 def model_source(
-    preset: ExpandPreset, *, model: str | None, model_path: str | None, revision: str | None, from_run: str | None, out
+    preset: ExpandPreset,
+    *,
+    model: str | None,
+    model_path: str | None,
+    revision: str | None,
+    from_run: str | None,
+    out,
+    preset_name: str = "mini",
 ) -> tuple[dict, dict]:
     """``(identity, runtime)`` of the model to expand: what defines it, and where it is on this machine."""
     given = [f for f, v in (("--model", model), ("--model-path", model_path), ("--from-run", from_run)) if v]
@@ -89,16 +110,13 @@ def model_source(
     if model:
         return {"kind": "hub", "model": model, "revision": revision}, {}
     if from_run or preset.ascend_depth is not None:
-        run = Path(from_run) if from_run else find_ascend_run(out, preset.ascend_depth)
-        if not (runs.is_done(run) and (run / WEIGHTS).is_file()):
-            raise UserError(
-                f"--from-run {run}: not a finished 05 run with its weights ({WEIGHTS}); run 05_gpt2_ascend.py first"
-            )
+        run = Path(from_run) if from_run else find_ascend_run(out, preset.ascend_depth, preset_name)
+        if not runs.is_done(run):
+            raise UserError(f"--from-run {run}: not a finished run of 05_gpt2_ascend.py (no result.json); run 05 first")
         stored = runs.read_run(run).config
         if stored.get("experiment") != ASCEND:
             raise UserError(f"--from-run {run}: a run of {stored.get('experiment')}, not of 05_gpt2_ascend.py")
-        ident = {"kind": ASCEND, "run": run.name, "weights_sha256": sha256_file(run / WEIGHTS)}
-        return ident, {"from_run": str(run.resolve())}
+        return {"kind": ASCEND, "run": run.name}, {"from_run": str(run.resolve())}
     if preset.tiny:
         return {"kind": "tiny", **TINY, "seed": 0}, {}
     raise UserError("no model to expand: give --model ID, --model-path DIR or --from-run DIR (a finished 05 run)")
@@ -145,9 +163,15 @@ def load_source(config: dict, scratch: Path):
         lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), max_position_embeddings=4 * config["seq_len"], **cfg))
         return lm.eval(), tok, {"model": "tiny-llama", "model_class": type(lm).__name__}
     if ident["kind"] == ASCEND:
-        folder = export_run(Path(runtime["from_run"]), scratch / "base_model")
-        loaded = load_causal_lm(str(folder))
-        return loaded.model.eval(), loaded.tokenizer, {**loaded.record, "model": f"{ASCEND}/{ident['run']}"}
+        run = Path(runtime["from_run"])
+        check_weights(run)
+        loaded = load_causal_lm(str(export_run(run, scratch / "base_model")))
+        record = {
+            **loaded.record,
+            "model": f"{ASCEND}/{ident['run']}",
+            "run_weights_sha256": sha256_file(run / WEIGHTS),
+        }
+        return loaded.model.eval(), loaded.tokenizer, record
     name = runtime["model_path"] if ident["kind"] == "folder" else ident["model"]
     loaded = load_causal_lm(name, revision=ident.get("revision"))
     if ident["kind"] == "folder":
@@ -222,7 +246,7 @@ def expand_configs(
     """One config per (K, seed): ``seeds``, else the preset's ``seeds`` count from ``seed``; ``overrides``: preset fields."""
     p = choose_preset(PRESETS, preset, overrides)
     ident, model_runtime = model_source(
-        p, model=model, model_path=model_path, revision=revision, from_run=from_run, out=out
+        p, model=model, model_path=model_path, revision=revision, from_run=from_run, out=out, preset_name=preset
     )
     text, text_runtime = text_source(p, text_path, model_runtime)
     layers = source_layers(ident, model_runtime)
@@ -282,7 +306,8 @@ def check_save(save: Path, configs: Sequence[dict]) -> None:
 
 
 def check_expand_inputs(configs: list[dict]) -> None:
-    """Before any run directory: the text is long enough for the split (the model's tokenizer is loaded for it)."""
+    """Before any run directory: the model loads and its layout can be expanded, and the text is long enough for the
+    split (read with the model's tokenizer)."""
     seen = set()
     for config in configs:
         key = json.dumps(
@@ -292,7 +317,8 @@ def check_expand_inputs(configs: list[dict]) -> None:
             continue
         seen.add(key)
         with tempfile.TemporaryDirectory() as scratch:
-            _, tokenizer, _ = load_source(config, Path(scratch))
+            lm, tokenizer, _ = load_source(config, Path(scratch))
+            expandable(HFDecoder(lm))
             text_split(config, tokenizer)
 
 

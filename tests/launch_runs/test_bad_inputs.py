@@ -46,6 +46,7 @@ from common.launch import check_before_creating, launch_from_args
 from common.models.resnet import ResNet, ResNetConfig
 from common.resnet_sweep import sweep_configs
 from common.runs import RunSpec
+from tests.helpers import hf_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p.stem for p in ROOT.glob("[0-9][0-9]_*.py"))
@@ -134,6 +135,11 @@ def bert_folder(out: Path) -> None:
         folder / "config.json"
     )
     (folder / "model.safetensors").write_bytes(noise(64))
+
+
+def gptj_folder(out: Path) -> None:
+    """A tiny GPT-J saved with its tokenizer: a causal LM whose MLP projects back with fc_out (no expansion rule)."""
+    hf_tiny.save("gptj", out.parent / "gptj")
 
 
 def write_other(relative: str) -> Callable[[Path], None]:
@@ -333,6 +339,7 @@ CASES: list[Case] = [
         ["--model-path", "{tmp}/neox", "--text-file", "{tmp}/small.txt"],
         "model.safetensors",
     ),
+    *each("10", "unexpandable-layout", ["--model-path", "{tmp}/gptj"], "GPTJForCausalLM", setup=gptj_folder),
     *each("10", "two-models", ["--model-path", "{tmp}/neox", "--from-run", "{tmp}"], "give one model"),
     *each("10", "save-with-other-content", ["--save", "{tmp}/save"], "--save", setup=write_other("save/notes.txt")),
     *each("10", "text-too-short", ["--text-file", "{tmp}/short.txt"], "too short", setup=write_other("short.txt")),

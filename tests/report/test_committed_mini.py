@@ -33,6 +33,7 @@ PLANNERS = (
     "06_matched_insertion",
     "07_weight_scaling",
     "09_grow_by_criterion",
+    "10_expand_decoder",
 )
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?(?:\s?UTC)?)?")
 
@@ -109,7 +110,7 @@ def planned_runs(monkeypatch, images: list[str], texts: list[str]) -> set[str]:
             monkeypatch.setattr(
                 script, "mini_hub_check", lambda revision=None: None
             )  # plan Pythia as if the Hub answered
-        flags = texts if name in ("04_pythia_cpt", "05_gpt2_ascend") else images
+        flags = texts if name in ("04_pythia_cpt", "05_gpt2_ascend", "10_expand_decoder") else images
         if name == "07_weight_scaling":
             flags = flags[:2]  # make mini gives 07 no --data-root (it reads weights only)
         assert script.main(["--preset", "mini", "--out", str(RESULTS), "--dry-run", *flags]) == 0, name
