@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2LMHeadModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -36,6 +36,7 @@ from common import device as devices
 from common.device import cpu_count, device_name
 from common.experiments.gpt2_ascend import peak_flops
 from common.models.gpt import GPT, GPTConfig
+from common.models.gpt_export import hf_config
 from common.probe import probe_activation_gradients
 from common.recipes import AdamWRecipe
 from common.train import classification_loss
@@ -45,23 +46,9 @@ RECIPE = AdamWRecipe(steps=1, lr=6e-4, eval_interval=1)  # the optimiser of the 
 
 
 def hf_gpt2(config: GPTConfig) -> GPT2LMHeadModel:
-    """``GPT2LMHeadModel`` with our configuration (the padded vocabulary, no dropout, tanh GELU, tied head)."""
-    hf = GPT2Config(
-        vocab_size=config.padded_vocab_size,
-        n_positions=config.block_size,
-        n_embd=config.n_embd,
-        n_layer=config.n_layer,
-        n_head=config.n_head,
-        n_inner=config.hidden,
-        activation_function="gelu_new",
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        layer_norm_epsilon=config.layer_norm_eps,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
-    return GPT2LMHeadModel(hf)
+    """``GPT2LMHeadModel`` with our configuration (:func:`common.models.gpt_export.hf_config`: the padded vocabulary,
+    no dropout, tanh GELU, tied head)."""
+    return GPT2LMHeadModel(hf_config(config))
 
 
 def train_step(forward, optimizer, x, y, dev) -> None:

@@ -11,6 +11,7 @@ maximum, and each seed is a faint dot.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -493,14 +494,13 @@ def grow_vs_compute(trajectories: pd.DataFrame, sweep: pd.DataFrame, *, dataset:
 
 def grow_choices(trajectories: pd.DataFrame, *, dataset: str) -> Figure:
     """Figure 11: which candidate each policy chose, round by round (09): one panel per policy, x the round, y the
-    candidate (in the network's order, ``chosen_index``), one marker per seed, offset a little to stay apart.
+    candidate by name in the network's order (``block0.in`` .. ``blockN.in``, then ``head.in``: an index shifts as
+    blocks are inserted, a name keeps its place below the head), one marker per seed, offset a little to stay apart.
 
-    ``trajectories``: one row per (policy, seed, round) with ``chosen_candidate`` (round 0: none) and, where
-    recorded, ``chosen_index``."""
+    ``trajectories``: one row per (policy, seed, round) with ``chosen_candidate`` (round 0: none)."""
     grown = trajectories[trajectories["round"] >= 1].dropna(subset=["chosen_candidate"])
     policies = sorted(grown["policy"].unique()) or ["(none)"]
-    order = "chosen_index" if "chosen_index" in grown and grown["chosen_index"].notna().all() else "chosen_candidate"
-    names = grown.sort_values(order).drop_duplicates("chosen_candidate")["chosen_candidate"].tolist()
+    names = sorted(grown["chosen_candidate"].unique(), key=_candidate_order)
     place = {name: i for i, name in enumerate(names)}
     fig = new_figure(min(3.0 * len(policies), 12.0), 1.2 + 0.28 * max(len(names), 4))
     axes = np.atleast_1d(fig.subplots(1, len(policies), sharey=True))
@@ -521,6 +521,12 @@ def grow_choices(trajectories: pd.DataFrame, *, dataset: str) -> Figure:
     axes[0].set_ylabel("candidate chosen")
     fig.suptitle(f"where each round's block went, {dataset}: one line per seed", fontsize=9)
     return fig
+
+
+def _candidate_order(name: str) -> tuple[int, int, str]:
+    """``blockK.in`` by K, then any other name (``head.in``) after them."""
+    match = re.fullmatch(r"block(\d+)\.in", str(name))
+    return (0, int(match.group(1)), "") if match else (1, 0, str(name))
 
 
 def _mean_note(df: pd.DataFrame) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import TypeVar
 
-from common.errors import one_of
+from common.errors import ParamError, one_of
 
 P = TypeVar("P")
 
@@ -19,3 +19,12 @@ def choose_preset(presets: dict[str, P], name: str, overrides: dict | None) -> P
     if unknown:
         raise TypeError(f"unknown preset fields {sorted(unknown)}")
     return replace(preset, **given)
+
+
+def names_of(text: str, allowed: tuple[str, ...], param: str) -> tuple[str, ...]:
+    """Comma-separated names of ``allowed``, each once, in the order given (a flag's type, e.g. ``--policy``); a
+    :class:`~common.errors.ParamError` of ``param`` naming the choices otherwise."""
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    if not names or any(n not in allowed for n in names):
+        raise ParamError(param, text, f"use one or more of {', '.join(allowed)}, comma-separated")
+    return names

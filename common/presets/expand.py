@@ -13,15 +13,12 @@ from dataclasses import dataclass
 
 from common.errors import ParamError
 from common.models.hf_expand import POLICIES
+from common.presets.choose import names_of
 
 
 def policies_of(text: str) -> tuple[str, ...]:
     """``--policy``'s type: comma-separated names of :data:`~common.models.hf_expand.POLICIES`, once each."""
-    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-    bad = [n for n in names if n not in POLICIES]
-    if not names or bad:
-        raise ParamError("policies", text, f"use one or more of {', '.join(POLICIES)}, comma-separated")
-    return names
+    return names_of(text, POLICIES, "policies")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import ParamError
+from common.presets.choose import names_of
 from common.presets.probe import SATURATION_ALPHA, SATURATION_CAL_FRACTION, app_g_sizes
 
 POLICIES = ("criterion", "ag", "cyclic", "random")  # where each round's block goes (docs/09_grow_by_criterion.md)
@@ -19,11 +20,7 @@ POLICIES = ("criterion", "ag", "cyclic", "random")  # where each round's block g
 
 def policies_of(text: str) -> tuple[str, ...]:
     """``policies`` as a tuple (also ``--policy``'s type): comma-separated names of :data:`POLICIES`, once each."""
-    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-    bad = [n for n in names if n not in POLICIES]
-    if not names or bad:
-        raise ParamError("policies", text, f"use one or more of {', '.join(POLICIES)}, comma-separated")
-    return names
+    return names_of(text, POLICIES, "policies")
 
 
 @dataclass(frozen=True)
