@@ -28,6 +28,7 @@ script, not a device (the compiled variants then use dynamo's ``eager`` backend)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -45,6 +46,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import device as devices
+from common.compile import compiled as regional_compile
 from common.data.loader import TensorLoader
 from common.data.vision import make_synthetic
 from common.models.gpt import GPT, GPTConfig
@@ -94,9 +96,14 @@ def loader(sizes: Sizes, dev: torch.device, images: int | None = None) -> Tensor
     return TensorLoader(data.x_train.to(dev), data.y_train.to(dev), sizes.batch, train=True, seed=0, **keys)
 
 
+COMPILED = contextlib.ExitStack()  # the benchmark's compiled models stay compiled until the process ends
+
+
 def compiled(model, dev: torch.device, quick: bool):
-    torch.compiler.reset()  # as common.train does for every run
-    return torch.compile(model, backend="eager") if quick or dev.type == "cpu" else torch.compile(model)
+    """``model``'s training forward compiled as runs compile it (:func:`common.compile.compiled`: each repeated
+    block, a fresh compiler state), with the ``eager`` backend on the CPU or ``--quick``."""
+    backend = "eager" if quick or dev.type == "cpu" else None
+    return COMPILED.enter_context(regional_compile(model, True, backend=backend)).forward(model)
 
 
 def epoch_seconds(model, forward, batches: TensorLoader, dev: torch.device) -> tuple[float, float]:

@@ -13,7 +13,9 @@ Device capabilities decided here, each in one function (docs/decisions.md):
   NPU, MPS), so epoch times measure finished work, not the kernel queue;
 - RNG state (:func:`rng_state`): the CPU generators plus the generator of the *current* device
   of the type the run computes on only, so a checkpoint resumes under any number of visible
-  devices, and a CPU run on a GPU node never touches (or initialises) CUDA.
+  devices, and a CPU run on a GPU node never touches (or initialises) CUDA;
+- ``cudnn.benchmark`` for training (:func:`cudnn_benchmark`): on for CUDA with static shapes, off under
+  deterministic mode and when several runs share the device (:data:`RUNS_PER_DEVICE_ENV`).
 
 Float64 support and the float32 math mode (TF32, HF32) are decided in :mod:`common.precision`.
 """
@@ -35,6 +37,7 @@ from common.errors import UserError
 log = logging.getLogger(__name__)
 
 NPU_INSTALL_HINT = "pip install -r requirements-npu.txt (torch_npu for Ascend NPUs, with the CANN toolkit)"
+RUNS_PER_DEVICE_ENV = "RUNS_PER_DEVICE"  # K of --runs-per-device, in a job's environment where K > 1 (unset: 1)
 
 
 @functools.cache
@@ -156,6 +159,42 @@ def set_deterministic(enabled: bool = True) -> None:
     torch.use_deterministic_algorithms(enabled, warn_only=False)
     torch.backends.cudnn.benchmark = not enabled
     torch.backends.cudnn.deterministic = enabled
+
+
+def cudnn_benchmark(device_type: str, *, deterministic: bool, runs_per_device: int, static_shapes: bool) -> bool:
+    """Whether training turns ``torch.backends.cudnn.benchmark`` on (a pure function of its arguments).
+
+    On for ``cuda`` when the training shapes are static (benchmark times every candidate algorithm once per
+    shape, then keeps the fastest), unless determinism is asked for (the algorithm chosen would depend on
+    timings: not reproducible) or several runs share the device (``runs_per_device`` > 1: timings taken while
+    other processes compute pick by the load of the moment, the trial algorithms' workspaces compete for the
+    shared memory, and records would no longer be those of the run alone). Off elsewhere (no cuDNN).
+    """
+    return device_type == "cuda" and static_shapes and not deterministic and runs_per_device == 1
+
+
+def runs_per_device() -> int:
+    """K of ``--runs-per-device``, from this job's environment (:data:`RUNS_PER_DEVICE_ENV`); 1 where unset."""
+    value = os.environ.get(RUNS_PER_DEVICE_ENV, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
+@contextlib.contextmanager
+def cudnn_benchmark_for(device: torch.device, static_shapes: bool = True) -> Iterator[bool]:
+    """``cudnn.benchmark`` as :func:`cudnn_benchmark` decides for training on ``device`` (deterministic mode:
+    ``torch.are_deterministic_algorithms_enabled()``) for the duration, then as it was; yields the decision."""
+    on = cudnn_benchmark(
+        device.type,
+        deterministic=torch.are_deterministic_algorithms_enabled(),
+        runs_per_device=runs_per_device(),
+        static_shapes=static_shapes,
+    )
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = on
+    try:
+        yield on
+    finally:
+        torch.backends.cudnn.benchmark = before
 
 
 def rng_accelerators() -> dict:

@@ -19,14 +19,14 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import submitit
 from tqdm.auto import tqdm
 
-from common.device import cpu_count, resolve_device
+from common.device import RUNS_PER_DEVICE_ENV, cpu_count, resolve_device
 from common.distributed import visible_devices
 from common.errors import UserError
 from common.runs import RunSpec
@@ -76,15 +76,17 @@ def local_slots(device: str, *, distributed: bool, runs_per_device: int = 1) -> 
             "device for one run), so devices cannot be shared between runs; leave --runs-per-device at 1"
         )
     kind = resolve_device(device).type
+    shared = {RUNS_PER_DEVICE_ENV: str(runs_per_device)} if runs_per_device > 1 else {}  # cudnn.benchmark off there
     if kind == "mps":
-        return [LocalSlot(label="mps") for _ in range(runs_per_device)]
+        return [LocalSlot(label="mps", env=shared) for _ in range(runs_per_device)]
     if kind not in VISIBLE_DEVICES_ENV:
         threads = {"OMP_NUM_THREADS": str(CPU_THREADS)}
         return [LocalSlot(env=threads) for _ in range(cpu_count() * runs_per_device)]
     ids = visible_device_ids(kind, visible_devices(kind))
     if distributed:
         return [_device_slot(kind, ids)]
-    return [_device_slot(kind, [one]) for _ in range(runs_per_device) for one in ids]
+    slots = [_device_slot(kind, [one]) for _ in range(runs_per_device) for one in ids]
+    return [replace(slot, env={**slot.env, **shared}) for slot in slots]
 
 
 def longest_first(specs: Sequence[RunSpec], cost: Callable[[dict], float] | None) -> list[RunSpec]:

@@ -322,6 +322,7 @@ def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet) -> dict:
         "images_per_s": summary["images_per_s"],
         "autocast_dtype": summary["autocast_dtype"],  # training precision (common.device.autocast_dtype)
         "final_eval_dtype": summary["final_eval_dtype"],  # train_/test_loss above: float32 on every device
+        **{k: summary[k] for k in ("compile", "cudnn_benchmark") if k in summary},  # common.compile, common.device
         **extra,
     }
     finish_run(path, result)

@@ -33,6 +33,7 @@ from submitit.slurm.slurm import SlurmExecutor, _convert_mem, _make_sbatch_strin
 from tqdm.auto import tqdm
 
 from common import runs
+from common.device import RUNS_PER_DEVICE_ENV
 from common.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -293,6 +294,10 @@ def _share_gpu(values: dict, where: str | None, job_kind: str, k: int, distribut
     values.pop("gpus_per_node", None)  # the shard (MPS) GRES binds the job to one GPU
     sbatch["gres"] = f"{kind}:{int(count) // k}"
     values["sbatch"] = sbatch
+    values["setup"] = [
+        *(values.get("setup") or []),
+        f"export {RUNS_PER_DEVICE_ENV}={k}",
+    ]  # cudnn.benchmark off when shared
 
 
 def _one_task_per_gpu(values: dict, where: str | None, job_kind: str) -> None:

@@ -17,9 +17,10 @@ per position). ``TrainSettings(loss="mse")`` trains a regression instead (output
 targets of one shape, mean squared error over every coordinate, no accuracy recorded). Loaders
 with a ``set_epoch`` method get the epoch before each pass.
 
-Devices: with ``compile`` every run starts from a fresh compiler state (``torch.compiler.reset()``:
-dynamo keeps at most 8 compiled versions of one function per process, and every depth shares
-``ResNet.forward``, so an inline sweep would stop compiling after a few depths); epoch times
+Devices: ``compile`` compiles the model's repeated blocks, not the whole model (:mod:`common.compile`: the
+compile work of a run is that of its block types, whatever its depth; a fresh compiler state per run; the counts
+in the summary's ``compile``); ``cudnn.benchmark`` is on for training where :func:`common.device.cudnn_benchmark`
+says (CUDA, static shapes, no deterministic mode, a device of its own; the summary's ``cudnn_benchmark``); epoch times
 synchronise any accelerator (:func:`common.device.synchronize`); loss sums are float64
 (on the CPU for devices without float64); the final reported losses are evaluated in float32
 whatever the training precision, with TF32 and HF32 off (:func:`final_evaluation`); checkpoints
@@ -53,7 +54,9 @@ from torch import nn
 
 from common import device as devices
 from common import runs
+from common.compile import Compilation, compiled
 from common.errors import UserError
+from common.losses import chunked_cross_entropy
 from common.placement import distribute, fsdp_bf16, full_state, place_model, rank, resume, world_size
 from common.precision import float32_reduced_on, float64_device, full_precision, supports_float64
 from common.recipes import Schedule, TrainSettings
@@ -71,8 +74,12 @@ class NonFiniteLossError(UserError):
 
 def classification_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
     """Mean cross-entropy over every target position (a token model: the mean over sequences of each
-    sequence's mean token loss); bf16/float16 logits are upcast to float32, float64 stays float64."""
+    sequence's mean token loss), in float32 (float64 logits: float64). bf16/float16 logits (autocast) without
+    label smoothing go through :func:`common.losses.chunked_cross_entropy`, which never holds the whole batch's
+    float32 logits; float32 and float64 logits, and label smoothing, through ``F.cross_entropy`` as always."""
     logits = logits.flatten(0, -2)
+    if logits.dtype in (torch.bfloat16, torch.float16) and not label_smoothing:
+        return chunked_cross_entropy(logits, targets.flatten())
     logits = logits if logits.dtype == torch.float64 else logits.float()
     return F.cross_entropy(logits, targets.flatten(), label_smoothing=label_smoothing)
 
@@ -292,7 +299,8 @@ def train(
 
     Returns the summary: the last epoch's record, ``train_loss_running`` / ``train_acc_running``,
     the final evaluations, ``wall_s`` (training time summed over resumptions), ``steps`` and the
-    rounds trained under the recipe's ``ROUNDS`` (``epochs``; ``eval_rounds`` for an ``AdamWRecipe``).
+    rounds trained under the recipe's ``ROUNDS`` (``epochs``; ``eval_rounds`` for an ``AdamWRecipe``),
+    ``cudnn_benchmark`` and, with ``settings.compile``, ``compile`` (:meth:`common.compile.Compilation.counts`).
     Writes the final weights to ``run_dir/model.pt``; the caller writes ``result.json``.
 
     Three parts: :func:`_start` (the schedule, the resumed checkpoint, DDP), :func:`_train_round` per
@@ -304,14 +312,17 @@ def train(
     run_dir.mkdir(parents=True, exist_ok=True)
     shard = place_model(model, device, settings)  # before the optimizer, which must hold the sharded parameters
     optimizer = settings.recipe.make_optimizer(model)
-    run = _start(model, optimizer, train_loader, run_dir, settings, device, shard=shard, desc=desc, counts=counts)
-    for epoch in range(run.start_epoch, settings.recipe.rounds):
-        if run.stop is not None and run.stop["stopped"]:
-            break  # resumed after the stopping epoch's checkpoint
-        record = _train_round(run, train_loader, eval_loaders, epoch)
-        if on_epoch_end is not None:
-            on_epoch_end(epoch + 1, record)
-    return _finish(run, eval_loaders, final_eval_loaders or {})
+    static = getattr(train_loader, "drop_last", True)  # a loader that keeps a partial last batch has two shapes
+    with compiled(model, settings.compile) as compilation, devices.cudnn_benchmark_for(device, static) as benchmark:
+        run = _start(model, optimizer, train_loader, run_dir, settings, device, shard=shard, desc=desc, counts=counts)
+        run.forward, run.compilation, run.cudnn_benchmark = compilation.forward(run.forward), compilation, benchmark
+        for epoch in range(run.start_epoch, settings.recipe.rounds):
+            if run.stop is not None and run.stop["stopped"]:
+                break  # resumed after the stopping epoch's checkpoint
+            record = _train_round(run, train_loader, eval_loaders, epoch)
+            if on_epoch_end is not None:
+                on_epoch_end(epoch + 1, record)
+    return _finish(run, eval_loaders, final_eval_loaders or {})  # eager again: the blocks' compiled forwards are gone
 
 
 @dataclass
@@ -325,7 +336,7 @@ class _Run:
     optimizer: torch.optim.Optimizer
     schedule: Schedule
     shard: bool  # FSDP2 (the model's parameters are shards)
-    forward: Callable[[torch.Tensor], torch.Tensor]  # the model, DDP-wrapped and compiled where asked
+    forward: Callable[[torch.Tensor], torch.Tensor]  # the model, DDP-wrapped (and compiled whole: common.compile)
     no_sync: Callable[[], contextlib.AbstractContextManager] | None
     desc: str
     counts: str
@@ -333,6 +344,8 @@ class _Run:
     step: int = 0  # global optimizer step
     wall: float = 0.0  # training time summed over resumptions
     stop: dict | None = None  # the early-stopping state (None: no early stopping)
+    compilation: Compilation | None = None  # what train() compiled (common.compile), and its counts
+    cudnn_benchmark: bool = False  # cudnn.benchmark during the training rounds (common.device.cudnn_benchmark)
 
     @property
     def main(self) -> bool:
@@ -376,11 +389,8 @@ def _start(
         if main:
             _truncate_metrics(run_dir, start_epoch)
         log.info("%s: resuming %s after epoch %d (step %d)", desc, run_dir, start_epoch, step)
-    if settings.compile:
-        torch.compiler.reset()  # dynamo's per-function limit (8 versions) is per process, not per model
     wrapped, no_sync = distribute(model, device, shard)  # DDP when more than one process and no sharding
-    forward = torch.compile(wrapped) if settings.compile else wrapped
-    run = _Run(run_dir, settings, device, model, optimizer, schedule, shard, forward, no_sync, desc, counts)
+    run = _Run(run_dir, settings, device, model, optimizer, schedule, shard, wrapped, no_sync, desc, counts)
     run.start_epoch, run.step, run.wall, run.stop = start_epoch, step, wall, stop
     return run
 
@@ -475,6 +485,9 @@ def _finish(run: _Run, eval_loaders: dict[str, Iterable], final_eval_loaders: di
     amp_dtype = devices.precision_name(device, settings.amp)
     summary.update(final_evaluation(run.model, eval_loaders, final_eval_loaders, device, settings))
     summary.update({recipe.ROUNDS: recipe.rounds}, steps=run.step, wall_s=run.wall, autocast_dtype=amp_dtype)
+    summary["cudnn_benchmark"] = run.cudnn_benchmark
+    if run.compilation is not None and run.compilation.enabled:  # this process's compile work (since it resumed)
+        summary["compile"] = run.compilation.counts()
     if run.shard:
         summary["fsdp_param_dtype"] = "bfloat16" if fsdp_bf16(settings, device) else "float32"
     if stop is not None:  # the epochs trained, and why they ended

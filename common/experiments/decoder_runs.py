@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import os
 import statistics
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -40,7 +41,7 @@ from common.data.token_shards import (
     sample_windows,
 )
 from common.data.tokenizers import Tokenizer
-from common.device import device_name, empty_cache
+from common.device import bf16_supported, device_name, empty_cache, synchronize
 from common.distributed import DistInfo, init_distributed, process_device, wait_for_all
 from common.errors import ParamError, UserError
 from common.presets.choose import choose_preset
@@ -240,6 +241,43 @@ def token_rates(path: Path, block_size: int) -> tuple[float | None, list[float]]
 def trained_on(info: DistInfo, device: torch.device) -> dict:
     """Where a run trained: the number of processes and the device's name."""
     return {"world_size": info.world_size, "device_name": device_name(device)}
+
+
+# ----------------------------------------------------------------------------- model FLOPs utilisation
+MATMUL_SIZE = 8192  # the square bf16 matrices of :func:`matmul_rate` (2 n^3 = 1.1 TFLOP a product, 384 MiB in all)
+
+
+def matmul_rate(device: torch.device, size: int = MATMUL_SIZE, iters: int = 10, repeats: int = 3) -> float | None:
+    """The dense bf16 matmul rate of ``device`` in FLOP/s, measured: ``torch.matmul`` of two ``size`` x ``size`` bf16
+    matrices, ``2 size^3`` FLOPs each, the fastest of ``repeats`` timed loops of ``iters`` after 3 warm-up products
+    (each loop ends with a device synchronisation). None on the CPU and where bf16 is not native
+    (:func:`common.device.bf16_supported`): there no bf16 rate is a meaningful denominator. About 50 ms on an H100.
+    """
+    if device.type == "cpu" or not bf16_supported(device):
+        return None
+    a, b = (torch.randn(size, size, device=device, dtype=torch.bfloat16) for _ in range(2))
+    out = torch.empty_like(a)
+    for _ in range(3):
+        torch.matmul(a, b, out=out)
+    synchronize(device)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(iters):
+            torch.matmul(a, b, out=out)
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    del a, b, out
+    empty_cache(device)
+    return 2 * size**3 * iters / best
+
+
+def mfu(tokens_per_s: float | None, flops_per_token: float, rate: float | None, world: int = 1) -> float | None:
+    """Model FLOPs utilisation: ``tokens_per_s x flops_per_token / (world x rate)`` (PaLM, App. B), ``rate`` a device's
+    FLOP/s (a datasheet peak, or :func:`matmul_rate`'s measurement); None where the rate or the throughput is unknown."""
+    if not rate or not tokens_per_s:
+        return None
+    return tokens_per_s * flops_per_token / (rate * world)
 
 
 def renamed(record: dict) -> dict:

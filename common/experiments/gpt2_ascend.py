@@ -179,6 +179,7 @@ TRAINING_KEYS = (
     "world_size",
     "device_name",
     "settings",
+    "matmul_bf16_flops_per_device",
 )
 
 
@@ -188,6 +189,7 @@ def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.
     loader = decoder_runs.train_loader(config, data, t, device, info)
     val = decoder_runs.val_batches(data, t, runtime.get("eval_batch_size", 16), device)
     use_compile = {"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda")
+    rate = decoder_runs.matmul_rate(device)  # the measured MFU's denominator, at the start of the run (None on a CPU)
     settings = TrainSettings(
         recipe=AdamWRecipe.from_config(hp), amp=runtime.get("amp", True), compile=use_compile, accum_steps=loader.accum
     )
@@ -195,11 +197,13 @@ def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.
     tokens_per_s, rounds = decoder_runs.token_rates(path, t)
     return {
         **{k: summary[k] for k in ("val_loss", "val_acc", "train_loss", "train_acc", "steps", "eval_rounds", "wall_s")},
+        **{k: summary[k] for k in ("compile", "cudnn_benchmark") if k in summary},  # common.compile, common.device
         "tokens_per_s": tokens_per_s,
         "tokens_per_s_rounds": rounds,
         "train_tokens_seen": summary["steps"] * hp["batch_tokens"],
         **decoder_runs.trained_on(info, device),
         "settings": {**asdict(settings), "micro_batch_size": loader.micro_batch},
+        "matmul_bf16_flops_per_device": rate,
     }
 
 
@@ -222,7 +226,9 @@ def _probe_and_finish(
         "params_flops": model.num_params(),
         "flops_per_token": flops,
         "peak_flops_per_device": peak,
-        "mfu": tokens_per_s * flops / (peak * world) if peak and tokens_per_s else None,
+        "mfu": decoder_runs.mfu(tokens_per_s, flops, peak, world),  # against the datasheet peak
+        # against the bf16 matmul rate measured at the start of training (summary's matmul_bf16_flops_per_device)
+        "mfu_measured": decoder_runs.mfu(tokens_per_s, flops, summary.get("matmul_bf16_flops_per_device"), world),
         "train_tokens_available": data.train_tokens,
         "val_tokens": int(len(data.val)),
         **summary,
@@ -273,6 +279,7 @@ SUMMARY_KEYS = (
     "n_batches",
     "tokens_per_s",
     "mfu",
+    "mfu_measured",
     "steps",
     "train_tokens_seen",
 )
@@ -290,18 +297,19 @@ def summary_rows(results: Sequence[dict]) -> list[dict]:
 
 def summary_table(rows: Sequence[dict], low_signal: float) -> str:
     """L against validation loss, AGmax (both normalisations) and tokens/s; ``*``: below the paper's low-signal line."""
-    header = f"{'L':>3} {'params':>12} {'val_loss':>9} {decoder_runs.ag_header(low_signal)} {'AGmax blk':>10} {'tokens/s':>10} {'MFU':>6} {'seed':>4}"
+    header = f"{'L':>3} {'params':>12} {'val_loss':>9} {decoder_runs.ag_header(low_signal)} {'AGmax blk':>10} {'tokens/s':>10} {'MFU':>6} {'MFUmm':>6} {'seed':>4}"
     lines = [header, "-" * len(header)]
     for r in rows:
-        mfu = f"{100 * r['mfu']:5.1f}%" if r.get("mfu") else f"{'-':>6}"
+        mfu, measured = (f"{100 * r[k]:5.1f}%" if r.get(k) else f"{'-':>6}" for k in ("mfu", "mfu_measured"))
         lines.append(
             f"{r['n_layer']:>3} {r['params']:>12,} {r['val_loss']:>9.4f} {decoder_runs.ag_columns(r, low_signal)} {r['ag_max_blocks']:>10.3e} "
-            f"{r['tokens_per_s'] or float('nan'):>10.0f} {mfu} {r['seed']:>4}"
+            f"{r['tokens_per_s'] or float('nan'):>10.0f} {mfu} {measured} {r['seed']:>4}"
         )
     first = rows[0] if rows else {"batch_size": "?", "n_batches": "?"}
     lines.append(
         f"AGmax: batch-mean gradient norm at {first['batch_size']} sequences x {first['n_batches']} held-out batches; "
         f"AGmax/seq: per-sequence RMS (loss of a sequence = its mean token loss); AGmax blk: block inputs only. "
+        f"MFU: of the datasheet's bf16 peak; MFUmm: of the bf16 matmul rate measured on the device. "
         f"* below {low_signal:g}, the paper's low-signal line."
     )
     return "\n".join(lines)

@@ -5,8 +5,9 @@ a Hub id at a revision, or a local directory; the run records the id, revision, 
 and the sha256 of every weight file), measure its validation loss, continue pretraining it on
 token shards made with that tokenizer (:mod:`common.data.token_shards`, the shard format of script 05)
 through :func:`common.train.train` (AdamW, warm-up + cosine by steps, gradient clipping,
-accumulation, bf16 autocast on accelerators, gradient checkpointing, DDP when several processes
-run it), then freeze it and probe it with :func:`common.probe.probe_activation_gradients` through
+accumulation, bf16 autocast on accelerators, gradient checkpointing where asked or where
+:mod:`common.decoder_memory`'s estimate says the run would not fit the device without it, DDP when several
+processes run it), then freeze it and probe it with :func:`common.probe.probe_activation_gradients` through
 :class:`common.models.hf_decoder.HFDecoder`: ``AG_l`` at the ``n_layer + 1`` residual-stream
 candidates under script 02's keys, with ShortGPT's Block Influence of each layer recorded in the
 same forward passes.
@@ -38,11 +39,11 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
 
-from common import runs
+from common import decoder_memory, runs
 from common.data.text_sources import FINEWEB_SUBSET, text_data_spec
 from common.data.token_shards import TokenBatches, TokenData, TokenLoader
 from common.data.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
-from common.device import cpu_threads, resolve_device, seed_everything
+from common.device import autocast_dtype, cpu_threads, resolve_device, seed_everything
 from common.distributed import DistInfo, broadcast_from_main, env_info, wait_for_all
 from common.errors import ParamError
 from common.experiments import decoder_runs
@@ -100,7 +101,7 @@ def cpt_configs(
     runtime = {
         **decoder_runs.runtime_config(p, device=device, amp=amp, text_path=text_path, data_root=data_root),
         "fsdp": fsdp,
-        "gradient_checkpointing": p.gradient_checkpointing,
+        "gradient_checkpointing": "auto" if p.gradient_checkpointing is None else p.gradient_checkpointing,
         "cpu_threads": p.cpu_threads,
         "probe_sub_batch": p.probe_sub_batch,
         **({"fsdp_bf16_params": True} if fsdp_bf16 else {}),
@@ -388,10 +389,11 @@ def _train(
     info: DistInfo,
 ) -> dict:
     runtime, hp = config.get("runtime", {}), config["train"]
-    checkpointing = runtime.get("gradient_checkpointing", True) and decoder.lm.supports_gradient_checkpointing
+    memory = _memory_choice(decoder, runtime, settings, loader, hp["block_size"], device, info)
+    checkpointing = memory["gradient_checkpointing"] and decoder.lm.supports_gradient_checkpointing
     if checkpointing:
         decoder.lm.activation_checkpointing_enable({"use_reentrant": False})  # layer hooks stay outside the recompute
-    elif runtime.get("gradient_checkpointing", True):
+    elif memory["gradient_checkpointing"]:
         log.warning(
             "%s: %s has no gradient checkpointing; training without it", config["name"], type(decoder.lm).__name__
         )
@@ -412,8 +414,43 @@ def _train(
             **asdict(settings),
             "micro_batch_size": loader.micro_batch,
             "gradient_checkpointing": checkpointing,
+            "gradient_checkpointing_by": memory["by"],
+            "memory_estimate": memory["estimate"],
         },
     }
+
+
+def _memory_choice(
+    decoder: HFDecoder,
+    runtime: dict,
+    settings: TrainSettings,
+    loader: TokenLoader,
+    block_size: int,
+    device: torch.device,
+    info: DistInfo,
+) -> dict:
+    """Gradient checkpointing of this run: ``runtime.gradient_checkpointing`` True / False (the flag or the preset;
+    configs from before the estimate: True), or ``"auto"``: on where :mod:`common.decoder_memory`'s estimate at the
+    micro-batch does not fit the device's memory, off where it fits. The choice, why, and the estimate (bytes)."""
+    shape = decoder_memory.hf_shape(decoder.lm, decoder.n_layer, decoder.d_model)
+    estimate = decoder_memory.training_memory(
+        shape,
+        micro_batch=loader.micro_batch,
+        block_size=block_size,
+        amp=settings.amp and autocast_dtype(device) is not None,
+        shards=info.world_size if settings.fsdp else 1,
+    )
+    capacity = decoder_memory.device_memory(device)
+    wanted, by = decoder_memory.choose_checkpointing(runtime.get("gradient_checkpointing", True), estimate, capacity)
+    if by == "memory estimate":
+        log.info(
+            "gradient checkpointing %s: %.1f GB estimated without it, %s of device memory",
+            "on" if wanted else "off",
+            estimate.total(False) / 1e9,
+            f"{capacity / 1e9:.1f} GB" if capacity else "unknown",
+        )
+    record = {**estimate.record(), "device_memory": capacity, "fit_fraction": decoder_memory.FIT_FRACTION}
+    return {"gradient_checkpointing": wanted, "by": by, "estimate": record}
 
 
 def _probe_and_finish(

@@ -7,7 +7,8 @@ decisions (docs/decisions.md, section "Pythia continued pretraining"). ``smoke``
 saves each with ``save_pretrained`` and loads it back from disk by path, then runs the same code on CPython's help
 texts with the byte tokenizer. ``mini`` probes the two smallest Pythia models frozen (steps 0: no continued
 pretraining) on 32 sequences of 256 tokens of Tiny Shakespeare with each model's own tokenizer; offline, 04 says
-so and stops (``offline_not_run``).
+so and stops (``offline_not_run``). ``paper`` leaves gradient checkpointing to the memory estimate of
+:mod:`common.decoder_memory` (per model and device); ``smoke`` keeps it on, so that the recompute path runs on a CPU.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ class CPTPreset(DecoderPreset):
     probe_sub_batch: int | None = (
         1  # sequences per probe pass (None: the whole batch); runtime, scores do not depend on it
     )
-    gradient_checkpointing: bool = True
+    # True / False: asked for; None: chosen per model and device by common.decoder_memory's estimate (runtime)
+    gradient_checkpointing: bool | None = None
     cpu_threads: int | None = None  # intra-op threads of a CPU run (None: torch's default); runtime, not identity
     # where the Hub cannot be reached, the preset's own models are "not run" (04 says so and exits 0), not an error
     offline_not_run: bool = False
@@ -122,7 +124,7 @@ PRESETS = preset_table(CPTPreset, {
     "probe_batches":        (10,              2,                4),
     "exact":                (False,           True,             False),
     "eval_batch_size":      (8,               32,               8),
-    "gradient_checkpointing": (True,          True,             False),
+    "gradient_checkpointing": (None,          True,             False),  # paper: by the memory estimate
     "cpu_threads":          (None,            1,                None),
     "offline_not_run":      (False,           False,            True),
 })

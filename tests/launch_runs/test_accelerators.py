@@ -3,7 +3,8 @@
 Each test stands in for an accelerator by replacing one capability answer (``monkeypatch``):
 dynamo's per-function compile limit with the ``eager`` backend, a 4-device RNG, a device without
 float64, a chip with or without native bf16, ``torch.accelerator.synchronize``, a torchrun
-environment. The checks that need the real device are in ``benchmarks/accelerator_check.py``.
+environment, the ``cudnn.benchmark`` decision. The checks that need the real device are in
+``benchmarks/accelerator_check.py``.
 """
 
 from __future__ import annotations
@@ -48,28 +49,32 @@ def one_thread():
 
 
 # ----------------------------------------------------------------------------- 1. compile per run
-def test_five_depths_in_one_process_each_compile_after_the_compiler_reset(tmp_path, monkeypatch):
-    """Dynamo keeps at most ``recompile_limit`` versions of ``ResNet.forward`` per process, shared by all depths.
+def test_five_depths_in_one_process_each_compile_their_block_types_after_the_compiler_reset(tmp_path, monkeypatch):
+    """Dynamo keeps at most ``recompile_limit`` versions of ``BasicBlock.forward`` per process, shared by all depths.
 
-    Here each depth needs one version (one full training batch, no evaluation) and the limit is
-    lowered from 8 to 4 to keep the test short; a sweep needs 2-3 per depth against 8 (the GPU
-    check, ``benchmarks/accelerator_check.py`` item 2). Without ``torch.compiler.reset()`` per run
-    the fifth depth finds the limit spent and trains uncompiled; ``fail_on_recompile_limit_hit``
-    turns that silent fallback into an error.
+    Every run compiles its blocks (common/compile.py), one graph per block type here (one full training batch, no
+    evaluation): ResNet-8 and -9 have three types (stage 1's blocks, the two downsampling blocks), ResNet-10 adds
+    stage 2's stride-1 block, ResNet-11 and -12 stage 3's. The counts are those of the depth alone, although the
+    depths run one after another in one process: ``torch.compiler.reset()`` per run (without it a later depth would
+    reuse the earlier graphs and compile nothing). ``fail_on_recompile_limit_hit`` turns dynamo's silent fallback to
+    eager at the limit into an error; the GPU check is ``benchmarks/accelerator_check.py`` item 2.
     """
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
     data = make_synthetic(num_train=8, num_test=8, num_classes=3, image_size=8, seed=0)
     loader = TensorLoader(data.x_train, data.y_train, 8, train=True, mean=data.mean, std=data.std)
     settings = TrainSettings(SGDRecipe(epochs=1, lr=0.05), compile=True)
-    compiled = []
-    with torch._dynamo.config.patch(recompile_limit=4, fail_on_recompile_limit_hit=True):
+    compiled, recorded = [], []
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         for n in range(5):
             before = counters["frames"]["ok"]
             torch.manual_seed(n)
             model = ResNet(ResNetConfig(extra_blocks=n, widths=(2, 2, 2), num_classes=3))
-            train(model, loader, {}, run_dir=tmp_path / f"n{n}", settings=settings, device=torch.device("cpu"))
+            summary = train(
+                model, loader, {}, run_dir=tmp_path / f"n{n}", settings=settings, device=torch.device("cpu")
+            )
             compiled.append(counters["frames"]["ok"] - before)
-    assert compiled == [1] * 5, compiled
+            recorded.append(summary["compile"]["frames"])
+    assert compiled == recorded == [3, 3, 4, 5, 5], compiled
 
 
 # ----------------------------------------------------------------------------- 2. RNG across device counts
@@ -458,6 +463,77 @@ def test_script_01_under_torchrun_is_refused_with_one_line(tmp_path, monkeypatch
     assert not (tmp_path / "runs" / "resnet_sweep").exists()  # nothing planned, nothing written
     monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc-per-node 1: one copy, allowed
     assert script.main([*argv, "--dry-run"]) == 0
+
+
+# ----------------------------------------------------------------------------- 8. cudnn.benchmark
+@pytest.mark.parametrize(
+    ("device_type", "deterministic", "runs_per_device", "static", "expected"),
+    [
+        ("cuda", False, 1, True, True),  # a GPU of its own, static shapes: the fastest algorithm per shape
+        ("cuda", True, 1, True, False),  # deterministic mode: the choice would depend on timings
+        ("cuda", False, 2, True, False),  # --runs-per-device 2: timings under another run's load
+        ("cuda", False, 1, False, False),  # a shape per partial batch: a benchmark per shape
+        ("cpu", False, 1, True, False),  # no cuDNN
+        ("npu", False, 1, True, False),
+        ("mps", False, 1, True, False),
+    ],
+)
+def test_cudnn_benchmark_is_on_only_for_cuda_with_static_shapes_alone_on_the_device_and_not_deterministic(
+    device_type, deterministic, runs_per_device, static, expected
+):
+    assert (
+        devices.cudnn_benchmark(
+            device_type, deterministic=deterministic, runs_per_device=runs_per_device, static_shapes=static
+        )
+        is expected
+    )
+
+
+class _BenchmarkSpy(nn.Module):
+    """Token logits; records ``cudnn.benchmark`` at every forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net, self.flags = nn.Sequential(nn.Embedding(7, 4), nn.Linear(4, 7)), []
+
+    def forward(self, x):
+        self.flags.append(torch.backends.cudnn.benchmark)
+        return self.net(x)
+
+
+def test_training_sets_cudnn_benchmark_for_its_rounds_as_decided_and_restores_it(tmp_path, monkeypatch):
+    """``train`` asks the decision with ``--runs-per-device`` from the job's environment and deterministic mode
+    from torch, sets the flag for its rounds, records it as ``cudnn_benchmark`` and then restores the flag
+    (the probe after training). The CPU stands in for CUDA: the decision is asked without the device type."""
+    asked, real = [], devices.cudnn_benchmark
+
+    def decide(kind, **flags):
+        asked.append(flags)
+        return real("cuda", **flags)
+
+    monkeypatch.setattr(devices, "cudnn_benchmark", decide)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    batches = [(torch.randint(0, 7, (4, 5)), torch.randint(0, 7, (4, 5)))]
+    settings = TrainSettings(SGDRecipe(epochs=1, lr=0.1))
+    cases = [("1", False, True), ("3", False, False), ("1", True, False)]  # K, deterministic mode, expected
+    for i, (k, deterministic, expected) in enumerate(cases):
+        monkeypatch.setenv(devices.RUNS_PER_DEVICE_ENV, k)
+        monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda d=deterministic: d)
+        model = _BenchmarkSpy()
+        summary = train(
+            model,
+            batches,
+            {},
+            final_eval_loaders={"train": batches},
+            run_dir=tmp_path / str(i),
+            settings=settings,
+            device=torch.device("cpu"),
+        )
+        assert asked.pop() == {"deterministic": deterministic, "runs_per_device": int(k), "static_shapes": True}
+        assert summary["cudnn_benchmark"] is expected and model.flags[0] is expected  # training: as decided
+        assert model.flags[-1] is False and torch.backends.cudnn.benchmark is False  # final evaluation: restored
+    monkeypatch.delenv(devices.RUNS_PER_DEVICE_ENV)
+    assert devices.runs_per_device() == 1
 
 
 # ----------------------------------------------------------------------------- the accelerator check itself
