@@ -79,7 +79,8 @@ def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = 
     # 06 probes the paper's depths, or every finished depth of the sweep (the preset's field)
     matched_n = MATCHED_PAPER_DEPTHS if report_preset(preset).matched_paper_depths else sweep
     matched = tuple(n + 8 for n in matched_n)
-    if preset not in FC_PRESETS:
+    scaling = report_preset(preset).weight_scaling_preset or preset  # gpu-hour: 07's paper design (07 has no gpu-hour)
+    if scaling not in FC_PRESETS:
         raise UserError(f"--preset {preset}: no weight-scaling preset of that name ({', '.join(FC_PRESETS)})")
     return Design(
         sweep_depths=tuple(sweep),
@@ -88,7 +89,7 @@ def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = 
         growth_seeds=seeds,
         matched_depths=matched,
         matched_seeds=seeds,
-        scaling_depths=tuple(FC_PRESETS[preset].depths),
+        scaling_depths=tuple(FC_PRESETS[scaling].depths),
         grow_seeds=seeds,
         grow_rounds=GROW_PRESETS[preset].rounds if preset in GROW_PRESETS else GROW_PRESETS["paper"].rounds,
         expand_runs=len(EXPAND_BLOCKS) * seeds,

@@ -27,7 +27,18 @@ from common.errors import ParamError, UserError
 from common.logs import setup_logging
 from common.slurm import load_profile
 
-PRESETS = ("smoke", "mini", "paper")
+PRESETS = ("smoke", "mini", "paper", "gpu-hour")
+# A preset that only some scripts have, and those scripts (their prog); any other script refuses it in one line
+# (parse_args). gpu-hour: the ResNet experiments sized for about an hour on one GPU (common/presets/sweep.py).
+PRESET_SCRIPTS = {
+    "gpu-hour": (
+        "01_train_resnet_sweep.py",
+        "02_probe_ag.py",
+        "03_growth_vs_scratch.py",
+        "06_matched_insertion.py",
+        "08_make_figures.py",
+    )
+}
 DEVICES = ("auto", "cpu", "cuda", "npu", "mps")
 LAUNCHERS = ("inline", "local", "slurm")
 CLI_FLAGS = frozenset({"out", "verbose"})  # read by parse_args (the writable --out check, logging) in every script
@@ -86,7 +97,10 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
         help="'paper': the paper's settings (GPU cluster scale, real datasets); "
         "'smoke': minutes on a laptop CPU with offline data, same code paths; "
         "'mini': real CIFAR-10 images and real text at reduced scale (about 85 minutes on a 2-core CPU; "
-        'README, section "Results")' + ("" if launches else "; None: the preset of the records under --out"),
+        'README, section "Results"); '
+        "'gpu-hour' (scripts 01, 02, 03, 06 and 08's report): all of CIFAR-10 at the paper's recipe for 20 epochs, "
+        "N = 0..26 x 5 seeds, about an hour on one H100-class GPU with --runs-per-device 4 (an estimate; --dry-run "
+        "prints it)" + ("" if launches else "; None: the preset of the records under --out"),
     )
     shared.add_argument(
         "--out",
@@ -221,6 +235,10 @@ def parse_args(
     """Parse ``argv``, set up logging, and check ``--out`` unless this is a dry run: writable (``writes_out``; it is
     not created yet, so a call refused later leaves no empty folder behind), else an existing folder to read."""
     args = parser.parse_args(argv)
+    having = PRESET_SCRIPTS.get(getattr(args, "preset", None))
+    if having is not None and parser.prog not in having:
+        others = " or ".join(p for p in PRESETS if p not in PRESET_SCRIPTS)
+        parser.error(f"--preset {args.preset}: only {', '.join(having)} have it; use --preset {others} here")
     _FLAGS.clear()
     _FLAGS.update({a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings})
     setup_logging(verbose=getattr(args, "verbose", False))

@@ -36,7 +36,7 @@ from typing import Any
 import submitit
 from tqdm.auto import tqdm
 
-from common import runs, slurm
+from common import gpu_estimates, runs, slurm
 from common.device import resolve_device
 from common.distributed import broadcast_from_main, destroy_distributed, env_info, init_distributed
 from common.errors import UserError
@@ -266,16 +266,19 @@ def launch_from_args(
     elif launcher == "local":
         params = {"timeout_min": LOCAL_TIMEOUT_MIN}
         slots = local_slots(getattr(args, "device", "auto"), distributed=distributed, runs_per_device=per_device)
-    elif per_device != 1:
-        log.warning("--runs-per-device is used only with --launcher local or slurm; ignored")
     else:
         params = {}
+        if per_device != 1:
+            log.warning("--runs-per-device is used only with --launcher local or slurm; ignored")
     if getattr(args, "slurm_profile", None) and launcher != "slurm":
         log.warning("--slurm-profile is used only with --launcher slurm; ignored")
     if getattr(args, "dry_run", False):
         plan = Plan.of(specs)
         queued = slurm.queued_jobs(s.dir for s in plan.todo) if launcher == "slurm" else {}
         print(plan.describe(queued))
+        estimate = gpu_estimates.describe(gpu_estimates.plan_estimate(plan.todo), per_device)
+        if estimate is not None:  # the unfinished runs' FLOPs and GPU time, each an estimate (issue 33)
+            print(estimate)
         if resolved is not None:
             n = len(plan.todo) - len(queued)
             shape = "one job array" if n > 1 else "one job" if n == 1 else "nothing"

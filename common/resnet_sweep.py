@@ -413,9 +413,10 @@ def warn_cpu_time(configs: Sequence[dict]) -> None:
         return
     seconds, step_s, batch = estimate_training_s(paper)
     log.warning(
-        "--preset paper on a CPU: %d runs to train, about %s on this machine (an estimate: %.2f s per training step "
+        "--preset %s on a CPU: %d runs to train, about %s on this machine (an estimate: %.2f s per training step "
         "of ResNet-8 on %d images, measured here, scaled by each depth's FLOP count and step count; evaluation not "
-        "counted); the paper preset is sized for GPUs (--device cuda, --launcher slurm), --preset mini for a CPU",
+        "counted); that preset is sized for GPUs (--device cuda, --launcher slurm), --preset mini for a CPU",
+        paper[0]["preset"],
         len(paper),
         _duration(seconds),
         step_s,

@@ -74,11 +74,12 @@ PRESETS = {
     "smoke": GrowthPreset(SMOKE_DEPTHS, stage_epochs=SMOKE_STAGE_EPOCHS),
     "mini": GrowthPreset(PAPER_DEPTHS, stage_epochs=MINI_STAGE_EPOCHS, parent_epochs=MINI_PARENT_EPOCHS),
     "paper": GrowthPreset(PAPER_DEPTHS),
+    "gpu-hour": GrowthPreset(PAPER_DEPTHS),  # the paper's protocol at the gpu-hour sweep's 20 epochs per stage
 }
 
 
 def growth_preset(preset: str) -> GrowthPreset:
-    """Script 03's preset ``preset`` ("smoke", "mini" or "paper")."""
+    """Script 03's preset ``preset`` ("smoke", "mini", "paper" or "gpu-hour")."""
     return one_of("preset", preset, PRESETS)
 
 

@@ -1,6 +1,6 @@
 """Script 06's presets: which sweep depths the matched insertion of App. H.1 reads, where and at which ``alpha``.
 
-Paper: the paper's four depths (ResNet-8, -14, -20, -34: N = 0, 6, 12, 26); smoke and mini: every finished depth of
+Paper and gpu-hour: the paper's four depths (ResNet-8, -14, -20, -34: N = 0, 6, 12, 26); smoke and mini: every finished depth of
 their sweep (None). The candidate (the end of stage 1 at every depth: one kind of tensor across depths), the target
 scales and the fit are the same in all three; a flag replaces any field
 (:func:`common.experiments.matched_insertion.matched_configs`). A field's single value is checked here, once, naming
@@ -46,4 +46,9 @@ class MatchedPreset:
             raise ParamError("gd_steps", self.gd_steps, "must be positive")
 
 
-PRESETS = {"smoke": MatchedPreset(), "mini": MatchedPreset(), "paper": MatchedPreset(depths=PAPER_DEPTHS)}
+PRESETS = {
+    "smoke": MatchedPreset(),
+    "mini": MatchedPreset(),
+    "paper": MatchedPreset(depths=PAPER_DEPTHS),
+    "gpu-hour": MatchedPreset(depths=PAPER_DEPTHS),  # the paper's four depths, all in the gpu-hour sweep's N = 0..26
+}

@@ -81,4 +81,5 @@ PRESETS = {
     "smoke": ProbePreset(exact=True),
     "mini": ProbePreset(n_batches=MINI_N_BATCHES, exact=True),
     "paper": ProbePreset(),
+    "gpu-hour": ProbePreset(),  # the paper's probe of the gpu-hour sweep (all of CIFAR-10: 10 batches of 128)
 }

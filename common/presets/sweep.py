@@ -6,7 +6,8 @@ backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The pape
 no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value below are this reproduction's
 decisions (docs/decisions.md). ``smoke`` runs the same code paths in minutes on a CPU. ``mini`` trains 7 depths,
 2 seeds (a third at the depths script 03 reuses), on a class-balanced 1,000-image subset of real CIFAR-10
-(docs/decisions.md, section "Mini preset").
+(docs/decisions.md, section "Mini preset"). ``gpu-hour`` trains all of CIFAR-10 with the paper's recipe for 20
+epochs at N = 0..26 x 5 seeds: about an hour on one H100-class GPU (an estimate, :mod:`common.gpu_estimates`).
 """
 
 from __future__ import annotations
@@ -106,6 +107,14 @@ MINI = SweepPreset(
     test_every_epoch=False,
     fit_train_loss=0.05,
 )
+# gpu-hour (issue 33; docs/reproducing.md, section "A reviewer's hour on one GPU"): every CIFAR-10 training image and
+# the paper's recipe (batch 128, SGD at 0.1, 1 warm-up epoch, cosine; the paper preset's evaluation and checkpoint
+# cadence) for 20 of its 200 epochs, at N = 0..26 (ResNet-8 to -34, the matched insertion's four depths among them)
+# x 5 seeds: the smallest grid and seed count at which every rule of 01/02, 03 and 06 has power >= 0.8
+# (docs/claim-rules.md). Sized by common/gpu_estimates.py to about an hour on one H100-class GPU with 4 runs per
+# device, 01 to 06 together: an estimate until a GPU measures it.
+GPU_HOUR = replace(CIFAR_PAPER, depths=tuple(range(0, 27)), recipe=replace(CIFAR_PAPER.recipe, epochs=20))
+GPU_HOUR_SEEDS = 5  # every depth, and 03's four architectures
 MINI_SEEDS = 2  # mini: seeds --seed, --seed + 1 at every depth (the design 02, 06 and 07 read)
 MINI_GROWTH_SEEDS = 3  # mini: growth against scratch (03), and the sweep runs it reuses, one seed more
 GROWTH_SCRATCH_DEPTHS = tuple(d - BACKBONE_DEPTH for d in GROWTH_DEPTHS)  # N = 2..5: 03's fixed-epoch scratch rows
@@ -116,23 +125,26 @@ PRESETS = {
     "paper": SweepPresets(
         CIFAR_PAPER, "cifar10", {"imagenet100": IMAGENET100_PAPER}, warn_on_cpu=True, in_commands=False
     ),
+    "gpu-hour": SweepPresets(GPU_HOUR, "cifar10", seeds=GPU_HOUR_SEEDS, growth_seeds=GPU_HOUR_SEEDS, warn_on_cpu=True),
 }
 DEFAULT_DATASET = {name: p.default_dataset for name, p in PRESETS.items()}
 
 
 def sweep_presets(preset: str) -> SweepPresets:
-    """The preset ``preset`` ("smoke", "mini" or "paper") of the sweep, every dataset's row."""
+    """The preset ``preset`` ("smoke", "mini", "paper" or "gpu-hour") of the sweep, every dataset's row."""
     return one_of("preset", preset, PRESETS)
 
 
 def sweep_preset(preset: str, dataset: str) -> SweepPreset:
-    """The settings of ``preset`` ("smoke", "mini" or "paper") for ``dataset``."""
+    """The settings of ``preset`` ("smoke", "mini", "paper" or "gpu-hour") for ``dataset``."""
     return sweep_presets(preset).for_dataset(dataset)
 
 
 __all__ = [
     "CIFAR_PAPER",
     "DEFAULT_DATASET",
+    "GPU_HOUR",
+    "GPU_HOUR_SEEDS",
     "GROWTH_SCRATCH_DEPTHS",
     "IMAGENET100_PAPER",
     "MINI",
