@@ -16,12 +16,10 @@ report would read as a lack of power that more runs could cure.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Mapping
 
-from common.claim_rules.grow import mean_sd, paired_differences
-from common.claim_rules.statistics import Estimate
-from common.claim_rules.verdicts import FAILS, HOLDS, UNDECIDABLE, Outcome, fmt, rule
+from common.claim_rules.grow import paired_differences, paired_verdict
+from common.claim_rules.verdicts import FAILS, UNDECIDABLE, Outcome, rule
 
 RunKey = Hashable  # a run of script 10: (K, seed)
 
@@ -52,11 +50,7 @@ def expansion_lower_held_out_loss(
         return Outcome(UNDECIDABLE, f"{shown}; one paired run: no spread to test")
     if all(v == 0.0 for v in d.values()):
         return Outcome(FAILS, f"{shown}; {other_name} - criterion exactly 0 at every run: no difference")
-    mean, sd = mean_sd(list(d.values()))
-    est = Estimate(mean, sd / math.sqrt(len(d)), len(d) - 1)
-    low, high = est.interval()
-    value = f"{shown}; {other_name} - criterion {est.text()} over runs, p = {fmt(est.p_value())}"
-    return Outcome(HOLDS if low > 0 else FAILS if high < 0 else UNDECIDABLE, value)
+    return paired_verdict(d, shown, other_name, "runs")
 
 
 __all__ = ["RunKey", "expansion_lower_held_out_loss"]

@@ -69,10 +69,17 @@ def placement_lower_train_loss(
     shown = f"train loss{at}: criterion {mean_c:.4f} vs {other_name} {mean_o:.4f} (means over {len(d)} seeds)"
     if len(d) < 2:
         return Outcome(UNDECIDABLE, f"{shown}; one paired seed: no spread to test")
+    return paired_verdict(d, shown, other_name, "seeds")
+
+
+def paired_verdict(d: Mapping, shown: str, other_name: str, over: str) -> Outcome:
+    """The paired Student-t verdict of the differences ``d`` (other - criterion, two or more): holds when the 95%
+    interval is above 0, does not hold when below 0, else not decidable; ``shown`` leads the value, ``over`` names
+    the pairs (seeds, runs)."""
     mean, sd = mean_sd(list(d.values()))
     est = Estimate(mean, sd / math.sqrt(len(d)), len(d) - 1)
     low, high = est.interval()
-    value = f"{shown}; {other_name} - criterion {est.text()} over seeds, p = {fmt(est.p_value())}"
+    value = f"{shown}; {other_name} - criterion {est.text()} over {over}, p = {fmt(est.p_value())}"
     return Outcome(HOLDS if low > 0 else FAILS if high < 0 else UNDECIDABLE, value)
 
 
@@ -121,6 +128,7 @@ __all__ = [
     "mean_sd",
     "STOP_TOLERANCE",
     "paired_differences",
+    "paired_verdict",
     "placement_lower_train_loss",
     "stop_interval_half",
     "stop_within_depths",
