@@ -43,6 +43,7 @@ from common import runs
 from common.errors import UserError
 from common.flops import COUNT_BATCH
 from common.models.resnet import ResNet, ResNetConfig
+from common.paper import CIFAR_STAGE_WIDTHS
 from common.runs import RunSpec
 
 ESTIMATE = "estimate"  # the word every printed number carries
@@ -192,7 +193,7 @@ def _cycle_flops(widths: tuple[int, ...], side: int, classes: int) -> tuple[int,
     return tuple(counts)
 
 
-def resnet_training_flops(n: int, widths: Sequence[int] = (16, 32, 64), side: int = 32, classes: int = 10) -> int:
+def resnet_training_flops(n: int, widths: Sequence[int] = CIFAR_STAGE_WIDTHS, side: int = 32, classes: int = 10) -> int:
     """Training FLOPs (forward + backward) per image of ResNet-(8+N): N = 3q + r costs ResNet-8's, q whole cycles of
     three blocks and the first r blocks of one (CIFAR-10: 72,552,192 + 28,311,552 N, 3 x 12.24 M and 3 x 4.72 M
     multiply-adds at 2 FLOPs each, less the stem's input gradient, which is never computed)."""
