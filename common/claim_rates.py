@@ -56,6 +56,7 @@ from common import claims, runs
 from common.claim_rules.cases import CASES, CASES_BY_NAME, Case
 from common.claim_rules.design import Design
 from common.errors import UserError
+from common.presets.expand import PRESETS as EXPAND_PRESETS
 from common.presets.grow import PRESETS as GROW_PRESETS
 from common.presets.growth import growth_preset
 from common.presets.matched import PAPER_DEPTHS as MATCHED_PAPER_DEPTHS
@@ -66,7 +67,7 @@ from common.presets.weight_scaling import FC_PRESETS
 NOISE = (0.5, 1.0)  # noise sd in units of the effect (issue 21)
 REPS = 2000  # repetitions per world and noise level (issue 21: >= 2,000)
 SEEDS = 3  # seeds of the paper preset's design (issue 21: N = 0..100 with 3 seeds; growth 4 architectures x 3 seeds)
-EXPAND_BLOCKS = (1, 2)  # K of script 10's runs, one run per (K, seed): its mini grid (common/presets has no 10 preset)
+EXPAND_BLOCKS = EXPAND_PRESETS["mini"].blocks  # K of script 10's runs, one run per (K, seed): its mini grid
 
 
 # ----------------------------------------------------------------------------- designs

@@ -113,8 +113,14 @@ def text_data_spec(
     elif source == "text":
         if text_path is None:
             raise UserError("--source text needs --text-file PATH (a text file, or a folder of .txt/.md/.rst files)")
-        keys = {"text_name": Path(text_path).name, "text_sha256": _fingerprint(text_files(text_path), Path(text_path))}
+        keys = text_fingerprint(text_path)
     return TextDataSpec(source=source, tokenizer=tokenizer, val_tokens=val_tokens, train_tokens=train_tokens, **keys)
+
+
+def text_fingerprint(text_path: str | os.PathLike) -> dict:
+    """``{"text_name", "text_sha256"}`` of a ``--text-file`` (a file or folder): the data identity of a text source,
+    its files' relative paths and bytes hashed (the files are checked as :func:`text_files` checks them)."""
+    return {"text_name": Path(text_path).name, "text_sha256": _fingerprint(text_files(text_path), Path(text_path))}
 
 
 def text_files(path: str | os.PathLike) -> list[Path]:

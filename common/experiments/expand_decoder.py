@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import statistics
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +30,7 @@ from transformers.utils import logging as hf_logging
 
 from common import runs
 from common.atomic import atomic_write_json
-from common.data.text_sources import python_docs, text_data_spec, text_files
+from common.data.text_sources import TextDataSpec, documents, text_fingerprint
 from common.device import resolve_device, seed_everything
 from common.errors import ParamError, UserError
 from common.experiments import expand_training as training
@@ -192,27 +193,20 @@ def text_source(preset: ExpandPreset, text_path: str | None, model_runtime: dict
                 "--text-file F is needed: the 05 run's text is not on this machine; give the file 05 trained on"
             )
     if text_path is not None:
-        spec = text_data_spec("text", "model", val_tokens=1, train_tokens=None, text_path=text_path)
-        return {"source": "text", "text_name": spec.text_name, "text_sha256": spec.text_sha256}, {
-            "text_path": str(Path(text_path).resolve())
-        }
+        return {"source": "text", **text_fingerprint(text_path)}, {"text_path": str(Path(text_path).resolve())}
     if preset.tiny:
         return {"source": "python-docs"}, {}
     raise UserError("--text-file F is needed: the text the model is probed (and trained) on")
 
 
 def read_text(config: dict) -> str:
-    """The run's text, its fingerprint checked against the identity (a file changed since planning: one line)."""
-    ident, runtime = config["text"], config.get("runtime", {})
-    if ident["source"] == "python-docs":
-        return "\n\n".join(python_docs())
-    path = runtime.get("text_path")
-    if not path:
-        raise UserError("this run's text path is not recorded here; rerun with --text-file F")
-    spec = text_data_spec("text", "model", val_tokens=1, train_tokens=None, text_path=path)
-    if spec.text_sha256 != ident["text_sha256"]:
-        raise UserError(f"--text-file {path}: the file changed since this run was planned; plan it again")
-    return "\n\n".join(f.read_text(encoding="utf-8", errors="replace") for f in text_files(path))
+    """The run's text (:func:`common.data.text_sources.documents`: a ``--text-file``'s fingerprint is checked
+    against the identity, so a file changed since planning is one line), its documents joined by blank lines."""
+    ident = config["text"]
+    spec = TextDataSpec(
+        ident["source"], "model", 1, None, text_name=ident.get("text_name"), text_sha256=ident.get("text_sha256")
+    )
+    return "\n\n".join(documents(spec, text_path=config.get("runtime", {}).get("text_path")))
 
 
 def text_split(config: dict, tokenizer) -> training.TextSplit:
@@ -341,14 +335,11 @@ def expand_run(spec: RunSpec) -> dict:
         done = (
             {r["policy"]: r for r in runs.read_metrics(path) if "policy" in r} if (path / runs.METRICS).exists() else {}
         )
-        policies = {}
         for policy in config["policies"]:
             if policy not in done:
-                runs.append_metrics(
-                    path, _expand_policy(decoder, scores, policy, config, probe, reference, split, tokenizer)
-                )
-                done = {r["policy"]: r for r in runs.read_metrics(path) if "policy" in r}
-            policies[policy] = done[policy]
+                done[policy] = _expand_policy(decoder, scores, policy, config, probe, reference, split, tokenizer)
+                runs.append_metrics(path, done[policy])
+        policies = {policy: done[policy] for policy in config["policies"]}
     result = {
         "blocks": config["blocks"],
         "seed": config["seed"],
@@ -425,7 +416,7 @@ def save_expansion(
     """``save_pretrained`` of the expansion and its tokenizer into ``folder`` (written beside it, then renamed), with
     the report; then the checkpoint reloaded by ``AutoModelForCausalLM.from_pretrained`` and checked again."""
     if (folder / REPORT).is_file():  # another seed's run of the same K wrote the same expansion
-        return {"folder": folder.name, "reloaded_check": json.loads((folder / REPORT).read_text())["reloaded_check"]}
+        return {"folder": folder.name, "reloaded_check": runs.read_json(folder / REPORT)["reloaded_check"]}
     folder.parent.mkdir(parents=True, exist_ok=True)
     part = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
@@ -480,14 +471,9 @@ def comparison_table(results: Sequence[dict]) -> str:
         group = [r for r in results if r["blocks"] == k]
         for policy in [p for p in POLICIES if p in group[0]["policies"]]:
             recs = [r["policies"][policy] for r in group]
-            losses = torch.tensor(
-                [x["held_out_loss"] for x in recs if x["held_out_loss"] is not None], dtype=torch.float64
-            )
-            loss = (
-                "not trained"
-                if not len(losses)
-                else f"{losses.mean():.4f} ± {losses.std() if len(losses) > 1 else 0:.4f} (n = {len(losses)})"
-            )
+            losses = [x["held_out_loss"] for x in recs if x["held_out_loss"] is not None]
+            spread = statistics.stdev(losses) if len(losses) > 1 else 0.0
+            loss = f"{statistics.mean(losses):.4f} ± {spread:.4f} (n = {len(losses)})" if losses else "not trained"
             diff = max(x["function_check"]["max_abs_logit_diff"] for x in recs)
             equal = all(x["function_check"]["greedy_equal"] for x in recs)
             lines.append(f"| {k} | {policy} | {recs[0]['places']} | {diff:.3g} | {equal} | {loss} |")

@@ -56,11 +56,11 @@ from common.models.hf_decoder import (
     renumber_layers,
     zero_output_layer,
 )
+from common.presets.expand import POLICIES
 from common.probe import probe_mode
 from common.projection import GramAccumulator
 from common.train import classification_loss
 
-POLICIES = ("criterion", "even", "bi", "ag")
 FUNCTION_ATOL = 1e-5  # |logits difference| bound of the function check (float32; measured 0 on the CPU, see docs)
 GENERATE_TOKENS = 8  # greedy tokens compared by the function check
 
@@ -155,13 +155,11 @@ def _layer_calls(decoder: HFDecoder):
 
     def keep(i: int):
         def hook(module, args, kwargs):
-            hidden = args[0] if args else kwargs["hidden_states"]
+            hidden = _hidden((args, kwargs))
             if not hidden.requires_grad:  # the first stream with frozen embeddings: a leaf the backward stops at
                 hidden = hidden.detach().requires_grad_(True)
-            args = (hidden, *args[1:]) if args else args
-            kwargs = kwargs if args else {**kwargs, "hidden_states": hidden}
-            calls[i] = (args, kwargs)
-            return args, kwargs
+            calls[i] = _with_hidden((args, kwargs), hidden)
+            return calls[i]
 
         return hook
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import ParamError
-from common.models.hf_expand import POLICIES
 from common.presets.choose import names_of
+
+POLICIES = ("criterion", "even", "bi", "ag")  # where the copies go (common.models.hf_expand.choose_places)
 
 
 def policies_of(text: str) -> tuple[str, ...]:
-    """``--policy``'s type: comma-separated names of :data:`~common.models.hf_expand.POLICIES`, once each."""
+    """``--policy``'s type: comma-separated names of :data:`POLICIES`, once each."""
     return names_of(text, POLICIES, "policies")
 
 
@@ -86,4 +87,4 @@ PRESETS = {
 }
 
 
-__all__ = ["PRESETS", "ExpandPreset", "policies_of"]
+__all__ = ["POLICIES", "PRESETS", "ExpandPreset", "policies_of"]
