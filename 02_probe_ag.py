@@ -17,7 +17,8 @@ alpha))`` and, against ``--saturation-delta``, one of "saturated within delta", 
 "undecided" (no delta: "not saturated" or "undecided"); ``--saturation-t`` fixes t instead (no
 split; the implied alpha is reported). Beside it, labelled asymptotic and not used for the
 verdict, a Bonferroni normal-theory interval on Gamma, and for both intervals the n_test at which
-each would exclude 0 (and delta). One run per model (experiment
+each would exclude 0 (and delta). ``--saturation-depths deepest`` (mini's default) runs the test
+only on the models of the deepest depth probed. One run per model (experiment
 ``ag_probe``): finished runs are skipped.
 
 Prints depth vs AGmax in both normalisations the paper's words allow (the batch-mean ``AG_l``
@@ -59,7 +60,7 @@ from common.experiments.probe_ag import (
 )
 from common.launch import launch_from_args
 from common.paper import LOW_SIGNAL_AG
-from common.presets.probe import PRESETS, SATURATION_SPLITS, SPLITS
+from common.presets.probe import PRESETS, SATURATION_DEPTHS, SATURATION_SPLITS, SPLITS
 from common.presets.sweep import DEFAULT_DATASET
 from common.probe import BN_MODES
 from common.resnet_sweep import check_sweep_inputs, require_sweep_runs
@@ -129,8 +130,19 @@ SATURATION_FLAGS: dict[str, PresetFlag] = {
         "--train-subset left out and the test split), test, or train (flagged as reused training data); "
         f"None: {PAPER.saturation_split}",
     ),
+    "--saturation-depths": (
+        "saturation_depths",
+        str,
+        "all: App. G's test on every probed model; deepest: only on the models of the deepest depth probed (what the "
+        f"claims report's App. G row reads); None: {PAPER.saturation_depths} ({MINI.saturation_depths} with --preset mini)",
+    ),
 }
-CHOICES = {"split": SPLITS, "bn_mode": BN_MODES, "saturation_split": SATURATION_SPLITS}
+CHOICES = {
+    "split": SPLITS,
+    "bn_mode": BN_MODES,
+    "saturation_split": SATURATION_SPLITS,
+    "saturation_depths": SATURATION_DEPTHS,
+}
 PRESET_FIELDS = preset_fields({**PROBE_FLAGS, **SATURATION_FLAGS})
 PLANNER_FLAGS = (*PRESET_FIELDS, "seed", "device", "data_root")
 SCRIPT_FLAGS = ("dataset", "seeds", "preset")  # which sweep runs to probe

@@ -95,19 +95,37 @@ def probe_configs(
     ``preset``: a preset of :data:`common.presets.probe.PRESETS`; ``overrides``: its fields set otherwise (None: the
     preset's value). ``seed`` seeds the analysis batches' selection, App. G's split and the blocks' ``U_l``."""
     p = choose_preset(PRESETS, preset, overrides)
+    sweeps = {Path(d): runs.read_config(Path(d), SWEEP_CONFIG_KEYS) for d in sweep_dirs}
+    deepest = {}  # dataset -> the largest depth_n among the sweep runs probed (App. G's "deepest")
+    for sweep in sweeps.values():
+        deepest[sweep["dataset"]] = max(deepest.get(sweep["dataset"], sweep["depth_n"]), sweep["depth_n"])
     configs = []
-    for directory in map(Path, sweep_dirs):
-        sweep = runs.read_config(directory, SWEEP_CONFIG_KEYS)
+    for directory, sweep in sweeps.items():
         warn_unused_data_root(sweep["dataset"], data_root)
-        check_sample_sizes(directory, p.split, p.batch_size, p.n_batches, p.saturation_split)
-        configs.append(probe_config(directory, sweep, p, seed=seed, device=device, data_root=data_root))
+        app_g = p.saturation_depths == "all" or sweep["depth_n"] == deepest[sweep["dataset"]]
+        check_sample_sizes(directory, p.split, p.batch_size, p.n_batches, p.saturation_split if app_g else None)
+        config = probe_config(directory, sweep, p, seed=seed, device=device, data_root=data_root, app_g=app_g)
+        configs.append(config)
     return configs
 
 
-def probe_config(directory: Path, sweep: dict, p: ProbePreset, *, seed: int, device: str, data_root) -> dict:
-    """The run config that probes the sweep run in ``directory`` (its config ``sweep``) with the settings ``p``."""
+def probe_config(
+    directory: Path, sweep: dict, p: ProbePreset, *, seed: int, device: str, data_root, app_g: bool = True
+) -> dict:
+    """The run config that probes the sweep run in ``directory`` (its config ``sweep``) with the settings ``p``;
+    ``app_g`` False: no App. G test (``saturation`` None; ``--saturation-depths deepest`` at a shallower depth)."""
     tag = probe_tag(p.split, p.batch_size, p.n_batches, p.exact, p.bn_mode)
     given_t = p.saturation_t is not None  # no calibration split with a given t
+    saturation = {
+        "statistic": SATURATION_STATISTIC,  # runs under an older statistic are not reused
+        "protocol": SATURATION_PROTOCOL,  # older runs (the interval alone, or the older test) differ
+        "delta": p.saturation_delta,  # None: no tolerance
+        "t": p.saturation_t,  # None: t_alpha from the calibration traces and n_test
+        "alpha": None if given_t else p.saturation_alpha,
+        "n": p.saturation_n,  # None: every example of the split outside the analysis batches
+        "split": p.saturation_split,
+        "cal_fraction": None if given_t else p.saturation_cal_fraction,
+    }
     return {
         "experiment": EXPERIMENT,
         "name": f"{sweep['dataset']}-resnet{sweep['depth_label']}-n{sweep['depth_n']}-seed{sweep['seed']}-{tag}",
@@ -123,16 +141,7 @@ def probe_config(directory: Path, sweep: dict, p: ProbePreset, *, seed: int, dev
         "bn_mode": p.bn_mode,
         "probe_seed": seed,
         "loss": "cross_entropy_mean",
-        "saturation": {
-            "statistic": SATURATION_STATISTIC,  # runs under an older statistic are not reused
-            "protocol": SATURATION_PROTOCOL,  # older runs (the interval alone, or the older test) differ
-            "delta": p.saturation_delta,  # None: no tolerance
-            "t": p.saturation_t,  # None: t_alpha from the calibration traces and n_test
-            "alpha": None if given_t else p.saturation_alpha,
-            "n": p.saturation_n,  # None: every example of the split outside the analysis batches
-            "split": p.saturation_split,
-            "cal_fraction": None if given_t else p.saturation_cal_fraction,
-        },
+        "saturation": saturation if app_g else None,
         "runtime": {
             "device": device,
             "sweep_dir": str(directory.resolve()),
@@ -141,7 +150,9 @@ def probe_config(directory: Path, sweep: dict, p: ProbePreset, *, seed: int, dev
     }
 
 
-def check_sample_sizes(sweep_dir: Path, split: str, batch_size: int, n_batches: int, saturation_split: str) -> None:
+def check_sample_sizes(
+    sweep_dir: Path, split: str, batch_size: int, n_batches: int, saturation_split: str | None
+) -> None:
     """Refuse analysis batches the split cannot fill, and an App. G sample of fewer than 2 examples (docs/decisions.md),
     before any run starts.
 
@@ -153,6 +164,8 @@ def check_sample_sizes(sweep_dir: Path, split: str, batch_size: int, n_batches: 
     if not isinstance(size, int):
         return
     check_batches_fit(size, batch_size, n_batches, f"the {split} split of {sweep_dir.name}")
+    if saturation_split is None:  # no App. G sample (saturation_depths "deepest", a shallower depth)
+        return
     left = result.get(f"{saturation_split}_size")
     if saturation_split == split and isinstance(left, int) and left - batch_size * n_batches < 2:
         raise ParamError(
@@ -283,25 +296,21 @@ def probe_sweep_run(spec) -> dict:
     device = resolve_device(runtime.get("device") or "auto")
     model, data = load_sweep_run(runtime["sweep_dir"], data_root=runtime.get("data_root"), device=device)
     b, nb, split, sat = config["batch_size"], config["n_batches"], config["split"], config["saturation"]
-    pool = held_out_pool(runtime["sweep_dir"], runtime.get("data_root"), data) if sat["split"] == HELD_OUT else None
+    app_g = sat is not None  # None: no App. G test at this depth (saturation_depths "deepest")
+    pool = (
+        held_out_pool(runtime["sweep_dir"], runtime.get("data_root"), data)
+        if app_g and sat["split"] == HELD_OUT
+        else None
+    )
     examples = SweepExamples(data, pool, device, config["probe_seed"])
     check_batches_fit(len(examples.of(split)[1]), b, nb, f"the {split} split")
     analysis, used = examples.loader(split, examples.seeded_order(split)[: b * nb], b)
     result = probe_activation_gradients(
         model, analysis, bn_mode=config["bn_mode"], exact=config["exact"], seed=config["probe_seed"]
     )
-    g = app_g_sample_of(examples, config, used)
-    runs.atomic_write_json(path / SAMPLES, samples_record(examples, sat["split"], used, g, b))
-
-    # Per candidate C_hat_l, tr(Sigma_hat_l), U_l, tr(Sigma_l^2) over a part (psi_l only, no Gram matrix); the test
-    # part first: its C_hat_l are the directions of the calibration part's variances.
-    moments = functools.partial(
-        probe_activation_gradients, model, bn_mode=config["bn_mode"], seed=config["probe_seed"], contributions=True
-    )
-    tested = moments(examples.loader(sat["split"], g.test, b)[0])
-    traced = tested
-    if g.cal is not None:
-        traced = moments(examples.loader(sat["split"], g.cal, b)[0], contribution_directions=tested.cross_gradients)
+    saturation = app_g_test(model, config, examples, used, path) if app_g else None
+    if not app_g:
+        runs.atomic_write_json(path / SAMPLES, {"analysis": used})
     records = [
         {
             "depth_n": config["depth_n"],
@@ -319,10 +328,29 @@ def probe_sweep_run(spec) -> dict:
         "probe_seed": config["probe_seed"],
         **result.summary(),
         "candidates": records,
-        "saturation": saturation_record(config, examples, g, tested.scores, traced.scores),
+        "saturation": saturation,
     }
     runs.write_result(path, out)
     return out
+
+
+def app_g_test(model, config: dict, examples: SweepExamples, used: dict, path: Path) -> dict:
+    """App. G's separated test of one probe run past its analysis batches ``used``: writes ``samples.json`` (its
+    sample and parts beside the analysis batches) into the run directory ``path`` and returns the ``saturation`` record (:func:`saturation_record`).
+
+    Per candidate C_hat_l, tr(Sigma_hat_l), U_l, tr(Sigma_l^2) over a part (psi_l only, no Gram matrix); the test
+    part first: its C_hat_l are the directions of the calibration part's variances."""
+    sat, b = config["saturation"], config["batch_size"]
+    g = app_g_sample_of(examples, config, used)
+    runs.atomic_write_json(path / SAMPLES, samples_record(examples, sat["split"], used, g, b))
+    moments = functools.partial(
+        probe_activation_gradients, model, bn_mode=config["bn_mode"], seed=config["probe_seed"], contributions=True
+    )
+    tested = moments(examples.loader(sat["split"], g.test, b)[0])
+    traced = tested
+    if g.cal is not None:
+        traced = moments(examples.loader(sat["split"], g.cal, b)[0], contribution_directions=tested.cross_gradients)
+    return saturation_record(config, examples, g, tested.scores, traced.scores)
 
 
 def saturation_record(config: dict, examples: SweepExamples, g: AppGSample, test_scores, trace_scores) -> dict:

@@ -54,10 +54,10 @@ def summary_rows(results: Iterable[dict]) -> list[dict]:
         if r.get("exact"):
             row["v_max"] = r["v_max"]
             row["v_max_candidate"] = r["v_max_candidate"]
-        sat = r["saturation"]
+        sat = r["saturation"] or {}  # None: no App. G test at this depth (02's --saturation-depths deepest)
         asym = sat.get("asymptotic") or {}
         row.update({k: r[k] for k in ROW_TAIL})
-        row.update({f"saturation_{k}": sat[k] for k in SATURATION_ROW_KEYS})
+        row.update({f"saturation_{k}": sat.get(k) for k in SATURATION_ROW_KEYS})
         row["saturation_sources"] = ", ".join(f"{k}={v}" for k, v in (sat.get("sources") or {}).items())
         row["saturation_n_test_to_exclude_zero"] = sat.get("n_test_to_exclude_zero")
         row.update({f"saturation_asymptotic_{k}": asym.get(k) for k in ASYMPTOTIC_ROW_KEYS})
@@ -86,25 +86,30 @@ def summary_table(rows: list[dict], low_signal: float) -> str:
             f"{'*' if r['ag_max_per_example'] < low_signal else '':>6}"
         )
         line += f" {r['v_max']:>10.3e}" if exact else ""
-        interval = _shown(r["saturation_lower"], r["saturation_upper"])
-        asymptotic = _shown(r["saturation_asymptotic_lower"], r["saturation_asymptotic_upper"])
-        line += (
-            f" {r['saturation_gamma_hat']:>10.3e} {interval:>21} {r['saturation_t']:>9.3e} {asymptotic:>21} "
-            f"{r['saturation_n_candidates']:>5} {r['saturation_verdict']}"
-        )
+        if r["saturation_verdict"] is None:  # no App. G test at this depth
+            line += f" {'-':>10} {'-':>21} {'-':>9} {'-':>21} {'-':>5} not run (deepest depth only)"
+        else:
+            interval = _shown(r["saturation_lower"], r["saturation_upper"])
+            asymptotic = _shown(r["saturation_asymptotic_lower"], r["saturation_asymptotic_upper"])
+            line += (
+                f" {r['saturation_gamma_hat']:>10.3e} {interval:>21} {r['saturation_t']:>9.3e} {asymptotic:>21} "
+                f"{r['saturation_n_candidates']:>5} {r['saturation_verdict']}"
+            )
         lines.append(line)
+    tested = [r for r in rows if r["saturation_verdict"] is not None]
     if rows:
         first, b = rows[0], rows[0]["batch_size"]
-        delta = "none given" if first["saturation_delta"] is None else f"{first['saturation_delta']:g}"
+        sat_first = tested[0] if tested else first
+        delta = "none given" if sat_first["saturation_delta"] is None else f"{sat_first['saturation_delta']:g}"
         sources = []  # rows probed with a calibration split, and rows probed at a given t, each described once
-        if one := next((r for r in rows if r["saturation_n_cal"]), None):
+        if one := next((r for r in tested if r["saturation_n_cal"]), None):
             sources.append(
                 f"t = sqrt(sum_l tr_l / (n_test alpha)), alpha = {one['saturation_alpha']:g}, tr_l from a "
                 f"calibration part of {one['saturation_n_cal']} examples, C_l from a test part of n_test = "
                 f"{one['saturation_n_test']} (split seed {one['saturation_split_seed']}); coverage is "
                 "conditional on the calibration traces"
             )
-        if one := next((r for r in rows if not r["saturation_n_cal"]), None):
+        if one := next((r for r in tested if not r["saturation_n_cal"]), None):
             sources.append(
                 f"t given, no split: C_l and tr_l from all n = {one['saturation_n_test']} examples; implied "
                 f"alpha = sum_l tr_l / (n t^2) = {one['saturation_alpha']:.3g} in the first such row"
@@ -115,7 +120,7 @@ def summary_table(rows: list[dict], low_signal: float) -> str:
             f"the norm of the batch-mean loss gradient at batch size {b} (x{first['n_batches']} batches, {first['split']} "
             f"split); AGmax/ex is the per-example RMS gradient norm (~ AGmax * sqrt({b})); the readings coincide at batch size 1.",
             f"App. G (Theorem 3): Gamma = max_l ||C_l||, C_l the gradient of the mean loss over independent "
-            f"{first['saturation_split']} examples w.r.t. the zero block's V_l; Gamma in [max(0, max||C_l|| - t), max||C_l|| + t] "
+            f"{sat_first['saturation_split']} examples w.r.t. the zero block's V_l; Gamma in [max(0, max||C_l|| - t), max||C_l|| + t] "
             f"with probability >= 1 - alpha; {source}. t grows with the number of candidates (cands). Verdict against delta "
             f"({delta}): 'saturated within delta' when the upper end <= delta, 'not saturated' when the lower end > delta, "
             "else 'undecided'; never 'saturated' without a delta > 0.",

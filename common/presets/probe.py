@@ -21,6 +21,9 @@ HELD_OUT = "held-out"  # App. G's default sample: every image the model never tr
 SATURATION_SPLITS = (HELD_OUT, "test", "train")
 SATURATION_ALPHA = 0.05  # App. G: the interval's confidence is 1 - alpha (docs/decisions.md)
 SATURATION_CAL_FRACTION = 0.25  # App. G: the calibration part's share of the independent sample (docs/decisions.md)
+# App. G on every probed model, or on those of the deepest depth probed (per dataset) only: the claims report's App. G
+# row reads the deepest depth alone, and App. G's ~11,000 held-out images cost mini most of 02's time (docs/decisions.md)
+SATURATION_DEPTHS = ("all", "deepest")
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,15 @@ class ProbePreset:
     saturation_n: int | None = None  # None: every example of the split outside the analysis batches
     saturation_split: str = HELD_OUT
     saturation_cal_fraction: float = SATURATION_CAL_FRACTION
+    saturation_depths: str = "all"  # App. G on every probed model, or on the deepest depth's only (SATURATION_DEPTHS)
 
     def __post_init__(self) -> None:
-        for name, options in (("split", SPLITS), ("saturation_split", SATURATION_SPLITS), ("bn_mode", BN_MODES)):
+        for name, options in (
+            ("split", SPLITS),
+            ("saturation_split", SATURATION_SPLITS),
+            ("bn_mode", BN_MODES),
+            ("saturation_depths", SATURATION_DEPTHS),
+        ):
             if getattr(self, name) not in options:
                 raise ParamError(name, getattr(self, name), f"use one of {', '.join(options)}")
         for name in ("batch_size", "n_batches"):
@@ -79,7 +88,7 @@ def app_g_sizes(n: int, cal_fraction: float) -> tuple[int, int]:
 
 PRESETS = {
     "smoke": ProbePreset(exact=True),
-    "mini": ProbePreset(n_batches=MINI_N_BATCHES, exact=True),
+    "mini": ProbePreset(n_batches=MINI_N_BATCHES, exact=True, saturation_depths="deepest"),
     "paper": ProbePreset(),
     "gpu-hour": ProbePreset(),  # the paper's probe of the gpu-hour sweep (all of CIFAR-10: 10 batches of 128)
 }

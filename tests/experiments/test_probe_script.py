@@ -255,7 +255,7 @@ def test_given_t_uses_the_whole_sample_and_reports_the_implied_alpha(sweep_out, 
     out = capsys.readouterr().out
     assert "t given, no split" in out
     for run in probe_runs(sweep_out):
-        if runs.read_json(run / "config.json")["saturation"]["t"] != t:
+        if (runs.read_json(run / "config.json")["saturation"] or {}).get("t") != t:
             continue
         sat = runs.read_result(run)["saturation"]
         assert (sat["n_cal"], sat["n_test"], sat["split_seed"], sat["statistic_source"]) == (
@@ -393,6 +393,31 @@ def independent_asymptotic(test: list[torch.Tensor], cal: list[torch.Tensor]) ->
         found["cov_sq_trace"].append(total / (4 * count))
         found["direction_variance"].append(float((c_each.reshape(len(c_each), -1) @ pooled).var()))
     return found
+
+
+def test_saturation_depths_deepest_runs_app_g_on_the_deepest_depth_only(sweep_out, capsys):
+    """``--saturation-depths deepest``: N = 1 (the deepest) keeps App. G's record; N = 0 has none, no App. G sample in
+    samples.json, a '-' row in the table, and the same AG_l as the run with App. G everywhere (same analysis batches)."""
+    tag = ["--no-exact", "--n-batches", "1", "--seeds", "0", "--out", str(sweep_out)]
+    assert script.main([*PROBE, *tag, "--saturation-depths", "all"]) == 0
+    capsys.readouterr()
+    assert script.main([*PROBE, *tag, "--saturation-depths", "deepest"]) == 0
+    table = capsys.readouterr().out
+    assert "not run (deepest depth only)" in table
+    found = {}
+    for run in probe_runs(sweep_out):
+        config = runs.read_json(run / "config.json")
+        if config["n_batches"] == 1 and not config["exact"] and config["bn_mode"] == "eval":
+            found[(config["depth_n"], config["saturation"] is None)] = run
+    assert set(found) == {(0, False), (1, False), (0, True)}  # N = 1's deepest-only run is the all-depths one
+    bare = found[(0, True)]
+    assert runs.read_result(bare)["saturation"] is None
+    assert set(runs.read_json(bare / "samples.json")) == {"analysis"}
+    assert runs.read_result(found[(1, False)])["saturation"]["verdict"] in ("not saturated", "undecided")
+    with_app_g = runs.read_result(found[(0, False)])
+    assert runs.read_result(bare)["ag_max"] == with_app_g["ag_max"]  # App. G does not touch the analysis batches
+    summary = pd.read_csv(sweep_out / "ag_probe" / "summary-synthetic-train-b16x1.csv")
+    assert len(summary) == 3 and summary["saturation_verdict"].isna().sum() == 1  # every matching run is listed
 
 
 def test_dry_run_plans_without_probing(sweep_out, capsys):
