@@ -336,7 +336,8 @@ def probe_sweep_run(spec) -> dict:
 
 def app_g_test(model, config: dict, examples: SweepExamples, used: dict, path: Path) -> dict:
     """App. G's separated test of one probe run past its analysis batches ``used``: writes ``samples.json`` (its
-    sample and parts beside the analysis batches) into the run directory ``path`` and returns the ``saturation`` record (:func:`saturation_record`).
+    sample and parts beside the analysis batches) into the run directory ``path``, returns the ``saturation`` record
+    (:func:`saturation_record`).
 
     Per candidate C_hat_l, tr(Sigma_hat_l), U_l, tr(Sigma_l^2) over a part (psi_l only, no Gram matrix); the test
     part first: its C_hat_l are the directions of the calibration part's variances."""
