@@ -98,7 +98,7 @@ def probe_configs(
     sweeps = {Path(d): runs.read_config(Path(d), SWEEP_CONFIG_KEYS) for d in sweep_dirs}
     deepest = {}  # dataset -> the largest depth_n among the sweep runs probed (App. G's "deepest")
     for sweep in sweeps.values():
-        deepest[sweep["dataset"]] = max(deepest.get(sweep["dataset"], sweep["depth_n"]), sweep["depth_n"])
+        deepest[sweep["dataset"]] = max(deepest.get(sweep["dataset"], 0), sweep["depth_n"])
     configs = []
     for directory, sweep in sweeps.items():
         warn_unused_data_root(sweep["dataset"], data_root)
@@ -272,8 +272,13 @@ def app_g_sample_of(examples: SweepExamples, config: dict, used: dict) -> AppGSa
     return AppGSample(sample, cal, test, split_seed, shared)
 
 
-def samples_record(examples: SweepExamples, split: str, used: dict, g: AppGSample, batch_size: int) -> dict:
-    """``samples.json``: which examples of which split went into the analysis batches and into App. G's parts."""
+def samples_record(
+    examples: SweepExamples, split: str | None, used: dict, g: AppGSample | None, batch_size: int
+) -> dict:
+    """``samples.json``: which examples of which split went into the analysis batches and into App. G's parts (``g``
+    None: no App. G test, the analysis batches alone)."""
+    if g is None:
+        return {"analysis": used}
     parts = {"saturation": examples.loader(split, g.sample, batch_size)[1]}
     if g.cal is not None:
         parts |= {
@@ -308,9 +313,9 @@ def probe_sweep_run(spec) -> dict:
     result = probe_activation_gradients(
         model, analysis, bn_mode=config["bn_mode"], exact=config["exact"], seed=config["probe_seed"]
     )
-    saturation = app_g_test(model, config, examples, used, path) if app_g else None
-    if not app_g:
-        runs.atomic_write_json(path / SAMPLES, {"analysis": used})
+    g = app_g_sample_of(examples, config, used) if app_g else None
+    runs.atomic_write_json(path / SAMPLES, samples_record(examples, sat["split"] if app_g else None, used, g, b))
+    saturation = app_g_test(model, config, examples, g) if app_g else None
     records = [
         {
             "depth_n": config["depth_n"],
@@ -334,16 +339,13 @@ def probe_sweep_run(spec) -> dict:
     return out
 
 
-def app_g_test(model, config: dict, examples: SweepExamples, used: dict, path: Path) -> dict:
-    """App. G's separated test of one probe run past its analysis batches ``used``: writes ``samples.json`` (its
-    sample and parts beside the analysis batches) into the run directory ``path``, returns the ``saturation`` record
-    (:func:`saturation_record`).
+def app_g_test(model, config: dict, examples: SweepExamples, g: AppGSample) -> dict:
+    """App. G's separated test of one probe run on its sample ``g`` (:func:`app_g_sample_of`): the ``saturation``
+    record (:func:`saturation_record`).
 
     Per candidate C_hat_l, tr(Sigma_hat_l), U_l, tr(Sigma_l^2) over a part (psi_l only, no Gram matrix); the test
     part first: its C_hat_l are the directions of the calibration part's variances."""
     sat, b = config["saturation"], config["batch_size"]
-    g = app_g_sample_of(examples, config, used)
-    runs.atomic_write_json(path / SAMPLES, samples_record(examples, sat["split"], used, g, b))
     moments = functools.partial(
         probe_activation_gradients, model, bn_mode=config["bn_mode"], seed=config["probe_seed"], contributions=True
     )
