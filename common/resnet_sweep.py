@@ -41,7 +41,8 @@ from common.data.vision import DATASETS, VisionData, load_vision, warn_unused_da
 from common.device import resolve_device, seed_everything
 from common.errors import ParamError, UserError
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
-from common.presets.sweep import GROWTH_SCRATCH_DEPTHS, PRESETS, RECIPE_FIELDS, SweepPreset, sweep_preset, sweep_presets
+from common.presets.growth import growth_preset
+from common.presets.sweep import PRESETS, RECIPE_FIELDS, SweepPreset, sweep_preset, sweep_presets
 from common.recipes import SGDRecipe, TrainSettings
 from common.runs import RunSpec
 from common.train import WEIGHTS, finish_run, load_weights, train
@@ -75,12 +76,15 @@ def preset_seeds(preset: str, seed: int, *, growth: bool = False) -> list[int]:
 
 def preset_runs(preset: str, seed: int, depths: Sequence[int]) -> list[tuple[list[int], list[int]]]:
     """The (depths, seeds) groups script 01 trains without ``--seeds``: every depth at :func:`preset_seeds`; under
-    mini also the growth seeds beyond them at the depths of :data:`GROWTH_SCRATCH_DEPTHS` (script 03's fixed-epoch
-    scratch rows are those sweep runs), so that 03 finds every scratch run it reuses trained by 01."""
+    mini also script 03's seeds beyond them at the depths where 03 reuses a sweep run of such a seed
+    (:meth:`~common.presets.growth.GrowthPreset.reused_sweep_depths`: mini's equal-epoch arm at ResNet-13), so that
+    03 finds every scratch run it reuses trained by 01."""
     seeds = preset_seeds(preset, seed)
     groups = [(list(depths), seeds)]
-    more = [s for s in preset_seeds(preset, seed, growth=True) if s not in seeds]
-    reused = [n for n in depths if n in GROWTH_SCRATCH_DEPTHS]
+    chains = preset_seeds(preset, seed, growth=True)
+    more = [s for s in chains if s not in seeds]
+    wanted = growth_preset(preset).reused_sweep_depths(sweep_presets(preset).default.recipe.epochs, chains, more)
+    reused = [n for n in depths if n in wanted]
     if more and reused:
         groups.append((reused, more))
     return groups

@@ -87,7 +87,9 @@ def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
             if i in TEST_LOSS_CLAIMS:
                 values.append(accuracy[claim_models(claim)])
             if beside is not None:
-                values.append(f"beside it, {other.budget_words()}: {beside[i].value}")
+                fewer = equal is not None and other.seeds != equal.seeds
+                seeds = f", seeds {', '.join(map(str, other.seeds))}" if fewer else ""
+                values.append(f"beside it, {other.budget_words()}{seeds}: {beside[i].value}")
             if equal is None:
                 row = claim_row(
                     f"{claim} ({dataset})",

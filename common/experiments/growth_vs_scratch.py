@@ -86,6 +86,7 @@ class ScratchArm:
     budget: str
     epochs: dict[int, int]  # N -> epochs of each scratch run
     runs: dict[tuple[int, int], dict]  # (seed, N) -> config
+    seeds: tuple[int, ...]  # the chains' seeds this arm pairs with (mini's sweep arm: the sweep's two)
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ class GrowthPlan:
                 f"scratch ({arm.budget}, {role}): "
                 + ", ".join(f"ResNet-{depth_label(n)} {e}" for n, e in sorted(arm.epochs.items()))
                 + " epochs"
+                + ("" if arm.seeds == self.seeds else f", seeds {', '.join(map(str, arm.seeds))} (the sweep's)")
             )
         return "\n".join(lines)
 
@@ -200,22 +202,11 @@ def growth_plan(
             chain.append(_stage_config(base, parent))
             parent = chain[-1]
         chains[seed] = chain
-    every = {
-        "total": {n: parent_epochs + n * stage_epochs for n in p.depths},
-        "sweep": dict.fromkeys(p.depths, sweep_epochs),
-        "per-stage": dict.fromkeys(p.depths, stage_epochs),
-    }
-    wanted = (
-        {b: every[b] for b in p.budgets}
-        if p.scratch_epochs is None
-        else {f"e{p.scratch_epochs}": dict.fromkeys(p.depths, p.scratch_epochs)}
-    )
-    arms = [
-        ScratchArm(
-            b, epochs, {(c["seed"], n): scratch_config(c) for n in p.depths for c in sweep([n], seeds, epochs[n])}
-        )
-        for b, epochs in wanted.items()
-    ]
+    arms = []
+    for budget, epochs in p.arm_epochs(sweep_epochs).items():
+        arm_seeds = p.arm_seeds(budget, seeds)
+        configs = {(c["seed"], n): scratch_config(c) for n in p.depths for c in sweep([n], arm_seeds, epochs[n])}
+        arms.append(ScratchArm(budget, epochs, configs, arm_seeds))
     return GrowthPlan(p.depths, seeds, parents, chains, tuple(arms), stage_epochs, parent_epochs, sweep_epochs)
 
 
@@ -348,14 +339,15 @@ def block_seed(seed: int, n: int) -> int:
 
 # ----------------------------------------------------------------------------- results
 def collect_records(plan: GrowthPlan, out: str | Path, arm: ScratchArm | None = None) -> list[dict]:
-    """One record per (method, depth, seed) of the table of one scratch arm (default: the first), from finished runs.
+    """One record per (method, depth, seed) of the table of one scratch arm (default: the first), from finished runs,
+    for the arm's seeds (each growth chain paired with the same seed's scratch run).
 
     ``epochs`` is the run's own; ``total_epochs`` every epoch behind the model: for growth the parent
     ResNet-8's plus every stage's up to depth N (each stage restarts the schedule), for scratch its own.
     """
     arm = arm or plan.arms[0]
     records = []
-    for seed in plan.seeds:
+    for seed in arm.seeds:
         behind = finished_result(out, plan.parents[seed])["epochs"]
         for n in range(1, max(plan.depths) + 1):
             behind += finished_result(out, plan.stage(seed, n))["epochs"]
@@ -540,11 +532,11 @@ TABLE_COLUMNS = (  # the markdown table of growth_table's rows
 
 def table_stem(dataset: str, plan: GrowthPlan, arm: ScratchArm | None = None) -> str:
     """Name of one arm's table files: dataset, the parent's epochs where they are not the sweep's, stage epochs,
-    scratch epochs (one value, or the range ``a-b`` of the equal-epoch arm), seeds."""
+    scratch epochs (one value, or the range ``a-b`` of the equal-epoch arm), the arm's seeds."""
     arm = arm or plan.arms[0]
     scratch = sorted(set(arm.epochs.values()))
     scratch_tag = str(scratch[0]) if len(scratch) == 1 else f"{scratch[0]}-{scratch[-1]}"
-    seeds = "-".join(map(str, plan.seeds))
+    seeds = "-".join(map(str, arm.seeds))
     parent = "" if plan.parent_epochs == plan.sweep_epochs else f"-parent{plan.parent_epochs}"
     return f"table-{dataset}{parent}-stage{plan.stage_epochs}-scratch{scratch_tag}-seeds{seeds}"
 

@@ -5,7 +5,7 @@ Presets: ``paper`` has the paper's depth grids (``common/paper.py``; B.1: CIFAR 
 backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR epoch count and
 no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value below are this reproduction's
 decisions (docs/decisions.md). ``smoke`` runs the same code paths in minutes on a CPU. ``mini`` trains 7 depths,
-2 seeds (a third at the depths script 03 reuses), on a class-balanced 1,000-image subset of real CIFAR-10
+2 seeds (a third at ResNet-13, whose run script 03's equal-epoch arm reuses), on a class-balanced 1,000-image subset of real CIFAR-10
 (docs/decisions.md, section "Mini preset"). ``gpu-hour`` trains all of CIFAR-10 with the paper's recipe for 20
 epochs at N = 0..26 x 5 seeds: about an hour on one H100-class GPU (an estimate, :mod:`common.gpu_estimates`).
 """
@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from common.errors import ParamError, one_of
-from common.models.resnet import BACKBONE_DEPTH
-from common.paper import CIFAR_EXTRA_BLOCKS, GROWTH_DEPTHS, IMAGENET100_EPOCHS, IMAGENET100_EXTRA_BLOCKS
+from common.paper import CIFAR_EXTRA_BLOCKS, IMAGENET100_EPOCHS, IMAGENET100_EXTRA_BLOCKS
 from common.recipes import SGDRecipe
 
 RECIPE_FIELDS = ("epochs", "lr")  # the overrides that set a field of the preset's recipe (the rest: of the preset)
@@ -116,8 +115,7 @@ MINI = SweepPreset(
 GPU_HOUR = replace(CIFAR_PAPER, depths=tuple(range(0, 27)), recipe=replace(CIFAR_PAPER.recipe, epochs=20))
 GPU_HOUR_SEEDS = 5  # every depth, and 03's four architectures
 MINI_SEEDS = 2  # mini: seeds --seed, --seed + 1 at every depth (the design 02, 06 and 07 read)
-MINI_GROWTH_SEEDS = 3  # mini: growth against scratch (03), and the sweep runs it reuses, one seed more
-GROWTH_SCRATCH_DEPTHS = tuple(d - BACKBONE_DEPTH for d in GROWTH_DEPTHS)  # N = 2..5: 03's fixed-epoch scratch rows
+MINI_GROWTH_SEEDS = 3  # mini: growth against scratch (03), one seed more (01 trains it where 03 reuses a sweep run)
 
 PRESETS = {
     "smoke": SweepPresets(SMOKE, "digits", {"imagenet100": SMOKE_IMAGENET100}),
@@ -145,7 +143,6 @@ __all__ = [
     "DEFAULT_DATASET",
     "GPU_HOUR",
     "GPU_HOUR_SEEDS",
-    "GROWTH_SCRATCH_DEPTHS",
     "IMAGENET100_PAPER",
     "MINI",
     "MINI_GROWTH_SEEDS",

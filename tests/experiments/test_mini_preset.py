@@ -18,7 +18,7 @@ from common import resnet_sweep, runs
 from common.cli import PRESETS
 from common.data import text_sources
 from common.data.vision import class_balanced_indices, load_vision, with_train_subset
-from common.errors import UserError
+from common.errors import ParamError, UserError
 from common.experiments import (
     claims_report,
     gpt2_ascend,
@@ -158,9 +158,10 @@ def test_mini_runs_two_seeds_by_default_and_a_third_where_growth_reuses_the_swee
     assert resnet_sweep.preset_seeds("mini", 3, growth=True) == [3, 4, 5]
     assert resnet_sweep.preset_seeds("paper", 3, growth=True) == [3]
     depths = sweep_presets.MINI.depths
-    assert resnet_sweep.preset_runs("mini", 0, depths) == [(list(depths), [0, 1]), ([2, 3, 4, 5], [2])]
+    # the third seed only at ResNet-13, the equal-epoch arm's sweep run; the fixed-epoch arm reads seeds 0 and 1
+    assert resnet_sweep.preset_runs("mini", 0, depths) == [(list(depths), [0, 1]), ([5], [2])]
     assert resnet_sweep.preset_runs("paper", 0, [0, 1, 2]) == [([0, 1, 2], [0])]
-    assert resnet_sweep.preset_runs("mini", 0, [0, 9]) == [([0, 9], [0, 1])]  # no growth depth: no third seed
+    assert resnet_sweep.preset_runs("mini", 0, [0, 2, 9]) == [([0, 2, 9], [0, 1])]  # no ResNet-13: no third seed
     plan = growth_vs_scratch.growth_plan(
         preset="mini", dataset="digits", seeds=resnet_sweep.preset_seeds("mini", 0, growth=True)
     )
@@ -170,7 +171,25 @@ def test_mini_runs_two_seeds_by_default_and_a_third_where_growth_reuses_the_swee
         for c in sweep_configs(preset="mini", dataset="digits", seeds=seeds, overrides={"depths": depths_})
     }
     fixed = next(a for a in plan.arms if a.budget == "sweep")
-    assert {runs.run_dir("o", c) for c in fixed.runs.values()} <= trained  # 03 finds every sweep run it reuses
+    assert fixed.seeds == (0, 1) and plan.arms[0].seeds == plan.seeds == (0, 1, 2)
+    assert growth_vs_scratch.table_stem("digits", plan, fixed).endswith("-scratch100-seeds0-1")  # its table says so
+    reused = {runs.run_dir("o", c) for a in plan.arms for c in a.runs.values() if c["experiment"] == "resnet_sweep"}
+    # 03 finds every sweep run it reuses
+    assert {runs.run_dir("o", c) for c in fixed.runs.values()} <= reused <= trained
+    assert len(reused) == len(fixed.runs) + 1  # and the equal-epoch arm's ResNet-13 of seed 2
+
+
+def test_a_growth_preset_says_where_its_arms_read_the_sweeps_runs():
+    mini = growth_presets.growth_preset("mini")
+    assert mini.arm_seeds("sweep", (0, 1, 2)) == (0, 1) and mini.arm_seeds("total", (0, 1, 2)) == (0, 1, 2)
+    assert mini.reused_sweep_depths(100, (0, 1, 2), [2]) == [5]  # 20 + 5 * 16 = 100 epochs at ResNet-13 only
+    assert mini.reused_sweep_depths(100, (0, 1, 2), [1]) == [2, 3, 4, 5]  # the fixed-epoch arm holds seed 1
+    assert mini.reused_sweep_depths(100, (0, 1, 2), []) == []
+    paper = growth_presets.growth_preset("paper")  # stages and parent at the sweep's epochs: the parent is its run
+    assert paper.reused_sweep_depths(200, (0, 1), [1]) == [0, 2, 3, 4, 5]
+    assert paper.arm_seeds("sweep", (0, 1)) == (0, 1)
+    with pytest.raises(ParamError, match="sweep_arm_seeds"):
+        growth_presets.GrowthPreset((2,), sweep_arm_seeds=0)
 
 
 def test_mini_growth_has_the_sweeps_epochs_at_resnet13_so_its_equal_epoch_twin_is_the_sweeps_run():
@@ -185,9 +204,9 @@ def test_mini_growth_has_the_sweeps_epochs_at_resnet13_so_its_equal_epoch_twin_i
 
 
 def test_02_06_and_07_read_the_seeds_every_depth_has(tmp_path):
-    """Mini's third seed at 03's depths only stays out of the depth designs of 02, 06 and 07 (balanced)."""
+    """Mini's third seed at 03's ResNet-13 only stays out of the depth designs of 02, 06 and 07 (balanced)."""
     made = []
-    for depths, seeds in resnet_sweep.preset_runs("mini", 0, [0, 2, 9]):
+    for depths, seeds in resnet_sweep.preset_runs("mini", 0, [0, 5, 9]):
         for config in sweep_configs(
             preset="mini", dataset="digits", seeds=seeds, overrides={"depths": depths, "train_subset": 100}
         ):
@@ -196,12 +215,12 @@ def test_02_06_and_07_read_the_seeds_every_depth_has(tmp_path):
             runs.atomic_write_json(run / runs.CONFIG, config)
             runs.write_result(run, {"train_loss": 0.1, "test_loss": 1.0})
             made.append((config["depth_n"], config["seed"]))
-    assert (2, 2) in made and (9, 2) not in made
+    assert (5, 2) in made and (9, 2) not in made
     found = resnet_sweep.require_sweep_runs(tmp_path, "digits", preset="mini")
     assert sorted({runs.read_config(d, resnet_sweep.CONFIG_KEYS)["seed"] for d in found}) == [0, 1] and len(found) == 6
     assert len(resnet_sweep.require_sweep_runs(tmp_path, "digits", preset="mini", seeds=[2])) == 1  # asked for: given
     configs = matched_insertion.matched_configs(out=tmp_path, preset="mini", dataset="digits")
-    assert sorted({(c["depth_n"], c["seed"]) for c in configs}) == [(n, s) for n in (0, 2, 9) for s in (0, 1)]
+    assert sorted({(c["depth_n"], c["seed"]) for c in configs}) == [(n, s) for n in (0, 5, 9) for s in (0, 1)]
 
 
 # ----------------------------------------------------------------------------- Tiny Shakespeare
