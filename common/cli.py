@@ -96,7 +96,7 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
         default="paper" if launches else None,
         help="'paper': the paper's settings (GPU cluster scale, real datasets); "
         "'smoke': minutes on a laptop CPU with offline data, same code paths; "
-        "'mini': real CIFAR-10 images and real text at reduced scale (about 75 minutes for 01-08 and 30 more for 09-10 on a 2-core CPU; "
+        "'mini': real CIFAR-10 images and real text at reduced scale (about 75 minutes for 01-08 and 30 more for 09-10 on a 2-core CPU on 2026-12-03; "
         'README, section "Results"); '
         "'gpu-hour' (scripts 01, 02, 03, 06 and 08's report): all of CIFAR-10 at the paper's recipe for 20 epochs, "
         "N = 0..26 x 5 seeds, about an hour on one H100-class GPU with --runs-per-device 4 (an estimate; --dry-run "
