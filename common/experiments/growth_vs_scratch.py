@@ -185,8 +185,7 @@ def growth_plan(
         return sweep_configs(preset=preset, overrides=keys, seeds=seeds, **sweep_keywords)
 
     sweep_epochs = sweep([0], seeds[:1])[0]["train"]["epochs"]
-    stage_epochs = p.stage_epochs or sweep_epochs
-    parent_epochs = p.parent_epochs or sweep_epochs
+    stage_epochs, parent_epochs = p.chain_epochs(sweep_epochs)
 
     def scratch_config(config: dict, role: str = "scratch") -> dict:
         """The sweep's config at its epochs is the sweep's run; at any other budget a run of this experiment."""

@@ -75,13 +75,18 @@ class GrowthPreset:
         """The scratch arms without ``scratch_epochs``."""
         return DEFAULT_BUDGETS if self.scratch_budget is None else self.scratch_budget
 
+    def chain_epochs(self, sweep_epochs: int) -> tuple[int, int]:
+        """(every growth stage's epochs, the parent ResNet-8's epochs), each ``sweep_epochs`` where the preset gives
+        None."""
+        return self.stage_epochs or sweep_epochs, self.parent_epochs or sweep_epochs
+
     def arm_epochs(self, sweep_epochs: int) -> dict[str, dict[int, int]]:
         """Each scratch arm's epochs, N -> epochs, by budget name (``e<epochs>`` for ``scratch_epochs``), in order:
-        ``total`` the parent's plus N stages' (each None: ``sweep_epochs``), ``sweep`` the sweep's, ``per-stage`` one
+        ``total`` the parent's plus N stages' (:meth:`chain_epochs`), ``sweep`` the sweep's, ``per-stage`` one
         stage's."""
         if self.scratch_epochs is not None:
             return {f"e{self.scratch_epochs}": dict.fromkeys(self.depths, self.scratch_epochs)}
-        stage, parent = self.stage_epochs or sweep_epochs, self.parent_epochs or sweep_epochs
+        stage, parent = self.chain_epochs(sweep_epochs)
         every = {
             "total": {n: parent + n * stage for n in self.depths},
             "sweep": dict.fromkeys(self.depths, sweep_epochs),
@@ -102,7 +107,7 @@ class GrowthPreset:
         wanted = set(among) & set(seeds)
         if not wanted:
             return []
-        depths = {0} if (self.parent_epochs or sweep_epochs) == sweep_epochs else set()
+        depths = {0} if self.chain_epochs(sweep_epochs)[1] == sweep_epochs else set()
         for budget, epochs in self.arm_epochs(sweep_epochs).items():
             if wanted & set(self.arm_seeds(budget, seeds)):
                 depths |= {n for n, e in epochs.items() if e == sweep_epochs}
