@@ -35,6 +35,10 @@ smoke: $(STAMP)
 ##   make mini IMAGES="--dataset npz --data-root X.npz" TEXT="--text-file Y.txt"   (no downloads)
 ## IMAGES goes to 01, 02, 03, 06, 07 and 09 (07 reads weights only: without --data-root), TEXT to 04, 05 and 10 (10 expands 05's L = 6 decoder); without
 ## them 01 downloads CIFAR-10 into data/ and 05 Tiny Shakespeare into data/tinyshakespeare.txt. Output: OUT.
+## MINI_LAUNCH: how every script but 08 launches its runs; the default runs two at a time, one CPU thread each
+## (--launcher local: a slot per core; docs/decisions.md, section "Mini preset"). MINI_LAUNCH="--launcher inline"
+## runs them one at a time on every thread: the same runs, other bits (a CPU result depends on its thread count).
+MINI_LAUNCH ?= --launcher local
 mini: OUT = results/mini
 mini: $(STAMP)
 	@set -e; start=$$(date +%s); \
@@ -42,15 +46,15 @@ mini: $(STAMP)
 		case "$$1" in --data-root) [ $$# -gt 1 ] && shift ;; --data-root=*) ;; *) printf '%s ' "$$1" ;; esac; shift; done); \
 	step() { t=$$(date +%s); echo "== $(PY) $$* --preset mini --out $(OUT)"; $(PY) "$$@" --preset mini --out $(OUT); \
 		echo "mini: $$1 took $$(( $$(date +%s) - t )) s"; }; \
-	step 01_train_resnet_sweep.py $(IMAGES); \
-	step 02_probe_ag.py $(IMAGES); \
-	step 03_growth_vs_scratch.py $(IMAGES); \
-	step 04_pythia_cpt.py $(TEXT); \
-	step 05_gpt2_ascend.py $(TEXT); \
-	step 06_matched_insertion.py $(IMAGES); \
-	step 07_weight_scaling.py $$images07; \
-	step 09_grow_by_criterion.py $(IMAGES); \
-	step 10_expand_decoder.py $(TEXT); \
+	step 01_train_resnet_sweep.py $(IMAGES) $(MINI_LAUNCH); \
+	step 02_probe_ag.py $(IMAGES) $(MINI_LAUNCH); \
+	step 03_growth_vs_scratch.py $(IMAGES) $(MINI_LAUNCH); \
+	step 04_pythia_cpt.py $(TEXT) $(MINI_LAUNCH); \
+	step 05_gpt2_ascend.py $(TEXT) $(MINI_LAUNCH); \
+	step 06_matched_insertion.py $(IMAGES) $(MINI_LAUNCH); \
+	step 07_weight_scaling.py $$images07 $(MINI_LAUNCH); \
+	step 09_grow_by_criterion.py $(IMAGES) $(MINI_LAUNCH); \
+	step 10_expand_decoder.py $(TEXT) $(MINI_LAUNCH); \
 	$(PY) -c 'import sys; from common.runs import make_portable; print(f"mini: {len(make_portable(sys.argv[1]))} configs made portable")' $(OUT); \
 	t=$$(date +%s); $(PY) -m common.experiments.power_table --out $(OUT) --preset mini --fresh; \
 	echo "mini: the power table at the records' design took $$(( $$(date +%s) - t )) s"; \

@@ -85,7 +85,7 @@ def preset_runs(preset: str, seed: int, depths: Sequence[int]) -> list[tuple[lis
     more = [s for s in chains if s not in seeds]
     wanted = growth_preset(preset).reused_sweep_depths(sweep_presets(preset).default.recipe.epochs, chains, more)
     reused = [n for n in depths if n in wanted]
-    if more and reused:
+    if reused:  # empty without seeds beyond the sweep's
         groups.append((reused, more))
     return groups
 
@@ -326,7 +326,7 @@ def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet) -> dict:
         "images_per_s": summary["images_per_s"],
         "autocast_dtype": summary["autocast_dtype"],  # training precision (common.device.autocast_dtype)
         "final_eval_dtype": summary["final_eval_dtype"],  # train_/test_loss above: float32 on every device
-        **{k: summary[k] for k in ("compile", "cudnn_benchmark") if k in summary},  # common.compile, common.device
+        **{k: summary[k] for k in ("compile", "cudnn_benchmark", "cpu_threads") if k in summary},  # common.train
         **extra,
     }
     finish_run(path, result)

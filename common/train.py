@@ -486,6 +486,8 @@ def _finish(run: _Run, eval_loaders: dict[str, Iterable], final_eval_loaders: di
     summary.update(final_evaluation(run.model, eval_loaders, final_eval_loaders, device, settings))
     summary.update({recipe.ROUNDS: recipe.rounds}, steps=run.step, wall_s=run.wall, autocast_dtype=amp_dtype)
     summary["cudnn_benchmark"] = run.cudnn_benchmark
+    if device.type == "cpu":  # a CPU result depends on its intra-op thread count (common.local_pool.CPU_THREADS)
+        summary["cpu_threads"] = torch.get_num_threads()
     if run.compilation is not None and run.compilation.enabled:  # this process's compile work (since it resumed)
         summary["compile"] = run.compilation.counts()
     if run.shard:

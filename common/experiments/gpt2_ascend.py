@@ -197,7 +197,7 @@ def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.
     tokens_per_s, rounds = decoder_runs.token_rates(path, t)
     return {
         **{k: summary[k] for k in ("val_loss", "val_acc", "train_loss", "train_acc", "steps", "eval_rounds", "wall_s")},
-        **{k: summary[k] for k in ("compile", "cudnn_benchmark") if k in summary},  # common.compile, common.device
+        **{k: summary[k] for k in ("compile", "cudnn_benchmark", "cpu_threads") if k in summary},  # common.train
         "tokens_per_s": tokens_per_s,
         "tokens_per_s_rounds": rounds,
         "train_tokens_seen": summary["steps"] * hp["batch_tokens"],

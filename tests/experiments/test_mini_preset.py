@@ -188,6 +188,8 @@ def test_a_growth_preset_says_where_its_arms_read_the_sweeps_runs():
     paper = growth_presets.growth_preset("paper")  # stages and parent at the sweep's epochs: the parent is its run
     assert paper.reused_sweep_depths(200, (0, 1), [1]) == [0, 2, 3, 4, 5]
     assert paper.arm_seeds("sweep", (0, 1)) == (0, 1)
+    assert mini.chain_epochs(100) == (16, 20) and paper.chain_epochs(200) == (200, 200)  # None: the sweep's epochs
+    assert mini.arm_epochs(100)["total"] == {2: 52, 3: 68, 4: 84, 5: 100}  # the parent's 20 plus N stages of 16
     with pytest.raises(ParamError, match="sweep_arm_seeds"):
         growth_presets.GrowthPreset((2,), sweep_arm_seeds=0)
 
@@ -407,7 +409,7 @@ def test_portable_runtime_relativises_paths_in_the_repository_and_strips_the_oth
     runs.prepare_run(root / "results/mini", config)  # the stored config still matches: the run is not started again
 
 
-def test_make_mini_hands_images_and_text_to_the_right_scripts():
+def test_make_mini_hands_images_text_and_the_launcher_to_the_right_scripts():
     dry = subprocess.run(
         ["make", "-n", "mini", "IMAGES=--dataset npz --data-root X.npz", "TEXT=--text-file Y.txt"],
         cwd=ROOT,
@@ -415,12 +417,13 @@ def test_make_mini_hands_images_and_text_to_the_right_scripts():
         text=True,
         check=True,
     ).stdout
+    local = "--launcher local"  # two runs at a time, one thread each (MINI_LAUNCH)
     for script in ("01_train_resnet_sweep.py", "02_probe_ag.py", "03_growth_vs_scratch.py", "06_matched_insertion.py"):
-        assert f"step {script} --dataset npz --data-root X.npz;" in dry, script
-    for script in ("04_pythia_cpt.py", "05_gpt2_ascend.py"):
-        assert f"step {script} --text-file Y.txt;" in dry, script
-    assert "step 07_weight_scaling.py $images07;" in dry and "--preset mini --out results/mini" in dry
-    assert "make_portable" in dry and "step 08_make_figures.py --figures-dir results/mini/figures" in dry
+        assert f"step {script} --dataset npz --data-root X.npz {local};" in dry, script
+    for script in ("04_pythia_cpt.py", "05_gpt2_ascend.py", "10_expand_decoder.py"):
+        assert f"step {script} --text-file Y.txt {local};" in dry, script
+    assert f"step 07_weight_scaling.py $images07 {local};" in dry and "--preset mini --out results/mini" in dry
+    assert "make_portable" in dry and "step 08_make_figures.py --figures-dir results/mini/figures;" in dry
 
 
 def test_results_keep_no_weights_or_checkpoints():

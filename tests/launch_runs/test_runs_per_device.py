@@ -91,4 +91,4 @@ def test_k_runs_on_one_core_give_the_records_of_each_run_alone(tmp_path, monkeyp
             )
             assert mine[:2] == reference[:2], spec.name
             assert all(torch.equal(mine[2][key], reference[2][key]) for key in reference[2]), spec.name
-    assert len(alone) == 3
+    assert len(alone) == 3 and all(r["cpu_threads"] == CPU_THREADS for r in alone)  # recorded: results depend on it
