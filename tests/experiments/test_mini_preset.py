@@ -426,7 +426,7 @@ def test_make_mini_hands_images_text_and_the_launcher_to_the_right_scripts():
     assert "make_portable" in dry and "step 08_make_figures.py --figures-dir results/mini/figures;" in dry
 
 
-def test_results_keep_no_weights_or_checkpoints():
+def test_results_keep_no_weights_checkpoints_or_job_folders():
     if subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=ROOT, capture_output=True).returncode:
         pytest.skip("not a git checkout: .gitignore is not in force")
     ignored = subprocess.run(
@@ -437,6 +437,7 @@ def test_results_keep_no_weights_or_checkpoints():
             "results/mini/resnet_sweep/r/model.pt",
             "results/mini/resnet_sweep/r/checkpoint.pt",
             "results/mini/pythia_cpt/r/base_model/model.safetensors",
+            "results/mini/submitit/4212/4212_0_result.pkl",  # make mini's --launcher local job folders
         ],
         cwd=ROOT,
         capture_output=True,
@@ -445,4 +446,4 @@ def test_results_keep_no_weights_or_checkpoints():
     kept = subprocess.run(
         ["git", "check-ignore", "--no-index", "results/mini/resnet_sweep/r/result.json"], cwd=ROOT, capture_output=True
     )
-    assert len(ignored) == 3 and kept.returncode == 1
+    assert len(ignored) == 4 and kept.returncode == 1
