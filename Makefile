@@ -31,7 +31,7 @@ smoke: $(STAMP)
 	echo "smoke: figures and tables in $(OUT)/figures/, claims report $(OUT)/figures/claims.md (smoke scale: not evidence about the paper)"
 
 ## mini: install, then the whole chain with --preset mini (real CIFAR-10 images and Tiny Shakespeare at reduced
-## scale; 01-08 took 4,469 s and 09-10 1,760 s on a 2-core CPU on 2026-12-03: README, section "Results"), its records made portable, then 08's figures and claims report.
+## scale; 01-08 took 4,756 s and 09-10 1,971 s on a 2-core CPU on 2026-12-04, a slow day: README, section "Results"), its records made portable, then 08's figures and claims report.
 ##   make mini IMAGES="--dataset npz --data-root X.npz" TEXT="--text-file Y.txt"   (no downloads)
 ## IMAGES goes to 01, 02, 03, 06, 07 and 09 (07 reads weights only: without --data-root), TEXT to 04, 05 and 10 (10 expands 05's L = 6 decoder); without
 ## them 01 downloads CIFAR-10 into data/ and 05 Tiny Shakespeare into data/tinyshakespeare.txt. Output: OUT.
