@@ -21,41 +21,29 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_train_step import make_loader  # benchmarks/ is this script's directory
+from bench_train_step import make_loader, passes  # benchmarks/ is this script's directory
 
 from common.local_pool import CPU_THREADS
-from common.models.resnet import ResNet, ResNetConfig, depth_label
-from common.recipes import Schedule, SGDRecipe, TrainSettings
-from common.train import train_epoch
+from common.models.resnet import depth_label
+from common.presets.sweep import MINI
+from common.recipes import TrainSettings
 
-MINI_IMAGES, MINI_BATCH = 1_000, 100  # the mini sweep's training subset and batch (common/presets/sweep.py)
-RECIPE = SGDRecipe(epochs=100, lr=0.05, warmup_epochs=5.0)  # the mini sweep's recipe
+MINI_IMAGES, MINI_BATCH = MINI.train_subset, MINI.batch_size  # the mini sweep's training subset and batch
 
 
 def train_rate(n: int, epochs: int) -> float:
-    """One warm-up epoch of ResNet-(8+n), then ``epochs`` timed ones: images/s over the timed epochs."""
+    """One warm-up epoch of ResNet-(8+n) at the mini recipe, then ``epochs`` timed ones (bench_train_step's
+    ``passes``): images/s over the timed epochs."""
     dev = torch.device("cpu")
     loader = make_loader(MINI_IMAGES, MINI_BATCH, dev, channels_last=True)
-    torch.manual_seed(0)
-    model = ResNet(ResNetConfig(extra_blocks=n)).to(memory_format=torch.channels_last)
-    settings = TrainSettings(RECIPE, channels_last=True)
-    optimizer = settings.recipe.make_optimizer(model)
-    schedule = Schedule.of(settings.recipe, len(loader))
-    model.train()
-    step, start = 0, None
-    for epoch in range(epochs + 1):
-        if epoch == 1:
-            start = time.perf_counter()
-        loader.set_epoch(epoch)
-        step = train_epoch(model, optimizer, loader, schedule=schedule, step=step, settings=settings, device=dev).step
-    return epochs * MINI_IMAGES / (time.perf_counter() - start)
+    timed = passes(n, dev, loader, reps=epochs, settings=TrainSettings(MINI.recipe, channels_last=True))
+    return epochs * MINI_IMAGES / sum(s.seconds for s in timed)
 
 
 def processes(n: int, count: int, threads: int, epochs: int) -> list[float]:
