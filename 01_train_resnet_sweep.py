@@ -18,7 +18,7 @@ from common.data.vision import DATASETS
 from common.experiments.train_resnet_sweep import summary_table
 from common.launch import launch_from_args
 from common.presets.sweep import DEFAULT_DATASET, sweep_preset
-from common.resnet_sweep import check_sweep_plan, preset_runs, sweep_configs, sweep_run_cost, train_resnet_run
+from common.resnet_sweep import check_sweep_plan, preset_seeds, sweep_configs, sweep_run_cost, train_resnet_run
 from common.runs import make_specs
 
 # The flags that set a field of the sweep's preset (common.presets.sweep.SweepPreset and its recipe): dest == field.
@@ -92,9 +92,9 @@ def main(argv=None) -> int:
     overrides = {field: getattr(args, field) for field in PRESET_FLAGS}
     if args.seeds is not None:
         groups = [(args.depths, args.seeds)]
-    else:  # mini: 2 seeds at every depth, a third at the depths 03 reuses (common.resnet_sweep.preset_runs)
+    else:  # the preset's seeds (mini: 2) at every depth
         depths = args.depths or sweep_preset(args.preset, args.dataset or DEFAULT_DATASET[args.preset]).depths
-        groups = preset_runs(args.preset, args.seed, depths)
+        groups = [(list(depths), preset_seeds(args.preset, args.seed))]
     where = {"dataset": args.dataset, "data_root": args.data_root, "device": args.device, "compile": args.compile}
     configs = [
         c

@@ -1,18 +1,17 @@
 """Function-preserving growth against training from scratch: ResNet-10 to -13 (paper, "Function-preserving growth").
 
-Per seed, one growth chain starts from the sweep's trained ResNet-8 (trained here with the
-sweep's own job when missing) and inserts one zero-output basic block at a time in the sweep's
-cyclic order, training after each insertion; the trained model at N = 2, 3, 4, 5 is the grown
-ResNet-10, -11, -12, -13. Scratch trains the same architectures from random initialisation
-with the sweep's job, by default in two arms: with the epochs the grown model has in all (the
-arm the claims report's verdicts read) and with the sweep's epochs (its finished runs are reused). Each stage is a run with its own directory; each chain is one job that runs its
-unfinished stages in order, so a requeued or rerun chain resumes from the last finished stage.
-Prints one table per scratch arm (markdown; CSV beside it) and its paths. The job function is
+Per final depth and seed, one growth run starts from a randomly initialised ResNet-8 and trains the sweep's epochs
+on the sweep's one schedule, inserting one zero-output basic block at a time in the sweep's cyclic order after the
+fractions of the run that --insert-at gives; the optimizer keeps every old parameter's state and the schedule never
+restarts (common/train_growth.py). Scratch is the sweep's own run of the final depth (same epochs and schedule; a
+finished one is reused). --ablation-depths adds, at those depths, the same growth restarted at every insertion
+(fresh optimizer, warm-up and cosine over each segment). Prints the table of growth against scratch (markdown; CSV
+beside it), the ablation's, and their paths. The job function is
 :func:`common.experiments.growth_vs_scratch.growth_vs_scratch_run`.
 
     python 03_growth_vs_scratch.py --preset smoke
     python 03_growth_vs_scratch.py --seeds 0,1,2 --launcher slurm --slurm-profile slurm/mycluster.toml
-    python 03_growth_vs_scratch.py --scratch-budget total,per-stage
+    python 03_growth_vs_scratch.py --insert-at 0.05,0.1,0.15,0.2,0.25 --ablation-depths 5
 """
 
 from __future__ import annotations
@@ -26,11 +25,13 @@ from common.cli import (
     entry_point,
     make_parser,
     parse_args,
-    positive_int,
 )
 from common.data.vision import DATASETS
 from common.experiments.growth_vs_scratch import (
+    ablation_markdown,
+    ablation_table,
     collect_records,
+    default_seeds,
     growth_plan,
     growth_table,
     growth_vs_scratch_run,
@@ -39,22 +40,13 @@ from common.experiments.growth_vs_scratch import (
     write_table,
 )
 from common.launch import launch_from_args
-from common.presets.growth import (
-    DEFAULT_BUDGETS,
-    MINI_PARENT_EPOCHS,
-    MINI_STAGE_EPOCHS,
-    PAPER_DEPTHS,
-    SCRATCH_BUDGETS,
-    SMOKE_DEPTHS,
-    SMOKE_STAGE_EPOCHS,
-    scratch_budgets,
-)
+from common.presets.growth import INSERT_AT, PAPER_DEPTHS, SMOKE_DEPTHS, insert_fractions
 from common.presets.sweep import DEFAULT_DATASET
-from common.resnet_sweep import check_sweep_data, preset_seeds
+from common.resnet_sweep import check_sweep_data
 from common.runs import make_specs
 
 # The flags that set a field of the growth preset (common.presets.growth.GrowthPreset): dest == field.
-PRESET_FLAGS = ("depths", "stage_epochs", "parent_epochs", "scratch_epochs", "scratch_budget", "train_subset")
+PRESET_FLAGS = ("depths", "insert_at", "ablation_depths", "train_subset")
 PLANNER_FLAGS = ("preset", "data_root", *PRESET_FLAGS, "device", "compile")
 SCRIPT_FLAGS = ("dataset", "seeds", "seed")  # --dataset's default follows --preset; the seeds: --seeds, else --seed
 
@@ -74,35 +66,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--seeds",
         type=comma_ints,
         default=None,
-        help="seeds, one chain and one scratch run per depth and arm each; None: --seed (mini: --seed .. --seed + 2)",
+        help="seeds, one growth run and one scratch run per depth each; None: --seed (mini: --seed, --seed + 1, the "
+        "sweep's seeds, so that every scratch run is the sweep's own)",
     )
     group.add_argument(
-        "--stage-epochs",
-        type=positive_int,
+        "--insert-at",
+        type=insert_fractions,
         default=None,
-        help=f"epochs of each growth stage; None: the sweep's epochs (smoke: {SMOKE_STAGE_EPOCHS}, mini: {MINI_STAGE_EPOCHS})",
+        help="fractions of the run (0 < f < 1, increasing, rounded to whole epochs) after which the 1st, 2nd, ... "
+        f"block goes in, one per block up to the deepest depth; None: {','.join(map(str, INSERT_AT))}",
     )
     group.add_argument(
-        "--parent-epochs",
-        type=positive_int,
+        "--ablation-depths",
+        type=comma_ints,
         default=None,
-        help=f"epochs of the chain's ResNet-8; None: the sweep's epochs, so that the chain starts from the sweep's own "
-        f"run (mini: {MINI_PARENT_EPOCHS}, a run of this experiment)",
-    )
-    group.add_argument(
-        "--scratch-epochs",
-        type=positive_int,
-        default=None,
-        help="one scratch arm of this many epochs at every depth, instead of --scratch-budget's arms",
-    )
-    group.add_argument(
-        "--scratch-budget",
-        type=scratch_budgets,
-        default=None,
-        help=f"scratch arms, comma-separated, each with its own table: {SCRATCH_BUDGETS[0]} (the epochs the grown "
-        "model has in all: the parent ResNet-8's plus every stage's up to its depth; the claims report's verdicts "
-        "read it), sweep (the sweep's epochs: its finished runs are reused), per-stage (one stage's epochs); "
-        f"None: {','.join(DEFAULT_BUDGETS)}",
+        help="depths N (among --depths) whose growth also runs restarted at every insertion (fresh optimizer, "
+        "warm-up and cosine per segment), to measure what the restart alone costs; None: the preset's (mini: 5)",
     )
     group.add_argument(
         "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"
@@ -114,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     dataset = args.dataset or DEFAULT_DATASET[args.preset]
-    seeds = args.seeds if args.seeds is not None else preset_seeds(args.preset, args.seed, growth=True)
+    seeds = args.seeds if args.seeds is not None else default_seeds(args.preset, args.seed)
     overrides = {field: getattr(args, field) for field in PRESET_FLAGS}
     where = {"data_root": args.data_root, "device": args.device, "compile": args.compile}
     plan = growth_plan(preset=args.preset, overrides=overrides, dataset=dataset, seeds=seeds, **where)
@@ -129,11 +108,15 @@ def main(argv=None) -> int:
     )
     if results is None:
         return 0
-    for arm in plan.arms:
-        rows = growth_table(collect_records(plan, args.out, arm))
-        print(f"scratch arm {arm.budget}:")
-        print(markdown_table(rows))
-        for path in write_table(rows, args.out, table_stem(dataset, plan, arm)):
+    rows = growth_table(collect_records(plan, args.out))
+    print(markdown_table(rows))
+    for path in write_table(rows, args.out, table_stem(dataset, plan)):
+        print(path)
+    if plan.ablation:
+        rows = ablation_table(collect_records(plan, args.out), collect_records(plan, args.out, "restart"))
+        print("restart ablation:")
+        print(ablation_markdown(rows))
+        for path in write_table(rows, args.out, table_stem(dataset, plan, "ablation"), ablation_markdown(rows)):
             print(path)
     return 0
 

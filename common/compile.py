@@ -58,6 +58,13 @@ class Compilation:
     blocks: list[nn.Module] = field(default_factory=list)  # empty: the whole model is compiled (or nothing)
     start: dict = field(default_factory=_snapshot)
     end: dict | None = None
+    options: dict = field(default_factory=dict)  # torch.compile's keyword arguments for each block
+
+    def add_block(self, block: nn.Module) -> None:
+        """Compile ``block`` in place as the others (a block inserted into a growing run: common.train_growth)."""
+        if self.mode == "regional":
+            block.forward = torch.compile(block.forward, **self.options)
+            self.blocks.append(block)
 
     @property
     def mode(self) -> str:
@@ -105,10 +112,10 @@ def compiled(model: nn.Module, enabled: bool, backend: str | None = None) -> Ite
         return
     torch.compiler.reset()
     blocks = repeated_blocks(model)
-    compilation = Compilation(True, list(blocks) if blocks is not None else [])
+    options = {"backend": backend} if backend else {}
+    compilation = Compilation(True, list(blocks) if blocks is not None else [], options=options)
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, automatic_dynamic_shapes=False):
         for block in compilation.blocks:
-            options = {"backend": backend} if backend else {}
             block.forward = torch.compile(block.forward, **options)  # an instance attribute over the class's forward
         try:
             yield compilation

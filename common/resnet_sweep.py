@@ -41,11 +41,11 @@ from common.data.vision import DATASETS, VisionData, load_vision, warn_unused_da
 from common.device import resolve_device, seed_everything
 from common.errors import ParamError, UserError
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
-from common.presets.growth import growth_preset
 from common.presets.sweep import PRESETS, RECIPE_FIELDS, SweepPreset, sweep_preset, sweep_presets
 from common.recipes import SGDRecipe, TrainSettings
 from common.runs import RunSpec
 from common.train import WEIGHTS, finish_run, load_weights, train
+from common.train_growth import RunGrowth
 
 log = logging.getLogger(__name__)
 
@@ -72,22 +72,6 @@ def preset_seeds(preset: str, seed: int, *, growth: bool = False) -> list[int]:
     (``growth``: script 03's, :data:`MINI_GROWTH_SEEDS`)."""
     table = sweep_presets(preset)
     return [seed + i for i in range(table.growth_seeds if growth else table.seeds)]
-
-
-def preset_runs(preset: str, seed: int, depths: Sequence[int]) -> list[tuple[list[int], list[int]]]:
-    """The (depths, seeds) groups script 01 trains without ``--seeds``: every depth at :func:`preset_seeds`; under
-    mini also script 03's seeds beyond them at the depths where 03 reuses a sweep run of such a seed
-    (:meth:`~common.presets.growth.GrowthPreset.reused_sweep_depths`: mini's equal-epoch arm at ResNet-13), so that
-    03 finds every scratch run it reuses trained by 01."""
-    seeds = preset_seeds(preset, seed)
-    groups = [(list(depths), seeds)]
-    chains = preset_seeds(preset, seed, growth=True)
-    more = [s for s in chains if s not in seeds]
-    wanted = growth_preset(preset).reused_sweep_depths(sweep_presets(preset).default.recipe.epochs, chains, more)
-    reused = [n for n in depths if n in wanted]
-    if reused:  # empty without seeds beyond the sweep's
-        groups.append((reused, more))
-    return groups
 
 
 def balanced_runs(directories: Sequence[Path]) -> list[Path]:
@@ -250,6 +234,7 @@ def build_resnet(config: dict, num_classes: int) -> ResNet:
 
 
 ModelFn = Callable[[dict, VisionData], tuple[ResNet, dict]]
+GrowthFn = Callable[[dict, VisionData, torch.device], RunGrowth]
 
 
 def fresh_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
@@ -257,13 +242,15 @@ def fresh_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
     return build_resnet(config, data.num_classes), {}
 
 
-def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet) -> dict:
+def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet, growth_of: GrowthFn | None = None) -> dict:
     """Job function of script 01: train one (dataset, N, seed) run; resumes; returns its result.
 
     Trains the ResNet ``make_model(config, data)`` returns (default: a fresh ResNet-(8+N); script 03's growth
-    stages pass a grown parent) with the run's recipe (rebuilt from ``config["train"]``), data and seed.
+    runs pass a ResNet-8) with the run's recipe (rebuilt from ``config["train"]``), data and seed.
     ``make_model`` runs after the data is loaded and the torch RNG is seeded with the run's seed, and returns the
-    model and extra keys for ``result.json``.
+    model and extra keys for ``result.json``. ``growth_of(config, data, device)``: the model grows inside the run
+    (:mod:`common.train_growth`); the result then holds ``growth`` (the insertions, FLOPs per image at the final
+    depth) and ``train_flops``.
     """
     config = spec.config
     path = runs.prepare_run(spec.out, config)
@@ -307,6 +294,7 @@ def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet) -> dict:
         settings=settings,
         device=device,
         desc=config["name"],
+        growth=growth_of(config, data, device) if growth_of is not None else None,
     )
     result = {
         "dataset": config["dataset"],
@@ -327,6 +315,7 @@ def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet) -> dict:
         "autocast_dtype": summary["autocast_dtype"],  # training precision (common.device.autocast_dtype)
         "final_eval_dtype": summary["final_eval_dtype"],  # train_/test_loss above: float32 on every device
         **{k: summary[k] for k in ("compile", "cudnn_benchmark", "cpu_threads") if k in summary},  # common.train
+        **{k: summary[k] for k in ("growth", "train_flops") if k in summary},  # a growing run (common.train_growth)
         **extra,
     }
     finish_run(path, result)
@@ -585,7 +574,6 @@ __all__ = [
     "load_sweep_run",
     "load_trained_resnet",
     "require_sweep_runs",
-    "preset_runs",
     "preset_seeds",
     "read_sweep_run",
     "sweep_configs",

@@ -60,6 +60,8 @@ from common.losses import chunked_cross_entropy
 from common.placement import distribute, fsdp_bf16, full_state, place_model, rank, resume, world_size
 from common.precision import float32_reduced_on, float64_device, full_precision, supports_float64
 from common.recipes import Schedule, TrainSettings
+from common.train_growth import GrowthState, RunGrowth, refuse_distributed, replay, schedule_at
+from common.train_growth import insert as insert_block
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +283,7 @@ def train(
     on_epoch_end: Callable[[int, dict], None] | None = None,
     desc: str = "train",
     counts: str = "images",
+    growth: RunGrowth | None = None,
 ) -> dict:
     """Train ``model`` for ``settings.recipe.rounds`` rounds (epochs; a recipe by steps: evaluation rounds) in
     ``run_dir``, resuming from its checkpoint.
@@ -303,12 +306,22 @@ def train(
     ``cudnn_benchmark`` and, with ``settings.compile``, ``compile`` (:meth:`common.compile.Compilation.counts`).
     Writes the final weights to ``run_dir/model.pt``; the caller writes ``result.json``.
 
+    ``growth``: the model grows at the epoch boundaries it plans (:mod:`common.train_growth`: one schedule, the
+    optimizer state kept, the insertions in every checkpoint and in the summary's ``growth``, training FLOPs counted
+    as ``train_flops`` per round); ``model`` is then the starting model. Refused under torch.distributed.
+
     Three parts: :func:`_start` (the schedule, the resumed checkpoint, DDP), :func:`_train_round` per
     round, :func:`_finish` (the summary and the final weights).
     """
     if counts not in COUNTS:
         raise ValueError(f"counts {counts!r}: use one of {COUNTS}")
     run_dir = Path(run_dir)
+    grown = None
+    if growth is not None:  # the architecture of the checkpoint first: its state is loaded into it below
+        refuse_distributed(world_size())
+        saved = runs.resume_state(run_dir)
+        grown = replay(growth, model, saved.get("growth") if saved else None)
+        del saved
     run_dir.mkdir(parents=True, exist_ok=True)
     shard = place_model(model, device, settings)  # before the optimizer, which must hold the sharded parameters
     optimizer = settings.recipe.make_optimizer(model)
@@ -316,9 +329,14 @@ def train(
     with compiled(model, settings.compile) as compilation, devices.cudnn_benchmark_for(device, static) as benchmark:
         run = _start(model, optimizer, train_loader, run_dir, settings, device, shard=shard, desc=desc, counts=counts)
         run.forward, run.compilation, run.cudnn_benchmark = compilation.forward(run.forward), compilation, benchmark
+        if growth is not None:
+            run.growth, run.grown = growth, grown
+            run.schedule = schedule_at(growth, run.base_schedule, run.steps_per_epoch, grown.inserted, run.step)
         for epoch in range(run.start_epoch, settings.recipe.rounds):
             if run.stop is not None and run.stop["stopped"]:
                 break  # resumed after the stopping epoch's checkpoint
+            if growth is not None:
+                _grow(run, epoch)
             record = _train_round(run, train_loader, eval_loaders, epoch)
             if on_epoch_end is not None:
                 on_epoch_end(epoch + 1, record)
@@ -340,12 +358,16 @@ class _Run:
     no_sync: Callable[[], contextlib.AbstractContextManager] | None
     desc: str
     counts: str
+    steps_per_epoch: int = 0
+    base_schedule: Schedule | None = None  # the run's one schedule (a growth ablation trains on its segments)
     start_epoch: int = 0
     step: int = 0  # global optimizer step
     wall: float = 0.0  # training time summed over resumptions
     stop: dict | None = None  # the early-stopping state (None: no early stopping)
     compilation: Compilation | None = None  # what train() compiled (common.compile), and its counts
     cudnn_benchmark: bool = False  # cudnn.benchmark during the training rounds (common.device.cudnn_benchmark)
+    growth: RunGrowth | None = None  # the growth plan (common.train_growth), None: a fixed model
+    grown: GrowthState | None = None  # the insertions applied so far and the FLOPs counted
 
     @property
     def main(self) -> bool:
@@ -392,7 +414,33 @@ def _start(
     wrapped, no_sync = distribute(model, device, shard)  # DDP when more than one process and no sharding
     run = _Run(run_dir, settings, device, model, optimizer, schedule, shard, wrapped, no_sync, desc, counts)
     run.start_epoch, run.step, run.wall, run.stop = start_epoch, step, wall, stop
+    run.steps_per_epoch, run.base_schedule = steps_per_epoch, schedule
     return run
+
+
+def _grow(run: _Run, epoch: int) -> None:
+    """Apply the insertions planned before round ``epoch`` (:mod:`common.train_growth`): the optimizer rebuilt with the
+    old parameters' state, the new block compiled as the others, the schedule the step goes on with."""
+    growth, grown = run.growth, run.grown
+    assert growth is not None and grown is not None
+    memory_format = torch.channels_last if run.settings.channels_last else None
+    for insertion in growth.due(epoch):
+        run.optimizer, block = insert_block(
+            growth,
+            grown,
+            run.model,
+            run.optimizer,
+            run.settings.recipe.make_optimizer,
+            insertion=insertion,
+            step=run.step,
+            where=str(run.run_dir),
+            memory_format=memory_format,
+        )
+        if run.compilation is not None:
+            run.compilation.add_block(block)
+        run.schedule = schedule_at(growth, run.base_schedule, run.steps_per_epoch, grown.inserted, run.step)
+        place = grown.inserted[-1]["place"]
+        log.info("%s: inserted a block at place %d before epoch %d (step %d)", run.desc, place, epoch + 1, run.step)
 
 
 def _train_round(run: _Run, train_loader: Iterable, eval_loaders: dict[str, Iterable], epoch: int) -> dict:
@@ -424,6 +472,9 @@ def _train_round(run: _Run, train_loader: Iterable, eval_loaders: dict[str, Iter
         f"{counts}_per_s": stats.examples_per_s if counts == "images" else stats.targets_per_s,
         "epoch_time_s": stats.seconds,
     }
+    if run.grown is not None:  # a growing run: its FLOPs so far, at each round's depth, and its insertions so far
+        run.grown.flops += run.grown.per_example * stats.examples
+        record.update(train_flops=run.grown.flops, insertions=len(run.grown.inserted))
     stop = settings.stopping.update(run.stop, stats.loss) if run.stop is not None else None  # type: ignore[union-attr]
     last = epoch + 1 == settings.recipe.rounds or bool(stop and stop["stopped"])  # always evaluated and checkpointed
     if last or (epoch + 1) % settings.eval_every == 0:
@@ -468,6 +519,7 @@ def _save_round(run: _Run, record: dict, epoch: int, *, checkpoint: bool) -> Non
                 "epoch": epoch + 1,
                 "wall_s": run.wall,
                 **({"stopping": run.stop} if run.stop is not None else {}),
+                **({"growth": run.grown.to_checkpoint()} if run.grown is not None else {}),
             },
         )
 
@@ -490,6 +542,14 @@ def _finish(run: _Run, eval_loaders: dict[str, Iterable], final_eval_loaders: di
         summary["cpu_threads"] = torch.get_num_threads()
     if run.compilation is not None and run.compilation.enabled:  # this process's compile work (since it resumed)
         summary["compile"] = run.compilation.counts()
+    if run.grown is not None:
+        restart = bool(run.growth and run.growth.restart)
+        summary["growth"] = {
+            **run.grown.to_checkpoint(),
+            "flops_per_example": run.grown.per_example,
+            "restart": restart,
+        }
+        summary["train_flops"] = run.grown.flops
     if run.shard:
         summary["fsdp_param_dtype"] = "bfloat16" if fsdp_bf16(settings, device) else "float32"
     if stop is not None:  # the epochs trained, and why they ended

@@ -4,32 +4,25 @@ Paper, "Function-preserving growth": CIFAR-10 ResNet-10, -11, -12 and -13 grown 
 zero-output block at a time, against the same final architectures trained from random
 initialisation (docs/decisions.md, section "Function-preserving growth", for every choice below).
 
-Protocol (one growth chain per seed):
+Protocol (one growth run per final depth N and seed):
 
-- The chain starts from a ResNet-8 (N = 0) trained with the sweep's job and recipe for the parent's epochs: at
-  the sweep's epochs (paper, smoke) it is the sweep's own run of ``01_train_resnet_sweep.py``, reused, or trained
-  here when missing; at any other (mini) a run of this experiment (``<dataset>-parent-resnet8-n0-seed<s>-e<epochs>``).
-- Stage ``N`` (N = 1, 2, ...) loads the trained model of stage ``N - 1``, inserts extra block
-  ``N - 1`` where the sweep's ResNet-(8+N) has it (stage ``(N - 1) mod 3``, at its end;
-  :func:`common.models.resnet.grow`) at a zero output (zero-gamma on its last BatchNorm), checks
-  that the outputs are unchanged bit for bit in float64 in train and eval mode
-  (:func:`common.growth.check_function_preserved`), and trains with the sweep's recipe for
-  ``stage_epochs`` (fresh optimiser: every momentum buffer starts at zero; the warm-up and cosine
-  schedule restart). The trained model at N = 2, 3, 4, 5 is the grown ResNet-10, ..., -13.
-- Each stage is a run with its own directory (``<out>/growth_vs_scratch/<dataset>-grown-resnet<d>-n<N>-seed<s>-<hash>``)
-  whose identity names its parent's run directory, so a change anywhere upstream gives new
-  stages. The chain is one job (:func:`growth_vs_scratch_run` on the chain's last stage): it
-  runs every unfinished stage in order, each resuming from its own checkpoint, so a requeued or
-  rerun job continues from the last finished stage and never redoes one.
-- Scratch is the sweep's own job and configs (:func:`~common.resnet_sweep.sweep_configs`) for ResNet-(8+N), in
-  one or more arms of different budgets: ``total`` (the epochs the grown ResNet-(8+N) has behind it, the parent's
-  plus N stages': the arm the claims report's verdicts read) and ``sweep`` (the sweep's fixed epochs) by default.
-  At the sweep's epochs the config *is* the sweep's run, so a finished sweep run is reused; any other budget is a
-  run of this experiment (``<dataset>-scratch-resnet<d>-n<N>-seed<s>-e<epochs>``), so that script 02 never probes
-  it. Each arm has its own table.
+- The run starts from a randomly initialised ResNet-8 (the sweep's ResNet-8 of that seed at step 0: same
+  initialisation, same batches) and trains the sweep's epochs on the sweep's one schedule. Its ``k``-th block goes
+  in before the epoch the preset's fraction ``insert_at[k - 1]`` gives (:meth:`~common.presets.growth.GrowthPreset.insert_epochs`),
+  where the sweep's ResNet-(8+k) has it (stage ``(k - 1) mod 3``, at its end: :func:`common.models.resnet.grow`),
+  at a zero output (zero-gamma on its last BatchNorm), its weights drawn from :func:`block_seed`. The growth
+  engine (:mod:`common.train_growth`) checks the function bit for bit in float64 in train and eval mode, keeps
+  every old parameter's optimizer state, gives the new block none, and never restarts the schedule.
+- Scratch is the sweep's own run of ResNet-(8+N) (:func:`~common.resnet_sweep.sweep_configs`): the same epochs,
+  schedule, seed and batches; a finished sweep run is reused, a missing one trained here (under ``resnet_sweep/``).
+- The ablation (``ablation_depths``): the same growth run with the optimizer and the schedule restarted at every
+  insertion (the earlier stage-by-stage recipe, in the engine), so the report shows what the restart alone costs.
 
-:func:`growth_table` builds the comparison (means over seeds, the relative test-loss reduction
-of the mean, the per-row winner, the paper's values from ``common/paper.py`` beside them).
+Each growth run has its own directory (``<out>/growth_vs_scratch/<dataset>-grown-resnet<d>-n<N>-seed<s>-<hash>``,
+``-restart`` for the ablation) and resumes from its checkpoint. :func:`growth_table` builds the comparison at equal
+steps (means over seeds, the paired reductions, the per-row winner, each side's training FLOPs, the last epochs'
+slope of the training loss, the paper's values from ``common/paper.py`` beside them); :func:`ablation_table` the
+restart's cost.
 """
 
 from __future__ import annotations
@@ -44,14 +37,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from common import runs, tables
 from common.data.loader import TensorLoader
 from common.data.vision import VisionData
 from common.errors import ParamError, UserError
-from common.growth import check_function_preserved
-from common.models.resnet import ResNet, depth_label, extra_block_position, grow
+from common.flops import training_flops_per_image
+from common.models.resnet import ResNet, depth_label, grow
 from common.paper import (
     GROWTH_DEPTHS,
     GROWTH_LOWER_TEST_LOSS,
@@ -61,91 +55,55 @@ from common.paper import (
     GROWTH_TEST_ABS_REDUCTION_RANGE,
     GROWTH_TEST_RELATIVE_REDUCTION,
 )
-from common.presets.growth import growth_preset, scratch_budgets
-from common.resnet_sweep import build_resnet, load_trained_resnet, sweep_configs, train_resnet_run
+from common.presets.growth import growth_preset, insert_fractions
+from common.resnet_sweep import build_resnet, preset_seeds, sweep_configs, train_resnet_run
 from common.runs import RunSpec
+from common.train_growth import Insertion, RunGrowth
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "growth_vs_scratch"
-INSERTION = (
-    "cyclic, end of stage (N-1) mod 3"  # where stage N puts its block (common.models.resnet.extra_block_position)
-)
+INSERTION = "cyclic, end of stage (k-1) mod 3"  # where the k-th block goes (common.models.resnet.extra_block_position)
 ZERO_INIT = "zero-gamma: last BatchNorm weight and bias 0, both convolutions Kaiming-normal"
 CHECK_BATCH = 8  # training images in the run-time function-preservation check
 METRICS = ("train_loss", "test_loss", "test_acc")
 METHODS = ("growth", "scratch")
+TAIL = 0.1  # the last epochs' slope: over the last 10% of the run's epochs (at least 2)
+EXTRA = ("train_flops", "train_loss_slope")  # per-run measures the tables average beside the metrics
 
 
 # ----------------------------------------------------------------------------- planning
 @dataclass(frozen=True)
-class ScratchArm:
-    """The scratch runs of one budget: ``total`` (growth's epochs in all at each depth: the arm the verdicts read),
-    ``sweep`` (the sweep's fixed epochs: its runs), ``per-stage`` (one stage's epochs) or ``e<epochs>`` (given)."""
-
-    budget: str
-    epochs: dict[int, int]  # N -> epochs of each scratch run
-    runs: dict[tuple[int, int], dict]  # (seed, N) -> config
-    seeds: tuple[int, ...]  # the chains' seeds this arm pairs with (mini's sweep arm: the sweep's two)
-
-
-@dataclass(frozen=True)
 class GrowthPlan:
-    """Every run of one invocation: per seed the chain's parent ResNet-8 and its stage configs, and each scratch arm."""
+    """Every run of one invocation: per (seed, N) a growth run and the sweep's scratch run; the ablation's runs."""
 
     depths: tuple[int, ...]  # N of the table's rows
     seeds: tuple[int, ...]
-    parents: dict[int, dict]  # seed -> the chain's ResNet-8 config (the sweep's own run at the sweep's epochs)
-    chains: dict[int, list[dict]]  # seed -> stage configs for N = 1 .. max(depths)
-    arms: tuple[ScratchArm, ...]  # the first is the arm the claims report's verdicts read (docs/decisions.md)
-    stage_epochs: int
-    parent_epochs: int
-    sweep_epochs: int
-
-    @property
-    def scratch(self) -> dict[tuple[int, int], dict]:
-        """The first arm's runs: (seed, N) -> config."""
-        return self.arms[0].runs
-
-    @property
-    def scratch_epochs(self) -> dict[int, int]:
-        """The first arm's epochs: N -> epochs."""
-        return self.arms[0].epochs
+    insert_at: tuple[float, ...]  # the preset's fractions
+    epochs: int  # every run's (the sweep's)
+    growth: dict[tuple[int, int], dict]  # (seed, N) -> growth run config
+    scratch: dict[tuple[int, int], dict]  # (seed, N) -> the sweep's run config
+    ablation: dict[tuple[int, int], dict]  # (seed, N) -> growth run config, restarted at every insertion
 
     def jobs(self) -> list[dict]:
-        """What the launcher runs: each chain's last stage (it runs the whole chain), then every scratch run once."""
-        scratch = {runs.run_dir("", c): c for arm in self.arms for _, c in sorted(arm.runs.items())}
-        return [self.chains[s][-1] for s in self.seeds] + list(scratch.values())
-
-    def stage(self, seed: int, n: int) -> dict:
-        return self.chains[seed][n - 1]
-
-    def growth_epochs(self, n: int) -> int:
-        """Every epoch behind the grown ResNet-(8+N): the parent's plus N stages'."""
-        return self.parent_epochs + n * self.stage_epochs
+        """What the launcher runs: every growth run, the ablation's, then every scratch run."""
+        return [*self.growth.values(), *self.ablation.values(), *self.scratch.values()]
 
     def describe(self, out: str | Path) -> str:
-        """One line per chain: the parent and every stage, each ``[done]`` or ``[todo]``; one line per scratch arm."""
+        """One line per depth: its insertion epochs and each run's state; the ablation's."""
         lines = []
-        for seed in self.seeds:
-            kind = "sweep run" if self.parent_epochs == self.sweep_epochs else f"{self.parent_epochs} epochs"
-            links = [f"ResNet-8 ({_state(out, self.parents[seed])}, {kind})"]
-            links += [f"ResNet-{c['depth_label']} ({_state(out, c)})" for c in self.chains[seed]]
-            lines.append(f"growth chain seed {seed}: " + " -> ".join(links))
-        lines.append(
-            f"each chain is one job (its last stage), which runs every unfinished stage in order in its own run "
-            f"directory under {Path(out) / EXPERIMENT}; stages train {self.stage_epochs} epochs, after a ResNet-8 of "
-            f"{self.parent_epochs}; growth's epochs in all: "
-            + ", ".join(f"ResNet-{depth_label(n)} {self.growth_epochs(n)}" for n in self.depths)
-        )
-        for i, arm in enumerate(self.arms):
-            role = "the verdicts' arm" if i == 0 and arm.budget == "total" else "beside it" if i else "its only arm"
-            lines.append(
-                f"scratch ({arm.budget}, {role}): "
-                + ", ".join(f"ResNet-{depth_label(n)} {e}" for n, e in sorted(arm.epochs.items()))
-                + " epochs"
-                + ("" if arm.seeds == self.seeds else f", seeds {', '.join(map(str, arm.seeds))} (the sweep's)")
+        for n in self.depths:
+            at = self.growth[(self.seeds[0], n)]["growth"]["epochs"]
+            states = ", ".join(
+                f"seed {s} growth {_state(out, self.growth[(s, n)])} / scratch {_state(out, self.scratch[(s, n)])}"
+                + (f" / restart {_state(out, self.ablation[(s, n)])}" if (s, n) in self.ablation else "")
+                for s in self.seeds
             )
+            lines.append(f"ResNet-{depth_label(n)}: blocks in before epochs {', '.join(map(str, at))}; {states}")
+        lines.append(
+            f"every run trains {self.epochs} epochs on one schedule (scratch: the sweep's run); growth runs under "
+            f"{Path(out) / EXPERIMENT}, each resuming from its checkpoint"
+        )
         return "\n".join(lines)
 
 
@@ -156,216 +114,163 @@ def _state(out: str | Path, config: dict) -> str:
 def growth_plan(
     *, preset: str = "smoke", overrides: dict | None = None, seeds: Sequence[int] = (0,), **sweep_keywords: Any
 ) -> GrowthPlan:
-    """Plan the growth chains and scratch runs (budgets and their defaults: docs/decisions.md, section
-    "Function-preserving growth"). ``sweep_keywords`` are :func:`~common.resnet_sweep.sweep_configs`'s others
-    (``dataset``, ``data_root``, ``device``, ``compile``, ``synthetic``): every run is one of the sweep's configs.
+    """Plan the growth, scratch and ablation runs (docs/decisions.md, section "Function-preserving growth").
+    ``sweep_keywords`` are :func:`~common.resnet_sweep.sweep_configs`'s others (``dataset``, ``data_root``,
+    ``device``, ``compile``, ``synthetic``): every run is one of the sweep's configs.
 
     ``overrides``: fields of the preset's :class:`~common.presets.growth.GrowthPreset`, None meaning "the
-    preset's": ``depths`` (N of the table's rows), ``stage_epochs`` (every growth stage's; None in the preset: the
-    sweep's epochs), ``parent_epochs`` (the chain's ResNet-8's; None: the sweep's, so the chain starts from the
-    sweep's own run), ``train_subset`` (as in :func:`~common.resnet_sweep.sweep_configs`: the parent, every stage
-    and scratch train on the same images), and the scratch arms: ``scratch_epochs`` alone if given, else
-    ``scratch_budget``, one or more of ``total`` (growth's epochs in all: the parent's plus N stages'), ``sweep``
-    (the sweep's epochs: its finished runs are reused) and ``per-stage`` (one stage's epochs). A scratch run at the
-    sweep's epochs is the sweep's own run.
+    preset's": ``depths``, ``insert_at`` (fractions of the run, one per block), ``ablation_depths``,
+    ``train_subset`` (as in :func:`~common.resnet_sweep.sweep_configs`).
     """
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    if isinstance(given.get("scratch_budget"), str):
-        given["scratch_budget"] = scratch_budgets(given["scratch_budget"])
-    if "depths" in given:
-        given["depths"] = tuple(sorted(set(given["depths"])))
+    if "insert_at" in given:
+        given["insert_at"] = insert_fractions(given["insert_at"])
+    for key in ("depths", "ablation_depths"):
+        if key in given:
+            given[key] = tuple(sorted(set(given[key])))
     p = replace(growth_preset(preset), **given)
     seeds = tuple(dict.fromkeys(seeds))
     if not seeds:
         raise ParamError("seeds", "(none)", "give at least one seed")
-
-    def sweep(depths: Sequence[int], seeds: Sequence[int], epochs: int | None = None) -> list[dict]:
-        """The sweep's configs at ``epochs`` (None: its own)."""
-        keys = {"depths": depths, "epochs": epochs, "train_subset": p.train_subset}
-        return sweep_configs(preset=preset, overrides=keys, seeds=seeds, **sweep_keywords)
-
-    sweep_epochs = sweep([0], seeds[:1])[0]["train"]["epochs"]
-    stage_epochs, parent_epochs = p.chain_epochs(sweep_epochs)
-
-    def scratch_config(config: dict, role: str = "scratch") -> dict:
-        """The sweep's config at its epochs is the sweep's run; at any other budget a run of this experiment."""
-        if config["train"]["epochs"] == sweep_epochs:
-            return config
-        return {**config, "experiment": EXPERIMENT, "name": _scratch_name(config, role)}
-
-    parents = {s: scratch_config(c, "parent") for s, c in zip(seeds, sweep([0], seeds, parent_epochs), strict=True)}
-    chains = {}
-    for seed in seeds:
-        chain, parent = [], parents[seed]
-        for base in sweep(range(1, max(p.depths) + 1), [seed], stage_epochs):
-            chain.append(_stage_config(base, parent))
-            parent = chain[-1]
-        chains[seed] = chain
-    arms = []
-    for budget, epochs in p.arm_epochs(sweep_epochs).items():
-        arm_seeds = p.arm_seeds(budget, seeds)
-        configs = {(c["seed"], n): scratch_config(c) for n in p.depths for c in sweep([n], arm_seeds, epochs[n])}
-        arms.append(ScratchArm(budget, epochs, configs, arm_seeds))
-    return GrowthPlan(p.depths, seeds, parents, chains, tuple(arms), stage_epochs, parent_epochs, sweep_epochs)
+    keys = {"depths": p.depths, "train_subset": p.train_subset}
+    sweep = sweep_configs(preset=preset, overrides=keys, seeds=seeds, **sweep_keywords)
+    scratch = {(c["seed"], c["depth_n"]): c for c in sweep}
+    epochs = sweep[0]["train"]["epochs"]
+    for n in p.depths:
+        p.insert_epochs(epochs, n)  # each insertion on an epoch of its own, before any run directory exists
+    growth = {key: growth_config(c, p.insert_at, p.insert_epochs(epochs, key[1])) for key, c in scratch.items()}
+    ablation = {
+        key: growth_config(c, p.insert_at, p.insert_epochs(epochs, key[1]), restart=True)
+        for key, c in scratch.items()
+        if key[1] in p.ablation_depths
+    }
+    return GrowthPlan(p.depths, seeds, p.insert_at, epochs, growth, scratch, ablation)
 
 
-def _stage_config(base: dict, parent: dict) -> dict:
-    """Stage N's config: the sweep's config of ResNet-(8+N) at the stage's epochs, plus its growth step.
+def default_seeds(preset: str, seed: int) -> list[int]:
+    """The seeds without ``--seeds``: the growth preset's count from ``seed`` (mini: the sweep's two), else the sweep
+    preset's growth seeds (:func:`~common.resnet_sweep.preset_seeds`)."""
+    count = growth_preset(preset).seeds
+    return [seed + i for i in range(count)] if count else preset_seeds(preset, seed, growth=True)
 
-    Identity: the data, model widths and recipe of ``base``, the parent's run directory (whose
-    hash covers the parent's own parent, so the identity covers the whole chain), where the block
-    goes and how it starts. ``runtime["chain"]``: the configs of the parent ResNet-8 and of every
-    earlier stage, so the job can run any of them that is unfinished.
-    """
+
+def growth_config(base: dict, insert_at: Sequence[float], epochs: Sequence[int], *, restart: bool = False) -> dict:
+    """The growth run of the sweep's config ``base`` (the final ResNet-(8+N)): the same data, widths, recipe and
+    seed, from a ResNet-8 with N blocks inserted before ``epochs``; ``restart``: the ablation."""
     n = base["depth_n"]
-    stage, index = extra_block_position(n - 1)
-    runtime = {**base["runtime"], "chain": [*parent.get("runtime", {}).get("chain", []), _without_chain(parent)]}
+    name = f"{base['dataset']}-grown-resnet{base['depth_label']}-n{n}-seed{base['seed']}"
     return {
-        **{k: v for k, v in base.items() if k != "runtime"},
+        **base,
         "experiment": EXPERIMENT,
-        "name": f"{base['dataset']}-grown-resnet{base['depth_label']}-n{n}-seed{base['seed']}",
+        "name": name + ("-restart" if restart else ""),
         "growth": {
-            "parent": runs.run_dir("", parent).as_posix(),  # <experiment>/<name>-<hash8>, relative to --out
+            "start_depth_n": 0,
+            "insert_at": list(insert_at[:n]),
+            "epochs": list(epochs),
             "insertion": INSERTION,
-            "stage": stage,
-            "block_index": index,
             "zero_init": ZERO_INIT,
+            "schedule": "restarted at every insertion" if restart else "one",
         },
-        "runtime": runtime,
     }
 
 
-def _without_chain(config: dict) -> dict:
-    runtime = {k: v for k, v in config.get("runtime", {}).items() if k != "chain"}
-    return {**config, "runtime": runtime}
-
-
-def _scratch_name(config: dict, role: str = "scratch") -> str:
-    return f"{config['dataset']}-{role}-resnet{config['depth_label']}-n{config['depth_n']}-seed{config['seed']}-e{config['train']['epochs']}"
-
-
-def is_stage(config: dict) -> bool:
+def is_growth(config: dict) -> bool:
     return config.get("experiment") == EXPERIMENT and "growth" in config
+
+
+def is_restart(config: dict) -> bool:
+    return is_growth(config) and config["growth"].get("schedule") != "one"
 
 
 # ----------------------------------------------------------------------------- jobs
 def growth_vs_scratch_run(spec: RunSpec) -> dict:
-    """Job function of script 03: a growth chain (given its last stage) or a scratch run (the sweep's job)."""
-    return run_growth_chain(spec) if is_stage(spec.config) else train_resnet_run(spec)
+    """Job function of script 03: a growth run (the engine of :mod:`common.train_growth`) or a scratch run (the
+    sweep's job)."""
+    if not is_growth(spec.config):
+        return train_resnet_run(spec)
+    return train_resnet_run(spec, starting_resnet, run_growth)
 
 
-def run_growth_chain(spec: RunSpec) -> dict:
-    """Run every unfinished run of the chain ending at ``spec`` in order: the sweep's ResNet-8, then each stage.
-
-    Finished runs are skipped; the first unfinished one resumes from its checkpoint. Returns the
-    result of ``spec``'s stage.
-    """
-    chain = spec.config.get("runtime", {}).get("chain", [])
-    links = [*chain, spec.config]
-    result: dict = {}
-    for position, config in enumerate(links):
-        if is_stage(config):  # its own chain: the links before it
-            runtime = {**config.get("runtime", {}), "chain": [_without_chain(c) for c in links[:position]]}
-            config = {**config, "runtime": runtime}
-        link = RunSpec(config=config, out=spec.out)
-        if runs.is_done(link.dir):
-            result = runs.read_run(link.dir).result  # an edited or malformed link is one line (common.runs.read_run)
-            continue
-        log.info("growth chain: running %s (%d of %d)", link.name, position + 1, len(links))
-        runs.prepare_run(link.out, link.config)
-        with runs.RunLock(link.dir):  # another process training this link (the sweep's ResNet-8): one line
-            if runs.is_done(link.dir):  # another process finished it since the look above
-                result = runs.read_result(link.dir)
-            else:
-                result = train_growth_stage(link) if is_stage(config) else train_resnet_run(link)
-    return result
+def starting_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
+    """The randomly initialised ResNet-8 a growth run starts from (the global RNG seeded with the run's seed, as the
+    sweep's ResNet-8 of that seed), checked to grow into ResNet-(8+N)'s exact modules and ``state_dict`` shapes."""
+    model = build_resnet({**config, "depth_n": config["growth"]["start_depth_n"]}, data.num_classes)
+    final = copy.deepcopy(model)
+    for _ in config["growth"]["epochs"]:
+        grow(final, torch.Generator().manual_seed(0))
+    shapes = {k: tuple(v.shape) for k, v in final.state_dict().items()}
+    with torch.device("meta"):  # shapes only: the global RNG stays as the sweep's run of this seed leaves it
+        target = {k: tuple(v.shape) for k, v in build_resnet(config, data.num_classes).state_dict().items()}
+    if shapes != target:
+        raise RuntimeError(f"growth does not reach ResNet-{config['depth_label']}: {sorted(set(shapes) ^ set(target))}")
+    return model, {}
 
 
-def train_growth_stage(spec: RunSpec) -> dict:
-    """One growth stage: the parent's trained model, grown by one zero-output block, trained; resumes.
-
-    The parent run must be finished (:func:`run_growth_chain` sees to it). The run's result holds
-    the sweep's keys plus ``growth``: parent, inserted position, and the run-time check's
-    float64 output differences in train and eval mode (both 0.0, or the job fails).
-    """
-    parent_dir = Path(spec.out) / spec.config["growth"]["parent"]
-    if not runs.is_done(parent_dir):
-        raise UserError(
-            f"{spec.name}: its parent run {parent_dir} is not finished; run the whole chain (03_growth_vs_scratch.py)"
-        )
-    return train_resnet_run(spec, lambda config, data: grown_model(config, data, parent_dir))
-
-
-def grown_model(config: dict, data: VisionData, parent_dir: str | Path) -> tuple[ResNet, dict]:
-    """The parent's trained ResNet-(8+N-1) grown to ResNet-(8+N), checked, and the growth record.
-
-    The new block's random weights come from a generator seeded by (seed, N)
-    (:func:`block_seed`), so they do not depend on the global RNG. Raises
-    :class:`common.growth.GrowthBrokeFunction` if the outputs change in float64 (train or eval
-    mode) and :class:`RuntimeError` if the grown model's ``state_dict`` keys or shapes differ
-    from a freshly built ResNet-(8+N)'s.
-    """
-    parent = load_trained_resnet(parent_dir)
-    if parent.config.extra_blocks != config["depth_n"] - 1:
-        raise RuntimeError(
-            f"{parent_dir} holds ResNet-{depth_label(parent.config.extra_blocks)}, not the parent of N = {config['depth_n']}"
-        )
-    model = copy.deepcopy(parent)
-    generator = torch.Generator().manual_seed(block_seed(config["seed"], config["depth_n"]))
-    index, _ = grow(model, generator)
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    scratch = {k: tuple(v.shape) for k, v in build_resnet(config, data.num_classes).state_dict().items()}
-    if shapes != scratch:
-        raise RuntimeError(
-            f"grown model's state_dict differs from ResNet-{config['depth_label']}'s: {sorted(set(shapes) ^ set(scratch))}"
-        )
+def run_growth(config: dict, data: VisionData, device: torch.device) -> RunGrowth:
+    """The growth plan of one run: block ``k`` before ``growth.epochs[k - 1]``, drawn from :func:`block_seed`; the
+    float64 check on the first :data:`CHECK_BATCH` training images; FLOPs per image by :mod:`common.flops`."""
+    plan = config["growth"]
     n = CHECK_BATCH
     x, _ = next(iter(TensorLoader(data.x_train[:n], data.y_train[:n], n, train=False, mean=data.mean, std=data.std)))
-    diff = check_function_preserved(parent, model, x, what=f"{config['name']}: inserting block {index}")
-    record = {
-        "parent": config["growth"]["parent"],
-        "block_index": index,
-        "stage": model.stage_of_block[index],
-        "function_check": {"dtype": "float64", "batch": int(x.shape[0]), "max_abs_diff": diff},
-    }
-    return model.train(), {"growth": record}
+    shape, classes = tuple(data.x_train.shape[1:]), data.num_classes
+    insertions = tuple(Insertion(e, block_seed(config["seed"], k)) for k, e in enumerate(plan["epochs"], start=1))
+    return RunGrowth(
+        insertions=insertions,
+        insert=lambda model, seed: grow(model, torch.Generator().manual_seed(seed)),
+        check_inputs=x.to(device),
+        flops_per_example=lambda model: training_flops_per_image(model, shape, classes),
+        restart=plan["schedule"] != "one",
+    )
 
 
-def block_seed(seed: int, n: int) -> int:
-    """Seed of the random weights of the block stage ``n`` inserts under run seed ``seed``."""
-    return int(hashlib.sha256(f"growth-block:{int(seed)}:{int(n)}".encode()).hexdigest()[:15], 16)
+def block_seed(seed: int, k: int) -> int:
+    """Seed of the random weights of the ``k``-th block a run of seed ``seed`` inserts."""
+    return int(hashlib.sha256(f"growth-block:{int(seed)}:{int(k)}".encode()).hexdigest()[:15], 16)
 
 
 # ----------------------------------------------------------------------------- results
-def collect_records(plan: GrowthPlan, out: str | Path, arm: ScratchArm | None = None) -> list[dict]:
-    """One record per (method, depth, seed) of the table of one scratch arm (default: the first), from finished runs,
-    for the arm's seeds (each growth chain paired with the same seed's scratch run).
+def collect_records(plan: GrowthPlan, out: str | Path, which: str = "growth") -> list[dict]:
+    """One record per (method, depth, seed) from finished runs: ``growth`` (the one-schedule runs) or ``restart``
+    (the ablation's) against the same seed's scratch run, at the table's depths (the ablation's: its own).
 
-    ``epochs`` is the run's own; ``total_epochs`` every epoch behind the model: for growth the parent
-    ResNet-8's plus every stage's up to depth N (each stage restarts the schedule), for scratch its own.
+    ``train_flops``: growth's as counted during the run; scratch's the same count at its fixed depth (the growth
+    run's FLOPs per image at the final depth, the same architecture) times the images it trained (steps x batch).
+    ``train_loss_slope``: the running training loss's least-squares slope per epoch over the run's last epochs
+    (:func:`tail_slope`), to say whether it had converged.
     """
-    arm = arm or plan.arms[0]
+    grown = plan.growth if which == "growth" else plan.ablation
     records = []
-    for seed in arm.seeds:
-        behind = finished_result(out, plan.parents[seed])["epochs"]
-        for n in range(1, max(plan.depths) + 1):
-            behind += finished_result(out, plan.stage(seed, n))["epochs"]
-            if n not in plan.depths:
-                continue
-            for method, config in (("growth", plan.stage(seed, n)), ("scratch", arm.runs[(seed, n)])):
-                result = finished_result(out, config)
-                records.append(
-                    {
-                        "method": method,
-                        "depth_n": n,
-                        "depth_label": depth_label(n),
-                        "seed": seed,
-                        "epochs": result["epochs"],
-                        "total_epochs": behind if method == "growth" else result["epochs"],
-                        **{k: result[k] for k in METRICS},
-                    }
-                )
+    for (seed, n), config in sorted(grown.items()):
+        result = finished_result(out, config)
+        per_image = int(result["growth"]["flops_per_example"])
+        for method, c in ((which, config), ("scratch", plan.scratch[(seed, n)])):
+            r = result if c is config else finished_result(out, c)
+            flops = r["train_flops"] if c is config else per_image * r["steps"] * c["train"]["batch_size"]
+            records.append(
+                {
+                    "method": "growth" if method == which else method,
+                    "depth_n": n,
+                    "depth_label": depth_label(n),
+                    "seed": seed,
+                    "epochs": r["epochs"],
+                    "total_epochs": r["epochs"],
+                    "train_flops": float(flops),
+                    "train_loss_slope": tail_slope(runs.read_metrics(runs.run_dir(out, c))),
+                    **{k: r[k] for k in METRICS},
+                }
+            )
     return records
+
+
+def tail_slope(history: Sequence[dict], tail: float = TAIL) -> float:
+    """Least-squares slope per epoch of the running ``train_loss`` over the last ``tail`` of the epochs (at least 2;
+    NaN with fewer): near 0 where the run had levelled off, negative where it was still falling."""
+    points = [(r["epoch"], r["train_loss"]) for r in history if r.get("train_loss") is not None]
+    k = max(2, round(tail * len(points)))
+    if len(points) < 2:
+        return math.nan
+    x, y = np.array(points[-k:], dtype=float).T
+    return float(np.polyfit(x, y, 1)[0])
 
 
 def finished_result(out: str | Path, config: dict) -> dict:
@@ -397,8 +302,11 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
     (``growth_epochs``, ``scratch_epochs``; None on the mean row). The mean row averages the
     architectures per seed first, then over seeds; its relative reduction is that of the mean test
     losses (as the paper's 11.8%). Paper columns (``paper_*``, from common/paper.py) where the paper
-    reports a value.
+    reports a value. Records with ``train_flops`` and ``train_loss_slope`` (:func:`collect_records`) give each
+    side's mean of those too (``growth_train_flops``, ...).
     """
+    records = list(records)
+    measured = METRICS + tuple(k for k in EXTRA if records and all(k in r for r in records))
     by = {}
     for r in records:
         by.setdefault((r["depth_n"], r["method"]), {})[r["seed"]] = r
@@ -414,10 +322,10 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
         (n, method, metric): [by[(n, method)][s][metric] for s in seeds]
         for n in depths
         for method in METHODS
-        for metric in METRICS
+        for metric in measured
     }
     for method in METHODS:
-        for metric in METRICS:
+        for metric in measured:
             per_seed[("mean", method, metric)] = [
                 statistics.fmean(by[(n, method)][s][metric] for n in depths) for s in seeds
             ]
@@ -429,7 +337,7 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
             "seeds": len(seeds),
         }
         for method in METHODS:
-            for metric in METRICS:
+            for metric in measured:
                 row[f"{method}_{metric}"], row[f"{method}_{metric}_std"] = _mean_std(per_seed[(key, method, metric)])
         for metric in ("test_loss", "train_loss"):
             reductions = [
@@ -472,12 +380,13 @@ def paper_columns(model: str) -> dict:
 
 
 def markdown_table(rows: Sequence[dict]) -> str:
-    """The table as markdown: growth | scratch per metric (mean ± std over seeds), winners, paper values."""
+    """The table as markdown: growth | scratch per metric (mean ± std over seeds), winners, FLOPs, paper values."""
     seeds = rows[0]["seeds"] if rows else 0
     note = (
         f"Mean ± sample std over {seeds} seed(s); reduction = scratch - growth test loss (%: of the scratch mean). "
-        "Epochs in all: growth counts the parent ResNet-8's and every stage's (each stage restarts the schedule), "
-        "scratch its own run's. "
+        "Both sides train the same epochs and steps on one schedule; growth starts from a ResNet-8 and spends fewer "
+        "FLOPs (counted by common/flops.py at each epoch's depth). Slope: the running training loss's change per "
+        "epoch over the last 10% of the epochs (near 0: levelled off). "
         "In parentheses: the paper's CIFAR-10 values (common/paper.py; per architecture it reports only which "
         "method has the lower loss, and the smallest and largest test-loss reductions)."
     )
@@ -496,11 +405,17 @@ def _with_paper(text: str, value) -> str:
 
 
 def epochs_cell(r: dict) -> str:
-    """``growth / scratch`` total epochs of one row ("-" where not recorded: the mean row, tables written before)."""
+    """``growth / scratch`` epochs of one row ("-" where not recorded: the mean row)."""
     values = [r.get(f"{m}_epochs") for m in METHODS]
     if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values):
         return "-"
     return " / ".join(str(int(v)) for v in values)
+
+
+def _pair_cell(r: dict, key: str, fmt: str, methods: Sequence[str] = METHODS) -> str:
+    """``a / b``: each method's mean of ``key`` ("-" where absent)."""
+    values = [r.get(f"{m}_{key}") for m in methods]
+    return " / ".join("-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt) for v in values)
 
 
 def _reduction_cell(r: dict) -> str:
@@ -519,9 +434,11 @@ def _loss_column(method: str, metric: str) -> tables.Column:
 
 TABLE_COLUMNS = (  # the markdown table of growth_table's rows
     tables.Column("model", fmt=""),
-    tables.Column("epochs in all: growth / scratch", epochs_cell),
+    tables.Column("epochs: growth / scratch", epochs_cell),
+    tables.Column("training FLOPs: growth / scratch", lambda r: _pair_cell(r, "train_flops", ".3g")),
     *(_loss_column(m, "train_loss") for m in METHODS),
     tables.Column("lower train loss", lambda r: _with_paper(r["train_winner"], r["paper_train_winner"])),
+    tables.Column("train-loss slope: growth / scratch", lambda r: _pair_cell(r, "train_loss_slope", ".2e")),
     *(_loss_column(m, "test_loss") for m in METHODS),
     tables.Column("test-loss reduction", _reduction_cell),
     tables.Column("lower test loss", lambda r: _with_paper(r["test_winner"], r["paper_test_winner"])),
@@ -529,37 +446,95 @@ TABLE_COLUMNS = (  # the markdown table of growth_table's rows
 )
 
 
-def table_stem(dataset: str, plan: GrowthPlan, arm: ScratchArm | None = None) -> str:
-    """Name of one arm's table files: dataset, the parent's epochs where they are not the sweep's, stage epochs,
-    scratch epochs (one value, or the range ``a-b`` of the equal-epoch arm), the arm's seeds."""
-    arm = arm or plan.arms[0]
-    scratch = sorted(set(arm.epochs.values()))
-    scratch_tag = str(scratch[0]) if len(scratch) == 1 else f"{scratch[0]}-{scratch[-1]}"
-    seeds = "-".join(map(str, arm.seeds))
-    parent = "" if plan.parent_epochs == plan.sweep_epochs else f"-parent{plan.parent_epochs}"
-    return f"table-{dataset}{parent}-stage{plan.stage_epochs}-scratch{scratch_tag}-seeds{seeds}"
+# ----------------------------------------------------------------------------- the restart ablation
+ARMS = ("growth", "restart", "scratch")  # one schedule, restarted at every insertion, the sweep's run
 
 
-def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path, Path]:
-    """``<out>/growth_vs_scratch/<stem>.csv`` and ``.md``, written atomically."""
-    return runs.atomic_write_table(Path(out) / EXPERIMENT, stem, rows, markdown_table(rows))
+def ablation_table(growth: Iterable[dict], restart: Iterable[dict]) -> list[dict]:
+    """One row per ablation depth: each arm's metrics, FLOPs and slope (mean ± std over seeds) and the restart's
+    cost, ``restart - growth`` per seed (then mean and std): what restarting the optimizer and schedule at every
+    insertion alone changes. ``growth`` and ``restart``: :func:`collect_records` of the two kinds of run (each with
+    its scratch records, the same runs)."""
+    cells: dict[tuple[int, str], dict[int, dict]] = {}
+    for arm, records in (("growth", growth), ("restart", restart)):
+        for r in records:
+            name = arm if r["method"] == "growth" else "scratch"
+            cells.setdefault((r["depth_n"], name), {})[r["seed"]] = r
+    rows = []
+    for n in sorted({n for n, arm in cells if arm == "restart"}):
+        seeds = sorted(cells[(n, "restart")])
+        missing = [a for a in ARMS if set(cells.get((n, a), {})) < set(seeds)]
+        if missing:
+            raise ValueError(f"ResNet-{depth_label(n)}: no {', '.join(missing)} records for seeds {seeds}")
+        row: dict[str, Any] = {"model": f"ResNet-{depth_label(n)}", "depth_n": n, "seeds": len(seeds)}
+        for arm in ARMS:
+            for key in (*METRICS, *EXTRA):
+                row[f"{arm}_{key}"], row[f"{arm}_{key}_std"] = _mean_std([cells[(n, arm)][s][key] for s in seeds])
+        for metric in ("train_loss", "test_loss"):
+            cost = [cells[(n, "restart")][s][metric] - cells[(n, "growth")][s][metric] for s in seeds]
+            row[f"restart_cost_{metric}"], row[f"restart_cost_{metric}_std"] = _mean_std(cost)
+        rows.append(row)
+    return rows
+
+
+ABLATION_COLUMNS = (
+    tables.Column("model", fmt=""),
+    *(tables.Column(f"{a} train loss", lambda r, a=a: _cell(r, f"{a}_train_loss")) for a in ARMS),
+    tables.Column("restart's cost, train loss", lambda r: _cell(r, "restart_cost_train_loss")),
+    *(tables.Column(f"{a} test loss", lambda r, a=a: _cell(r, f"{a}_test_loss")) for a in ARMS),
+    tables.Column("restart's cost, test loss", lambda r: _cell(r, "restart_cost_test_loss")),
+    *(tables.Column(f"{a} test acc", lambda r, a=a: _cell(r, f"{a}_test_acc")) for a in ARMS),
+    tables.Column("training FLOPs: " + " / ".join(ARMS), lambda r: _pair_cell(r, "train_flops", ".3g", ARMS)),
+    tables.Column("train-loss slope: " + " / ".join(ARMS), lambda r: _pair_cell(r, "train_loss_slope", ".2e", ARMS)),
+)
+
+
+def ablation_markdown(rows: Sequence[dict]) -> str:
+    seeds = rows[0]["seeds"] if rows else 0
+    note = (
+        f"Mean ± sample std over {seeds} seed(s). growth: one schedule, optimizer state kept at every insertion; "
+        "restart: the same insertions with a fresh optimizer and the warm-up and cosine restarted over each segment "
+        "(the earlier stage-by-stage recipe); scratch: the sweep's run. Cost = restart - growth, paired by seed "
+        "(positive: the restart is worse)."
+    )
+    return f"{tables.markdown_table(rows, ABLATION_COLUMNS)}\n\n{note}"
+
+
+# ----------------------------------------------------------------------------- files
+def table_stem(dataset: str, plan: GrowthPlan, kind: str = "table") -> str:
+    """Name of a table's files: ``table`` (growth against scratch) or ``ablation``, the dataset, the runs' epochs,
+    the insertion fractions in percent, the seeds."""
+    at = "-".join(f"{100 * f:g}" for f in plan.insert_at[: max(plan.depths)])
+    return f"{kind}-{dataset}-e{plan.epochs}-at{at}-seeds{'-'.join(map(str, plan.seeds))}"
+
+
+def write_table(rows: Sequence[dict], out: str | Path, stem: str, markdown: str | None = None) -> tuple[Path, Path]:
+    """``<out>/growth_vs_scratch/<stem>.csv`` and ``.md`` (default: :func:`markdown_table`), written atomically."""
+    return runs.atomic_write_table(Path(out) / EXPERIMENT, stem, rows, markdown or markdown_table(rows))
 
 
 __all__ = [
+    "ABLATION_COLUMNS",
+    "ARMS",
     "EXPERIMENT",
     "GrowthPlan",
-    "ScratchArm",
+    "ablation_markdown",
+    "ablation_table",
     "block_seed",
     "collect_records",
+    "default_seeds",
     "epochs_cell",
+    "growth_config",
     "growth_plan",
     "growth_table",
     "growth_vs_scratch_run",
-    "grown_model",
+    "is_growth",
+    "is_restart",
     "markdown_table",
     "paper_columns",
-    "run_growth_chain",
+    "run_growth",
+    "starting_resnet",
     "table_stem",
-    "train_growth_stage",
+    "tail_slope",
     "write_table",
 ]

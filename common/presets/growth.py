@@ -1,5 +1,10 @@
-"""The presets of growth against scratch (script 03): the table's depths, the stages' and the parent's epochs, the
-scratch arms (docs/decisions.md, section "Function-preserving growth"; mini: section "Mini preset")."""
+"""The presets of growth against scratch (script 03): the final depths, when each block goes in, the restart ablation
+(docs/decisions.md, section "Function-preserving growth"; mini: section "Mini preset").
+
+Every growth run trains the sweep's epochs on the sweep's one schedule, from a randomly initialised ResNet-8; its
+``k``-th block goes in after the fraction ``insert_at[k - 1]`` of the run (rounded to a whole epoch). Scratch is the
+sweep's own run of the final depth (same epochs, same schedule, same seed).
+"""
 
 from __future__ import annotations
 
@@ -12,118 +17,85 @@ from common.paper import GROWTH_DEPTHS
 from common.presets.sweep import MINI_SEEDS
 
 PAPER_DEPTHS = tuple(d - BACKBONE_DEPTH for d in GROWTH_DEPTHS)  # N = 2, 3, 4, 5: ResNet-10 .. -13
-SCRATCH_BUDGETS = ("total", "sweep", "per-stage")  # docs/decisions.md, section "Function-preserving growth"
-DEFAULT_BUDGETS = ("total", "sweep")  # the equal-epoch arm the verdicts read, the sweep's fixed-epoch arm beside it
+# The k-th insertion after 10k% of the run: growth ends halfway, so the final architecture trains the second half of
+# the one cosine schedule (the paper gives no timing; docs/decisions.md, section "Function-preserving growth").
+INSERT_AT = (0.1, 0.2, 0.3, 0.4, 0.5)
 SMOKE_DEPTHS = (2, 4)  # smoke: ResNet-10 and -12, the paper's depths that 01's smoke sweep trains (its runs: scratch)
-SMOKE_STAGE_EPOCHS = 2  # smoke: short stages; scratch keeps the sweep's 6 epochs, so 01's runs are reused
-# mini (docs/decisions.md, section "Mini preset"): a ResNet-8 of MINI_PARENT_EPOCHS, then stages of MINI_STAGE_EPOCHS, so
-# that the grown ResNet-13 has the sweep's 100 epochs in all; the equal-epoch scratch arm then trains 52, 68, 84 epochs
-# at ResNet-10..12 and is the sweep's own run at ResNet-13. The fixed-epoch arm beside it reads the sweep's own two
-# seeds (MINI_SWEEP_ARM_SEEDS), so that 01 trains the chains' third seed at ResNet-13 only: cut for make mini's time
-# budget (docs/decisions.md, section "Mini preset").
-MINI_STAGE_EPOCHS = 16
-MINI_PARENT_EPOCHS = 20
-MINI_SWEEP_ARM_SEEDS = MINI_SEEDS
+SMOKE_INSERT_AT = (0.15, 0.3, 0.5, 0.65)  # the smoke sweep's 6 epochs: insertions before epochs 2, 3, 4 and 5
 
 
-def scratch_budgets(text: str) -> tuple[str, ...]:
-    """``scratch_budget`` as a tuple (also ``--scratch-budget``'s type): comma-separated names of
-    :data:`SCRATCH_BUDGETS`, in order, once each."""
-    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-    bad = [n for n in names if n not in SCRATCH_BUDGETS]
-    if not names or bad:
+def insert_fractions(text: str | Sequence[float]) -> tuple[float, ...]:
+    """``insert_at`` as a tuple (also ``--insert-at``'s type): comma-separated fractions of the run, each in (0, 1),
+    strictly increasing."""
+    try:
+        values = tuple(float(t) for t in (text.split(",") if isinstance(text, str) else text) if str(t).strip())
+    except ValueError:
+        values = ()
+    shown = text if isinstance(text, str) else ",".join(map(str, text))
+    if not values or any(not 0 < v < 1 for v in values) or list(values) != sorted(set(values)):
         raise ParamError(
-            "scratch_budget",
-            text,
-            f"use one or more of {', '.join(SCRATCH_BUDGETS)}, comma-separated (default {','.join(DEFAULT_BUDGETS)})",
+            "insert_at",
+            shown or "(none)",
+            "give fractions of the run in (0, 1), strictly increasing, one per inserted block, e.g. 0.1,0.2,0.3",
         )
-    return names
+    return values
 
 
 @dataclass(frozen=True)
 class GrowthPreset:
-    """What one preset fixes for script 03; None: the sweep's value (its epochs, its training subset)."""
+    """What one preset fixes for script 03."""
 
-    depths: tuple[int, ...]  # N of the table's rows (ResNet-(8+N))
-    stage_epochs: int | None = None  # epochs of every growth stage; None: the sweep's epochs
-    parent_epochs: int | None = None  # epochs of the chain's ResNet-8; None: the sweep's (its own run)
-    scratch_epochs: int | None = None  # one scratch arm of this many epochs instead of scratch_budget's arms
-    scratch_budget: tuple[str, ...] | None = None  # scratch arms (SCRATCH_BUDGETS); None: DEFAULT_BUDGETS
+    depths: tuple[int, ...]  # N of the table's rows (ResNet-(8+N)): one growth run and one scratch run per seed each
+    insert_at: tuple[float, ...] = INSERT_AT  # the k-th block goes in after this fraction of the run
+    ablation_depths: tuple[int, ...] = ()  # N whose growth also runs restarted at every insertion (the ablation)
+    seeds: int | None = None  # seeds from --seed without --seeds; None: the sweep preset's growth_seeds
     train_subset: int | None = None  # as the sweep's; None: the sweep preset's
-    sweep_arm_seeds: int | None = None  # the fixed-epoch (sweep) arm: the chains' first this many seeds; None: all
 
     def __post_init__(self) -> None:
         if not self.depths or min(self.depths) < 1:
             raise ParamError(
                 "depths",
                 ",".join(map(str, self.depths)) or "(none)",
-                "give extra-block counts N >= 1 (N = 0 is the parent ResNet-8), e.g. 2,3,4,5",
+                "give extra-block counts N >= 1 (N = 0 is the ResNet-8 growth starts from), e.g. 2,3,4,5",
             )
-        for name in ("stage_epochs", "parent_epochs", "scratch_epochs", "sweep_arm_seeds"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ParamError(name, value, "must be a positive number" + (" of epochs" if "epochs" in name else ""))
-        if self.scratch_budget is not None:
-            scratch_budgets(",".join(self.scratch_budget))
-            if self.scratch_epochs is not None:
-                raise ParamError(
-                    "scratch_budget", ",".join(self.scratch_budget), "scratch_epochs is given too; pass one of them"
-                )
+        insert_fractions(self.insert_at)
+        if max(self.depths) > len(self.insert_at):
+            raise ParamError(
+                "insert_at",
+                ",".join(map(str, self.insert_at)),
+                f"gives {len(self.insert_at)} insertions, but ResNet-{BACKBONE_DEPTH + max(self.depths)} needs "
+                f"{max(self.depths)}: give one fraction per block up to the deepest depth",
+            )
+        stray = sorted(set(self.ablation_depths) - set(self.depths))
+        if stray:
+            raise ParamError(
+                "ablation_depths",
+                ",".join(map(str, self.ablation_depths)),
+                f"{','.join(map(str, stray))} not among the depths {','.join(map(str, self.depths))}",
+            )
+        if self.seeds is not None and self.seeds < 1:
+            raise ParamError("seeds", self.seeds, "must be a positive number of seeds")
 
-    @property
-    def budgets(self) -> tuple[str, ...]:
-        """The scratch arms without ``scratch_epochs``."""
-        return DEFAULT_BUDGETS if self.scratch_budget is None else self.scratch_budget
-
-    def chain_epochs(self, sweep_epochs: int) -> tuple[int, int]:
-        """(every growth stage's epochs, the parent ResNet-8's epochs), each ``sweep_epochs`` where the preset gives
-        None."""
-        return self.stage_epochs or sweep_epochs, self.parent_epochs or sweep_epochs
-
-    def arm_epochs(self, sweep_epochs: int) -> dict[str, dict[int, int]]:
-        """Each scratch arm's epochs, N -> epochs, by budget name (``e<epochs>`` for ``scratch_epochs``), in order:
-        ``total`` the parent's plus N stages' (:meth:`chain_epochs`), ``sweep`` the sweep's, ``per-stage`` one
-        stage's."""
-        if self.scratch_epochs is not None:
-            return {f"e{self.scratch_epochs}": dict.fromkeys(self.depths, self.scratch_epochs)}
-        stage, parent = self.chain_epochs(sweep_epochs)
-        every = {
-            "total": {n: parent + n * stage for n in self.depths},
-            "sweep": dict.fromkeys(self.depths, sweep_epochs),
-            "per-stage": dict.fromkeys(self.depths, stage),
-        }
-        return {b: every[b] for b in self.budgets}
-
-    def arm_seeds(self, budget: str, seeds: Sequence[int]) -> tuple[int, ...]:
-        """The seeds of arm ``budget`` among the chains' ``seeds``: every one, but the first
-        :attr:`sweep_arm_seeds` for the fixed-epoch ``sweep`` arm when set."""
-        seeds = tuple(seeds)
-        return seeds[: self.sweep_arm_seeds] if budget == "sweep" and self.sweep_arm_seeds else seeds
-
-    def reused_sweep_depths(self, sweep_epochs: int, seeds: Sequence[int], among: Sequence[int]) -> list[int]:
-        """The depths N at which script 03, run with the chains' ``seeds``, reads the sweep's own run of a seed of
-        ``among`` (so script 01 must train it): the chains' parent (N = 0) when its epochs are the sweep's, and each
-        scratch arm holding such a seed where the arm's epochs are the sweep's."""
-        wanted = set(among) & set(seeds)
-        if not wanted:
-            return []
-        depths = {0} if self.chain_epochs(sweep_epochs)[1] == sweep_epochs else set()
-        for budget, epochs in self.arm_epochs(sweep_epochs).items():
-            if wanted & set(self.arm_seeds(budget, seeds)):
-                depths |= {n for n, e in epochs.items() if e == sweep_epochs}
-        return sorted(depths)
+    def insert_epochs(self, epochs: int, n: int) -> tuple[int, ...]:
+        """The epochs (0-based rounds) before which the blocks of ResNet-(8+N) go in, in a run of ``epochs``: each
+        fraction of :attr:`insert_at` rounded to a whole epoch, between the first and the last, all distinct."""
+        found = tuple(round(f * epochs) for f in self.insert_at[:n])
+        if any(not 1 <= e < epochs for e in found) or len(set(found)) != len(found):
+            raise ParamError(
+                "insert_at",
+                ",".join(map(str, self.insert_at)),
+                f"falls on epochs {','.join(map(str, found))} of a {epochs}-epoch run: each insertion needs an epoch of "
+                "its own after the first and before the last; spread the fractions or train more epochs",
+            )
+        return found
 
 
 PRESETS = {
-    "smoke": GrowthPreset(SMOKE_DEPTHS, stage_epochs=SMOKE_STAGE_EPOCHS),
-    "mini": GrowthPreset(
-        PAPER_DEPTHS,
-        stage_epochs=MINI_STAGE_EPOCHS,
-        parent_epochs=MINI_PARENT_EPOCHS,
-        sweep_arm_seeds=MINI_SWEEP_ARM_SEEDS,
-    ),
+    "smoke": GrowthPreset(SMOKE_DEPTHS, insert_at=SMOKE_INSERT_AT, ablation_depths=(max(SMOKE_DEPTHS),)),
+    # mini: the sweep's two seeds, so that every scratch run is the sweep's own; the ablation at ResNet-13
+    "mini": GrowthPreset(PAPER_DEPTHS, ablation_depths=(max(PAPER_DEPTHS),), seeds=MINI_SEEDS),
     "paper": GrowthPreset(PAPER_DEPTHS),
-    "gpu-hour": GrowthPreset(PAPER_DEPTHS),  # the paper's protocol at the gpu-hour sweep's 20 epochs per stage
+    "gpu-hour": GrowthPreset(PAPER_DEPTHS),  # the paper's protocol at the gpu-hour sweep's 20 epochs
 }
 
 
@@ -133,16 +105,12 @@ def growth_preset(preset: str) -> GrowthPreset:
 
 
 __all__ = [
-    "DEFAULT_BUDGETS",
-    "MINI_PARENT_EPOCHS",
-    "MINI_STAGE_EPOCHS",
-    "MINI_SWEEP_ARM_SEEDS",
+    "INSERT_AT",
     "PAPER_DEPTHS",
     "PRESETS",
-    "SCRATCH_BUDGETS",
     "SMOKE_DEPTHS",
-    "SMOKE_STAGE_EPOCHS",
+    "SMOKE_INSERT_AT",
     "GrowthPreset",
     "growth_preset",
-    "scratch_budgets",
+    "insert_fractions",
 ]

@@ -1,0 +1,192 @@
+"""Growth inside one training run: the model grows at epoch boundaries a plan fixes, on the run's one schedule.
+
+The engine that :func:`common.train.train` runs when given a :class:`RunGrowth` (script 03; docs/decisions.md,
+section "Function-preserving growth"). One loop, not a second one: before round ``e`` (0-based, i.e. after ``e``
+epochs) every :class:`Insertion` planned for ``e`` is applied, then the round trains as any other. At an insertion:
+
+- the block goes in at a zero output (``RunGrowth.insert``: the model's own rule, in place) and the grown model must
+  give the parent's outputs bit for bit in float64, in train and eval mode
+  (:func:`common.growth.check_function_preserved`), or the run fails;
+- the optimizer is rebuilt over the grown model's parameters by the run's recipe, and every existing parameter
+  keeps its state (SGD momentum, Adam moments and step count): the new block's parameters join with none, i.e.
+  zero state (the paper's zero-state first update concerns exactly these), at the learning rate of the next step;
+- the learning rate keeps following the run's one :class:`~common.recipes.Schedule`, a function of the fraction
+  ``step / total_steps`` of the run's step budget spent: no second warm-up, no restart.
+
+``RunGrowth.restart`` is the ablation (today's stage-by-stage recipe inside the engine): at every insertion the
+optimizer starts empty (momentum 0) and the schedule restarts, its warm-up and then a cosine to the end of the
+segment (the next planned insertion, or the run's end): :class:`SegmentSchedule`.
+
+Records: each applied insertion (round, step, place, seed, the function check) goes into every checkpoint and
+into the summary; on resume the insertions a checkpoint holds are replayed on the freshly built starting model
+(:func:`replay`, same places and seeds: the blocks' weights come from their own seeded generators, never the
+global RNG) before its state is loaded, so a run killed before or just after an insertion resumes bit-identically
+on the CPU. Insertions fall on epoch boundaries, so checkpoints stay at the run's own cadence (every
+``checkpoint_every`` rounds): a run killed after an insertion resumes from the checkpoint before it and inserts
+again. Training FLOPs are counted as the run goes (``RunGrowth.flops_per_example``, :mod:`common.flops`'s count
+at the current depth, times the examples each round trained). Growth under DDP or FSDP is refused
+(:func:`refuse_distributed`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from common.errors import UserError
+from common.growth import check_function_preserved
+from common.recipes import Schedule
+
+
+@dataclass(frozen=True)
+class Insertion:
+    """One planned insertion: before round ``epoch`` (0-based: after ``epoch`` rounds), its block drawn from ``seed``."""
+
+    epoch: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class RunGrowth:
+    """How one run grows (given to :func:`common.train.train` as ``growth``).
+
+    ``insert(model, seed)`` inserts one zero-output block in place (the model's own rule decides where) and returns
+    ``(place, block)``; it must draw the block's weights from ``seed`` alone. ``check_inputs``: the inputs of the
+    float64 function check (on the model's device). ``flops_per_example(model)``: training FLOPs of one example at
+    the model's current depth (:func:`common.flops.training_flops_per_image`).
+    """
+
+    insertions: tuple[Insertion, ...]
+    insert: Callable[[nn.Module, int], tuple[int, nn.Module]]
+    check_inputs: torch.Tensor
+    flops_per_example: Callable[[nn.Module], int]
+    restart: bool = False  # the ablation: optimizer and schedule restarted at every insertion
+
+    def __post_init__(self) -> None:
+        epochs = [i.epoch for i in self.insertions]
+        if any(e < 1 for e in epochs) or epochs != sorted(epochs):
+            raise ValueError(f"insertion rounds {epochs} must be >= 1 and in order")
+
+    def due(self, epoch: int) -> list[Insertion]:
+        return [i for i in self.insertions if i.epoch == epoch]
+
+
+@dataclass(frozen=True)
+class SegmentSchedule:
+    """The restart ablation's schedule: ``inner`` (warm-up, cosine to 0 over the segment) from step ``offset`` on."""
+
+    inner: Schedule
+    offset: int
+
+    @property
+    def base_lr(self) -> float:
+        return self.inner.base_lr
+
+    def lr(self, step: int) -> float:
+        return self.inner.lr(step - self.offset)
+
+
+@dataclass
+class GrowthState:
+    """What a growing run carries between rounds and in its checkpoints."""
+
+    inserted: list[dict] = field(default_factory=list)  # per applied insertion: epoch, step, place, seed, check
+    flops: int = 0  # training FLOPs so far
+    per_example: int = 0  # training FLOPs of one example at the current depth
+
+    def to_checkpoint(self) -> dict:
+        return {"inserted": list(self.inserted), "flops": int(self.flops)}
+
+
+def refuse_distributed(world: int) -> None:
+    """Growth inside a run rebuilds the optimizer and the model's module list: not under DDP or FSDP (yet)."""
+    if world > 1:
+        raise UserError(
+            f"growth inside a training run is not supported under torch.distributed ({world} processes): "
+            "run it in one process (--launcher inline or local, one device per run)"
+        )
+
+
+def replay(growth: RunGrowth, model: nn.Module, saved: dict | None) -> GrowthState:
+    """The insertions a checkpoint recorded (``saved``: its ``growth`` entry; None: a fresh start), applied again to
+    the freshly built starting ``model`` before the checkpoint's state is loaded into it; the state to go on with."""
+    state = GrowthState()
+    for record in (saved or {}).get("inserted", []):
+        place, _ = growth.insert(model, int(record["seed"]))
+        if place != record["place"]:
+            raise UserError(
+                f"the checkpoint records an insertion at place {record['place']}, the model's rule now gives {place}; "
+                "delete the run directory and rerun it"
+            )
+        state.inserted.append(dict(record))
+    state.flops = int((saved or {}).get("flops", 0))
+    state.per_example = growth.flops_per_example(model)
+    return state
+
+
+def insert(
+    growth: RunGrowth,
+    state: GrowthState,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    *,
+    insertion: Insertion,
+    step: int,
+    where: str,
+    memory_format: torch.memory_format | None = None,
+) -> tuple[torch.optim.Optimizer, nn.Module]:
+    """Apply ``insertion`` to ``model`` in place (checked in float64); the optimizer to train on with, and the block.
+
+    The new optimizer is ``make_optimizer(model)`` (the recipe's own parameter groups) holding the old optimizer's
+    state for every parameter the parent had, none for the new block's (``growth.restart``: none at all).
+    """
+    parent = copy.deepcopy(model)
+    place, block = growth.insert(model, insertion.seed)
+    if memory_format is not None:
+        block.to(memory_format=memory_format)  # as the rest of the model (common.placement.place_model)
+    check = check_function_preserved(parent, model, growth.check_inputs, what=f"{where}: insertion at place {place}")
+    del parent
+    state.inserted.append(
+        {"epoch": insertion.epoch, "step": step, "place": place, "seed": insertion.seed, "function_check": check}
+    )
+    state.per_example = growth.flops_per_example(model)
+    grown = make_optimizer(model)
+    if not growth.restart:
+        for p in _params(optimizer):
+            if p in optimizer.state:
+                grown.state[p] = optimizer.state[p]
+    return grown, block
+
+
+def schedule_at(growth: RunGrowth, base: Schedule, steps_per_epoch: int, inserted: Sequence[dict], step: int):
+    """The schedule the step ``step`` trains on: ``base`` itself, or under ``growth.restart`` the segment since the
+    last insertion at or before ``step`` (warm-up and cosine to the next planned insertion or the run's end)."""
+    if not growth.restart:
+        return base
+    starts = [int(r["step"]) for r in inserted if int(r["step"]) <= step]
+    start = max(starts, default=0)
+    ends = [i.epoch * steps_per_epoch for i in growth.insertions if i.epoch * steps_per_epoch > start]
+    end = min(ends, default=base.total_steps)
+    inner = Schedule(base.base_lr, end - start, base.warmup_steps, min_lr=base.min_lr, decay=base.decay)
+    return SegmentSchedule(inner, start) if start else inner
+
+
+def _params(optimizer: torch.optim.Optimizer) -> list[nn.Parameter]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+__all__ = [
+    "GrowthState",
+    "Insertion",
+    "RunGrowth",
+    "SegmentSchedule",
+    "insert",
+    "refuse_distributed",
+    "replay",
+    "schedule_at",
+]
