@@ -5,7 +5,8 @@
   only each other, to lift into other code;
 - ``models/`` and ``data/``: the networks whose residual streams are probed (convolutional and
   fully connected ResNets, GPT-style and Hugging Face decoders) and their data;
-- infrastructure: ``runs`` (run records, ``RunSpec``), ``train``, ``device``, ``distributed``,
+- infrastructure: ``runs`` (run records, ``RunSpec``), ``train`` (and ``train_growth``: a model growing
+  inside a run), ``device``, ``distributed``,
   ``logs``, ``errors``, ``paper`` (the papers' numbers), ``claims`` (rules from numbers to
   verdicts), ``tables`` (markdown tables) and ``plots`` (one figure per function); the launcher
   ``launch`` with ``slurm``, and the command line ``cli``;

@@ -42,11 +42,9 @@ TEST_LOSS_CLAIMS = (1, 2, 3, 5, 6, 7, 8)  # positions in growth_claims' specs wh
 def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     """Growth vs scratch: the means, the relative and absolute reductions, per-architecture winners; per dataset.
 
-    The verdicts read the table whose scratch arm had the grown models' epochs in all (03's ``total`` arm: equal
-    budgets, docs/decisions.md, section "Function-preserving growth"); the same numbers at the other arm's budget
-    (the sweep's fixed epochs) stand beside them, without a verdict. Without an equal-budget table the rows are not
-    run (no verdict rests on unequal budgets), the other arm's numbers still shown. Rows about test loss give each
-    side's test accuracy beside it.
+    The verdicts read 03's table: growth and scratch at equal epochs, each on one schedule (docs/decisions.md,
+    section "Function-preserving growth"). Every row gives each side's training FLOPs and whether the runs had
+    converged (:func:`convergence_words`) beside its value; rows about test loss give each side's test accuracy.
     """
     mean_train = f"growth {paper.GROWTH_MEAN_TRAIN_LOSS['growth']} vs scratch {paper.GROWTH_MEAN_TRAIN_LOSS['scratch']}"
     mean_test = f"growth {paper.GROWTH_MEAN_TEST_LOSS['growth']} vs scratch {paper.GROWTH_MEAN_TEST_LOSS['scratch']}"
@@ -76,46 +74,72 @@ def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     if not rec.growth:
         return [claim_row(c, p, fn, None, f"none: {cmd['growth']}", rec.preset) for c, p, fn in specs]
     rows = []
-    for dataset in sorted({t.dataset for t in rec.growth}):
-        equal = next((t for t in rec.growth if t.dataset == dataset and t.equal_budget), None)
-        other = next((t for t in rec.growth if t.dataset == dataset and not t.equal_budget), None)
-        beside = growth_outcomes(other) if other is not None else None
-        shown = equal or other
-        accuracy = test_accuracies(shown)
+    for table in rec.growth:
+        accuracy = test_accuracies(table)
+        outcomes = growth_outcomes(table)
+        beside = [w for w in (table.flops_words(), convergence_words(table)) if w]
         for i, (claim, said, fn) in enumerate(specs):
-            values = []
+            values = [f"at {table.budget_words()}: {outcomes[i].value}"]
             if i in TEST_LOSS_CLAIMS:
                 values.append(accuracy[claim_models(claim)])
-            if beside is not None:
-                fewer = equal is not None and other.seeds != equal.seeds
-                seeds = f", seeds {', '.join(map(str, other.seeds))}" if fewer else ""
-                values.append(f"beside it, {other.budget_words()}{seeds}: {beside[i].value}")
-            if equal is None:
-                row = claim_row(
-                    f"{claim} ({dataset})",
+            if i in MEAN_CLAIMS and ablation_words(table, MEAN_CLAIMS[i]):
+                values.append(ablation_words(table, MEAN_CLAIMS[i]))
+            rows.append(
+                claim_row(
+                    f"{claim} ({table.dataset})",
                     said,
                     fn,
-                    None,
-                    f"no equal-budget scratch arm: {cmd['growth']} (its default arms); "
-                    + growth_records(rec.preset, other),
+                    claims.Outcome(outcomes[i].verdict, "; ".join([*values, *beside])),
+                    growth_records(rec.preset, table),
                     rec.preset,
+                    design=growth_design(table, fn, claim, said),
                 )
-                row["reproduced"] = "; ".join(values)
-            else:
-                outcome = growth_outcomes(equal)[i]
-                value = "; ".join([f"at {equal.budget_words()}: {outcome.value}", *values])
-                records = growth_records(rec.preset, equal) + (f"; beside it {other.path.name}" if other else "")
-                row = claim_row(
-                    f"{claim} ({dataset})",
-                    said,
-                    fn,
-                    claims.Outcome(outcome.verdict, value),
-                    records,
-                    rec.preset,
-                    design=growth_design(equal, fn, claim, said),
-                )
-            rows.append(row)
+            )
     return rows
+
+
+MEAN_CLAIMS = {0: "train_loss", 1: "test_loss"}  # the mean rows, which show the restart ablation beside them
+
+
+def ablation_words(table, metric: str) -> str:
+    """The restart ablation in words for ``metric``: per ablation depth, the paired cost ``restart - growth`` (mean and
+    sample std over seeds; "" without an ablation)."""
+    rows = table.ablation
+    if rows is None or not len(rows) or f"restart_cost_{metric}" not in rows.columns:
+        return ""
+    cells = []
+    for r in rows.to_dict("records"):
+        std = r.get(f"restart_cost_{metric}_std")
+        spread = "" if std is None or pd.isna(std) else f" ± {std:.4f}"
+        cells.append(
+            f"{r['model']}: restarted {r[f'restart_{metric}']:.4f} vs one schedule {r[f'growth_{metric}']:.4f}, "
+            f"cost {r[f'restart_cost_{metric}']:+.4f}{spread}"
+        )
+    seeds = int(rows["seeds"].iloc[0])
+    return (
+        f"restart ablation ({seeds} seed{'s' if seeds != 1 else ''}; restarting optimizer and schedule at every insertion): "
+        + ", ".join(cells)
+    )
+
+
+LEVELLED = 0.05  # a side has levelled off when its running training loss fell by under 5% over its last 10% of epochs
+
+
+def convergence_words(table) -> str:
+    """Whether both sides had converged, from the records: the paper compares converged losses, so a side whose
+    running training loss still fell by at least :data:`LEVELLED` of itself over the last 10% of its epochs (the
+    least-squares line through them, mean over seeds) is named as not converged ("" where the table has none)."""
+    falls = table.side_means("train_loss_tail_fall")
+    if falls is None:
+        return ""
+    falling = [side for side, fall in zip(("growth", "scratch"), falls, strict=True) if fall >= LEVELLED]
+    state = (
+        f"not converged ({' and '.join(falling)} still falling; the paper compares converged losses)"
+        if falling
+        else "both levelled off"
+    )
+    fell = f"growth {falls[0]:.1%}, scratch {falls[1]:.1%}"
+    return f"{table.slope_words()} (a fall of {fell} of itself): {state}"
 
 
 def growth_records(preset: str, table) -> str:

@@ -69,7 +69,11 @@ CHECK_BATCH = 8  # training images in the run-time function-preservation check
 METRICS = ("train_loss", "test_loss", "test_acc")
 METHODS = ("growth", "scratch")
 TAIL = 0.1  # the last epochs' slope: over the last 10% of the run's epochs (at least 2)
-EXTRA = ("train_flops", "train_loss_slope")  # per-run measures the tables average beside the metrics
+EXTRA = (
+    "train_flops",
+    "train_loss_slope",
+    "train_loss_tail_fall",
+)  # per-run measures the tables average beside the metrics
 
 
 # ----------------------------------------------------------------------------- planning
@@ -119,7 +123,8 @@ def growth_plan(
     ``device``, ``compile``, ``synthetic``): every run is one of the sweep's configs.
 
     ``overrides``: fields of the preset's :class:`~common.presets.growth.GrowthPreset`, None meaning "the
-    preset's": ``depths``, ``insert_at`` (fractions of the run, one per block), ``ablation_depths``,
+    preset's": ``depths``, ``insert_at`` (fractions of the run, one per block), ``ablation_depths`` (left out with
+    ``depths`` given: the preset's among them, else the deepest of them where the preset has an ablation),
     ``train_subset`` (as in :func:`~common.resnet_sweep.sweep_configs`).
     """
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
@@ -128,7 +133,11 @@ def growth_plan(
     for key in ("depths", "ablation_depths"):
         if key in given:
             given[key] = tuple(sorted(set(given[key])))
-    p = replace(growth_preset(preset), **given)
+    base = growth_preset(preset)
+    if "depths" in given and "ablation_depths" not in given and base.ablation_depths:  # the preset's, at these depths
+        kept = tuple(n for n in base.ablation_depths if n in given["depths"])
+        given["ablation_depths"] = kept or (max(given["depths"]),)
+    p = replace(base, **given)
     seeds = tuple(dict.fromkeys(seeds))
     if not seeds:
         raise ParamError("seeds", "(none)", "give at least one seed")
@@ -255,7 +264,8 @@ def collect_records(plan: GrowthPlan, out: str | Path, which: str = "growth") ->
                     "epochs": r["epochs"],
                     "total_epochs": r["epochs"],
                     "train_flops": float(flops),
-                    "train_loss_slope": tail_slope(runs.read_metrics(runs.run_dir(out, c))),
+                    "train_loss_slope": tail_slope(history := runs.read_metrics(runs.run_dir(out, c))),
+                    "train_loss_tail_fall": tail_fall(history),
                     **{k: r[k] for k in METRICS},
                 }
             )
@@ -265,12 +275,30 @@ def collect_records(plan: GrowthPlan, out: str | Path, which: str = "growth") ->
 def tail_slope(history: Sequence[dict], tail: float = TAIL) -> float:
     """Least-squares slope per epoch of the running ``train_loss`` over the last ``tail`` of the epochs (at least 2;
     NaN with fewer): near 0 where the run had levelled off, negative where it was still falling."""
-    points = [(r["epoch"], r["train_loss"]) for r in history if r.get("train_loss") is not None]
-    k = max(2, round(tail * len(points)))
-    if len(points) < 2:
+    fit = _tail_fit(history, tail)
+    return math.nan if fit is None else fit[0]
+
+
+def tail_fall(history: Sequence[dict], tail: float = TAIL) -> float:
+    """How much the least-squares line of :func:`tail_slope` falls over those epochs, as a fraction of its value at
+    the last of them (0.05: the running training loss still fell by 5% of itself; NaN with fewer than 2 epochs)."""
+    fit = _tail_fit(history, tail)
+    if fit is None:
         return math.nan
-    x, y = np.array(points[-k:], dtype=float).T
-    return float(np.polyfit(x, y, 1)[0])
+    slope, intercept, first, last = fit
+    end = slope * last + intercept
+    return -slope * (last - first) / end if end > 0 else math.nan
+
+
+def _tail_fit(history: Sequence[dict], tail: float) -> tuple[float, float, float, float] | None:
+    """(slope, intercept, first epoch, last epoch) of the line through the running ``train_loss`` of the last ``tail``
+    of the epochs (at least 2); None with fewer than 2."""
+    points = [(r["epoch"], r["train_loss"]) for r in history if r.get("train_loss") is not None]
+    if len(points) < 2:
+        return None
+    x, y = np.array(points[-max(2, round(tail * len(points))) :], dtype=float).T
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(slope), float(intercept), float(x[0]), float(x[-1])
 
 
 def finished_result(out: str | Path, config: dict) -> dict:
@@ -386,7 +414,8 @@ def markdown_table(rows: Sequence[dict]) -> str:
         f"Mean ± sample std over {seeds} seed(s); reduction = scratch - growth test loss (%: of the scratch mean). "
         "Both sides train the same epochs and steps on one schedule; growth starts from a ResNet-8 and spends fewer "
         "FLOPs (counted by common/flops.py at each epoch's depth). Slope: the running training loss's change per "
-        "epoch over the last 10% of the epochs (near 0: levelled off). "
+        "epoch over the last 10% of the epochs (near 0: levelled off); fall: how much its least-squares line fell "
+        "over those epochs, as a fraction of its last value. "
         "In parentheses: the paper's CIFAR-10 values (common/paper.py; per architecture it reports only which "
         "method has the lower loss, and the smallest and largest test-loss reductions)."
     )
@@ -439,6 +468,7 @@ TABLE_COLUMNS = (  # the markdown table of growth_table's rows
     *(_loss_column(m, "train_loss") for m in METHODS),
     tables.Column("lower train loss", lambda r: _with_paper(r["train_winner"], r["paper_train_winner"])),
     tables.Column("train-loss slope: growth / scratch", lambda r: _pair_cell(r, "train_loss_slope", ".2e")),
+    tables.Column("fall over the last 10%: growth / scratch", lambda r: _pair_cell(r, "train_loss_tail_fall", ".1%")),
     *(_loss_column(m, "test_loss") for m in METHODS),
     tables.Column("test-loss reduction", _reduction_cell),
     tables.Column("lower test loss", lambda r: _with_paper(r["test_winner"], r["paper_test_winner"])),

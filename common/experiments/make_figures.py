@@ -182,7 +182,7 @@ def pythia_figure(rec: Records, report: Report, cmd: dict[str, str]) -> None:
 
 
 def growth_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
-    """Figure 5: growth vs scratch, one per chosen table of script 03."""
+    """Figure 5: growth vs scratch, one per chosen table of script 03; its table and its restart ablation's."""
     if not rec.growth:
         report.skip(
             "figure 5 (growth vs scratch)",
@@ -198,6 +198,9 @@ def growth_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
             for r in table.rows.to_dict("records")
         ]  # NaN std for one seed, None where the paper reports nothing
         report.table(f"growth_vs_scratch-{table.stem}", rows, growth_vs_scratch.markdown_table(rows))
+        if table.ablation is not None:  # what restarting the optimizer and schedule at every insertion alone costs
+            rows = table.ablation.to_dict("records")  # as 03 wrote them (NaN std for one seed)
+            report.table(f"growth_restart_ablation-{table.stem}", rows, growth_vs_scratch.ablation_markdown(rows))
 
 
 def matched_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:

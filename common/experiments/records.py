@@ -22,10 +22,9 @@ Which records (docs/decisions.md, section "Figures and the claims report"):
   ``ag_max_per_example``, ``ag_max_blocks``) and ``candidates`` (``index``, ``ag_norm``,
   ``per_example_rms``, ``block_input``, ``block_influence``: None for the final stream); one run per
   (model, depth, width), labelled by the model's short name.
-- **Growth vs scratch**: per dataset, script 03's table with the most seeds, then the longest
-  stages (its preset is that of its growth stages), among the tables whose scratch runs had
-  growth's epochs in all (03's ``total`` arm: the claims' verdicts) and, apart, among the others
-  (the sweep's fixed epochs: shown beside the verdicts). Every row shows both sides' total epochs.
+- **Growth vs scratch**: per dataset, script 03's table with the most seeds, then the most epochs (its preset is
+  that of its growth runs), and its restart ablation beside it when there is one. Growth and scratch train the same
+  epochs on one schedule each; every row shows both sides' training FLOPs and the last epochs' slope.
 - **Matched insertion**: every row in figure 6; the claims use one candidate at every depth
   (:func:`common.experiments.claim_rows.matched_rows`).
 - **Claims and identity checks**: ``claims.md`` lists the paper's claims (counted) and, apart, the
@@ -62,55 +61,63 @@ from common.presets.report import report_preset
 SWEEP, PROBE, PYTHIA = resnet_sweep.EXPERIMENT, probe_ag.EXPERIMENT, pythia_cpt.EXPERIMENT  # scripts 01, 02, 04
 PROBE_KEYS = ("split", "batch_size", "n_batches", "bn_mode", "probe_seed")
 DEFAULT_PROBE = ("train", DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, "eval", 0)
-GROWTH_TABLE = re.compile(  # 03's table_stem; "-parent<epochs>" where the chain's ResNet-8 is not the sweep's run
-    r"^table-(?P<dataset>.+?)(?:-parent(?P<parent>\d+))?-stage(?P<stage>\d+)-scratch(?P<scratch>[\d-]+)"
-    r"-seeds(?P<seeds>[\d-]+)$"
+GROWTH_TABLE = re.compile(  # 03's table_stem: its table (growth against scratch) or its restart ablation
+    r"^(?P<kind>table|ablation)-(?P<dataset>.+?)-e(?P<epochs>\d+)-at(?P<at>[\d.-]+)-seeds(?P<seeds>[\d-]+)$"
 )
 
 
 # ----------------------------------------------------------------------------- the records
 @dataclass
 class GrowthTable:
-    """Script 03's table of one dataset (its rows as written), where it came from, its preset and each side's budget."""
+    """Script 03's table of one dataset (its rows as written), where it came from, and its restart ablation's rows."""
 
     dataset: str
     path: Path
     rows: pd.DataFrame
     seeds: list[int]
-    stage_epochs: int
-    growth_epochs: dict[str, int | None] = field(default_factory=dict)  # model -> every epoch behind the grown model
-    scratch_epochs: dict[str, int | None] = field(default_factory=dict)  # model -> the scratch run's epochs
-
-    @property
-    def equal_budget(self) -> bool:
-        """Scratch trained as many epochs in all as growth at every row (``--scratch-budget total``)."""
-        models = list(self.growth_epochs)
-        return bool(models) and all(
-            self.growth_epochs[m] is not None and self.growth_epochs[m] == self.scratch_epochs.get(m) for m in models
-        )
+    epochs: int  # every run's: growth and scratch train the same epochs and steps on one schedule
+    insert_at: str  # the insertion fractions in percent, as in the file name (``10-20-30-40-50``)
+    ablation: pd.DataFrame | None = None  # the restart ablation's rows (its file beside the table), if any
+    ablation_path: Path | None = None
 
     @property
     def stem(self) -> str:
-        """The dataset, marked when scratch had the equal total budget (figure and table file names)."""
-        return f"{self.dataset}-equal-budget" if self.equal_budget else self.dataset
+        """The dataset (figure and table file names)."""
+        return self.dataset
 
     def budget(self) -> str:
-        """Each side's total epochs in words (growth restarts the schedule at every stage)."""
-        return (
-            f"epochs in all: growth {_span(self.growth_epochs)} (ResNet-8's plus {self.stage_epochs} per stage), "
-            f"scratch {_span(self.scratch_epochs)}"
-        )
+        """Both sides' budget in words: equal epochs on one schedule, and when growth's blocks went in."""
+        at = self.insert_at.replace("-", ", ")
+        return f"equal epochs ({self.epochs}, one schedule each); growth's blocks in after {at}% of the run"
 
     def budget_words(self) -> str:
-        """Both sides' budgets in a few words, for a claims row: "equal epochs (..)" or "scratch at .. epochs (..)"."""
-        if self.equal_budget:
-            return f"equal epochs ({_span(self.scratch_epochs)} in all)"
-        return f"scratch at {_span(self.scratch_epochs)} epochs (growth {_span(self.growth_epochs)} in all)"
+        """Both sides' budgets in a few words, for a claims row."""
+        return f"equal epochs ({self.epochs}, one schedule)"
 
+    def side_means(self, key: str) -> tuple[float, float] | None:
+        """(growth, scratch) means of ``key`` on the mean row; None where the table has none."""
+        rows = self.rows.set_index("model")
+        if "mean" not in rows.index or f"growth_{key}" not in rows.columns:
+            return None
+        g, s = float(rows.loc["mean", f"growth_{key}"]), float(rows.loc["mean", f"scratch_{key}"])
+        return None if pd.isna(g) or pd.isna(s) else (g, s)
 
-def _span(epochs: dict[str, int | None]) -> str:
-    known = sorted({e for e in epochs.values() if e is not None})
-    return "?" if not known else str(known[0]) if len(known) == 1 else f"{known[0]}-{known[-1]}"
+    def flops_words(self) -> str:
+        """Each side's mean training FLOPs ("" where the table has none)."""
+        both = self.side_means("train_flops")
+        return (
+            ""
+            if both is None
+            else f"training FLOPs growth {both[0]:.3g} vs scratch {both[1]:.3g} ({both[0] / both[1]:.0%})"
+        )
+
+    def slope_words(self) -> str:
+        """Whether the runs had levelled off: each side's mean slope of the running training loss over the last 10% of
+        the epochs ("" where the table has none)."""
+        both = self.side_means("train_loss_slope")
+        if both is None:
+            return ""
+        return f"running training loss over the last 10% of epochs: growth {both[0]:+.1e}, scratch {both[1]:+.1e} per epoch"
 
 
 @dataclass
@@ -410,60 +417,36 @@ def largest_group(df: pd.DataFrame, key: Callable[[dict], str]) -> pd.DataFrame:
 
 
 def growth_tables(out: Path, preset: str, elsewhere: dict[str, set[str]]) -> list[GrowthTable]:
-    """Per dataset, script 03's table of ``preset`` with the most seeds, then the longest stages; and beside it the
-    same choice among its equal-total-budget tables (``--scratch-budget total``), when there are any."""
+    """Per dataset, script 03's table of ``preset`` with the most seeds, then the most epochs, with its restart
+    ablation (the file of the same name with ``ablation`` for ``table``) when there is one. A table's preset is its
+    growth runs' (the runs of its dataset and epochs)."""
     folder = out / growth_vs_scratch.EXPERIMENT
     if not folder.is_dir():
         return []
-    stages = collect(out, growth_vs_scratch.EXPERIMENT)
+    grown = collect(out, growth_vs_scratch.EXPERIMENT)
     presets: dict[tuple[str, int], set[str]] = {}
-    behind: dict[tuple[str, int, int], int] = {}  # (dataset, stage epochs, N) -> every epoch behind the grown model
-    for r in stages.to_dict("records") if len(stages) else []:
+    for r in grown.to_dict("records") if len(grown) else []:
         if isinstance(r.get("growth"), dict):
-            key = (r["dataset"], int(r["train"]["epochs"]))
-            presets.setdefault(key, set()).add(r.get("preset"))
-            chain = r.get("runtime.chain") if isinstance(r.get("runtime.chain"), list) else None
-            if chain is not None:
-                behind[(*key, int(r["depth_n"]))] = int(r["train"]["epochs"]) + sum(
-                    int(c["train"]["epochs"]) for c in chain
-                )
-    best: dict[tuple[str, bool], GrowthTable] = {}
+            presets.setdefault((r["dataset"], int(r["train"]["epochs"])), set()).add(r.get("preset"))
+    best: dict[str, GrowthTable] = {}
     for path in sorted(folder.glob("table-*.csv")):
         match = GROWTH_TABLE.match(path.stem)
         if not match:
             continue
-        dataset, stage = match["dataset"], int(match["stage"])
-        found = presets.get((dataset, stage), set())
+        dataset, epochs = match["dataset"], int(match["epochs"])
+        found = presets.get((dataset, epochs), set())
         if preset not in found:
             elsewhere.setdefault(growth_vs_scratch.EXPERIMENT, set()).update(str(p) for p in found if p)
             continue
-        rows = pd.read_csv(path)
-        table = GrowthTable(dataset, path, rows, [int(s) for s in match["seeds"].split("-")], stage)
-        grown = {n: e for (d, st, n), e in behind.items() if (d, st) == (dataset, stage)}
-        table.growth_epochs, table.scratch_epochs = table_budgets(rows, match["scratch"], grown)
-        key = (dataset, table.equal_budget)
-        current = best.get(key)
-        if current is None or (len(table.seeds), table.stage_epochs) > (len(current.seeds), current.stage_epochs):
-            best[key] = table
+        seeds = [int(s) for s in match["seeds"].split("-")]
+        table = GrowthTable(dataset, path, pd.read_csv(path), seeds, epochs, match["at"])
+        ablation = path.with_name("ablation" + path.name.removeprefix("table"))
+        if ablation.is_file():
+            table.ablation, table.ablation_path = pd.read_csv(ablation), ablation
+        current = best.get(dataset)
+        if current is None or (len(table.seeds), table.epochs) > (len(current.seeds), current.epochs):
+            best[dataset] = table
     return [best[k] for k in sorted(best)]
-
-
-def table_budgets(rows: pd.DataFrame, scratch_tag: str, grown: dict[int, int]) -> tuple[dict, dict]:
-    """Each architecture's total epochs per side: the table's ``growth_epochs`` / ``scratch_epochs`` columns, or, for a
-    table written before them, growth from the stage runs' chains (``grown[N]``) and scratch from the file name (a
-    single budget, or a range ``a-b``, which only ``--scratch-budget total`` writes: then growth's own)."""
-    growth, scratch = {}, {}
-    for r in rows.to_dict("records"):
-        if r["model"] == "mean":
-            continue
-        model, n = r["model"], int(r["depth_n"])
-        g, s = r.get("growth_epochs"), r.get("scratch_epochs")
-        growth[model] = int(g) if g is not None and not pd.isna(g) else grown.get(n)
-        if s is not None and not pd.isna(s):
-            scratch[model] = int(s)
-        else:
-            scratch[model] = int(scratch_tag) if "-" not in scratch_tag else growth[model]
-    return growth, scratch
 
 
 # ----------------------------------------------------------------------------- the commands that make them

@@ -197,66 +197,54 @@ def growth(
     preset: str = "smoke",
     dataset: str = "digits",
     seeds=(0, 1),
-    stage_epochs: int = 2,
-    parent_epochs: int = 6,
-    scratch_budget: str | tuple[str, ...] = ("total", "per-stage"),
+    epochs: int = 6,
     test_gap=lambda n, s: 0.03,
     train_gap=lambda n, s: 0.001,
-    old_columns: bool = False,
+    ablation: bool = True,
 ) -> Path:
-    """03's stage runs (for the preset, with their chains) and one table per scratch arm; growth's loss is scratch's
-    minus the gaps. Returns the last table's path.
-
-    ``scratch_budget``: one or more of ``per-stage`` (scratch trains ``stage_epochs``) and ``total`` (growth's total
-    epochs: equal budgets); by default both, as 03 writes its two default arms.
-    ``old_columns``: the table as 03 wrote it before it recorded budgets and paired training-loss spreads.
-    """
-    budgets = (scratch_budget,) if isinstance(scratch_budget, str) else tuple(scratch_budget)
-    records: dict[str, list[dict]] = {b: [] for b in budgets}
+    """03's growth runs (for the preset) and its table at equal epochs, with FLOPs and slopes, and (``ablation``) its
+    restart ablation at the deepest depth; growth's loss is scratch's minus the gaps. Returns the table's path."""
+    records, restart = [], []
     for seed in seeds:
-        chain = [{"train": {"epochs": parent_epochs}}]
-        for n in range(1, 6):
+        for n in range(2, 6):
             write_run(
                 out,
                 growth_vs_scratch.EXPERIMENT,
-                f"{dataset}-grow-n{n}-seed{seed}",
+                f"{dataset}-grown-resnet{8 + n}-n{n}-seed{seed}",
                 {
                     "preset": preset,
                     "dataset": dataset,
                     "depth_n": n,
-                    "growth": {"parent": "x"},
-                    "train": {"epochs": stage_epochs},
-                    "runtime": {"chain": list(chain)},
+                    "growth": {"epochs": [1]},
+                    "train": {"epochs": epochs},
                 },
-                {"epochs": stage_epochs},
+                {"epochs": epochs},
             )
-            chain.append({"train": {"epochs": stage_epochs}})
-            if n < 2:
-                continue
-            total = parent_epochs + n * stage_epochs
             scratch = {"train_loss": 0.01 + 0.001 * seed, "test_loss": 0.3 + 0.005 * seed + 0.002 * n, "test_acc": 0.9}
             grown = {
                 "train_loss": scratch["train_loss"] - train_gap(n, seed),
                 "test_loss": scratch["test_loss"] - test_gap(n, seed),
                 "test_acc": 0.91,
             }
-            for budget in budgets:
-                scratch_epochs = total if budget == "total" else stage_epochs
-                for method, metrics, epochs in (("growth", grown, total), ("scratch", scratch, scratch_epochs)):
-                    records[budget].append(
-                        {"method": method, "depth_n": n, "seed": seed, "total_epochs": epochs, **metrics}
-                    )
+            for method, metrics, flops in (("growth", grown, 8e11), ("scratch", scratch, 1e12)):
+                extra = {
+                    "total_epochs": epochs,
+                    "train_flops": flops,
+                    "train_loss_slope": -1e-5,
+                    "train_loss_tail_fall": 0.001,
+                }
+                records.append({"method": method, "depth_n": n, "seed": seed, **extra, **metrics})
+            if n == 5:
+                worse = {**grown, "train_loss": grown["train_loss"] + 0.02, "test_loss": grown["test_loss"] + 0.01}
+                restart += [{**r, **worse} if r["method"] == "growth" else r for r in records[-2:] if r["depth_n"] == 5]
     folder = Path(out) / growth_vs_scratch.EXPERIMENT
-    for budget in budgets:
-        rows = growth_vs_scratch.growth_table(records[budget])
-        if old_columns:
-            dropped = ("growth_epochs", "scratch_epochs", "train_loss_reduction", "train_loss_reduction_std")
-            rows = [{k: v for k, v in r.items() if k not in dropped} for r in rows]
-        epochs = sorted({r["total_epochs"] for r in records[budget] if r["method"] == "scratch"})
-        tag = str(epochs[0]) if len(epochs) == 1 else f"{epochs[0]}-{epochs[-1]}"
-        stem = f"table-{dataset}-stage{stage_epochs}-scratch{tag}-seeds{'-'.join(map(str, seeds))}"
-        runs.atomic_write_csv(folder / f"{stem}.csv", rows)
-    return folder / f"{stem}.csv"
+    tag = f"e{epochs}-at15-30-50-65-seeds{'-'.join(map(str, seeds))}"
+    path = folder / f"table-{dataset}-{tag}.csv"
+    runs.atomic_write_csv(path, growth_vs_scratch.growth_table(records))
+    if ablation:
+        rows = growth_vs_scratch.ablation_table([r for r in records if r["depth_n"] == 5], restart)
+        runs.atomic_write_csv(folder / f"ablation-{dataset}-{tag}.csv", rows)
+    return path
 
 
 def matched(

@@ -14,6 +14,7 @@ import math
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from scipy import stats
@@ -353,59 +354,42 @@ def test_report_rows_follow_the_records(tmp_path):
         assert g[claim].endswith(f"({SMOKE_NOTE})")
 
 
-def test_growth_verdicts_read_the_equal_budget_arm_with_the_other_beside_it(tmp_path):
-    only_unequal = tmp_path / "unequal"
-    figure_records.growth(only_unequal, stage_epochs=2, parent_epochs=6, scratch_budget="per-stage")
-    rows = rows_of(only_unequal)
+def test_growth_rows_read_equal_epochs_with_flops_convergence_and_accuracy_beside(tmp_path):
+    figure_records.growth(tmp_path, test_gap=lambda n, s: 0.03 + 0.001 * s)
+    rows = rows_of(tmp_path)
+    assert len([c for c in rows if c.startswith("growth's mean test loss")]) == 1  # one row per claim and dataset
     mean = rows["growth's mean test loss is below scratch's (digits)"]
-    assert mean["verdict"] == claims.NOT_RUN  # no verdict rests on unequal budgets
-    assert "no equal-budget scratch arm" in mean["records"] and "03_growth_vs_scratch.py" in mean["records"]
-    assert "epochs in all: growth 10-16 (ResNet-8's plus 2 per stage), scratch 2" in mean["records"]
-    assert "beside it, scratch at 2 epochs (growth 10-16 in all): growth 0.2" in mean["reproduced"]
-    both = tmp_path / "both"
-    figure_records.growth(both, stage_epochs=2, parent_epochs=6, test_gap=lambda n, s: 0.03 + 0.001 * s)
-    rows = rows_of(both)
-    assert len([c for c in rows if c.startswith("growth's mean test loss")]) == 1  # one row per claim, not per arm
-    mean = rows["growth's mean test loss is below scratch's (digits)"]
-    assert (
-        "growth 10-16" in mean["records"] and "scratch 10-16" in mean["records"] and mean["verdict"].startswith(HOLDS)
-    )
-    assert mean["reproduced"].startswith("at equal epochs (10-16 in all): growth 0.2")
-    assert "beside it, scratch at 2 epochs (growth 10-16 in all):" in mean["reproduced"]
+    assert mean["verdict"].startswith(HOLDS) and "equal epochs (6, one schedule each)" in mean["records"]
+    assert mean["reproduced"].startswith("at equal epochs (6, one schedule): growth 0.2")
     assert "mean test accuracy growth 0.910 vs scratch 0.900" in mean["reproduced"]
+    assert "training FLOPs growth 8e+11 vs scratch 1e+12 (80%)" in mean["reproduced"]
+    assert "(a fall of growth 0.1%, scratch 0.1% of itself): both levelled off" in mean["reproduced"]
     at10 = rows["absolute test-loss reduction at ResNet-10: direction (digits)"]["reproduced"]
     assert "test accuracy growth 0.910 vs scratch 0.900" in at10
     assert "accuracy" not in rows["growth's mean training loss is below scratch's (digits)"]["reproduced"]
 
 
-def test_a_growth_table_written_before_budgets_were_recorded_still_reads(tmp_path):
-    figure_records.growth(
-        tmp_path,
-        seeds=(0, 1, 2),
-        stage_epochs=2,
-        parent_epochs=6,
-        train_gap=lambda n, s: 0.01 + 0.001 * s,
-        old_columns=True,
-    )
-    equal, other = sorted(records.load_records(tmp_path, "smoke").growth, key=lambda t: not t.equal_budget)
-    for table in (equal, other):
-        assert table.growth_epochs == {
-            "ResNet-10": 10,
-            "ResNet-11": 12,
-            "ResNet-12": 14,
-            "ResNet-13": 16,
-        }  # from the stages' chains
-    assert set(other.scratch_epochs.values()) == {2} and not other.equal_budget  # from the file name
-    assert equal.scratch_epochs == equal.growth_epochs and equal.equal_budget  # a range: growth's own
+def test_a_run_whose_training_loss_still_falls_is_named_not_converged(tmp_path):
+    path = figure_records.growth(tmp_path)
+    table = pd.read_csv(path)
+    table["growth_train_loss_tail_fall"] = 0.2  # its running training loss fell by 20% over its last epochs
+    table.to_csv(path, index=False)
     row = rows_of(tmp_path)["growth's mean training loss is below scratch's (digits)"]
-    assert "unpaired" in row["records"] and row["verdict"].startswith(HOLDS)
+    assert "not converged (growth still falling; the paper compares converged losses)" in row["reproduced"]
 
 
-def test_growth_table_names_with_a_shorter_parent_are_read(tmp_path):
-    path = figure_records.growth(tmp_path, stage_epochs=2, parent_epochs=6, scratch_budget="total")
-    path.rename(path.with_name(path.name.replace("table-digits-", "table-digits-parent6-")))
+def test_the_restart_ablation_is_read_beside_its_table_and_reported(tmp_path):
+    figure_records.growth(tmp_path)
     (table,) = records.load_records(tmp_path, "smoke").growth
-    assert table.dataset == "digits" and table.stage_epochs == 2 and table.equal_budget
+    assert table.dataset == "digits" and table.epochs == 6 and table.insert_at == "15-30-50-65"
+    assert table.ablation is not None and list(table.ablation["model"]) == ["ResNet-13"]
+    assert table.ablation["restart_cost_train_loss"].iloc[0] == pytest.approx(0.02)
+    row = rows_of(tmp_path)["growth's mean training loss is below scratch's (digits)"]
+    assert (
+        "restart ablation (2 seeds; restarting optimizer and schedule at every insertion): ResNet-13:"
+        in row["reproduced"]
+    )
+    assert "cost +0.0200" in row["reproduced"]
 
 
 def test_matched_claims_compare_one_candidate_type_across_depths(tmp_path):

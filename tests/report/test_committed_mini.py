@@ -95,11 +95,7 @@ def planned_runs(monkeypatch, images: list[str], texts: list[str]) -> set[str]:
 
     def record(fn, specs, args, **kwargs):
         for spec in specs:
-            for config in [
-                *spec.config.get("runtime", {}).get("chain", []),
-                *_trajectory(spec.config),
-                spec.config,
-            ]:  # a growth chain's every link, a trajectory's every round and the sweep run it starts from
+            for config in [*_trajectory(spec.config), spec.config]:  # a trajectory's every round, its sweep run
                 planned.add(runs.run_dir("", config).as_posix())
         return None
 

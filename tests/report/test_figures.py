@@ -41,6 +41,7 @@ def test_every_figure_table_and_the_claims_report_appear(tmp_path, capsys):
         "gpt2_depth",
         "pythia",
         "growth_vs_scratch-digits",
+        "growth_restart_ablation-digits",
         "matched_insertion-digits",
         "weight_scaling_exponents",
         "claims",

@@ -54,7 +54,6 @@ FIGURES = (
     "fig3_gpt2_depth",
     "fig4_pythia",
     "fig5_growth_vs_scratch-npz",
-    "fig5_growth_vs_scratch-npz-equal-budget",
     "fig6_matched_insertion-npz",
     "fig7_weight_scaling",
     "fig8_growth_value_vs_ag",
@@ -130,9 +129,7 @@ def pipeline(tmp_path_factory) -> Pipeline:
     probe = ["--batch-size", "32", "--n-batches", "2", "--saturation-delta", "1"]
     run_script("01_train_resnet_sweep", *cpu, *images, "--depths", depths, "--seeds", seeds)
     run_script("02_probe_ag", *cpu, "--dataset", "npz", *probe)
-    run_script(
-        "03_growth_vs_scratch", *cpu, *images, "--depths", str(max(DEPTHS)), "--seeds", seeds, "--stage-epochs", "1"
-    )
+    run_script("03_growth_vs_scratch", *cpu, *images, "--depths", str(max(DEPTHS)), "--seeds", seeds)
     run_script("05_gpt2_ascend", *cpu, *text, "--n-embd", "16", "--n-head", "2", "--depths", "1,2")
     for n_layer in (1, 2):  # a local checkpoint and a byte tokenizer: nothing is downloaded
         checkpoint = save_tiny_neox(root / f"neox{n_layer}", n_layer)
@@ -244,23 +241,19 @@ def test_the_projection_check_covers_every_exact_candidate_of_02_and_05_and_hold
 
 
 @pytest.mark.parametrize("metric, text", [("train_loss", "training"), ("test_loss", "test")])
-def test_growths_mean_rows_compare_03s_grown_model_with_its_equal_epoch_twin_and_the_sweeps_run_beside(
-    pipeline, metric, text
-):
+def test_growths_mean_rows_compare_03s_growth_run_with_the_sweeps_run_of_the_same_epochs(pipeline, metric, text):
     ours = [r for r in records(pipeline.out, growth_vs_scratch.EXPERIMENT) if r["depth_label"] == DEEPEST]
-    grown = [r for r in ours if "growth" in r]
-    twins = [r for r in ours if "-scratch-" in r["name"]]  # the equal-epoch arm: runs of 03
+    grown = [r for r in ours if not r["name"].endswith("-restart")]
+    restarted = [r for r in ours if r["name"].endswith("-restart")]  # the smoke preset's ablation, at the deepest
     scratch = [r for r in records(pipeline.out, resnet_sweep.EXPERIMENT) if r["depth_label"] == DEEPEST]
-    assert len(grown) == len(twins) == len(scratch) == len(SEEDS)  # the fixed-epoch arm reused the sweep's runs
-    behind = scratch[0]["epochs"] + max(DEPTHS)  # the sweep's ResNet-8, then one-epoch stages
-    assert {r["epochs"] for r in twins} == {behind}
-    g, e, s = (mean(r[metric] for r in runs_) for runs_ in (grown, twins, scratch))
+    assert len(grown) == len(restarted) == len(scratch) == len(SEEDS)  # scratch: the sweep's own runs, reused
+    epochs = scratch[0]["epochs"]
+    assert {r["epochs"] for r in grown} == {epochs} and all(r["train_flops"] > 0 for r in grown)
+    g, s = (mean(r[metric] for r in runs_) for runs_ in (grown, scratch))
     value = claim(pipeline, f"growth's mean {text} loss is below scratch's")["reproduced"]
-    assert value.startswith(f"at equal epochs ({behind} in all): growth {g:.4f} vs scratch {e:.4f}; scratch - growth ")
-    assert (
-        f"beside it, scratch at {scratch[0]['epochs']} epochs (growth {behind} in all): growth {g:.4f} vs scratch {s:.4f}"
-        in value
-    )
+    assert value.startswith(f"at equal epochs ({epochs}, one schedule): growth {g:.4f} vs scratch {s:.4f}; ")
+    assert "training FLOPs growth " in value and "running training loss over the last 10% of epochs" in value
+    assert (pipeline.figures / "tables" / "growth_restart_ablation-npz.md").is_file()
 
 
 def test_the_matched_insertion_rows_show_06s_measured_change_per_depth(pipeline):
