@@ -40,7 +40,7 @@ from common.experiments.growth_vs_scratch import (
     write_table,
 )
 from common.launch import launch_from_args
-from common.presets.growth import INSERT_AT, PAPER_DEPTHS, SMOKE_DEPTHS, insert_fractions
+from common.presets.growth import INSERT_AT, PAPER_DEPTHS, SMOKE_DEPTHS
 from common.presets.sweep import DEFAULT_DATASET
 from common.resnet_sweep import check_sweep_data
 from common.runs import make_specs
@@ -66,12 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--seeds",
         type=comma_ints,
         default=None,
-        help="seeds, one growth run and one scratch run per depth each; None: --seed (mini: --seed, --seed + 1, the "
-        "sweep's seeds, so that every scratch run is the sweep's own)",
+        help="seeds, one growth run and one scratch run per depth each; None: the preset's from --seed (smoke, paper: "
+        "--seed; mini: --seed, --seed + 1, the sweep's seeds, so that every scratch run is the sweep's own; gpu-hour: 5)",
     )
     group.add_argument(
         "--insert-at",
-        type=insert_fractions,
+        type=str,  # checked by the plan (common.presets.growth.insert_fractions), which names this flag in its error
         default=None,
         help="fractions of the run (0 < f < 1, increasing, rounded to whole epochs) after which the 1st, 2nd, ... "
         f"block goes in, one per block up to the deepest depth; None: {','.join(map(str, INSERT_AT))}",

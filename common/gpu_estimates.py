@@ -12,7 +12,8 @@ model, for one run:
   fixed count (head, loss, the loader's augmentation, the optimiser).
 - A **run** alone: its phases plus a fixed overhead ``t_0`` (process start and data, and for a training run the
   compilation of its block types, which regional compilation keeps independent of depth). Its compute ``C`` is
-  ``sum F / R`` over its phases; its time alone ``T >= C``.
+  ``sum F / R`` over its phases; its time alone ``T >= C``. A growth run of script 03 (:func:`growth_run`) is one
+  run whose training and test-set phases are split into its segments between insertions, each at its own depth.
 - **K runs per device** (``--runs-per-device K``): a run's share of the device is ``max(C, T / K)``. K runs fill
   one another's launch gaps and overheads until the device's arithmetic is the limit (ideal sharing, as under CUDA
   MPS; no memory or cache contention; a CPU core per run). K = 1 gives ``T``.
@@ -31,6 +32,7 @@ a forward pass is a third of a training pass (the backward pass costs two forwar
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -147,12 +149,6 @@ class RunEstimate:
         """Its share of the device with ``runs_per_device`` runs sharing it: ``max(C, T / K)``."""
         return max(self.compute_s, self.alone_s / runs_per_device)
 
-    def joined(self, other: RunEstimate) -> RunEstimate:
-        """Two runs one after another in one job (a growth chain's links)."""
-        return RunEstimate(
-            self.name, self.flops + other.flops, self.compute_s + other.compute_s, self.alone_s + other.alone_s
-        )
-
 
 @dataclass(frozen=True)
 class PlanEstimate:
@@ -227,7 +223,7 @@ class Shapes:
 
 
 def shapes_of(config: dict) -> Shapes | None:
-    """A ResNet config's :class:`Shapes` (sweep, growth stage, scratch, probe, matched), or None for an unknown
+    """A ResNet config's :class:`Shapes` (sweep, growth run, probe, matched), or None for an unknown
     dataset size. The training images are the config's subset (``data.train_subset.k``) when it names one."""
     dataset, data = config.get("dataset"), config.get("data", {})
     if dataset == "synthetic":
@@ -243,20 +239,24 @@ def shapes_of(config: dict) -> Shapes | None:
     return Shapes(subset.get("k", sizes[0]), sizes[1], sizes[2], sizes[3], widths, int(config["depth_n"]))
 
 
-def training_phases(config: dict, s: Shapes, device: Device = H100, launch: LaunchModel = LAUNCH) -> list[Phase]:
+def training_phases(
+    config: dict, s: Shapes, device: Device = H100, launch: LaunchModel = LAUNCH, epochs: range | None = None
+) -> list[Phase]:
     """A training run's phases: its epochs of ``train // batch`` steps (bf16), the test set every ``eval_every``-th
     epoch and at the last (with ``test_every_epoch``; bf16 autocast), and the final float32 evaluation of the
-    training and test images."""
+    training and test images. ``epochs``: the (1-based) epochs whose training and test-set evaluations to count (a
+    growth run's segment at one depth); None: all of the run's."""
     hp, runtime = config["train"], config.get("runtime", {})
-    epochs, batch = int(hp["epochs"]), int(hp["batch_size"])
+    total, batch = int(hp["epochs"]), int(hp["batch_size"])
+    epochs = range(1, total + 1) if epochs is None else epochs
     eval_batch = int(runtime.get("eval_batch_size", 500))
     train_kernels = launch.kernels_per_block * s.blocks + launch.kernels_fixed
     eval_kernels = launch.forward_kernels_per_block * s.blocks + launch.forward_kernels_fixed
-    steps = epochs * max(1, s.train // batch)
+    steps = len(epochs) * max(1, s.train // batch)
     phases = [Phase(steps * batch * s.training(), device.bf16_flops, steps, train_kernels)]
     if runtime.get("test_every_epoch", True):
         every = int(runtime.get("eval_every", 1))
-        evaluations = len({e for e in range(1, epochs + 1) if e % every == 0} | {epochs})
+        evaluations = len([e for e in epochs if e % every == 0 or e == total])
         batches = evaluations * math.ceil(s.test / eval_batch)
         phases.append(Phase(evaluations * s.test * s.forward(), device.bf16_flops, batches, eval_kernels))
     final = math.ceil(s.train / eval_batch) + math.ceil(s.test / eval_batch)
@@ -265,7 +265,7 @@ def training_phases(config: dict, s: Shapes, device: Device = H100, launch: Laun
 
 
 def training_run(config: dict, device: Device = H100, launch: LaunchModel = LAUNCH) -> RunEstimate | None:
-    """One training run of the sweep's job (01's runs, 03's parent, stages and scratch runs)."""
+    """One training run of the sweep's job (01's runs, which are also 03's scratch runs)."""
     s = shapes_of(config)
     if s is None:
         return None
@@ -274,15 +274,21 @@ def training_run(config: dict, device: Device = H100, launch: LaunchModel = LAUN
     )
 
 
-def growth_chain(spec: RunSpec, device: Device = H100, launch: LaunchModel = LAUNCH) -> RunEstimate | None:
-    """03's chain job: its unfinished links (the parent ResNet-8 and every stage), one after another."""
-    links = [*spec.config.get("runtime", {}).get("chain", []), spec.config]
-    todo = [c for c in links if not runs.is_done(runs.run_dir(spec.out, c))]
-    estimates = [training_run(c, device, launch) for c in todo]
-    if not estimates or any(e is None for e in estimates):
-        return None
-    chain = functools.reduce(RunEstimate.joined, estimates)
-    return RunEstimate(spec.config["name"], chain.flops, chain.compute_s, chain.alone_s)
+def growth_run(config: dict, device: Device = H100, launch: LaunchModel = LAUNCH) -> RunEstimate | None:
+    """03's growth run (common/train_growth.py): one training run whose model grows, so that each segment between
+    insertions, epochs ``[0, e1), [e1, e2), ..., [eN, epochs)``, trains and meets the test set at its own depth
+    (ResNet-8, -9, ..., -(8+N)); the final evaluation at the final depth; one start and one compilation. The restart
+    ablation's runs cost the same."""
+    growth = config["growth"]
+    bounds = [0, *growth["epochs"], int(config["train"]["epochs"])]
+    phases: list[Phase] = []
+    for k, (start, end) in enumerate(itertools.pairwise(bounds)):
+        s = shapes_of({**config, "depth_n": growth["start_depth_n"] + k})
+        if s is None:
+            return None
+        *segment, final = training_phases(config, s, device, launch, epochs=range(start + 1, end + 1))
+        phases += segment
+    return RunEstimate.of(config["name"], [*phases, final], launch.start_s + launch.compile_s, device)
 
 
 def _sweep_shapes(config: dict) -> Shapes | None:
@@ -334,9 +340,9 @@ def matched_run(config: dict, device: Device = H100, launch: LaunchModel = LAUNC
 
 
 Estimator = Callable[[RunSpec], "RunEstimate | None"]
-ESTIMATORS: dict[str, Estimator] = {  # by the config's experiment; 03's chains by their growth step
+ESTIMATORS: dict[str, Estimator] = {  # by the config's experiment (03's scratch runs are the sweep's)
     "resnet_sweep": lambda spec: training_run(spec.config),
-    "growth_vs_scratch": lambda spec: growth_chain(spec) if "growth" in spec.config else training_run(spec.config),
+    "growth_vs_scratch": lambda spec: growth_run(spec.config),
     "ag_probe": lambda spec: probe_run(spec.config),
     "matched_insertion": lambda spec: matched_run(spec.config),
 }
@@ -393,7 +399,7 @@ __all__ = [
     "RunEstimate",
     "Shapes",
     "describe",
-    "growth_chain",
+    "growth_run",
     "matched_run",
     "plan_estimate",
     "probe_run",

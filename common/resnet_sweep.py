@@ -69,14 +69,14 @@ def fits(train_loss: float, preset: str, dataset: str) -> bool | None:
 
 def preset_seeds(preset: str, seed: int, *, growth: bool = False) -> list[int]:
     """The seeds a script runs without ``--seeds``: ``--seed`` alone, or under mini :data:`MINI_SEEDS` from it
-    (``growth``: script 03's, :data:`MINI_GROWTH_SEEDS`)."""
+    (``growth``: script 09's, and 03's where its growth preset sets none: :data:`MINI_GROWTH_SEEDS`)."""
     table = sweep_presets(preset)
     return [seed + i for i in range(table.growth_seeds if growth else table.seeds)]
 
 
 def balanced_runs(directories: Sequence[Path]) -> list[Path]:
     """The sweep runs of the seeds that have a run at every depth among ``directories``: what 02, 06 and 07 read
-    without ``--seeds``, so that a seed trained at a few depths only (mini's third seed, for 03) leaves their depth
+    without ``--seeds``, so that a seed trained at a few depths only (09's third seed under mini, its ResNet-8 only) leaves their depth
     designs balanced."""
     keys = {d: runs.read_config(d, CONFIG_KEYS) for d in directories}
     depths = {k["depth_n"] for k in keys.values()}

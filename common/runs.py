@@ -397,8 +397,8 @@ def portable_runtime(config: dict, root: str | os.PathLike) -> dict:
     """``config`` with every absolute path under ``runtime`` made machine-independent.
 
     A path inside ``root`` (the repository) becomes relative to it; any other absolute path (a data
-    file or text elsewhere on this machine) becomes None. Nested configs under ``runtime`` (a growth
-    stage's ``chain``) are treated alike. The identity, and so the run's hash, is unchanged: runtime
+    file or text elsewhere on this machine) becomes None. Nested configs under ``runtime`` (09's sweep
+    ResNet-8) are treated alike. The identity, and so the run's hash, is unchanged: runtime
     keys are not part of it. A later run that needs a stripped path is given it again by its flag
     (``--data-root``, ``--text-file``).
     """

@@ -5,7 +5,7 @@ Presets: ``paper`` has the paper's depth grids (``common/paper.py``; B.1: CIFAR 
 backbone N = 0; B.3: ImageNet-100 N in {1, 5, ..., 49} for 300 epochs). The paper gives no CIFAR epoch count and
 no optimiser settings: the 200 CIFAR epochs and every :class:`SGDRecipe` value below are this reproduction's
 decisions (docs/decisions.md). ``smoke`` runs the same code paths in minutes on a CPU. ``mini`` trains 7 depths,
-2 seeds (a third at ResNet-13, whose run script 03's equal-epoch arm reuses), on a class-balanced 1,000-image subset of real CIFAR-10
+2 seeds, on a class-balanced 1,000-image subset of real CIFAR-10
 (docs/decisions.md, section "Mini preset"). ``gpu-hour`` trains all of CIFAR-10 with the paper's recipe for 20
 epochs at N = 0..26 x 5 seeds: about an hour on one H100-class GPU (an estimate, :mod:`common.gpu_estimates`).
 """
@@ -65,7 +65,7 @@ class SweepPresets:
     default_dataset: str  # --dataset left out
     by_dataset: Mapping[str, SweepPreset] = field(default_factory=dict)
     seeds: int = 1  # seeds from --seed without --seeds (scripts 01, 02, 06, 07)
-    growth_seeds: int = 1  # the same for script 03 (and the sweep runs it reuses)
+    growth_seeds: int = 1  # the same for script 09 (and 03 where its growth preset sets none)
     warn_on_cpu: bool = False  # sized for GPUs: a plan that would train on a CPU is warned about
     in_commands: bool = True  # False: the default --preset, left out of the commands a message suggests
 
@@ -115,7 +115,7 @@ MINI = SweepPreset(
 GPU_HOUR = replace(CIFAR_PAPER, depths=tuple(range(0, 27)), recipe=replace(CIFAR_PAPER.recipe, epochs=20))
 GPU_HOUR_SEEDS = 5  # every depth, and 03's four architectures
 MINI_SEEDS = 2  # mini: seeds --seed, --seed + 1 at every depth (the design 02, 06 and 07 read)
-MINI_GROWTH_SEEDS = 3  # mini: growth against scratch (03), one seed more (01 trains it where 03 reuses a sweep run)
+MINI_GROWTH_SEEDS = 3  # mini: growth by the criterion (09), one seed more than the sweep (09 trains its ResNet-8)
 
 PRESETS = {
     "smoke": SweepPresets(SMOKE, "digits", {"imagenet100": SMOKE_IMAGENET100}),

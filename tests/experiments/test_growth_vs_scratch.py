@@ -1,10 +1,10 @@
-"""Growth vs scratch (script 03): zero-output growth of the ResNet with its own block, the chain, the table."""
+"""Growth vs scratch (script 03): zero-output growth of the ResNet with its own block, the plan of growth runs
+against the sweep's own runs, the tables, the script end to end and its bad inputs."""
 
 from __future__ import annotations
 
 import copy
 import csv
-import functools
 import importlib
 import math
 
@@ -13,10 +13,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common import cli, runs
 from common import resnet_sweep as sweep
-from common import runs
-from common.errors import ParamError, UserError
+from common.errors import ParamError
 from common.experiments import growth_vs_scratch as gvs
+from common.flops import training_flops_per_image
 from common.growth import GrowthBrokeFunction, check_function_preserved, function_difference
 from common.models.resnet import (
     BasicBlock,
@@ -28,9 +29,9 @@ from common.models.resnet import (
     zero_output_basic_block,
 )
 from common.paper import GROWTH_MEAN_TEST_LOSS, GROWTH_TEST_ABS_REDUCTION_RANGE, GROWTH_TEST_RELATIVE_REDUCTION
-from common.presets.growth import DEFAULT_BUDGETS
 from common.train import load_weights
 from tests.helpers import tiny_resnet
+from tests.helpers.script_checks import one_error_line
 
 script = importlib.import_module("03_growth_vs_scratch")
 
@@ -39,6 +40,7 @@ script = importlib.import_module("03_growth_vs_scratch")
 # N = 3, 4, 5: at the end of stages that already hold extra blocks.
 EXPECTED_INDEX = {0: 1, 1: 3, 2: 5, 3: 2, 4: 5, 5: 8}
 TINY_DATA = {"num_train": 128, "num_test": 32, "num_classes": 4, "image_size": 8}
+SYNTHETIC = {"dataset": "synthetic", "synthetic": TINY_DATA, "device": "cpu"}
 
 
 def images(n: int = 4, size: int = 16, seed: int = 0) -> torch.Tensor:
@@ -152,99 +154,52 @@ def test_zero_gamma_avoids_the_inverse_sqrt_eps_amplification_of_a_zero_conv_bef
     )
 
 
-class Killed(Exception):
-    pass
-
-
-def tiny_plan(**fields) -> gvs.GrowthPlan:
-    """A tiny smoke plan; ``fields``: :class:`common.presets.growth.GrowthPreset` fields (the overrides)."""
-    overrides = {"depths": [2], "stage_epochs": 2, "scratch_epochs": 1, **fields}
-    return gvs.growth_plan(preset="smoke", overrides=overrides, dataset="synthetic", device="cpu", synthetic=TINY_DATA)
-
-
-def test_killed_chain_resumes_from_the_last_finished_stage_to_the_same_weights(tmp_path, deterministic, monkeypatch):
-    plan = tiny_plan(stage_epochs=2)
-    [end] = runs.make_specs([plan.stage(0, 2)], tmp_path / "whole")
-    whole = gvs.growth_vs_scratch_run(end)
-    # The missing parent ResNet-8 was trained by the sweep's own job, in the sweep's run directory.
-    parent_dir = runs.run_dir(tmp_path / "whole", plan.parents[0])
-    assert parent_dir.parent.name == sweep.EXPERIMENT and runs.is_done(parent_dir)
-    assert whole["growth"]["function_check"]["max_abs_diff"] == {"train": 0.0, "eval": 0.0}
-
-    real_train = sweep.train
-
-    def train_killed_in_stage_2(*args, run_dir, **kwargs):
-        def kill(epoch, record):
-            if epoch == 1:
-                raise Killed
-
-        return real_train(*args, run_dir=run_dir, on_epoch_end=kill if "-n2-" in str(run_dir) else None, **kwargs)
-
-    monkeypatch.setattr(sweep, "train", train_killed_in_stage_2)
-    [end] = runs.make_specs([plan.stage(0, 2)], tmp_path / "resumed")
-    with pytest.raises(Killed):
-        gvs.growth_vs_scratch_run(end)
-    stage1, stage2 = (runs.run_dir(tmp_path / "resumed", plan.stage(0, n)) for n in (1, 2))
-    assert runs.is_done(stage1) and not runs.is_done(stage2) and runs.checkpoint_path(stage2).exists()
-    monkeypatch.setattr(sweep, "train", functools.partial(real_train, on_epoch_end=None))
-    stage1_metrics = runs.read_metrics(stage1)
-    resumed = gvs.growth_vs_scratch_run(end)
-    assert runs.read_metrics(stage1) == stage1_metrics  # the finished stage is not trained again
-    assert [r["epoch"] for r in runs.read_metrics(stage2)] == [1, 2]
-    for n in (1, 2):
-        a, b = (load_weights(runs.run_dir(tmp_path / where, plan.stage(0, n))) for where in ("whole", "resumed"))
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), n
-    assert resumed["test_loss"] == whole["test_loss"] and resumed["train_loss"] == whole["train_loss"]
-
-
-def test_plan_reuses_the_sweeps_runs_at_its_epochs_and_derives_the_scratch_budgets():
-    plan = tiny_plan(scratch_epochs=None, depths=[2, 3], stage_epochs=3)
-    sweep_epochs = plan.parents[0]["train"]["epochs"]
-    # Default arms: the equal-epoch arm first (the verdicts read it), the sweep's fixed-epoch arm beside it.
-    assert [a.budget for a in plan.arms] == ["total", "sweep"] == list(DEFAULT_BUDGETS)
-    total, fixed = plan.arms
-    assert total.epochs == {2: sweep_epochs + 6, 3: sweep_epochs + 9} == {n: plan.growth_epochs(n) for n in (2, 3)}
-    assert runs.run_dir("r", total.runs[(0, 3)]).parent.name == gvs.EXPERIMENT  # not a sweep run: kept apart
-    for n in (2, 3):
-        [own] = sweep.sweep_configs(preset="smoke", dataset="synthetic", synthetic=TINY_DATA, overrides={"depths": [n]})
-        assert runs.run_dir("r", fixed.runs[(0, n)]) == runs.run_dir("r", own)  # the sweep's run itself
-    [own_parent] = sweep.sweep_configs(
-        preset="smoke", dataset="synthetic", synthetic=TINY_DATA, overrides={"depths": [0]}
+# ----------------------------------------------------------------------------- the plan
+def test_plan_pairs_each_growth_run_with_the_sweeps_own_run_and_restarts_only_at_the_ablation_depths(tmp_path):
+    """Scratch is exactly the sweep's config of ResNet-(8+N) (01's run, reused); the growth run is that config with
+    a growth plan (the same data, recipe, seed and epochs), its blocks in before the epochs its fractions round to;
+    the restart ablation exists at ``ablation_depths`` only and differs from growth by its schedule alone."""
+    overrides = {"depths": [3, 2], "insert_at": "0.2,0.5,0.8", "ablation_depths": [3]}
+    plan = gvs.growth_plan(preset="smoke", overrides=overrides, seeds=[0, 1], **SYNTHETIC)
+    own = sweep.sweep_configs(preset="smoke", overrides={"depths": [2, 3]}, seeds=[0, 1], **SYNTHETIC)
+    assert plan.scratch == {(c["seed"], c["depth_n"]): c for c in own}
+    assert (plan.depths, plan.seeds, plan.insert_at, plan.epochs) == ((2, 3), (0, 1), (0.2, 0.5, 0.8), 6)
+    assert sorted(plan.growth) == sorted(plan.scratch) == [(0, 2), (0, 3), (1, 2), (1, 3)]
+    for (seed, n), config in plan.growth.items():
+        scratch = plan.scratch[(seed, n)]
+        assert {k: v for k, v in config.items() if k not in ("experiment", "name", "growth")} == {
+            k: v for k, v in scratch.items() if k not in ("experiment", "name")
+        }
+        assert config["name"] == f"synthetic-grown-resnet{8 + n}-n{n}-seed{seed}"
+        # 0.2, 0.5 and 0.8 of 6 epochs: blocks before (0-based) epochs 1, 3 and 5
+        assert config["growth"]["epochs"] == [1, 3, 5][:n] and config["growth"]["insert_at"] == [0.2, 0.5, 0.8][:n]
+        assert (config["growth"]["start_depth_n"], config["growth"]["schedule"]) == (0, "one")
+        assert runs.run_dir("r", config).parent.name == gvs.EXPERIMENT
+        assert runs.run_dir("r", scratch).parent.name == sweep.EXPERIMENT
+    assert sorted(plan.ablation) == [(0, 3), (1, 3)]
+    for key, restart in plan.ablation.items():
+        assert restart["name"] == plan.growth[key]["name"] + "-restart" and gvs.is_restart(restart)
+        assert {**restart, "name": None, "growth": {**restart["growth"], "schedule": None}} == {
+            **plan.growth[key],
+            "name": None,
+            "growth": {**plan.growth[key]["growth"], "schedule": None},
+        }
+    jobs = plan.jobs()
+    assert jobs == [*plan.growth.values(), *plan.ablation.values(), *plan.scratch.values()]
+    assert len({runs.run_dir("r", c) for c in jobs}) == len(jobs) == 4 + 2 + 4
+    assert "ResNet-11: blocks in before epochs 1, 3, 5; seed 0 growth todo / scratch todo / restart todo" in (
+        plan.describe(tmp_path)
     )
-    assert runs.run_dir("r", plan.parents[0]) == runs.run_dir("r", own_parent)  # at the sweep's epochs: its run
-    assert len(plan.jobs()) == 1 + 2 + 2  # the chain, then each arm's runs
-    assert tiny_plan(scratch_epochs=None, scratch_budget="per-stage", stage_epochs=3).scratch_epochs == {2: 3}
-    assert [a.budget for a in tiny_plan(scratch_epochs=None, scratch_budget="sweep,total").arms] == ["sweep", "total"]
-    assert [a.budget for a in tiny_plan(scratch_epochs=4).arms] == ["e4"]
-    # A shorter parent (mini's design): a run of this experiment, and growth's epochs in all count it.
-    short = tiny_plan(scratch_epochs=None, depths=[2, 3], stage_epochs=1, parent_epochs=sweep_epochs - 3)
-    assert runs.run_dir("r", short.parents[0]).parent.name == gvs.EXPERIMENT
-    assert short.parents[0]["name"] == f"synthetic-parent-resnet8-n0-seed0-e{sweep_epochs - 3}"
-    assert short.arms[0].epochs == {2: sweep_epochs - 1, 3: sweep_epochs}
-    assert short.arms[0].runs[(0, 3)] == short.arms[1].runs[(0, 3)]  # equal to the sweep's epochs: the sweep's run
-    assert len(short.jobs()) == 1 + 2 + 1  # that run is planned once
-    assert short.stage(0, 1)["growth"]["parent"] == runs.run_dir("", short.parents[0]).as_posix()
-    stem = f"table-synthetic-parent{sweep_epochs - 3}-stage1-scratch{sweep_epochs - 1}-{sweep_epochs}-seeds0"
-    assert gvs.table_stem("synthetic", short) == stem
-    assert gvs.table_stem("synthetic", plan, fixed) == f"table-synthetic-stage3-scratch{sweep_epochs}-seeds0"
-    # Each stage names its parent's run directory; the chain is the parent ResNet-8 and the earlier stages.
-    stage3 = plan.stage(0, 3)
-    assert stage3["growth"]["parent"] == runs.run_dir("", plan.stage(0, 2)).as_posix()
-    assert [c["depth_n"] for c in stage3["runtime"]["chain"]] == [0, 1, 2]
-    assert runs.config_hash(tiny_plan(stage_epochs=4).stage(0, 2)) != runs.config_hash(
-        tiny_plan(stage_epochs=3).stage(0, 2)
-    )
-    with pytest.raises(UserError, match="pass one of them"):
-        tiny_plan(scratch_budget="total")
-    with pytest.raises(ParamError, match="scratch_budget=total,equal: use one or more of"):
-        tiny_plan(scratch_epochs=None, scratch_budget="total,equal")
+    assert gvs.table_stem("synthetic", plan) == "table-synthetic-e6-at20-50-80-seeds0-1"
+    # ablation_depths left out with depths given: the preset's among them (smoke: 4), else the deepest
+    assert sorted(gvs.growth_plan(preset="smoke", overrides={"depths": [2, 3]}, **SYNTHETIC).ablation) == [(0, 3)]
+    assert sorted(gvs.growth_plan(preset="smoke", overrides={"depths": [2, 4]}, **SYNTHETIC).ablation) == [(0, 4)]
     with pytest.raises(ParamError, match="depths=0,2: .*N >= 1"):
-        tiny_plan(depths=[0, 2])
-    with pytest.raises(ParamError, match="parent_epochs=0: must be a positive number of epochs"):
-        tiny_plan(parent_epochs=0)
+        gvs.growth_plan(preset="smoke", overrides={"depths": [0, 2]}, **SYNTHETIC)
 
 
-def record(method, n, seed, train_loss, test_loss, test_acc=0.5):
+# ----------------------------------------------------------------------------- the tables
+def record(method, n, seed, train_loss, test_loss, test_acc=0.5, **extra):
     return {
         "method": method,
         "depth_n": n,
@@ -252,6 +207,7 @@ def record(method, n, seed, train_loss, test_loss, test_acc=0.5):
         "train_loss": train_loss,
         "test_loss": test_loss,
         "test_acc": test_acc,
+        **extra,
     }
 
 
@@ -289,21 +245,76 @@ def test_table_builder_computes_means_relative_reduction_and_winners():
     assert (r12["paper_train_winner"], r12["paper_test_winner"]) == ("scratch", "growth")
     assert r10["paper_growth_test_loss"] is None and mean["paper_growth_test_loss"] == GROWTH_MEAN_TEST_LOSS["growth"]
     assert mean["paper_test_loss_reduction_rel"] == GROWTH_TEST_RELATIVE_REDUCTION
+    assert gvs.paper_columns("ResNet-9")["paper_train_winner"] is None  # not one of the paper's architectures
     # Paired training-loss reductions per seed (0.01 and -0.01 at ResNet-10), as the claims test them.
     assert r10["train_loss_reduction"] == pytest.approx(0.0) and r10["train_loss_reduction_std"] == pytest.approx(
         math.sqrt(2e-4)
     )
     text = gvs.markdown_table(list(rows.values()))
-    assert "| ResNet-10 | - | 0.0200 ± 0.0141 | 0.0200 ± 0.0000 | tie (growth) |" in text  # no budgets in these records
-    budgets = [{**r, "total_epochs": 6 + 2 * r["depth_n"] if r["method"] == "growth" else 2} for r in records]
-    rows = {r["model"]: r for r in gvs.growth_table(budgets)}
+    assert "| ResNet-10 | - | - / - | 0.0200 ± 0.0141 | 0.0200 ± 0.0000 | tie (growth) |" in text  # no epochs, FLOPs
+    # the epochs and FLOPs each side's records hold (any values: the table reports them, growth first)
+    more = [
+        {
+            **r,
+            "total_epochs": 14 if r["method"] == "growth" else 2,
+            "train_flops": 1e3 if r["method"] == "growth" else 2e3,
+        }
+        for r in records
+    ]
+    rows = {r["model"]: r for r in gvs.growth_table(more)}
     assert (rows["ResNet-12"]["growth_epochs"], rows["ResNet-12"]["scratch_epochs"]) == (14, 2)
     assert rows["mean"]["growth_epochs"] is None
-    assert "| ResNet-12 | 14 / 2 |" in gvs.markdown_table(list(rows.values()))
+    assert "| ResNet-12 | 14 / 2 | 1e+03 / 2e+03 |" in gvs.markdown_table(list(rows.values()))
     with pytest.raises(ValueError, match="seeds"):
         gvs.growth_table(records[1:])
 
 
+def test_the_ablation_costs_restart_minus_growth_paired_by_seed():
+    """``restart - growth`` per seed, then mean and sample std: the pairing shows in the std (0.05 and 0.02: std
+    0.0212; unpaired across seeds it would be 0.26). Only depths with restart runs get a row; a missing arm fails."""
+    extra = {"train_flops": 10.0, "train_loss_slope": -0.001, "train_loss_tail_fall": 0.01}
+    scratch = [record("scratch", n, s, 0.20, 0.55 + 0.2 * s, **extra) for n in (2, 5) for s in (0, 1)]
+    growth = [
+        record("growth", 5, 0, 0.10, 0.50, **extra),
+        record("growth", 5, 1, 0.30, 0.70, **extra),
+        *(record("growth", 2, s, 0.4, 0.9, **extra) for s in (0, 1)),  # no restart at ResNet-10: no row
+        *scratch,
+    ]
+    restart = [  # collect_records(plan, out, "restart") labels the restarted runs "growth"; seeds in another order
+        record("growth", 5, 1, 0.32, 0.65, **{**extra, "train_flops": 12.0}),
+        record("growth", 5, 0, 0.15, 0.60, **{**extra, "train_flops": 8.0}),
+        *scratch[2:],
+    ]
+    [row] = gvs.ablation_table(growth, restart)
+    assert (row["model"], row["depth_n"], row["seeds"]) == ("ResNet-13", 5, 2)
+    assert row["restart_cost_train_loss"] == pytest.approx(0.035)
+    assert row["restart_cost_train_loss_std"] == pytest.approx(0.03 / math.sqrt(2))
+    assert row["restart_cost_test_loss"] == pytest.approx(0.025)
+    assert row["restart_cost_test_loss_std"] == pytest.approx(0.15 / math.sqrt(2))
+    assert row["growth_train_loss"] == pytest.approx(0.2) and row["restart_train_loss"] == pytest.approx(0.235)
+    assert row["scratch_test_loss"] == pytest.approx(0.65) and row["restart_train_flops"] == pytest.approx(10.0)
+    text = gvs.ablation_markdown([row])
+    assert "| ResNet-13 | 0.2000 ± 0.1414 | 0.2350 ± 0.1202 | 0.2000 ± 0.0000 | 0.0350 ± 0.0212 |" in text
+    with pytest.raises(ValueError, match="no growth records"):
+        gvs.ablation_table(growth[1:], restart)
+
+
+def test_tail_slope_fits_a_line_to_the_last_tenth_of_the_epochs():
+    """40 epochs: a fall of 0.1 per epoch, then of 0.02 over the last 4 (10%): the slope is the last epochs' alone;
+    the fall is the line's drop over those epochs as a fraction of its last value (0.06 / 0.72)."""
+    history = [{"epoch": e, "train_loss": 0.8 + 0.1 * (36 - e)} for e in range(1, 37)]
+    history += [{"epoch": e, "train_loss": 0.8 - 0.02 * (e - 36)} for e in range(37, 41)]
+    history.append({"epoch": 40, "test_loss": 0.3})  # a record without the running training loss: not a point
+    assert gvs.tail_slope(history) == pytest.approx(-0.02, abs=1e-12)
+    assert gvs.tail_fall(history) == pytest.approx(0.06 / 0.72, rel=1e-9)
+    assert gvs.tail_slope(history, tail=0.5) < -0.03  # over 20 epochs the steeper fall enters
+    level = [{"epoch": e, "train_loss": 0.25} for e in range(1, 21)]
+    assert gvs.tail_slope(level) == pytest.approx(0.0, abs=1e-12) and gvs.tail_fall(level) == pytest.approx(0.0)
+    assert math.isnan(gvs.tail_slope(history[:1])) and math.isnan(gvs.tail_fall([]))
+    assert gvs.tail_slope(history[:2]) == pytest.approx(-0.1)  # at least 2 points, even where 10% is fewer
+
+
+# ----------------------------------------------------------------------------- the script
 def tiny_npz(path):
     rng = np.random.default_rng(0)
     labels = {"y_train": rng.integers(0, 4, 64), "y_test": rng.integers(0, 4, 32)}
@@ -315,56 +326,95 @@ def tiny_npz(path):
     return path
 
 
-def test_script_runs_chain_and_scratch_prints_the_table_and_skips_finished_runs(tmp_path, capsys):
+def test_script_grows_inside_one_run_against_the_sweeps_run_and_skips_finished_runs(tmp_path, capsys):
+    """ResNet-8 grown to ResNet-10 in one 6-epoch run (blocks before epochs 1 and 2, in the cyclic order, each
+    preserving the function exactly), its restarted twin, and the sweep's own ResNet-10 as scratch: the tables
+    printed and written; the grown weights load as the sweep's ResNet-10; growth's counted FLOPs (epochs 1, 2 and
+    3-6 at ResNet-8, -9 and -10) below scratch's; a second call trains nothing."""
     data = tiny_npz(tmp_path / "tiny.npz")  # 64 training images of 8x8: one step per epoch
-    argv = [
-        "--preset",
-        "smoke",
-        "--dataset",
-        "npz",
-        "--data-root",
-        str(data),
-        "--depths",
-        "2",
-        "--stage-epochs",
-        "2",
-        "--scratch-budget",
-        "per-stage",
-        "--device",
-        "cpu",
-        "--out",
-        str(tmp_path / "runs"),
-    ]
-    assert script.main(argv) == 0
-    out = capsys.readouterr().out
-    assert "| ResNet-10 |" in out and "| mean |" in out
-    csv_path = tmp_path / "runs" / gvs.EXPERIMENT / "table-npz-stage2-scratch2-seeds0.csv"
-    assert str(csv_path) in out and csv_path.with_suffix(".md").is_file()
-    with open(csv_path) as handle:
+    out = tmp_path / "runs"
+    argv = ["--preset", "smoke", "--dataset", "npz", "--data-root", str(data), "--depths", "2", "--device", "cpu"]
+    assert script.main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| ResNet-10 |" in printed and "| mean |" in printed and "restart ablation:" in printed
+    for stem in ("table-npz-e6-at15-30-seeds0", "ablation-npz-e6-at15-30-seeds0"):
+        path = out / gvs.EXPERIMENT / f"{stem}.csv"
+        assert str(path) in printed and path.with_suffix(".md").is_file()
+    with open(out / gvs.EXPERIMENT / "table-npz-e6-at15-30-seeds0.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [r["model"] for r in rows] == ["ResNet-10", "mean"] and float(rows[0]["growth_test_loss"]) > 0
-    # Each side's total epochs: the parent ResNet-8's (the smoke sweep's 6) and two 2-epoch stages, against scratch's 2.
-    assert (float(rows[0]["growth_epochs"]), float(rows[0]["scratch_epochs"])) == (
-        10,
-        2,
-    ) and "| ResNet-10 | 10 / 2 |" in out
-    folder = tmp_path / "runs" / gvs.EXPERIMENT
-    finished = sorted(p.name.rsplit("-", 1)[0] for p in folder.iterdir() if runs.is_done(p))
-    assert finished == ["npz-grown-resnet10-n2-seed0", "npz-grown-resnet9-n1-seed0", "npz-scratch-resnet10-n2-seed0-e2"]
-    assert len(sweep.finished_sweep_runs(tmp_path / "runs", "npz")) == 1  # the parent ResNet-8, by the sweep's job
-    metrics = {p: runs.read_metrics(p) for p in folder.iterdir() if p.is_dir()}
-    assert script.main(argv) == 0  # everything finished: only the table again
+    assert (float(rows[0]["growth_epochs"]), float(rows[0]["scratch_epochs"])) == (6, 6)
+
+    plan = gvs.growth_plan(preset="smoke", overrides={"depths": [2]}, dataset="npz", data_root=str(data), device="cpu")
+    grown, restarted, scratch = (runs.run_dir(out, c) for c in plan.jobs())
+    assert all(runs.is_done(d) for d in (grown, restarted, scratch)) and restarted.name.startswith(
+        "npz-grown-resnet10-n2-seed0-restart-"
+    )
+    assert sweep.finished_sweep_runs(out, "npz") == [scratch]  # scratch: the sweep's run, by the sweep's job
+    result = runs.read_result(grown)
+    inserted = result["growth"]["inserted"]
+    assert [(r["epoch"], r["place"], r["seed"]) for r in inserted] == [
+        (1, EXPECTED_INDEX[0], gvs.block_seed(0, 1)),
+        (2, EXPECTED_INDEX[1], gvs.block_seed(0, 2)),
+    ]
+    assert all(r["function_check"] == {"train": 0.0, "eval": 0.0} for r in inserted)
+    assert result["growth"]["restart"] is False and runs.read_result(restarted)["growth"]["restart"] is True
+
+    model = sweep.load_trained_resnet(grown)  # as the sweep's ResNet-10: its config, strict state_dict
+    assert model.config.extra_blocks == 2 and len(model.blocks) == 5
+    assert model.stage_of_block == sweep.load_trained_resnet(scratch).stage_of_block
+    assert {k: v.shape for k, v in load_weights(grown).items()} == {
+        k: v.shape for k, v in load_weights(scratch).items()
+    }
+
+    widths = tuple(plan.scratch[(0, 2)]["model"]["widths"])
+    per_image = [
+        training_flops_per_image(ResNet(ResNetConfig(extra_blocks=n, widths=widths, num_classes=4)), (3, 8, 8), 4)
+        for n in range(3)
+    ]
+    assert result["train_flops"] == 64 * (per_image[0] + per_image[1] + 4 * per_image[2])
+    records = {r["method"]: r for r in gvs.collect_records(plan, out)}
+    assert records["scratch"]["train_flops"] == 6 * 64 * per_image[2]
+    assert records["growth"]["train_flops"] == result["train_flops"] < records["scratch"]["train_flops"]
+    assert float(rows[0]["growth_train_flops"]) < float(rows[0]["scratch_train_flops"])
+
+    metrics = {p: runs.read_metrics(p) for p in (grown, restarted, scratch)}
+    assert [r["insertions"] for r in metrics[grown]] == [0, 1, 2, 2, 2, 2]
+    assert script.main([*argv, "--out", str(out)]) == 0  # everything finished: only the tables again
     assert {p: runs.read_metrics(p) for p in metrics} == metrics
 
 
 def test_paper_preset_dry_run_plans_resnet10_to_13_and_creates_nothing(tmp_path, capsys):
     assert script.main(["--dry-run", "--out", str(tmp_path / "never")]) == 0
     out = capsys.readouterr().out
-    assert "ResNet-8 (todo, sweep run) -> ResNet-9 (todo) -> ResNet-10" in out and "ResNet-13 (todo)" in out
+    assert "ResNet-13: blocks in before epochs 20, 40, 60, 80, 100; seed 0 growth todo / scratch todo" in out
     assert (
-        "9 planned runs" in out  # the chain, the equal-epoch arm's 4 runs, the sweep's 4
-        and "cifar10-grown-resnet13-n5-seed0" in out
-        and "growth_vs_scratch/cifar10-scratch-resnet13-n5-seed0-e1200-" in out
+        "8 planned runs" in out  # 4 growth runs, the sweep's 4
+        and "growth_vs_scratch/cifar10-grown-resnet13-n5-seed0-" in out
         and "resnet_sweep/cifar10-resnet11-n3-seed0-6e4f1e46" in out
+        and "-restart" not in out  # the paper preset has no ablation
     )
     assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, shown",
+    [
+        pytest.param(["--insert-at", "0,0.5"], "--insert-at 0,0.5", id="fraction-zero"),
+        pytest.param(["--insert-at", "0.5,0.2"], "--insert-at 0.5,0.2", id="decreasing"),
+        pytest.param(["--insert-at", "1.2"], "--insert-at 1.2", id="above-one"),
+        pytest.param(["--depths", "2,3", "--insert-at", "0.1,0.2"], "--insert-at 0.1,0.2", id="too-few"),
+        pytest.param(["--insert-at", "0.1,0.15"], "--insert-at 0.1,0.15", id="same-epoch"),  # 0.6, 0.9 of 6: 1, 1
+        pytest.param(["--ablation-depths", "7"], "--ablation-depths 7", id="ablation-not-a-depth"),
+    ],
+)
+def test_a_bad_growth_plan_is_one_line_naming_the_flag_and_creates_nothing(extra, shown, tmp_path, capsys, monkeypatch):
+    """Exit 2 and one line ``03_growth_vs_scratch.py: error: --flag value: ...`` before any directory exists. The
+    flags of a script parsed earlier in this process are cleared first: the line must not depend on the test order."""
+    monkeypatch.setattr(cli, "_FLAGS", {})  # as in a fresh process
+    argv = ["--preset", "smoke", "--dataset", "synthetic", "--device", "cpu", "--depths", "2", *extra]
+    capsys.readouterr()
+    assert script.main([*argv, "--out", str(tmp_path / "runs")]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"03_growth_vs_scratch.py: error: {shown}: "), line
+    assert not (tmp_path / "runs").exists()

@@ -18,7 +18,7 @@ from common import resnet_sweep, runs
 from common.cli import PRESETS
 from common.data import text_sources
 from common.data.vision import class_balanced_indices, load_vision, with_train_subset
-from common.errors import ParamError, UserError
+from common.errors import UserError
 from common.experiments import (
     claims_report,
     gpt2_ascend,
@@ -53,10 +53,7 @@ def test_each_job_module_has_a_mini_table():
         and "mini" in pythia_presets.PRESETS
         and "mini" in weight_scaling_presets.FC_PRESETS
     )
-    assert (
-        growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="x.npz").stage_epochs
-        == growth_presets.MINI_STAGE_EPOCHS
-    )
+    assert growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="x.npz").depths == (2, 3, 4, 5)
 
 
 # ----------------------------------------------------------------------------- the training subset
@@ -106,20 +103,10 @@ def test_probe_growth_and_scratch_see_exactly_the_sweeps_training_images(tmp_pat
     [probe] = probe_configs([run])
     assert probe["sweep_run"] == run.name
     plan = growth_vs_scratch.growth_plan(preset="mini", dataset="digits", seeds=[0, 1], overrides={"train_subset": 200})
-    linked = [*plan.parents.values(), *(c for chain in plan.chains.values() for c in chain)]
-    linked += [c for arm in plan.arms for c in arm.runs.values()]
+    linked = [*plan.growth.values(), *plan.ablation.values(), *plan.scratch.values()]
     assert {json.dumps(c["data"], sort_keys=True) for c in linked} == {json.dumps(config["data"], sort_keys=True)}
-    # mini's chain starts from a shorter ResNet-8 of its own: the sweep's config at the parent's epochs, kept apart
-    [short] = sweep_configs(
-        preset="mini",
-        dataset="digits",
-        overrides={"depths": [0], "train_subset": 200, "epochs": growth_presets.MINI_PARENT_EPOCHS},
-    )
-    parent = plan.parents[0]
-    assert parent["experiment"] == growth_vs_scratch.EXPERIMENT and parent["train"] == short["train"]
-    assert {k: v for k, v in parent.items() if k not in ("experiment", "name")} == {
-        k: v for k, v in short.items() if k not in ("experiment", "name")
-    }
+    # and every growth run trains on the sweep's recipe: its epochs, its one schedule
+    assert all(c["train"] == config["train"] for c in linked) and plan.ablation
 
 
 def test_mini_trains_on_the_subset_and_evaluates_the_test_set_once_at_the_end(tmp_path):
@@ -153,62 +140,52 @@ def test_mini_trains_on_the_subset_and_evaluates_the_test_set_once_at_the_end(tm
     assert result["test_loss"] > 0 and 0 <= result["test_acc"] <= 1
 
 
-def test_mini_runs_two_seeds_by_default_and_a_third_where_growth_reuses_the_sweep():
+def test_mini_03_reads_only_sweep_runs_that_01_trains_without_seeds():
+    """Mini's 03 runs the sweep's two seeds (MINI_SEEDS) and its scratch runs are 01's own mini runs, so ``make mini``
+    trains every scratch run once, in 01, and 03 trains only its growth runs: no seed or depth of its own."""
     assert resnet_sweep.preset_seeds("mini", 3) == [3, 4] and resnet_sweep.preset_seeds("paper", 3) == [3]
-    assert resnet_sweep.preset_seeds("mini", 3, growth=True) == [3, 4, 5]
-    assert resnet_sweep.preset_seeds("paper", 3, growth=True) == [3]
-    depths = sweep_presets.MINI.depths
-    # the third seed only at ResNet-13, the equal-epoch arm's sweep run; the fixed-epoch arm reads seeds 0 and 1
-    assert resnet_sweep.preset_runs("mini", 0, depths) == [(list(depths), [0, 1]), ([5], [2])]
-    assert resnet_sweep.preset_runs("paper", 0, [0, 1, 2]) == [([0, 1, 2], [0])]
-    assert resnet_sweep.preset_runs("mini", 0, [0, 2, 9]) == [([0, 2, 9], [0, 1])]  # no ResNet-13: no third seed
-    plan = growth_vs_scratch.growth_plan(
-        preset="mini", dataset="digits", seeds=resnet_sweep.preset_seeds("mini", 0, growth=True)
-    )
-    trained = {
-        runs.run_dir("o", c)
-        for depths_, seeds in resnet_sweep.preset_runs("mini", 0, depths)
-        for c in sweep_configs(preset="mini", dataset="digits", seeds=seeds, overrides={"depths": depths_})
-    }
-    fixed = next(a for a in plan.arms if a.budget == "sweep")
-    assert fixed.seeds == (0, 1) and plan.arms[0].seeds == plan.seeds == (0, 1, 2)
-    assert growth_vs_scratch.table_stem("digits", plan, fixed).endswith("-scratch100-seeds0-1")  # its table says so
-    reused = {runs.run_dir("o", c) for a in plan.arms for c in a.runs.values() if c["experiment"] == "resnet_sweep"}
-    # 03 finds every sweep run it reuses
-    assert {runs.run_dir("o", c) for c in fixed.runs.values()} <= reused <= trained
-    assert len(reused) == len(fixed.runs) + 1  # and the equal-epoch arm's ResNet-13 of seed 2
+    assert growth_presets.growth_preset("mini").seeds == sweep_presets.MINI_SEEDS == 2
+    assert growth_vs_scratch.default_seeds("mini", 0) == [0, 1] and growth_vs_scratch.default_seeds("mini", 3) == [3, 4]
+    assert growth_vs_scratch.default_seeds("paper", 3) == [3]
+    where = {"dataset": "npz", "data_root": "c10.npz"}
+    trained = sweep_configs(preset="mini", seeds=resnet_sweep.preset_seeds("mini", 0), **where)  # 01 without --seeds
+    plan = growth_vs_scratch.growth_plan(preset="mini", seeds=growth_vs_scratch.default_seeds("mini", 0), **where)
+    by_dir = {runs.run_dir("o", c): c for c in trained}
+    scratch = {runs.run_dir("o", c): c for c in plan.scratch.values()}
+    assert len(scratch) == 4 * 2 and set(scratch) <= set(by_dir)
+    assert all(scratch[d] == by_dir[d] for d in scratch)  # the same configs, not only the same directories
+    todo = [c for c in plan.jobs() if runs.run_dir("o", c) not in by_dir]
+    assert all(c["experiment"] == growth_vs_scratch.EXPERIMENT for c in todo) and len(todo) == 4 * 2 + 2
 
 
-def test_a_growth_preset_says_where_its_arms_read_the_sweeps_runs():
+def test_the_mini_growth_preset_inserts_a_block_every_tenth_of_the_sweeps_100_epochs():
+    """Mini (docs/decisions.md, section "Mini preset"): ResNet-10..13, the k-th block before epoch 10k of the sweep's
+    100 (growth done halfway), the restart ablation at ResNet-13 only, for both seeds."""
     mini = growth_presets.growth_preset("mini")
-    assert mini.arm_seeds("sweep", (0, 1, 2)) == (0, 1) and mini.arm_seeds("total", (0, 1, 2)) == (0, 1, 2)
-    assert mini.reused_sweep_depths(100, (0, 1, 2), [2]) == [5]  # 20 + 5 * 16 = 100 epochs at ResNet-13 only
-    assert mini.reused_sweep_depths(100, (0, 1, 2), [1]) == [2, 3, 4, 5]  # the fixed-epoch arm holds seed 1
-    assert mini.reused_sweep_depths(100, (0, 1, 2), []) == []
-    paper = growth_presets.growth_preset("paper")  # stages and parent at the sweep's epochs: the parent is its run
-    assert paper.reused_sweep_depths(200, (0, 1), [1]) == [0, 2, 3, 4, 5]
-    assert paper.arm_seeds("sweep", (0, 1)) == (0, 1)
-    assert mini.chain_epochs(100) == (16, 20) and paper.chain_epochs(200) == (200, 200)  # None: the sweep's epochs
-    assert mini.arm_epochs(100)["total"] == {2: 52, 3: 68, 4: 84, 5: 100}  # the parent's 20 plus N stages of 16
-    with pytest.raises(ParamError, match="sweep_arm_seeds"):
-        growth_presets.GrowthPreset((2,), sweep_arm_seeds=0)
-
-
-def test_mini_growth_has_the_sweeps_epochs_at_resnet13_so_its_equal_epoch_twin_is_the_sweeps_run():
-    plan = growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="c10.npz", seeds=[0, 1, 2])
-    equal = plan.arms[0]
-    assert equal.budget == "total" and plan.growth_epochs(5) == plan.sweep_epochs == sweep_presets.MINI.recipe.epochs
-    [sweep13] = sweep_configs(preset="mini", dataset="npz", data_root="c10.npz", seeds=[2], overrides={"depths": [5]})
-    assert runs.run_dir("o", equal.runs[(2, 5)]) == runs.run_dir("o", sweep13)
-    assert all(equal.epochs[n] < plan.sweep_epochs for n in (2, 3, 4))  # the others are shorter runs of 03
+    assert mini.depths == (2, 3, 4, 5) and mini.insert_at == (0.1, 0.2, 0.3, 0.4, 0.5)
+    assert mini.ablation_depths == (5,)
+    plan = growth_vs_scratch.growth_plan(preset="mini", dataset="npz", data_root="c10.npz", seeds=[0, 1])
+    assert plan.epochs == sweep_presets.MINI.recipe.epochs == 100
+    assert mini.insert_epochs(plan.epochs, 5) == (10, 20, 30, 40, 50)
+    assert {n: plan.growth[(0, n)]["growth"]["epochs"] for n in plan.depths} == {
+        2: [10, 20],
+        3: [10, 20, 30],
+        4: [10, 20, 30, 40],
+        5: [10, 20, 30, 40, 50],
+    }
+    assert sorted(plan.ablation) == [(0, 5), (1, 5)]
+    assert all(plan.ablation[k]["growth"]["epochs"] == plan.growth[k]["growth"]["epochs"] for k in plan.ablation)
+    # the names of the committed mini tables (results/mini/growth_vs_scratch/)
+    assert growth_vs_scratch.table_stem("npz", plan, "ablation") == "ablation-npz-e100-at10-20-30-40-50-seeds0-1"
     assert resnet_sweep.fits(0.05, "mini", "npz") and not resnet_sweep.fits(0.051, "mini", "npz")
     assert resnet_sweep.fits(3.0, "paper", "cifar10") is None  # no target at the paper's scale
 
 
 def test_02_06_and_07_read_the_seeds_every_depth_has(tmp_path):
-    """Mini's third seed at 03's ResNet-13 only stays out of the depth designs of 02, 06 and 07 (balanced)."""
+    """A seed trained at a few depths only (``03 --seeds 0,1,2`` under mini trains seed 2's scratch runs, sweep
+    runs, at ResNet-10..13 only) stays out of the depth designs of 02, 06 and 07 (balanced)."""
     made = []
-    for depths, seeds in resnet_sweep.preset_runs("mini", 0, [0, 5, 9]):
+    for depths, seeds in (([0, 5, 9], [0, 1]), ([5], [2])):
         for config in sweep_configs(
             preset="mini", dataset="digits", seeds=seeds, overrides={"depths": depths, "train_subset": 100}
         ):
@@ -390,7 +367,7 @@ def test_portable_runtime_relativises_paths_in_the_repository_and_strips_the_oth
             "device": "cpu",
             "data_root": "/elsewhere/c10.npz",
             "sweep_dir": str(root / "results/mini/resnet_sweep/a-1"),
-            "chain": [{"name": "p", "runtime": {"data_root": str(root / "data"), "compile": "auto"}}],
+            "linked": [{"name": "p", "runtime": {"data_root": str(root / "data"), "compile": "auto"}}],  # nested
         },
     }
     portable = runs.portable_runtime(config, root)
@@ -398,7 +375,7 @@ def test_portable_runtime_relativises_paths_in_the_repository_and_strips_the_oth
         "device": "cpu",
         "data_root": None,
         "sweep_dir": "results/mini/resnet_sweep/a-1",
-        "chain": [{"name": "p", "runtime": {"data_root": "data", "compile": "auto"}}],
+        "linked": [{"name": "p", "runtime": {"data_root": "data", "compile": "auto"}}],
     }
     assert portable["data"] == config["data"] and runs.config_hash(portable) == runs.config_hash(config)
     run = runs.run_dir(root / "results/mini", config)

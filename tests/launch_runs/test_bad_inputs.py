@@ -306,7 +306,9 @@ CASES: list[Case] = [
     # non-positive or inconsistent sizes
     *each("01 02 07", "batch-size-zero", ["--batch-size", "0"], "--batch-size"),
     *each("02", "n-batches-zero", ["--n-batches", "0"], "--n-batches"),
-    *each("03", "stage-epochs-zero", ["--stage-epochs", "0"], "--stage-epochs"),
+    *each("03", "insert-at-too-few", ["--depths", "2,4", "--insert-at", "0.2,0.4"], "--insert-at 0.2,0.4"),
+    *each("03", "insert-at-same-epoch", ["--insert-at", "0.1,0.12,0.5,0.7"], "--insert-at 0.1,0.12,0.5,0.7"),
+    *each("03", "ablation-depth-not-planned", ["--ablation-depths", "7"], "--ablation-depths 7"),
     *each("04 05", "block-size-zero", ["--block-size", "0"], "--block-size"),
     *each("06", "gd-steps-zero", ["--gd-steps", "0"], "--gd-steps"),
     *each("09", "rounds-zero", ["--rounds", "0"], "--rounds"),
@@ -534,7 +536,7 @@ def gpt_config(out: Path) -> dict:
 PROCESS_CASES = {  # one real process per script, all started at once: what a shell sees
     "01": "01-depths-empty-range",
     "02": "02-seed-not-trained",
-    "03": "03-stage-epochs-zero",
+    "03": "03-ablation-depth-not-planned",
     "04": "04-model-path-not-a-folder",
     "05": "05-heads-do-not-divide-width",
     "06": "06-garbage-model-pt",

@@ -73,16 +73,31 @@ def test_a_paper_resnet8_run_is_its_phases():
     assert train.launch_s() > train.compute_s()  # ResNet-8 on an H100-class GPU: launch-bound
 
 
-def test_a_growth_chain_is_its_unfinished_links_one_after_another(tmp_path):
+def test_a_growth_run_is_its_segments_at_each_depth_with_one_start_and_one_final_evaluation():
+    """03's gpu-hour ResNet-10 (20 epochs, blocks before epochs 2 and 4): epochs 1-2 at ResNet-8, 3-4 at ResNet-9,
+    5-20 at ResNet-10, the test set at epochs 5, 10, 15 and 20 (the run's own cadence, at that epoch's depth), the
+    final float32 evaluation at ResNet-10, and one start and compilation: written out by hand from the known counts."""
     plan = growth_plan(preset="gpu-hour", dataset="cifar10", seeds=[0])
-    [chain] = [s for s in make_specs(plan.jobs(), tmp_path) if "growth" in s.config]
-    parent, *stages = [g.training_run(c) for c in [*chain.config["runtime"]["chain"], chain.config]]
-    assert len(stages) == 5 and parent.name == "cifar10-resnet8-n0-seed0"  # the sweep's own ResNet-8 run
-    whole = g.growth_chain(chain)
-    assert whole.name == chain.config["name"] and whole.flops == sum(r.flops for r in (parent, *stages))
-    assert math.isclose(whole.alone_s, sum(r.alone_s for r in (parent, *stages)), rel_tol=TOL)
-    runs.write_result(runs.prepare_run(tmp_path, plan.parents[0]), {"train_loss": 0.1, "test_loss": 0.4})
-    assert g.growth_chain(chain).flops == sum(r.flops for r in stages)  # 01 trained the parent: not counted again
+    config = plan.growth[(0, 2)]
+    assert config["growth"]["epochs"] == [2, 4] and config["train"]["epochs"] == 20
+    d, m, steps = g.H100, g.LAUNCH, 50_000 // 128
+    kernels = {n: (4 + n) * m.kernels_per_block + m.kernels_fixed for n in range(3)}
+    forward_kernels = 6 * m.forward_kernels_per_block + m.forward_kernels_fixed
+    t = known_training_flops
+    phases = [
+        *(g.Phase(e * steps * 128 * t(n), d.bf16_flops, e * steps, kernels[n]) for n, e in ((0, 2), (1, 2), (2, 16))),
+        g.Phase(4 * 10_000 * t(2) / 3, d.bf16_flops, 4 * 20, forward_kernels),  # epochs 5, 10, 15, 20
+        g.Phase(60_000 * t(2) / 3, d.fp32_flops, 100 + 20, forward_kernels),
+    ]
+    run = g.growth_run(config)
+    assert run.name == config["name"] and math.isclose(run.flops, sum(p.flops for p in phases), rel_tol=TOL)
+    assert math.isclose(run.compute_s, sum(p.compute_s() for p in phases), rel_tol=TOL)
+    assert math.isclose(run.alone_s, m.start_s + m.compile_s + sum(p.seconds() for p in phases), rel_tol=TOL)
+    # cheaper than the scratch run (the sweep's ResNet-10), dearer than the sweep's ResNet-8 over the same epochs
+    [resnet8] = sweep_configs(preset="gpu-hour", dataset="cifar10", overrides={"depths": [0]})
+    assert g.training_run(resnet8).flops < run.flops < g.training_run(plan.scratch[(0, 2)]).flops
+    [estimate] = g.plan_estimate(make_specs([config], "x")).runs  # what a dry run of 03 counts for it
+    assert estimate == run
 
 
 def test_a_plan_names_the_jobs_it_has_no_estimate_for():
@@ -100,6 +115,19 @@ def test_the_paper_sweep_per_seed_is_what_reproducing_md_states():
     plan = g.plan_estimate(make_specs(sweep_configs(preset="paper", dataset="cifar10"), "unused"))
     assert len(plan.runs) == 101 and round(plan.flops / 1e18, 2) == 1.52
     assert round(plan.gpu_s(1) / 3600) == 19 and round(plan.gpu_s(4) / 3600, 1) == 8.5
+
+
+def test_the_paper_growth_runs_are_what_reproducing_md_states():
+    """03's row of docs/reproducing.md: four growth runs of 200 epochs per seed, ~0.17 GPU-hours at K = 1 (its
+    scratch runs, 01's, ~0.18 more where 01 has not trained them); three seeds ~0.5 at K = 1 and ~0.13 at K = 4."""
+    plan = growth_plan(preset="paper", dataset="cifar10", seeds=[0, 1, 2])
+    seed0 = [c for (seed, _), c in plan.growth.items() if seed == 0]
+    scratch0 = [c for (seed, _), c in plan.scratch.items() if seed == 0]
+    hours = {k: g.plan_estimate(make_specs(configs, "x")) for k, configs in (("one", seed0), ("scratch", scratch0))}
+    three = g.plan_estimate(make_specs(list(plan.growth.values()), "x"))
+    assert len(seed0) == 4 and round(hours["one"].gpu_s(1) / 3600, 2) == 0.17
+    assert round(hours["scratch"].gpu_s(1) / 3600, 2) == 0.18
+    assert round(three.gpu_s(1) / 3600, 1) == 0.5 and round(three.gpu_s(4) / 3600, 2) == 0.13
 
 
 def test_the_gpu_hour_design_decides_every_rule_of_01_to_06():
@@ -145,7 +173,7 @@ def test_gpu_hour_dry_runs_print_flops_and_time_and_fit_about_an_hour(tmp_path, 
     assert not (tmp_path / "never").exists()
 
     out = tmp_path / "runs"
-    finished_sweep(out)  # what 02 and 06 read, and the runs 03 reuses (its parents, the sweep arm)
+    finished_sweep(out)  # what 02 and 06 read, and 03's scratch runs
     minutes = {"01": sweep.gpu_s(4) / 60}
     lines = {}
     for key in ("02", "03", "06"):
@@ -155,8 +183,8 @@ def test_gpu_hour_dry_runs_print_flops_and_time_and_fit_about_an_hour(tmp_path, 
         minutes[key] = printed_minutes(lines[key], 4)
     assert "135 jobs" in lines["02"] and f"{4 * GPU_HOUR_SEEDS} jobs" in lines["06"]
     plan = growth_plan(preset="gpu-hour", dataset="cifar10", seeds=range(5))
-    todo = [s for s in make_specs(plan.jobs(), out) if not runs.is_done(s.dir)]  # 5 chains, 4 x 5 equal-epoch runs
-    assert len(todo) == 5 + 4 * 5 and f"{len(todo)} jobs" in lines["03"]
+    todo = [s for s in make_specs(plan.jobs(), out) if not runs.is_done(s.dir)]  # 4 x 5 growth runs; scratch: 01's
+    assert len(todo) == 4 * 5 and all("growth" in s.config for s in todo) and f"{len(todo)} jobs" in lines["03"]
     assert abs(minutes["03"] - g.plan_estimate(todo).gpu_s(4) / 60) <= 0.5
     assert 45 <= sum(minutes.values()) <= 75, minutes  # "about one hour" at --runs-per-device 4 (an estimate)
 

@@ -161,7 +161,7 @@ def test_a_run_lock_is_renewed_by_its_holder_and_reentrant(tmp_path):
         first = json.loads((tmp_path / runs.LOCK).read_text())["renewed"]
         time.sleep(0.3)
         assert json.loads((tmp_path / runs.LOCK).read_text())["renewed"] > first  # the background thread
-        with runs.RunLock(tmp_path):  # a chain job locking its own stage again
+        with runs.RunLock(tmp_path):  # a job locking its own run again (re-entrant)
             pass
         assert (tmp_path / runs.LOCK).is_file() and lock.renew()
     assert not (tmp_path / runs.LOCK).exists()
