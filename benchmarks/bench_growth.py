@@ -1,4 +1,4 @@
-"""One growth stage per epoch vs a scratch run of the same depth (script 03): seconds per epoch and their ratio.
+"""An epoch of a grown model vs a scratch run of the same depth (script 03): seconds per epoch and their ratio.
 
 A grown ResNet-(8+N) (ResNet-8 grown N times by ``common.models.resnet.grow``, zero-gamma blocks)
 and a freshly initialised ResNet-(8+N) have the same architecture, so an epoch of either should
@@ -6,7 +6,7 @@ cost the same. Both train with the code every run uses, ``common.train.train_epo
 channels_last, the tensor-resident augmenting loader), on the same synthetic 32x32 images,
 interleaved (grown, scratch, grown, ...) so machine load hits both alike. Prints per-epoch
 seconds (median and spread over ``--repeats``) and the ratio grown / scratch from this one run,
-plus the one-off cost of a stage's start (grow + the float64 function-preservation check).
+plus the one-off cost of an insertion (grow + the float64 function-preservation check; common/train_growth.py).
 
     .venv/bin/python benchmarks/bench_growth.py [--depth 2] [--images 2048] [--repeats 5] [--threads 2]
 """
@@ -34,7 +34,7 @@ from common.train import train_epoch
 
 
 def grown_resnet(n: int) -> tuple[ResNet, float]:
-    """ResNet-8 grown ``n`` times, each step checked as in a stage; returns the model and the seconds of one stage start."""
+    """ResNet-8 grown ``n`` times, each insertion checked as a growth run checks it; returns the model and the seconds of one insertion."""
     torch.manual_seed(0)
     model = ResNet(ResNetConfig(extra_blocks=0))
     x = torch.randn(8, 3, 32, 32)
@@ -109,7 +109,7 @@ def main() -> None:
         f"grown / scratch per epoch: {statistics.median(runs['grown']['seconds']) / statistics.median(runs['scratch']['seconds']):.3f} "
         f"(per interleaved pair: min {min(ratios):.3f}, max {max(ratios):.3f})"
     )
-    print(f"one-off per stage start (grow + float64 train/eval function check on 8 images): {1000 * start_s:.0f} ms")
+    print(f"one-off per insertion (grow + float64 train/eval function check on 8 images): {1000 * start_s:.0f} ms")
 
 
 if __name__ == "__main__":
