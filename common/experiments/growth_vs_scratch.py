@@ -409,9 +409,8 @@ def paper_columns(model: str) -> dict:
 
 def markdown_table(rows: Sequence[dict]) -> str:
     """The table as markdown: growth | scratch per metric (mean ± std over seeds), winners, FLOPs, paper values."""
-    seeds = rows[0]["seeds"] if rows else 0
     note = (
-        f"Mean ± sample std over {seeds} seed(s); reduction = scratch - growth test loss (%: of the scratch mean). "
+        f"Mean ± sample std over {_seeds(rows)} seed(s); reduction = scratch - growth test loss (%: of the scratch mean). "
         "Both sides train the same epochs and steps on one schedule; growth starts from a ResNet-8 and spends fewer "
         "FLOPs (counted by common/flops.py at each epoch's depth). Slope: the running training loss's change per "
         "epoch over the last 10% of the epochs (near 0: levelled off); fall: how much its least-squares line fell "
@@ -420,6 +419,10 @@ def markdown_table(rows: Sequence[dict]) -> str:
         "method has the lower loss, and the smallest and largest test-loss reductions)."
     )
     return f"{tables.markdown_table(rows, TABLE_COLUMNS)}\n\n{note}"
+
+
+def _seeds(rows: Sequence[dict]) -> int:
+    return rows[0]["seeds"] if rows else 0
 
 
 def _cell(r: dict, key: str) -> str:
@@ -520,9 +523,9 @@ ABLATION_COLUMNS = (
 
 
 def ablation_markdown(rows: Sequence[dict]) -> str:
-    seeds = rows[0]["seeds"] if rows else 0
+    """The restart ablation's table as markdown (:func:`ablation_table`'s rows), with what each arm is."""
     note = (
-        f"Mean ± sample std over {seeds} seed(s). growth: one schedule, optimizer state kept at every insertion; "
+        f"Mean ± sample std over {_seeds(rows)} seed(s). growth: one schedule, optimizer state kept at every insertion; "
         "restart: the same insertions with a fresh optimizer and the warm-up and cosine restarted over each segment "
         "(the earlier stage-by-stage recipe); scratch: the sweep's run. Cost = restart - growth, paired by seed "
         "(positive: the restart is worse)."
