@@ -145,16 +145,17 @@ def insert(
     The new optimizer is ``make_optimizer(model)`` (the recipe's own parameter groups) holding the old optimizer's
     state for every parameter the parent had, none for the new block's (``growth.restart``: none at all).
     """
-    parent = copy.deepcopy(model)
+    parent = eager_copy(model)
     place, block = growth.insert(model, insertion.seed)
     if memory_format is not None:
         block.to(memory_format=memory_format)  # as the rest of the model (common.placement.place_model)
-    check = check_function_preserved(parent, model, growth.check_inputs, what=f"{where}: insertion at place {place}")
-    del parent
+    child = eager_copy(model)
+    check = check_function_preserved(parent, child, growth.check_inputs, what=f"{where}: insertion at place {place}")
     state.inserted.append(
         {"epoch": insertion.epoch, "step": step, "place": place, "seed": insertion.seed, "function_check": check}
     )
-    state.per_example = growth.flops_per_example(model)
+    state.per_example = growth.flops_per_example(child)
+    del parent, child
     grown = make_optimizer(model)
     if not growth.restart:
         for p in _params(optimizer):
@@ -176,6 +177,15 @@ def schedule_at(growth: RunGrowth, base: Schedule, steps_per_epoch: int, inserte
     return SegmentSchedule(inner, start) if start else inner
 
 
+def eager_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` without the compiled forwards that :func:`common.compile.compiled` sets on its blocks
+    (instance attributes bound to the original blocks: a copy would run the original's weights)."""
+    twin = copy.deepcopy(model)
+    for module in twin.modules():
+        vars(module).pop("forward", None)
+    return twin
+
+
 def _params(optimizer: torch.optim.Optimizer) -> list[nn.Parameter]:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
@@ -185,6 +195,7 @@ __all__ = [
     "Insertion",
     "RunGrowth",
     "SegmentSchedule",
+    "eager_copy",
     "insert",
     "refuse_distributed",
     "replay",

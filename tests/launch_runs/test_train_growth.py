@@ -5,6 +5,8 @@ leaves the learning rate on the run's one schedule (the restart ablation: on its
 when killed before or just after it, counts the FLOPs of each epoch's depth, and is refused under torch.distributed.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -209,6 +211,21 @@ def test_flops_are_counted_at_each_epochs_depth_against_a_hand_count(tmp_path):
     records = runs.read_metrics(tmp_path / "run")
     assert [r["insertions"] for r in records] == [0, 1, 1, 2]
     assert [r["train_flops"] for r in records] == [64 * sum(per_epoch[: i + 1]) for i in range(4)]
+
+
+def test_under_regional_compilation_the_inserted_blocks_are_compiled_and_the_run_trains_as_eager(tmp_path, monkeypatch):
+    """With ``compile`` on, every block is compiled in place, an inserted one too; the float64 check and the FLOP
+    count run on eager copies (a copied compiled forward would call the original block's weights). The eager
+    backend compiles the same operations, so the run ends with the eager run's weights."""
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, **{**kw, "backend": "eager"}))
+    _, eager = grow_run(tmp_path / "eager")
+    model, compiled = grow_run(tmp_path / "compiled", settings=replace(SETTINGS, compile=True))
+    assert compiled["compile"]["regions"] == 5  # three blocks at the start, two inserted
+    assert compiled["growth"] == eager["growth"] and compiled["train_flops"] == eager["train_flops"]
+    a, b = load_weights(tmp_path / "eager"), load_weights(tmp_path / "compiled")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all("forward" not in vars(block) for block in model.blocks)  # eager again after training
 
 
 def test_growth_under_two_processes_is_refused_before_anything_is_written(tmp_path, monkeypatch):
