@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from common import claims, paper, scaling
+from pathlib import Path
+
+from common import claims, paper, runs, scaling
 from common.experiments import weight_scaling
 from common.experiments.records import Records
 from common.experiments.report_rows import (
@@ -53,6 +55,46 @@ SCALING_CLAIMS = (  # (claim, family, tensor, exponent of the verdict, Step 2's 
 )
 
 
+# The peer check (benchmarks/peer_cohen_fc.py, issue 48): Cohen et al.'s own model and loop at 07's settings.
+PEER_CHECK = "benchmarks/peer_cohen_fc.py"
+PEER_EXPONENTS = {
+    ("fc-tanh", "max_norm_exponent"): "beta_max_norm",
+    ("fc-tanh", "alpha"): "alpha",
+}  # claim -> record key
+PEER_VARIANTS = {  # record variant -> how a row names it
+    "corrected": "with a correct per-epoch permutation",
+    "published": "as published (1,000 examples, its duplicating shuffle)",
+}
+
+
+def peer_check_path(out: str | Path, family: str, preset: str) -> Path:
+    """Where the peer check of ``family`` at ``preset`` writes its record: beside 07's records."""
+    return Path(out) / weight_scaling.EXPERIMENT / f"peer_check-{family}-{preset}.json"
+
+
+def read_peer_check(out: str | Path, family: str, preset: str) -> dict | None:
+    """The peer check's record of ``family`` at ``preset`` under ``out``, or None when it was not run."""
+    path = peer_check_path(out, family, preset)
+    return runs.read_json(path) if path.is_file() else None
+
+
+def peer_words(record: dict, key: str, said: float) -> str | None:
+    """What the authors' code gave for exponent ``key`` at the same settings, judged by the row's own rule
+    (:func:`claims.exponent_within_tolerance`, the verdict itself unchanged); None when the record lacks it."""
+    fits = {v: got["exponents"][key] for v, got in record.get("peer", {}).items() if key in got.get("exponents", {})}
+    if not fits:
+        return None
+    shown = ", ".join(f"{PEER_VARIANTS.get(v, v)} {f[0]:.3f} [{f[1]:.3f}, {f[2]:.3f}]" for v, f in fits.items())
+    seeds = ",".join(map(str, record["settings"]["seeds"]))
+    text = f"the authors' code at these settings ({PEER_CHECK}, seeds {seeds}): {shown}"
+    verdicts = {claims.exponent_within_tolerance({"": tuple(f)}, said).verdict for f in fits.values()}
+    if verdicts == {claims.FAILS}:
+        return f"{text}; it too lies outside ±{claims.EXPONENT_TOLERANCE} of {said}: the paper's figure comes from a setup these settings do not match"
+    if verdicts == {claims.HOLDS}:
+        return f"{text}; within ±{claims.EXPONENT_TOLERANCE} of {said}: the difference lies in 07's implementation"
+    return text
+
+
 def scaling_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     """Cohen et al.'s exponents against 07's fits (Frobenius norm): FC families within ±0.1, the sweep's bounds.
 
@@ -97,6 +139,10 @@ def scaling_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
                     outcome.verdict,
                     f"{outcome.value}; {scaling.STEP2_ESTIMATOR}, not used for the verdict: {shown or 'not fitted'}",
                 )
+            peer = read_peer_check(rec.out, family, rec.preset) if (family, exponent) in PEER_EXPONENTS else None
+            beside_peer = peer_words(peer, PEER_EXPONENTS[(family, exponent)], said) if peer else None
+            if beside_peer:
+                outcome = claims.Outcome(outcome.verdict, f"{outcome.value}; {beside_peer}")
             points = rec.scaling[
                 (rec.scaling["family"] == family)
                 & (rec.scaling["dataset"] == dataset)
@@ -128,7 +174,12 @@ def exponent_label(row, family: str) -> str:
 
 
 __all__ = [
+    "PEER_CHECK",
+    "PEER_EXPONENTS",
     "SCALING_CLAIMS",
     "exponent_label",
+    "peer_check_path",
+    "peer_words",
+    "read_peer_check",
     "scaling_claims",
 ]

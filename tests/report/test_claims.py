@@ -29,6 +29,7 @@ from common.experiments import (
     probe_ag,
     records,
     report_rows,
+    scaling_rows,
 )
 from common.presets.report import SMOKE_NOTE
 from common.saturation import saturation_interval
@@ -477,6 +478,47 @@ def test_weight_scaling_verdicts_use_the_max_norm_beta_and_show_step_2_beside_it
     tanh = rows["fc-tanh: beta, max norm (how their figures were read; used for the verdict) (synthetic)"]
     assert tanh["verdict"].startswith(HOLDS) and "their text), not used for the verdict: 0.800 [" in tanh["reproduced"]
     assert not any("cumulative-sum norm" in claim for claim in rows)  # no verdict rests on Step 2
+
+
+def peer_record(beta: list[float], alpha: list[float]) -> dict:
+    """A hand-made peer-check record (benchmarks/peer_cohen_fc.py's layout) with one variant's exponents."""
+    return {
+        "settings": {"seeds": [0, 1, 2]},
+        "peer": {"corrected": {"exponents": {"beta_max_norm": beta, "alpha": alpha}}},
+    }
+
+
+def test_fc_tanh_rows_say_what_the_authors_code_gives_when_a_peer_check_record_is_present(tmp_path):
+    # issue 48: the record adds the authors' code's exponents to rows 26-27's text; the verdicts stay 07's own
+    figure_records.scaling(tmp_path, beta=0.3, alpha=0.7, diffusive=0.5)
+    beta_claim = "fc-tanh: beta, max norm (how their figures were read; used for the verdict) (synthetic)"
+    alpha_claim = "fc-tanh: alpha from max |delta_k| (synthetic)"
+    before = rows_of(tmp_path)
+    assert not any("authors' code" in before[c]["reproduced"] for c in (beta_claim, alpha_claim))
+    path = scaling_rows.peer_check_path(tmp_path, "fc-tanh", "smoke")
+    path.write_text(json.dumps(peer_record([0.43, 0.42, 0.44], [0.55, 0.54, 0.56])))
+    after = rows_of(tmp_path)
+    for claim in (beta_claim, alpha_claim):
+        assert after[claim]["verdict"] == before[claim]["verdict"]
+        assert after[claim]["reproduced"].startswith(
+            before[claim]["reproduced"] + "; the authors' code at these settings"
+        )
+        assert "setup these settings do not match" in after[claim]["reproduced"]
+    assert "with a correct per-epoch permutation 0.430 [0.420, 0.440]" in after[beta_claim]["reproduced"]
+    assert (
+        "authors' code"
+        not in after[
+            "fc-relu: alpha + beta from |delta_k| A_k, max norm (how their figures were read; used for the verdict) (synthetic)"
+        ]["reproduced"]
+    )
+
+
+def test_peer_words_name_the_side_the_authors_code_falls_on():
+    near = scaling_rows.peer_words(peer_record([0.31, 0.28, 0.34], [0.7, 0.69, 0.71]), "beta_max_norm", 0.3)
+    assert near is not None and near.endswith("the difference lies in 07's implementation")
+    wide = scaling_rows.peer_words(peer_record([0.35, 0.1, 0.6], [0.7, 0.69, 0.71]), "beta_max_norm", 0.3)
+    assert wide is not None and wide.endswith("0.350 [0.100, 0.600]")  # undecided: the numbers only
+    assert scaling_rows.peer_words(peer_record([0.3, 0.2, 0.4], [0.7, 0.6, 0.8]), "nu", 0.3) is None
 
 
 def test_records_of_the_other_preset_are_not_run(tmp_path):
