@@ -319,7 +319,7 @@ def train(
     grown = None
     if growth is not None:  # the architecture of the checkpoint first: its state is loaded into it below
         refuse_distributed(world_size())
-        saved = runs.resume_state(run_dir)
+        saved = runs.resume_state(run_dir, mmap=True)  # only its insertions: resume() below reads the tensors
         grown = replay(growth, model, saved.get("growth") if saved else None)
         del saved
     run_dir.mkdir(parents=True, exist_ok=True)

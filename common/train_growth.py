@@ -158,9 +158,7 @@ def insert(
     del parent, child
     grown = make_optimizer(model)
     if not growth.restart:
-        for p in _params(optimizer):
-            if p in optimizer.state:
-                grown.state[p] = optimizer.state[p]
+        grown.state.update(optimizer.state)  # keyed by parameter: the parent's, which the grown model still holds
     return grown, block
 
 
@@ -184,10 +182,6 @@ def eager_copy(model: nn.Module) -> nn.Module:
     for module in twin.modules():
         vars(module).pop("forward", None)
     return twin
-
-
-def _params(optimizer: torch.optim.Optimizer) -> list[nn.Parameter]:
-    return [p for group in optimizer.param_groups for p in group["params"]]
 
 
 __all__ = [

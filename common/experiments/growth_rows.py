@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import pandas as pd
@@ -16,24 +15,13 @@ from common.experiments.report_rows import (
 )
 
 
-def reduction_summaries(
-    t: pd.DataFrame, models: Iterable[str], metric: str
-) -> tuple[dict[str, tuple[float, float, int]], bool]:
-    """Per architecture, (mean, sample std, seeds) of the per-seed ``scratch - growth`` ``metric`` from 03's table.
-
-    Paired: its ``<metric>_reduction`` and ``_std`` columns. A table written before 03 kept the paired training-loss
-    spread has only each side's std: then the unpaired spread ``sqrt(std_g^2 + std_s^2)`` (the second value is False).
-    """
-    paired = f"{metric}_reduction_std" in t.columns
-    out = {}
-    for m in models:
-        row = t.loc[m]
-        if paired:
-            out[m] = (float(row[f"{metric}_reduction"]), float(row[f"{metric}_reduction_std"]), int(row["seeds"]))
-        else:
-            std = math.hypot(float(row[f"growth_{metric}_std"]), float(row[f"scratch_{metric}_std"]))
-            out[m] = (float(row[f"scratch_{metric}"] - row[f"growth_{metric}"]), std, int(row["seeds"]))
-    return out, paired
+def reduction_summaries(t: pd.DataFrame, models: Iterable[str], metric: str) -> dict[str, tuple[float, float, int]]:
+    """Per architecture, (mean, sample std, seeds) of the per-seed ``scratch - growth`` ``metric`` from 03's table:
+    its paired ``<metric>_reduction`` and ``_std`` columns."""
+    return {
+        m: (float(t.loc[m, f"{metric}_reduction"]), float(t.loc[m, f"{metric}_reduction_std"]), int(t.loc[m, "seeds"]))
+        for m in models
+    }
 
 
 TEST_LOSS_CLAIMS = (1, 2, 3, 5, 6, 7, 8)  # positions in growth_claims' specs whose claim is about test loss
@@ -146,14 +134,12 @@ def growth_records(preset: str, table) -> str:
     """The records column of a growth row: preset, dataset, seeds, runs, architectures, budgets, the table file."""
     t = table.rows.set_index("model")
     present = [m for m in t.index if m != "mean"]
-    _, paired = reduction_summaries(t, present, "train_loss")
     return describe(
         preset,
         table.dataset,
         table.seeds,
         2 * len(present) * len(table.seeds),
-        f"{', '.join(present)}; {table.budget()}; {table.path.name}"
-        + ("" if paired else "; training-loss spread unpaired (table without train_loss_reduction_std)"),
+        f"{', '.join(present)}; {table.budget()}; {table.path.name}",
     )
 
 
@@ -162,10 +148,10 @@ def growth_outcomes(table) -> list[claims.Outcome]:
     t = table.rows.set_index("model")
     mean = t.loc["mean"]
     present = [m for m in t.index if m != "mean"]
-    test, _ = reduction_summaries(t, present, "test_loss")
-    train, _ = reduction_summaries(t, present, "train_loss")
-    mean_train_est = claims.over_seeds(*reduction_summaries(t, ["mean"], "train_loss")[0]["mean"])
-    mean_test_est = claims.over_seeds(*reduction_summaries(t, ["mean"], "test_loss")[0]["mean"])
+    test = reduction_summaries(t, present, "test_loss")
+    train = reduction_summaries(t, present, "train_loss")
+    mean_train_est = claims.over_seeds(*reduction_summaries(t, ["mean"], "train_loss")["mean"])
+    mean_test_est = claims.over_seeds(*reduction_summaries(t, ["mean"], "test_loss")["mean"])
     scale = float(mean["scratch_test_loss"])
     relative = (
         None

@@ -335,17 +335,7 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
     """
     records = list(records)
     measured = METRICS + tuple(k for k in EXTRA if records and all(k in r for r in records))
-    by = {}
-    for r in records:
-        by.setdefault((r["depth_n"], r["method"]), {})[r["seed"]] = r
-    depths = sorted({n for n, _ in by})
-    seeds = sorted({s for cell in by.values() for s in cell})
-    for n in depths:
-        for method in METHODS:
-            if set(by.get((n, method), {})) != set(seeds):
-                raise ValueError(
-                    f"ResNet-{depth_label(n)} {method}: records for seeds {sorted(by.get((n, method), {}))}, expected {seeds}"
-                )
+    by, depths, seeds = _cells(records)
     per_seed = {  # (row, method, metric) -> values over seeds; row "mean" averages the architectures first
         (n, method, metric): [by[(n, method)][s][metric] for s in seeds]
         for n in depths
@@ -384,6 +374,23 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
         row.update(paper_columns(row["model"]))
         rows.append(row)
     return rows
+
+
+def _cells(records: Sequence[dict]) -> tuple[dict[tuple[int, str], dict[int, dict]], list[int], list[int]]:
+    """The records by (N, method), each a seed -> record map, the depths and the seeds; every cell must hold every
+    seed (:class:`ValueError` naming the cell otherwise)."""
+    by: dict[tuple[int, str], dict[int, dict]] = {}
+    for r in records:
+        by.setdefault((r["depth_n"], r["method"]), {})[r["seed"]] = r
+    depths = sorted({n for n, _ in by})
+    seeds = sorted({s for cell in by.values() for s in cell})
+    for n in depths:
+        for method in METHODS:
+            if set(by.get((n, method), {})) != set(seeds):
+                raise ValueError(
+                    f"ResNet-{depth_label(n)} {method}: records for seeds {sorted(by.get((n, method), {}))}, expected {seeds}"
+                )
+    return by, depths, seeds
 
 
 def paper_columns(model: str) -> dict:

@@ -192,15 +192,15 @@ def growth_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
             (growth_vs_scratch.EXPERIMENT,),
         )
     for table in rec.growth:
-        report.figure(f"fig5_growth_vs_scratch-{table.stem}", plots.growth_bars(table.rows, dataset=table.stem))
+        report.figure(f"fig5_growth_vs_scratch-{table.dataset}", plots.growth_bars(table.rows, dataset=table.dataset))
         rows = [
             {k: None if k.startswith("paper_") and pd.isna(v) else v for k, v in r.items()}  # as 03 wrote them:
             for r in table.rows.to_dict("records")
         ]  # NaN std for one seed, None where the paper reports nothing
-        report.table(f"growth_vs_scratch-{table.stem}", rows, growth_vs_scratch.markdown_table(rows))
+        report.table(f"growth_vs_scratch-{table.dataset}", rows, growth_vs_scratch.markdown_table(rows))
         if table.ablation is not None:  # what restarting the optimizer and schedule at every insertion alone costs
             rows = table.ablation.to_dict("records")  # as 03 wrote them (NaN std for one seed)
-            report.table(f"growth_restart_ablation-{table.stem}", rows, growth_vs_scratch.ablation_markdown(rows))
+            report.table(f"growth_restart_ablation-{table.dataset}", rows, growth_vs_scratch.ablation_markdown(rows))
 
 
 def matched_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:

@@ -80,11 +80,6 @@ class GrowthTable:
     ablation: pd.DataFrame | None = None  # the restart ablation's rows (its file beside the table), if any
     ablation_path: Path | None = None
 
-    @property
-    def stem(self) -> str:
-        """The dataset (figure and table file names)."""
-        return self.dataset
-
     def budget(self) -> str:
         """Both sides' budget in words: equal epochs on one schedule, and when growth's blocks went in."""
         at = self.insert_at.replace("-", ", ")
