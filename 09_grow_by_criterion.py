@@ -1,16 +1,18 @@
-"""Grow the sweep's ResNet-8 one zero-output block at a time, placed by a policy: the criterion as a growth controller.
+"""Grow a ResNet-8 inside one training run where the growth value V_S,l is largest; stop when it says.
 
 Beyond the paper: the paper's criterion says where extra depth has first-order value (the growth value V_S,l); this
-script uses it to grow. One trajectory per (policy, seed): round 0 is the sweep's trained ResNet-8 (01's run, reused,
-or trained here); each of K rounds ranks every candidate by V_S,l and AG_l on training batches, reads App. G's
-interval and a validation loss on held-apart images, inserts one block where the policy says (criterion: largest
-V_S,l; ag: largest AG_l; cyclic: 03's schedule; random: seeded), checks the function is unchanged and trains E
-epochs. Each round is a run with its own record; a killed trajectory resumes at its round. Prints the trajectories'
-table (markdown; CSV beside it) and its paths. The job function is
-:func:`common.experiments.grow_by_criterion.grow_trajectory_run`.
+script uses it to grow. One run per (arm, seed), every run on the same budget B of training FLOPs (the sweep's
+ResNet-13 run's at mini) and one schedule over B. A policy arm starts from the sweep's randomly initialised
+ResNet-8; every --every epochs while under --grow-until of B it probes V_S,l and AG_l of every candidate and the
+existing branches' terminal values V_b on a fixed sample of training images, and inserts one zero-output block
+where the policy says (criterion: largest V_S,l; ag: largest AG_l; cyclic: 03's schedule; random: seeded) until
+max V_S,l / max V_b stays below --ratio-below on --in-a-row probes, or --cap blocks. Controls: none (the ResNet-8
+never grown) and scratch (the criterion's final architecture from random initialisation). Each run resumes from its
+checkpoint. Prints one row per run (markdown; CSV beside it) and its paths. The job function is
+:func:`common.experiments.grow_by_criterion.grow_run`.
 
     python 09_grow_by_criterion.py --preset smoke
-    python 09_grow_by_criterion.py --preset smoke --policy criterion,cyclic --rounds 2 --epochs-per-round 1
+    python 09_grow_by_criterion.py --preset smoke --policy criterion,none --every 2
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from common.cli import (
     comma_ints,
     entry_point,
     make_parser,
+    non_negative_float,
     parse_args,
     positive_int,
 )
@@ -32,19 +35,21 @@ from common.experiments.grow_by_criterion import (
     collect_records,
     default_seeds,
     grow_plan,
-    grow_trajectory_run,
+    grow_run,
     markdown_table,
+    run_table,
     table_stem,
-    trajectory_table,
     write_table,
 )
 from common.launch import launch_from_args
-from common.presets.grow import POLICIES
+from common.presets.grow import ARMS
 from common.presets.sweep import DEFAULT_DATASET
 from common.runs import make_specs
 
 # The flags that set a field of the grow preset (common.presets.grow.GrowPreset): dest == field.
-PRESET_FLAGS = ("policies", "rounds", "epochs_per_round", "train_subset")
+PRESET_FLAGS = (
+    "policies", "budget_depth_n", "every", "grow_until", "cap", "ratio_below", "in_a_row", "train_subset",
+)  # fmt: skip
 PLANNER_FLAGS = ("preset", "data_root", *PRESET_FLAGS, "device", "compile")
 SCRIPT_FLAGS = ("dataset", "seeds", "seed")  # --dataset's default follows --preset; the seeds: --seeds, else --seed
 
@@ -54,23 +59,35 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("growth by the criterion (beyond the paper)")
     add_training_data_flags(group, DATASETS)
     group.add_argument(
-        "--seeds",
-        type=comma_ints,
-        default=None,
-        help="seeds, one trajectory per policy each; None: --seed (mini: --seed .. --seed + 2)",
+        "--seeds", type=comma_ints, default=None, help="seeds, one run per arm each; None: the preset's from --seed"
     )
     group.add_argument(
         "--policy",
         dest="policies",
         default=None,
-        help=f"where each round's block goes, comma-separated, one trajectory each: {', '.join(POLICIES)}; None: all",
+        help=f"the arms, comma-separated, one run each per seed: {', '.join(ARMS)}; None: the preset's",
     )
-    group.add_argument("--rounds", type=positive_int, default=None, help="K: blocks added; None: the preset's")
     group.add_argument(
-        "--epochs-per-round",
-        type=positive_int,
+        "--budget-depth",
+        dest="budget_depth_n",
+        type=int,
         default=None,
-        help="E: epochs after each insertion (the sweep's recipe, schedule restarted); None: the preset's",
+        help="B is the training FLOPs of the sweep's run at this N (ResNet-(8+N)); None: the preset's (5)",
+    )
+    group.add_argument("--every", type=positive_int, default=None, help="P: epochs between probes; None: the preset's")
+    group.add_argument(
+        "--grow-until", type=float, default=None, help="growth only before this fraction of B is spent, in (0, 1]"
+    )
+    group.add_argument("--cap", type=positive_int, default=None, help="the most blocks a run adds; None: the preset's")
+    group.add_argument(
+        "--ratio-below",
+        type=non_negative_float,
+        default=None,
+        help="the stop rule's constant on max V_S,l / max V_b (0: never stops); None: the preset's (chosen on "
+        "held-apart images, docs/decisions.md)",
+    )
+    group.add_argument(
+        "--in-a-row", type=positive_int, default=None, help="probes in a row below the constant; None: the preset's"
     )
     group.add_argument(
         "--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model; auto: on CUDA only"
@@ -88,7 +105,7 @@ def main(argv=None) -> int:
     plan = grow_plan(preset=args.preset, overrides=overrides, dataset=dataset, seeds=seeds, **where)
     print(plan.describe(args.out))
     results = launch_from_args(
-        grow_trajectory_run,
+        grow_run,
         make_specs(plan.jobs(), args.out),
         args,
         job_kind="train",
@@ -97,7 +114,7 @@ def main(argv=None) -> int:
     )
     if results is None:
         return 0
-    rows = trajectory_table(collect_records(plan, args.out))
+    rows = run_table(collect_records(plan, args.out))
     print(markdown_table(rows))
     for path in write_table(rows, args.out, table_stem(dataset, plan)):
         print(path)

@@ -242,7 +242,13 @@ def fresh_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
     return build_resnet(config, data.num_classes), {}
 
 
-def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet, growth_of: GrowthFn | None = None) -> dict:
+def train_resnet_run(
+    spec: RunSpec,
+    make_model: ModelFn = fresh_resnet,
+    growth_of: GrowthFn | None = None,
+    finish: Callable[[dict, ResNet], dict] | None = None,
+    data: VisionData | None = None,
+) -> dict:
     """Job function of script 01: train one (dataset, N, seed) run; resumes; returns its result.
 
     Trains the ResNet ``make_model(config, data)`` returns (default: a fresh ResNet-(8+N); script 03's growth
@@ -250,7 +256,9 @@ def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet, growth_o
     ``make_model`` runs after the data is loaded and the torch RNG is seeded with the run's seed, and returns the
     model and extra keys for ``result.json``. ``growth_of(config, data, device)``: the model grows inside the run
     (:mod:`common.train_growth`); the result then holds ``growth`` (the insertions, FLOPs per image at the final
-    depth) and ``train_flops``.
+    depth) and ``train_flops``. ``finish(result, model)``: the result to write instead (keys the caller adds once
+    training is over). ``runtime.clean_curve``: the clean training loss (``clean_loss``) at every evaluation round.
+    ``data``: train on these images instead of the config's (09's calibration).
     """
     config = spec.config
     path = runs.prepare_run(spec.out, config)
@@ -258,7 +266,7 @@ def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet, growth_o
     device = resolve_device(runtime.get("device") or "auto")
     hp = config["train"]
     seed_everything(config["seed"])
-    data = load_sweep_data(config)
+    data = data if data is not None else load_sweep_data(config)
     model, extra = make_model(config, data)
     use_compile = {"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda")
     channels_last = True
@@ -285,10 +293,11 @@ def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet, growth_o
         checkpoint_every=runtime.get("checkpoint_every", 1),
     )
     every_epoch = runtime.get("test_every_epoch", True)  # False (mini): the test set once, at the end
+    curve = {"clean": clean_train_loader} if runtime.get("clean_curve") else {}
     summary = train(
         model,
         train_loader,
-        {"test": test_loader} if every_epoch else {},
+        {**({"test": test_loader} if every_epoch else {}), **curve},
         final_eval_loaders={"train": clean_train_loader, **({} if every_epoch else {"test": test_loader})},
         run_dir=path,
         settings=settings,
@@ -318,6 +327,8 @@ def train_resnet_run(spec: RunSpec, make_model: ModelFn = fresh_resnet, growth_o
         **{k: summary[k] for k in ("growth", "train_flops") if k in summary},  # a growing run (common.train_growth)
         **extra,
     }
+    if finish is not None:
+        result = finish(result, model)
     finish_run(path, result)
     return result
 

@@ -331,12 +331,14 @@ def train(
         run.forward, run.compilation, run.cudnn_benchmark = compilation.forward(run.forward), compilation, benchmark
         if growth is not None:
             run.growth, run.grown = growth, grown
-            run.schedule = schedule_at(growth, run.base_schedule, run.steps_per_epoch, grown.inserted, run.step)
+            run.schedule = _schedule(run)
         for epoch in range(run.start_epoch, settings.recipe.rounds):
             if run.stop is not None and run.stop["stopped"]:
                 break  # resumed after the stopping epoch's checkpoint
             if growth is not None:
                 _grow(run, epoch)
+                if not growth.fits(grown):
+                    break  # the FLOP budget has no room for another round
             record = _train_round(run, train_loader, eval_loaders, epoch)
             if on_epoch_end is not None:
                 on_epoch_end(epoch + 1, record)
@@ -424,7 +426,7 @@ def _grow(run: _Run, epoch: int) -> None:
     growth, grown = run.growth, run.grown
     assert growth is not None and grown is not None
     memory_format = torch.channels_last if run.settings.channels_last else None
-    for insertion in growth.due(epoch):
+    for insertion in growth.due(run.model, epoch, grown):
         run.optimizer, block = insert_block(
             growth,
             grown,
@@ -438,9 +440,17 @@ def _grow(run: _Run, epoch: int) -> None:
         )
         if run.compilation is not None:
             run.compilation.add_block(block)
-        run.schedule = schedule_at(growth, run.base_schedule, run.steps_per_epoch, grown.inserted, run.step)
         place = grown.inserted[-1]["place"]
         log.info("%s: inserted a block at place %d before epoch %d (step %d)", run.desc, place, epoch + 1, run.step)
+    run.schedule = _schedule(run)
+
+
+def _schedule(run: _Run):
+    """The schedule the next round trains on (:func:`common.train_growth.schedule_at`)."""
+    growth, grown = run.growth, run.grown
+    assert growth is not None and grown is not None
+    per_step = grown.per_example * growth.epoch_examples // max(run.steps_per_epoch, 1)
+    return schedule_at(growth, run.base_schedule, run.steps_per_epoch, grown, run.step, per_step)
 
 
 def _train_round(run: _Run, train_loader: Iterable, eval_loaders: dict[str, Iterable], epoch: int) -> dict:
@@ -475,6 +485,8 @@ def _train_round(run: _Run, train_loader: Iterable, eval_loaders: dict[str, Iter
     if run.grown is not None:  # a growing run: its FLOPs so far, at each round's depth, and its insertions so far
         run.grown.flops += run.grown.per_example * stats.examples
         record.update(train_flops=run.grown.flops, insertions=len(run.grown.inserted))
+        if run.growth is not None and run.growth.decide is not None:
+            record.update(probe_flops=run.grown.probe_flops, probes=len(run.grown.probes))
     stop = settings.stopping.update(run.stop, stats.loss) if run.stop is not None else None  # type: ignore[union-attr]
     last = epoch + 1 == settings.recipe.rounds or bool(stop and stop["stopped"])  # always evaluated and checkpointed
     if last or (epoch + 1) % settings.eval_every == 0:
@@ -550,6 +562,9 @@ def _finish(run: _Run, eval_loaders: dict[str, Iterable], final_eval_loaders: di
             "restart": restart,
         }
         summary["train_flops"] = run.grown.flops
+        if run.growth is not None and run.growth.budget_flops is not None:  # ended by its budget: the rounds it trained
+            summary[recipe.ROUNDS] = summary.get("epoch", 0)
+            summary["growth"]["budget_flops"] = run.growth.budget_flops
     if run.shard:
         summary["fsdp_param_dtype"] = "bfloat16" if fsdp_bf16(settings, device) else "float32"
     if stop is not None:  # the epochs trained, and why they ended

@@ -1,101 +1,96 @@
 """Job module of ``09_grow_by_criterion.py``: the growth value ``V_S,l`` as a growth controller (beyond the paper).
 
-One trajectory per (policy, seed), K rounds long (docs/decisions.md, section "Growth by the criterion
-(09_grow_by_criterion.py)", for every choice below):
+One run per (arm, seed), each on the same budget ``B`` of training FLOPs and the same schedule, a function of the
+fraction of ``B`` spent (docs/decisions.md, section "Growth by the criterion (09_grow_by_criterion.py)", for every
+choice below):
 
-- Round 0 is the sweep's trained ResNet-8 (01's run, reused when it exists at the same data and preset, trained here
-  with the sweep's own job otherwise), measured (:func:`common.experiments.grow_rounds.measure`: ``AG_l`` and
-  ``V_S,l`` at every candidate on training batches; App. G's interval and the validation loss on held-apart images;
-  the sweep's clean training loss, test loss and accuracy).
-- Round r >= 1 loads round r - 1's trained model, reads the candidate its policy picks off round r - 1's
-  measurement (criterion: argmax ``V_S,l``; ag: argmax ``AG_l``; cyclic: 03's schedule; random: seeded by (seed,
-  r)), inserts the zero-output block of the ``conv3x3`` family the probe measured there (so ``V_S,l`` is that
-  block's exact first-order value; the grown networks are not the sweep's BasicBlock ResNets), checks the outputs
-  bit for bit in float64 in both BatchNorm modes, trains ``epochs_per_round`` epochs with the sweep's recipe (the
-  schedule restarted, as 03), and measures the trained model.
-- Each round is a run with its own directory (``<out>/grow_by_criterion/<dataset>-<policy>-r<r>-seed<s>-<hash>``)
-  whose identity names its parent's, and its own ``result.json`` (:data:`RECORD_KEYS` and more). A trajectory is one
-  job (:func:`grow_trajectory_run` on its last round) that runs its unfinished rounds in order, each resuming from its
-  own checkpoint: a killed trajectory resumes at the round it was in, and a finished round is never retrained.
+- a *policy* arm (``criterion``, ``ag``, ``cyclic``, ``random``) starts from the sweep's randomly initialised
+  ResNet-8 of its seed (same initialisation and batches as 01's run) and grows inside its run (the engine of
+  :mod:`common.train_growth`: one schedule, every old parameter's optimizer state kept, none for a new block, the
+  function checked bit for bit in float64 at each insertion): every ``every`` epochs while less than ``grow_until``
+  of ``B`` is spent, :class:`~common.experiments.grow_controller.Controller` probes, applies the stop rule and
+  inserts one ``conv3x3`` zero-output block where the policy says;
+- ``none``: the ResNet-8, never grown, on the same ``B`` (so more epochs than a deeper network);
+- ``scratch``: the criterion's final architecture of the same seed (read from its finished run, trained here first
+  when missing), trained from random initialisation on the same ``B``: the ResNet-8 as the sweep initialises it, the
+  blocks' ``U_l`` from their seeds, their ``V_l`` Kaiming-normal (:func:`scratch_resnet`).
 
-:func:`trajectory_table` gives one row per (policy, seed, round), written as CSV and markdown (:func:`write_table`).
+``B`` is the training FLOPs of the sweep's run at the preset's ``budget_depth_n`` (:func:`budget_flops`, counted by
+:mod:`common.flops` as every FLOP here). A run trains whole epochs while the next one fits in what is left of ``B``.
+Every run has its own directory (``<out>/grow_by_criterion/<dataset>-<arm>-seed<s>-<hash>``), resumes from its
+checkpoint (the insertions and probe records in it: a killed run decides again from the same state, bit-identically
+on the CPU) and ends with ``result.json``: the sweep's keys, ``depth_n`` its final depth, ``policy``, ``stop`` (why and
+where growth stopped), ``probes`` (every probe's record), ``curve`` (clean training loss against cumulative FLOPs),
+``train_flops``, ``probe_flops`` and ``budget_flops``.
+
+:func:`run_table` gives one row per run, written as CSV and markdown (:func:`write_table`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
 from common import runs, tables
-from common.device import resolve_device, seed_everything
-from common.errors import UserError
-from common.experiments.grow_rounds import (
-    choose,
-    insert_chosen,
-    load_round_model,
-    measure,
-    round_examples,
-    train_round,
-)
-from common.flops import training_flops
+from common.data.loader import TensorLoader
+from common.data.vision import VisionData
+from common.errors import ParamError, UserError
+from common.experiments.grow_controller import Controller, probe_examples
+from common.flops import training_flops, training_flops_per_image
+from common.growth import insert_zero_block
 from common.locks import RunLocked
+from common.models.resnet import ResNet
 from common.presets.choose import choose_preset
-from common.presets.grow import PRESETS, GrowPreset, policies_of
-from common.resnet_sweep import (
-    load_sweep_data,
-    load_trained_resnet,
-    preset_seeds,
-    sweep_configs,
-    train_resnet_run,
-)
+from common.presets.grow import POLICIES, PRESETS, GrowPreset, policies_of
+from common.resnet_sweep import build_resnet, load_sweep_data, sweep_configs, train_resnet_run
 from common.runs import RunSpec
-from common.train import WEIGHTS
+from common.train_growth import RunGrowth
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "grow_by_criterion"
-BLOCK = "conv3x3 zero-output block (common.tangent), U_l seeded by the parent round's probe seed"
-RECORD_KEYS = (  # what every round's result.json holds (the stopping rules read them as DataFrame columns)
-    "policy", "seed", "round", "depth_n", "chosen_candidate", "chosen_v_s", "chosen_ag", "chosen_rank_v",
-    "chosen_rank_ag", "candidates", "v_max", "ag_max", "app_g_verdict", "app_g_lower", "app_g_upper", "val_loss",
-    "train_loss", "test_loss", "test_acc", "epochs_cum", "flops_cum", "wall_s",
-)  # fmt: skip
-LOCK_POLL_S = 5.0  # how often a trajectory waiting for a run its seed's policies share looks again
-SHARED = "shared"  # round 0's ``policy``: one measured ResNet-8 per seed, every policy's first row
-NO_CHOICE = dict.fromkeys(
-    ("chosen_candidate", "chosen_index", "chosen_v_s", "chosen_ag", "chosen_rank_v", "chosen_rank_ag")
-)
+BLOCK = "conv3x3 zero-output block (common.tangent), U_l seeded by its probe's seed"
+SCRATCH_V = "Kaiming normal (fan-out, ReLU gain), seeded by (seed, block)"
+CHECK_BATCH = 8  # training images in the run-time function-preservation check (as 03's)
+LOCK_POLL_S = 5.0  # how often a scratch run waiting for its criterion run looks again
+RECORD_KEYS = ("policy", "seed", "depth_n", "train_loss", "test_loss", "train_flops", "budget_flops", "stop")
 
 
 # ----------------------------------------------------------------------------- planning
 @dataclass(frozen=True)
 class GrowPlan:
-    """Every run of one invocation: per seed the sweep's ResNet-8, per (policy, seed) the round configs 0..K."""
+    """Every run of one invocation: per (arm, seed) one config."""
 
     preset: GrowPreset
     seeds: tuple[int, ...]
-    parents: dict[int, dict]  # seed -> the sweep's ResNet-8 config
-    trajectories: dict[tuple[str, int], list[dict]]  # (policy, seed) -> round configs, round 0 first
+    configs: dict[tuple[str, int], dict]  # (arm, seed) -> run config
 
     def jobs(self) -> list[dict]:
-        """What the launcher runs: each trajectory's last round (it runs the whole trajectory)."""
-        return [rounds[-1] for _, rounds in sorted(self.trajectories.items())]
+        """What the launcher runs, scratch last (it starts from the criterion's finished run)."""
+        order = {arm: i for i, arm in enumerate(self.preset.policies)}
+        last = len(order)
+        keys = sorted(self.configs, key=lambda k: (last if k[0] == "scratch" else order[k[0]], k[1]))
+        return [self.configs[k] for k in keys]
 
     def describe(self, out: str | Path) -> str:
         lines = []
-        for (policy, seed), rounds in sorted(self.trajectories.items()):
-            done = sum(runs.is_done(runs.run_dir(out, c)) for c in rounds)
-            lines.append(f"trajectory {policy} seed {seed}: rounds 0..{len(rounds) - 1}, {done} done")
+        for (arm, seed), config in sorted(self.configs.items()):
+            state = "done" if runs.is_done(runs.run_dir(out, config)) else "todo"
+            lines.append(f"{arm} seed {seed}: {state}")
         p = self.preset
         lines.append(
-            f"each trajectory is one job under {Path(out) / EXPERIMENT}; round 0 is the sweep's ResNet-8, each later "
-            f"round inserts one {BLOCK} and trains {p.epochs_per_round or 'the sweep'} epochs"
+            f"every run trains on B = the training FLOPs of the sweep's ResNet-{8 + p.budget_depth_n} run, one "
+            f"schedule over B; a probe every {p.every} epochs while under {p.grow_until:g} of B, one "
+            f"{BLOCK} per probe, at most {p.cap}; growth stops when max V_S,l / max V_b < {p.ratio_below:g} on "
+            f"{p.in_a_row} probes in a row; runs under {Path(out) / EXPERIMENT}"
         )
         return "\n".join(lines)
 
@@ -103,167 +98,179 @@ class GrowPlan:
 def grow_plan(
     *, preset: str = "smoke", overrides: dict | None = None, seeds: Sequence[int] = (0,), **sweep_keywords: Any
 ) -> GrowPlan:
-    """Plan the trajectories. ``overrides``: fields of :class:`common.presets.grow.GrowPreset` (None: the preset's);
+    """Plan the runs. ``overrides``: fields of :class:`common.presets.grow.GrowPreset` (None: the preset's);
     ``sweep_keywords``: :func:`common.resnet_sweep.sweep_configs`'s others (``dataset``, ``data_root``, ``device``,
-    ``compile``, ``synthetic``)."""
-    given = dict(overrides or {})
+    ``compile``, ``synthetic``). ``scratch`` brings ``criterion`` along (it reads its architecture)."""
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
     if isinstance(given.get("policies"), str):  # --policy's comma-separated text
         given["policies"] = policies_of(given["policies"])
     p = choose_preset(PRESETS, preset, given)
-    sweep = sweep_configs(
-        preset=preset, overrides={"depths": [0], "train_subset": p.train_subset}, seeds=list(seeds), **sweep_keywords
-    )
-    parents = {c["seed"]: c for c in sweep}
+    if "scratch" in p.policies and "criterion" not in p.policies:
+        p = replace(p, policies=("criterion", *p.policies))
+    seeds = tuple(dict.fromkeys(seeds))
+    if not seeds:
+        raise ParamError("seeds", "(none)", "give at least one seed")
+    keys = {"depths": sorted({0, p.budget_depth_n}), "train_subset": p.train_subset}
+    sweep = sweep_configs(preset=preset, overrides=keys, seeds=list(seeds), **sweep_keywords)
+    start = {c["seed"]: c for c in sweep if c["depth_n"] == 0}
+    reference = next(c for c in sweep if c["depth_n"] == p.budget_depth_n)
+    epochs = int(reference["train"]["epochs"])
+    max_epochs = math.ceil(epochs * depth_ratio(p.budget_depth_n, reference)) + 1  # the loop's bound: B ends it
+    if epochs < p.every:
+        raise ParamError("every", p.every, f"the budget is {epochs} epochs of ResNet-{8 + p.budget_depth_n}: probe more often")
     probe = {
         "batch_size": p.probe_batch_size,
         "n_batches": p.probe_batches,
         "held_out": p.held_out,
+        "app_g": p.app_g,
         "alpha": p.saturation_alpha,
         "cal_fraction": p.saturation_cal_fraction,
-        "delta": p.saturation_delta,
+        "delta": None,
     }
-    trajectories = {}
-    for policy in p.policies:
-        for seed in seeds:
-            epochs = p.epochs_per_round or parents[seed]["train"]["epochs"]
-            trajectories[(policy, seed)] = _rounds(parents[seed], policy, p.rounds, epochs, probe)
-    return GrowPlan(p, tuple(seeds), parents, trajectories)
+    growth = {
+        "budget_depth_n": p.budget_depth_n,
+        "budget_epochs": epochs,
+        "every": p.every,
+        "grow_until": p.grow_until,
+        "cap": p.cap,
+        "ratio_below": p.ratio_below,
+        "in_a_row": p.in_a_row,
+        "block": BLOCK,
+    }
+    configs = {}
+    for seed in seeds:
+        for arm in p.policies:
+            configs[(arm, seed)] = run_config(start[seed], arm, growth, probe, max_epochs)
+        if "scratch" in p.policies:
+            source = runs.run_dir("", configs[("criterion", seed)])
+            configs[("scratch", seed)]["growth"]["scratch_of"] = str(source)
+    return GrowPlan(p, seeds, configs)
 
 
-def _shared_name(sweep: dict) -> str:
-    return f"{sweep['dataset']}-r0-seed{sweep['seed']}"
+def run_config(sweep: dict, arm: str, growth: dict, probe: dict, max_epochs: int) -> dict:
+    """The run of ``arm`` from the sweep's ResNet-8 config ``sweep``: its data, widths, recipe and seed; at most
+    ``max_epochs`` epochs (the budget ends it), the clean training loss at every probe's cadence."""
+    every = growth["every"]
+    return {
+        **sweep,
+        "experiment": EXPERIMENT,
+        "name": f"{sweep['dataset']}-{arm}-seed{sweep['seed']}",
+        "policy": arm,
+        "train": {**sweep["train"], "epochs": int(max_epochs)},
+        "growth": dict(growth, **({"scratch_v": SCRATCH_V} if arm == "scratch" else {})),
+        "probe": probe,
+        "runtime": {**sweep["runtime"], "clean_curve": True, "eval_every": every},
+    }
 
 
-def _rounds(sweep: dict, policy: str, rounds: int, epochs: int, probe: dict) -> list[dict]:
-    """Round configs 0..K of one trajectory; each names its parent's run directory (relative to ``--out``). Round 0
-    (the sweep's ResNet-8, measured) does not depend on the policy: its config is the same for every policy of a
-    seed (``policy``: :data:`SHARED`), so it is one run that every trajectory of that seed starts from."""
-    parent, out = str(runs.run_dir("", sweep)), []
-    for r in range(rounds + 1):
-        config = {
-            "experiment": EXPERIMENT,
-            "name": f"{sweep['dataset']}-{policy}-r{r}-seed{sweep['seed']}" if r else _shared_name(sweep),
-            "preset": sweep["preset"],
-            "dataset": sweep["dataset"],
-            "policy": policy if r else SHARED,
-            "seed": sweep["seed"],
-            "round": r,
-            "depth_n": r,
-            "parent": parent,
-            "block": BLOCK,
-            "data": sweep["data"],
-            "model": sweep["model"],
-            "train": {**sweep["train"], "epochs": epochs if r else sweep["train"]["epochs"]},
-            "probe": probe,
-            "runtime": {**sweep["runtime"], "sweep": sweep},
-        }
-        out.append(config)
-        parent = str(runs.run_dir("", config))
-    return out
+def depth_ratio(depth_n: int, config: dict) -> float:
+    """Training FLOPs per image of ResNet-(8+``depth_n``) over ResNet-8's, at ``config``'s widths (32 x 32, 10
+    classes: the ratio bounds the epochs of a run, :func:`budget_flops` counts the budget itself)."""
+    per_image = [
+        training_flops_per_image(build_resnet({**config, "depth_n": n}, 10), (3, 32, 32), 10) for n in (depth_n, 0)
+    ]
+    return per_image[0] / per_image[1]
 
 
-# ----------------------------------------------------------------------------- jobs
-def trajectory_configs(config: dict) -> list[dict]:
-    """The configs of round 0 .. ``config``'s round of the trajectory ending at ``config`` (a round >= 1)."""
-    sweep = config["runtime"]["sweep"]
-    epochs = config["train"]["epochs"] if config["round"] else sweep["train"]["epochs"]
-    return _rounds(sweep, config["policy"], config["round"], epochs, config["probe"])
+def budget_flops(config: dict, data: VisionData) -> int:
+    """B: the training FLOPs of the sweep's run of depth ``growth.budget_depth_n`` on ``data`` (its architecture,
+    ``growth.budget_epochs`` epochs of whole batches; :mod:`common.flops`, the count every run here uses)."""
+    g = config["growth"]
+    model = build_resnet({**config, "depth_n": g["budget_depth_n"]}, data.num_classes)
+    images = epoch_examples(config, data)
+    shape = _input_shape(tuple(data.x_train.shape[1:]))
+    return training_flops(model, shape, data.num_classes, images, g["budget_epochs"])
+
+
+def epoch_examples(config: dict, data: VisionData) -> int:
+    """Images one epoch trains on: whole batches (the training loader drops the last partial one)."""
+    batch = int(config["train"]["batch_size"])
+    return len(data.y_train) // batch * batch
 
 
 def default_seeds(preset: str, seed: int) -> list[int]:
-    """The seeds 09 runs without ``--seeds``: 03's (:func:`common.resnet_sweep.preset_seeds` with ``growth``):
-    ``--seed`` alone, under mini three seeds from it."""
-    return preset_seeds(preset, seed, growth=True)
+    """The seeds without ``--seeds``: the preset's count from ``seed`` (mini: three)."""
+    return [seed + i for i in range(PRESETS[preset].seeds if preset in PRESETS else 1)]
 
 
-def grow_trajectory_run(spec: RunSpec) -> dict:
-    """Job function: run every unfinished round of the trajectory ending at ``spec`` in order; its last result."""
-    config, out = spec.config, Path(spec.out)
-    sweep = config["runtime"]["sweep"]
-    policy_rounds = trajectory_configs(config)
-    _ensure_shared(RunSpec(config=sweep, out=out), train_resnet_run, "training the sweep's ResNet-8")
-    first = RunSpec(config={**policy_rounds[0], "runtime": config["runtime"]}, out=spec.out)
-    _ensure_shared(first, run_round, "measuring the shared round 0")
-    result = runs.read_result(first.dir, RECORD_KEYS)
-    for link_config in policy_rounds[1:]:
-        link = RunSpec(config={**link_config, "runtime": config["runtime"]}, out=spec.out)
-        if runs.is_done(link.dir):
-            result = runs.read_result(link.dir, RECORD_KEYS)
-            continue
-        log.info("grow by criterion: running %s", link.name)
-        runs.prepare_run(link.out, link.config)
-        with runs.RunLock(link.dir):
-            result = runs.read_result(link.dir) if runs.is_done(link.dir) else run_round(link)
-    return result
+# ----------------------------------------------------------------------------- jobs
+def grow_run(spec: RunSpec, data: VisionData | None = None) -> dict:
+    """Job function of script 09: one (arm, seed) run (module docstring). ``data``: train on these images instead of
+    the config's (:mod:`common.experiments.grow_calibration`)."""
+    config = spec.config
+    if config["policy"] == "scratch":
+        source = RunSpec(config=criterion_config(config), out=spec.out)
+        _ensure_finished(source)
+        criterion = runs.read_result(source.dir)
+        make_model = lambda c, d: scratch_resnet(c, d, criterion)  # noqa: E731
+    else:
+        make_model = starting_resnet
+    return train_resnet_run(spec, make_model, run_growth, lambda r, m: finish_result(r, m, config), data=data)
 
 
-def _ensure_shared(spec: RunSpec, job, what: str) -> None:
-    """Run ``job(spec)`` unless ``spec``'s run is finished: the sweep's ResNet-8 and round 0, which the policies of
-    one seed share. Under ``--launcher local`` or SLURM their jobs may reach it together, so the ones that find it
-    locked wait for the holder (a holder that died leaves a stale lock, which :class:`common.locks.RunLock` takes
-    over)."""
+def criterion_config(scratch: dict) -> dict:
+    """The config of the criterion run a scratch run takes its architecture from (same seed and settings)."""
+    growth = {k: v for k, v in scratch["growth"].items() if k not in ("scratch_of", "scratch_v")}
+    config = {**scratch, "policy": "criterion", "name": scratch["name"].replace("-scratch-", "-criterion-"),
+              "growth": growth}  # fmt: skip
+    if str(runs.run_dir("", config)) != scratch["growth"]["scratch_of"]:
+        raise UserError(f"{scratch['name']}: its criterion run {scratch['growth']['scratch_of']} is not this plan's")
+    return config
+
+
+def _ensure_finished(spec: RunSpec) -> None:
+    """Run the criterion run ``spec`` unless it is finished; under ``--launcher local`` or SLURM its own job may hold
+    it: wait for the holder (a dead holder's stale lock is taken over, :class:`common.locks.RunLock`)."""
     while not runs.is_done(spec.dir):
-        log.info("grow by criterion: %s %s", what, spec.name)
+        log.info("grow by criterion: the scratch run needs %s", spec.name)
         runs.prepare_run(spec.out, spec.config)
         try:
             with runs.RunLock(spec.dir):
                 if not runs.is_done(spec.dir):
-                    job(spec)
+                    grow_run(spec)
         except RunLocked:
             time.sleep(LOCK_POLL_S)
 
 
-def run_round(spec: RunSpec) -> dict:
-    """One round: measure (round 0: the sweep's ResNet-8), or grow the parent, train, measure; writes result.json."""
-    config, out = spec.config, Path(spec.out)
-    path = runs.prepare_run(out, config)
-    start = time.perf_counter()
-    device = resolve_device(config["runtime"].get("device") or "auto")
-    seed_everything(config["seed"] + 1000 * config["round"])
-    sweep = config["runtime"]["sweep"]
-    data = load_sweep_data(sweep)
-    examples = round_examples(config, data, device)
-    shape = tuple(data.x_train.shape[1:])
-    parent_dir = out / config["parent"]
-    if config["round"] == 0:
-        model, trained = load_trained_resnet(parent_dir).to(device), runs.read_result(parent_dir)
-        chain, choice, growth, history = [], NO_CHOICE, None, {"epochs_cum": trained["epochs"], "flops_cum": 0}
-        state = {k: v.cpu() for k, v in model.state_dict().items()}  # the next round loads every parent alike
-        runs.save_checkpoint(path / WEIGHTS, {"model": state})
-    else:
-        parent = runs.read_result(parent_dir, RECORD_KEYS)
-        chain = parent["chain"]
-        model = load_round_model(parent_dir, config, chain, data.num_classes).to(device)
-        choice = choose(config["policy"], parent["candidates"], config["seed"], config["round"])
-        link = {"index": choice["chosen_index"], "u_seed": parent["probe_seed"]}
-        what = f"{config['name']}: inserting at {choice['chosen_candidate']}"
-        model, growth = insert_chosen(model, link["index"], link["u_seed"], data, what)
-        chain = [*chain, link]
-        trained = train_round(model, config, data, path, device)
-        history = {"epochs_cum": parent["epochs_cum"] + trained["epochs"], "flops_cum": parent["flops_cum"]}
-    epochs = trained["epochs"]
-    flops = training_flops(model, _input_shape(shape), data.num_classes, len(data.y_train), epochs)
-    measured = measure(model, config, examples)
-    result = {
-        **{k: config[k] for k in ("dataset", "policy", "seed", "round", "depth_n")},
-        **choice,
-        "function_check": growth,
-        "chain": chain,
-        **{k: trained[k] for k in ("train_loss", "test_loss", "test_acc")},
-        **measured,
-        "epochs": epochs,
-        "epochs_cum": history["epochs_cum"],
-        "flops_round": flops,
-        "flops_cum": history["flops_cum"] + flops,
-        "train_size": len(data.y_train),
-        "wall_s": (trained["wall_s"] if config["round"] else 0.0) + time.perf_counter() - start,
-        "params": sum(q.numel() for q in model.parameters()),
-    }
-    runs.write_result(path, result)
-    with_checkpoint = runs.checkpoint_path(path)
-    if with_checkpoint.exists():
-        with_checkpoint.unlink()
-    return result
+def starting_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
+    """The sweep's randomly initialised ResNet-8 of the run's seed (the global RNG as its 01 run seeds it)."""
+    return build_resnet({**config, "depth_n": 0}, data.num_classes), {}
+
+
+def scratch_resnet(config: dict, data: VisionData, criterion: dict) -> tuple[ResNet, dict]:
+    """The criterion's final architecture from random initialisation: the sweep's ResNet-8 of the seed, the
+    criterion's blocks inserted in its order (``U_l`` from their seeds), each ``V_l`` Kaiming-normal, seeded."""
+    model, _ = starting_resnet(config, data)
+    inserted = criterion["growth"]["inserted"]
+    for k, record in enumerate(inserted):
+        block = insert_zero_block(model, int(record["place"]), seed=int(record["seed"]))
+        weight = block.terminal.weight
+        std = (2.0 / (weight.shape[0] * weight[0, 0].numel())) ** 0.5
+        generator = torch.Generator().manual_seed(int(config["seed"]) * 1000 + k)
+        with torch.no_grad():
+            weight.copy_(torch.randn(weight.shape, generator=generator) * std)
+    architecture = [{"place": int(r["place"]), "seed": int(r["seed"])} for r in inserted]
+    return model, {"architecture": architecture, "scratch_of": config["growth"]["scratch_of"]}
+
+
+def run_growth(config: dict, data: VisionData, device: torch.device) -> RunGrowth:
+    """The run's growth: the controller for a policy arm, none for the controls; every arm on the budget."""
+    n = CHECK_BATCH
+    x, _ = next(iter(TensorLoader(data.x_train[:n], data.y_train[:n], n, train=False, mean=data.mean, std=data.std)))
+    shape, classes = _input_shape(tuple(data.x_train.shape[1:])), data.num_classes
+    budget = budget_flops(config, data)
+    policy = config["policy"] in POLICIES
+    decide = Controller(config, probe_examples(config, data, device), budget) if policy else None
+    return RunGrowth(
+        insertions=(),
+        insert=lambda model, seed, place: (place, insert_zero_block(model, place, seed=seed)),
+        check_inputs=x.to(device),
+        flops_per_example=lambda model: training_flops_per_image(model, shape, classes),
+        decide=decide,
+        budget_flops=budget,
+        epoch_examples=epoch_examples(config, data),
+        schedule_epochs=int(config["growth"]["budget_epochs"]),
+    )
 
 
 def _input_shape(stored: tuple) -> tuple:
@@ -271,51 +278,89 @@ def _input_shape(stored: tuple) -> tuple:
     return stored if stored[0] in (1, 3) else (stored[2], stored[0], stored[1])
 
 
+def finish_result(result: dict, model: ResNet, config: dict) -> dict:
+    """The sweep's result with 09's keys: the arm, the final depth, why growth stopped, the probes."""
+    growth = result.get("growth", {})
+    probes = growth.get("probes", [])
+    depth = len(model.blocks) - 3
+    last = probes[-1] if probes else {}
+    stop = {
+        "why": last.get("stopped") or ("no growth (a control)" if not probes else "budget spent while growing"),
+        "epoch": last.get("epoch"),
+        "fraction": last.get("fraction"),
+        "text": last.get("why"),
+    }
+    return {
+        **result,
+        "policy": config["policy"],
+        "depth_n": depth,
+        "depth_label": 8 + depth,
+        "stop": stop,
+        "probes": probes,
+        "probe_flops": int(growth.get("probe_flops", 0)),
+        "budget_flops": int(growth["budget_flops"]),
+    }
+
+
 # ----------------------------------------------------------------------------- results
-def collect_records(plan: GrowPlan, out: str | Path) -> list[dict]:
-    """Every finished round's result of the plan, in (policy, seed, round) order."""
-    records = []
-    for _, rounds in sorted(plan.trajectories.items()):
-        for config in rounds:
-            path = runs.run_dir(out, config)
-            if not runs.is_done(path):
-                raise UserError(f"{path} is not finished; rerun 09_grow_by_criterion.py with the same flags")
-            records.append(runs.read_result(path, RECORD_KEYS))
-            records[-1]["policy"] = config["policy"] if config["round"] else rounds[-1]["policy"]
-    return records
-
-
-def read_trajectories(out: str | Path, problems: list | None = None) -> pd.DataFrame:
-    """Every finished round under ``<out>/grow_by_criterion``, one row per round (:data:`RECORD_KEYS` among the
-    columns, with the config's ``preset``, ``dataset`` and ``run_dir``), sorted by policy, seed and round: what the
-    stopping rules read. ``problems``: as :func:`common.runs.scan_runs`'s (malformed rounds left out, listed there)."""
+def read_runs(out: str | Path, problems: list | None = None) -> pd.DataFrame:
+    """Every finished run under ``<out>/grow_by_criterion``, one row per run (:data:`RECORD_KEYS` among the columns,
+    with the config's ``preset``, ``dataset`` and ``run_dir``), sorted by policy and seed. ``problems``: as
+    :func:`common.runs.scan_runs`'s (malformed runs left out, listed there)."""
     found = runs.scan_runs(Path(out) / EXPERIMENT, problems=problems, result_keys=RECORD_KEYS)
-    frame = pd.DataFrame([r.row for r in found], columns=None if found else ["policy", "seed", "round"])
-    if not found:
-        return frame
-    shared, grown = frame[frame["round"] == 0], frame[frame["round"] > 0]
-    starts = [  # the shared round 0 of a seed, once as the first row of each policy grown from it
-        shared[shared["seed"] == seed].assign(policy=policy)
-        for policy, seed in grown[["policy", "seed"]].drop_duplicates().itertuples(index=False)
-    ]
-    frame = pd.concat([*starts, grown], ignore_index=True)
-    return frame.sort_values(["policy", "seed", "round"], ignore_index=True)
+    frame = pd.DataFrame([r.row for r in found])
+    if frame.empty:
+        return pd.DataFrame(columns=["policy", "seed", "depth_n"])
+    return frame.sort_values(["policy", "seed"], ignore_index=True)
+
+
+def curve(run_dir: str | Path, result: dict) -> list[dict]:
+    """Clean training loss against cumulative training FLOPs: every evaluated epoch of ``metrics.jsonl``, then the
+    final evaluation at the run's total (``cost_flops`` adds the probe FLOPs spent by then)."""
+    points = []
+    for r in runs.read_metrics(run_dir):
+        if r.get("clean_loss") is not None:
+            points.append({"epoch": r["epoch"], "train_flops": r["train_flops"], "train_loss": r["clean_loss"],
+                           "cost_flops": r["train_flops"] + r.get("probe_flops", 0)})  # fmt: skip
+    total = {"epoch": result["epochs"], "train_flops": result["train_flops"], "train_loss": result["train_loss"],
+             "cost_flops": result["train_flops"] + result.get("probe_flops", 0)}  # fmt: skip
+    if not points or points[-1]["epoch"] != total["epoch"]:
+        points.append(total)
+    else:
+        points[-1] = total
+    return points
 
 
 TABLE_KEYS = (
-    "policy", "seed", "round", "depth_n", "chosen_candidate", "chosen_v_s", "chosen_ag", "chosen_rank_v",
-    "chosen_rank_ag", "v_max", "ag_max", "app_g_verdict", "app_g_lower", "app_g_upper", "val_loss", "train_loss",
-    "test_loss", "test_acc", "epochs_cum", "flops_cum", "wall_s",
+    "policy", "seed", "depth_n", "stop_why", "stop_epoch", "probes", "epochs", "train_flops", "probe_flops",
+    "budget_flops", "train_loss", "test_loss", "test_acc", "wall_s",
 )  # fmt: skip
 
 
-def trajectory_table(records: Sequence[dict]) -> list[dict]:
-    """One row per (policy, seed, round): :data:`TABLE_KEYS` of each record."""
-    return [{k: r.get(k) for k in TABLE_KEYS} for r in records]
+def run_table(records: Sequence[dict]) -> list[dict]:
+    """One row per run: :data:`TABLE_KEYS` of each record (``stop_*`` from its ``stop``; ``probes`` counted)."""
+    rows = []
+    for r in records:
+        stop = r.get("stop") or {}
+        row = {k: r.get(k) for k in TABLE_KEYS}
+        row.update(stop_why=stop.get("why"), stop_epoch=stop.get("epoch"), probes=len(r.get("probes") or []))
+        rows.append(row)
+    return rows
+
+
+def collect_records(plan: GrowPlan, out: str | Path) -> list[dict]:
+    """Every run's result of the plan, in (arm, seed) order."""
+    records = []
+    for _, config in sorted(plan.configs.items()):
+        path = runs.run_dir(out, config)
+        if not runs.is_done(path):
+            raise UserError(f"{path} is not finished; rerun 09_grow_by_criterion.py with the same flags")
+        records.append(runs.read_result(path, RECORD_KEYS))
+    return records
 
 
 def _number(value, digits: int = 4) -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
@@ -325,9 +370,9 @@ TABLE_COLUMNS = tuple(tables.Column(k.replace("_", " "), lambda r, k=k: _number(
 
 def markdown_table(rows: Sequence[dict]) -> str:
     note = (
-        "One row per (policy, seed, round); round 0 is the sweep's ResNet-8. chosen_*: the candidate this round's "
-        "block went to, with its V_S,l, AG_l and ranks on the parent; v_max, ag_max, App. G and the losses are the "
-        "round's trained model's; flops_cum: training FLOPs counted from the models (common.flops)."
+        "One row per run; every run trains on the same budget of training FLOPs (budget flops) and schedule. depth n: "
+        "blocks added to the ResNet-8 (scratch: the criterion's, from random initialisation); stop why / epoch: why "
+        "and when growth stopped; probe flops: the controller's measuring, apart from training; losses clean, final."
     )
     return f"{tables.markdown_table(rows, TABLE_COLUMNS)}\n\n{note}"
 
@@ -335,8 +380,7 @@ def markdown_table(rows: Sequence[dict]) -> str:
 def table_stem(dataset: str, plan: GrowPlan) -> str:
     p = plan.preset
     policies, seeds = "-".join(p.policies), "-".join(map(str, plan.seeds))
-    epochs = p.epochs_per_round or "sweep"  # None: the sweep's epochs per round
-    return f"table-{dataset}-{policies}-k{p.rounds}-e{epochs}-seeds{seeds}"
+    return f"table-{dataset}-{policies}-b{p.budget_depth_n}-p{p.every}-seeds{seeds}"
 
 
 def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path, Path]:
@@ -345,25 +389,25 @@ def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path,
 
 
 def check_grow_data(configs: Sequence[dict]) -> None:
-    """The data every trajectory reads is there (before any run directory is made)."""
+    """The data every run reads is there (before any run directory is made)."""
     for config in configs:
-        load_sweep_data(config["runtime"]["sweep"])
+        load_sweep_data(config)
 
 
 __all__ = [
     "EXPERIMENT",
     "RECORD_KEYS",
     "GrowPlan",
+    "budget_flops",
     "check_grow_data",
     "collect_records",
+    "curve",
     "default_seeds",
     "grow_plan",
-    "grow_trajectory_run",
+    "grow_run",
     "markdown_table",
-    "read_trajectories",
-    "run_round",
+    "read_runs",
+    "run_table",
     "table_stem",
-    "trajectory_configs",
-    "trajectory_table",
     "write_table",
 ]

@@ -225,7 +225,7 @@ def run_growth(config: dict, data: VisionData, device: torch.device) -> RunGrowt
     insertions = tuple(Insertion(e, block_seed(config["seed"], k)) for k, e in enumerate(plan["epochs"], start=1))
     return RunGrowth(
         insertions=insertions,
-        insert=lambda model, seed: grow(model, torch.Generator().manual_seed(seed)),
+        insert=lambda model, seed, place: grow(model, torch.Generator().manual_seed(seed)),
         check_inputs=x.to(device),
         flops_per_example=lambda model: training_flops_per_image(model, shape, classes),
         restart=plan["schedule"] != "one",

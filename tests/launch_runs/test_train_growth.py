@@ -34,7 +34,7 @@ def tiny_resnet() -> ResNet:
     return ResNet(ResNetConfig(extra_blocks=0, widths=(4, 8, 8), num_classes=4))
 
 
-def seeded_grow(model, seed):
+def seeded_grow(model, seed, place=None):
     return grow(model, torch.Generator().manual_seed(seed))
 
 
@@ -77,7 +77,7 @@ def test_every_insertion_preserves_the_function_and_a_block_that_does_not_fails_
     assert all(r["function_check"] == {"train": 0.0, "eval": 0.0} for r in inserted)
     assert len(model.blocks) == 5 and model.config.extra_blocks == 2
 
-    def broken(model, seed):  # a block whose output is not zero: the check must catch it
+    def broken(model, seed, place=None):  # a block whose output is not zero: the check must catch it
         place, block = seeded_grow(model, seed)
         nn.init.ones_(block.residual[-1].weight)
         return place, block
@@ -163,7 +163,7 @@ def test_a_run_killed_before_or_just_after_an_insertion_resumes_bit_identically(
 
     calls = []
 
-    def dies_after_inserting(model, seed):  # the process dies right after the block went in
+    def dies_after_inserting(model, seed, place=None):  # the process dies right after the block went in
         out = seeded_grow(model, seed)
         calls.append(seed)
         if len(calls) == 1:
