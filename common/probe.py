@@ -488,15 +488,22 @@ def _tangent_gram(
 ) -> GramAccumulator:
     """``P = Psi^T Psi`` and ``X = Psi^T G`` of one batch, streamed over example chunks (float64)."""
     psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
-    d, k = fam.width(z), fam.feature_dim(fam.width(z))
-    acc = GramAccumulator(k, d, device=z.device)
+    return features_gram(fam, psi, g, chunk_elements)
+
+
+def features_gram(fam, psi: torch.Tensor, g: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS) -> GramAccumulator:
+    """``P = Psi^T Psi`` and ``X = Psi^T G`` (float64) of the tangent features of ``psi`` (the map a terminal layer
+    of family ``fam`` reads) and the state-shaped gradient ``g`` at its output: the family's structured route where
+    it has one, else the rows, streamed over example chunks."""
+    d, k = fam.width(g), fam.feature_dim(fam.width(psi))
+    acc = GramAccumulator(k, d, device=psi.device)
     psi, g = psi.to(acc.device), g.to(acc.device)  # float64 only where the device has it (the CPU for MPS, NPU)
     if fam.gram is not None and fam.gram_supported(psi):  # structured route, chunked inside
         P, X = fam.gram(psi, g, chunk_elements=chunk_elements)
         acc.update_statistics(P, X, float(torch.linalg.vector_norm(g, dtype=torch.float64)) ** 2, g.numel() // d)
         return acc
-    per_chunk = max(1, chunk_elements // max(1, fam.rows_per_example(z) * k))  # rows x k float64 features
-    for start in range(0, z.shape[0], per_chunk):
+    per_chunk = max(1, chunk_elements // max(1, fam.rows_per_example(psi) * k))  # rows x k float64 features
+    for start in range(0, psi.shape[0], per_chunk):
         sl = slice(start, start + per_chunk)
         acc.update(fam.feature_rows(psi[sl]), fam.state_rows(g[sl]))
     return acc

@@ -28,9 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.precision import float64_device, full_precision
-from common.probe import probe_mode
-from common.projection import growth_value
+from common.precision import full_precision
+from common.probe import features_gram, probe_mode
 from common.tangent import ZeroOutputBlock, get_family
 
 
@@ -88,12 +87,10 @@ def terminal_values(
             finally:
                 for h in handles:
                     h.remove()
-            f64 = float64_device(x.device)
             for k, g in enumerate(grads):
-                psi = rule.feature_rows(inputs[k].detach()).to(f64, torch.float64)
-                rows = rule.state_rows(g.detach()).to(f64, torch.float64)
-                sums[k] += growth_value(psi, rows)
-                shapes.setdefault(k, (psi.shape[1], rows.shape[1], rows.shape[0]))
+                acc = features_gram(rule, inputs[k].detach(), g.detach())
+                sums[k] += acc.growth_value()
+                shapes.setdefault(k, (acc.k, acc.d, acc.rows))
             n_batches += 1
     if not n_batches:
         raise ValueError("terminal_values got no batches")
