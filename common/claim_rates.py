@@ -92,7 +92,7 @@ def design_for_preset(preset: str = "paper", seeds: int = SEEDS, dataset: str = 
         matched_seeds=seeds,
         scaling_depths=tuple(FC_PRESETS[scaling].depths),
         grow_seeds=seeds,
-        grow_rounds=GROW_PRESETS[preset].rounds if preset in GROW_PRESETS else GROW_PRESETS["paper"].rounds,
+        grow_rounds=GROW_PRESETS[preset].cap if preset in GROW_PRESETS else GROW_PRESETS["paper"].cap,
         expand_runs=len(EXPAND_BLOCKS) * seeds,
     )
 

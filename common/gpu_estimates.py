@@ -291,6 +291,16 @@ def growth_run(config: dict, device: Device = H100, launch: LaunchModel = LAUNCH
     return RunEstimate.of(config["name"], [*phases, final], launch.start_s + launch.compile_s, device)
 
 
+def grow_run(config: dict, device: Device = H100, launch: LaunchModel = LAUNCH) -> RunEstimate | None:
+    """09's run (common/experiments/grow_by_criterion.py): every arm spends B, the training FLOPs of the sweep's run
+    at the budget depth, so its training is estimated as that run (``budget_depth_n``, ``budget_epochs``). A policy
+    arm's probes come on top and are not estimated here (their FLOPs, an estimate of their own, are in its record:
+    a third of B on the mini calibration run, mostly float64 Gram products)."""
+    g = config["growth"]
+    reference = {**config, "depth_n": g["budget_depth_n"], "train": {**config["train"], "epochs": g["budget_epochs"]}}
+    return training_run(reference, device, launch)
+
+
 def _sweep_shapes(config: dict) -> Shapes | None:
     """The shapes of the sweep run a probe or matched run reads (its training subset from that run's config)."""
     sweep_dir = config.get("runtime", {}).get("sweep_dir")
@@ -345,12 +355,13 @@ ESTIMATORS: dict[str, Estimator] = {  # by the config's experiment (03's scratch
     "growth_vs_scratch": lambda spec: growth_run(spec.config),
     "ag_probe": lambda spec: probe_run(spec.config),
     "matched_insertion": lambda spec: matched_run(spec.config),
+    "grow_by_criterion": lambda spec: grow_run(spec.config),
 }
 
 
 def plan_estimate(todo: Sequence[RunSpec]) -> PlanEstimate:
-    """The estimates of the unfinished jobs ``todo``; a job of an experiment without an estimator (04, 05, 07, 09,
-    10), or of a dataset whose size is not known before loading, is named in ``unknown``."""
+    """The estimates of the unfinished jobs ``todo``; a job of an experiment without an estimator (04, 05, 07, 10),
+    or of a dataset whose size is not known before loading, is named in ``unknown``."""
     known, unknown = [], []
     for spec in todo:
         estimator = ESTIMATORS.get(spec.config.get("experiment", ""))
@@ -399,6 +410,7 @@ __all__ = [
     "RunEstimate",
     "Shapes",
     "describe",
+    "grow_run",
     "growth_run",
     "matched_run",
     "plan_estimate",

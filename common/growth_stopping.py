@@ -1,18 +1,21 @@
-"""Stopping rules for growth by the criterion (script 09) and its comparison against the fixed-depth sweep (01).
+"""Post-hoc stopping rules for growth by the criterion (script 09), and the fixed sweep's N* (01).
 
-Functions of record frames only, fixed before any trajectory record existed (docs/decisions.md, section
-"Stopping rules for growth by the criterion (09)"). A *trajectory* is one ``(policy, seed)``: one row per round,
-round 0 the trained ResNet-8 before any insertion, with the columns of :data:`TRAJECTORY_COLUMNS`. Round r's
-record holds what was measured on round r's trained network (whose candidates choose where round r + 1's block
-goes): ``AGmax``, the largest exact growth value ``V_S,l`` (``v_max``), App. G's interval for
-``Gamma = max_l ||C_l||`` and its verdict, and the losses.
+These rules are read *after* a run, off its probe records (:func:`common.experiments.grow_by_criterion.probe_frame`);
+the rule that acts online is the controller's own (:mod:`common.experiments.grow_controller`). Functions of record
+frames only, fixed before any trajectory record existed (docs/decisions.md, section "Stopping rules for growth by the
+criterion (09)"). A *trajectory* is one ``(policy, seed)``: one row per probe (its ``round``: the probe's index; round
+0 is the first probe, of the ResNet-8 after the first probe period), with the columns of :data:`TRAJECTORY_COLUMNS`.
+A probe's record holds what was measured on the network then, before that probe's insertion: ``AGmax``, the largest
+exact growth value ``V_S,l`` (``v_max``), App. G's interval for ``Gamma = max_l ||C_l||`` and its verdict where
+measured, the validation loss, and the clean training loss at that epoch.
 
-A rule *stops at round r* when it fires on round r's measurements: the network kept is the one of round r (depth
-``depth_n``, no roll-back to an earlier round), and the compute spent is that round's ``flops_cum``. The four rules:
+A rule *stops at round r* when it fires on probe r's measurements: the network kept is the one of probe r (depth
+``depth_n``, no roll-back), and the compute spent is its ``flops_cum``. The four rules:
 
 - (a) :func:`ag_below_line`: ``AGmax < 5e-3`` (the paper's low-signal line, :data:`common.paper.LOW_SIGNAL_AG`) on
   the records' ``ag_max``, the batch-mean ``AG_l`` at the probe's batch size, as 08 draws and tabulates the line;
-- (b) :func:`app_g_saturated`: App. G's interval says "saturated within delta", upper end ``<= APP_G_DELTA``;
+- (b) :func:`app_g_saturated`: App. G's interval says "saturated within delta", upper end ``<= APP_G_DELTA``
+  (never fires where the interval was not measured: "no verdict");
 - (c) :func:`v_max_fallen`: ``max_l V_S,l < V_FRACTION x`` its round-0 value;
 - (d) :func:`val_loss_stalled`: the validation loss has not improved by ``IMPROVEMENT_MARGIN`` (relative) for
   ``PATIENCE`` rounds (the constructive-learning baseline).
@@ -30,26 +33,9 @@ import pandas as pd
 from common import paper, saturation
 
 TRAJECTORY_COLUMNS = (
-    "policy",
-    "seed",
-    "round",
-    "depth_n",
-    "chosen_candidate",
-    "chosen_v_s",
-    "chosen_ag",
-    "v_max",
-    "ag_max",
-    "app_g_verdict",
-    "app_g_lower",
-    "app_g_upper",
-    "val_loss",
-    "train_loss",
-    "test_loss",
-    "test_acc",
-    "epochs_cum",
-    "flops_cum",
-    "wall_s",
-)
+    "policy", "seed", "round", "depth_n", "chosen_candidate", "v_max", "ag_max", "app_g_verdict", "app_g_lower",
+    "app_g_upper", "val_loss", "train_loss", "test_loss", "flops_cum",
+)  # fmt: skip
 AT_STOP = ("round", "depth_n", "train_loss", "test_loss", "flops_cum")  # what a stop reports, read off its round
 # Optional columns: the asymptotic interval beside Theorem 3's (read beside rule (b), never its verdict).
 ASYMPTOTIC_COLUMNS = ("app_g_asymptotic_lower", "app_g_asymptotic_upper")
@@ -303,115 +289,6 @@ def sweep_means(sweep: pd.DataFrame) -> pd.DataFrame:
     means = sweep.groupby("depth_n")[numbers].mean()
     means["seeds"] = sweep.groupby("depth_n")["seed"].nunique()
     return means.sort_index().reset_index()
-
-
-def grown(trajectories: pd.DataFrame) -> pd.DataFrame:
-    """The rounds that grew a network (round >= 1): round 0 is the sweep's ResNet-8 itself (or its twin)."""
-    return trajectories[trajectories["round"] >= 1]
-
-
-def compared_depths(trajectories: pd.DataFrame, sweep: pd.DataFrame) -> list[int]:
-    """The depths both reached: a grown round of some trajectory and a sweep run."""
-    return sorted(int(n) for n in set(grown(trajectories)["depth_n"].dropna()) & set(sweep["depth_n"].dropna()))
-
-
-def grown_vs_scratch(trajectories: pd.DataFrame, sweep: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Per policy and depth both reached: ``column`` grown (mean over seeds) against scratch-trained (the sweep's
-    mean), their difference (grown - scratch), and the mean of the seed-by-seed differences over the seeds both
-    have (``paired_difference``, NaN with none)."""
-    depths, out = compared_depths(trajectories, sweep), []
-    rows = grown(trajectories)
-    for (policy, n), group in rows[rows["depth_n"].isin(depths)].groupby(["policy", "depth_n"], sort=True):
-        scratch = sweep[sweep["depth_n"] == n]
-        paired = group.merge(scratch[["seed", column]], on="seed", suffixes=("_grown", "_scratch"))
-        differences = paired[f"{column}_grown"] - paired[f"{column}_scratch"]
-        mean_grown, mean_scratch = float(group[column].mean()), float(scratch[column].mean())
-        out.append(
-            {
-                "policy": policy,
-                "depth_n": int(n),
-                f"grown_{column}": mean_grown,
-                "grown_seeds": int(group["seed"].nunique()),
-                f"scratch_{column}": mean_scratch,
-                "scratch_seeds": int(scratch["seed"].nunique()),
-                "difference": mean_grown - mean_scratch,
-                "paired_seeds": len(paired),
-                "paired_difference": float(differences.mean()) if len(paired) else math.nan,
-            }
-        )
-    return pd.DataFrame(out)
-
-
-def compare_train_loss(trajectories: pd.DataFrame, sweep: pd.DataFrame) -> pd.DataFrame:
-    """Grown against scratch-trained training loss, the quantity ``V_S,l`` and ``AG_l`` are about."""
-    return grown_vs_scratch(trajectories, sweep, "train_loss")
-
-
-def sweep_overfits(sweep: pd.DataFrame) -> bool:
-    """The sweep's mean test loss is best at its shallowest depth, strictly below every deeper one (2 depths at
-    least): deeper networks over-fit its training images (as at mini)."""
-    means = sweep_means(sweep).dropna(subset=["test_loss"])
-    return len(means) >= 2 and bool((means["test_loss"].iloc[0] < means["test_loss"].iloc[1:]).all())
-
-
-def compare_test_loss(trajectories: pd.DataFrame, sweep: pd.DataFrame) -> pd.DataFrame | str:
-    """Grown against scratch-trained test loss, or, when the sweep over-fits (:func:`sweep_overfits`), a sentence
-    that says so instead of a number: against a sweep whose best test loss is its shallowest network, a grown
-    network's lower or higher test loss says how much it over-fits, not whether growth helps."""
-    if sweep_overfits(sweep):
-        means = sweep_means(sweep)
-        first = means.iloc[0]
-        return (
-            f"not compared: the sweep's test loss is best at its shallowest depth, N = {int(first['depth_n'])} "
-            f"(mean {fmt(first['test_loss'])}, against {fmt(means['test_loss'].iloc[1:].min())} at best deeper): "
-            "the deeper networks over-fit the training images, so a grown network's test loss against them measures "
-            "over-fitting, not growth"
-        )
-    return grown_vs_scratch(trajectories, sweep, "test_loss")
-
-
-MAYBE_NONE = ("round", "depth_n", "flops", "sweep_flops")
-
-
-def compute_to_reach(trajectories: pd.DataFrame, sweep: pd.DataFrame) -> pd.DataFrame:
-    """The compute each policy needs to reach the sweep's best training loss at the depths compared.
-
-    The target is the lowest mean (over seeds) training loss of the sweep over :func:`compared_depths`. One row per
-    ``(policy, seed)``: the first round whose training loss is at most the target, its depth and ``flops_cum``
-    (None when it never does). Beside them, policy ``"scratch"``: per seed of the sweep at the target's depth its
-    run's ``flops`` (None when not recorded), and ``sweep_flops``, what the sweep spent on one run at every depth
-    compared up to the target's (the means over seeds summed)."""
-    depths = compared_depths(trajectories, sweep)
-    means = sweep_means(sweep)
-    means = means[means["depth_n"].isin(depths)].dropna(subset=["train_loss"])
-    if means.empty:
-        return pd.DataFrame(columns=["policy", "seed", "target_train_loss", "target_depth_n", "reached", "round",
-                                     "depth_n", "flops", "sweep_flops"])  # fmt: skip
-    best = means.loc[means["train_loss"].idxmin()]
-    target, target_depth = float(best["train_loss"]), int(best["depth_n"])
-    head = {"target_train_loss": target, "target_depth_n": target_depth}
-    out = []
-    for (policy, seed), trajectory in trajectories.groupby(["policy", "seed"], sort=True):
-        rows = one_trajectory(trajectory)
-        at = first_true(rows["train_loss"].to_numpy(dtype=float) <= target)
-        row = None if at is None else rows.iloc[at]
-        out.append({
-            "policy": policy, "seed": seed, **head, "reached": at is not None,
-            "round": None if row is None else int(row["round"]),
-            "depth_n": None if row is None else int(row["depth_n"]),
-            "flops": None if row is None else _number(row["flops_cum"]), "sweep_flops": None,
-        })  # fmt: skip
-    spent = _number(means.loc[means["depth_n"] <= target_depth, "flops"].sum(min_count=1)) if "flops" in means else None
-    for _, run in sweep[sweep["depth_n"] == target_depth].sort_values("seed").iterrows():
-        out.append({
-            "policy": "scratch", "seed": run["seed"], **head, "reached": bool(run["train_loss"] <= target),
-            "round": None, "depth_n": target_depth,
-            "flops": _number(run["flops"]) if "flops" in run else None, "sweep_flops": spent,
-        })  # fmt: skip
-    table = pd.DataFrame(out)
-    for column in MAYBE_NONE:  # None where a run never reached the target (or recorded no flops), not NaN
-        table[column] = pd.Series([r[column] for r in out], dtype=object, index=table.index)
-    return table
 
 
 @dataclass(frozen=True)

@@ -454,51 +454,55 @@ def ag_vs_train_loss(probe: pd.DataFrame) -> Figure:
 
 
 # ----------------------------------------------------------------------------- figures 10 and 11 (script 09)
-POLICY_COLORS = {"criterion": "C0", "ag": "C2", "cyclic": "C1", "random": "C3"}  # one colour per placement
+POLICY_COLORS = {"criterion": "C0", "ag": "C2", "cyclic": "C1", "random": "C3", "none": "0.5", "scratch": "C4"}
 
 
-def grow_vs_compute(trajectories: pd.DataFrame, sweep: pd.DataFrame, *, dataset: str) -> Figure:
-    """Figure 10: growth by the criterion (09), training loss and the largest ``V_S,l`` against cumulative training
-    compute, one line per policy (the mean over seeds at each round), each seed faint; the sweep's depths (01) as
-    points on the loss panel, labelled N.
+def grow_vs_compute(curves: pd.DataFrame, probes: pd.DataFrame, sweep: pd.DataFrame, *, dataset: str) -> Figure:
+    """Figure 10: growth by the criterion (09). Left: clean training loss against cumulative training FLOPs, one
+    line per run coloured by arm (every arm ends at the same budget B), the sweep's runs (01) as points labelled N.
+    Right: the controller's statistic ``max V_S,l / max V_b`` at each probe against the FLOPs spent, one line per
+    policy run, the stop rule's constant dashed.
 
-    ``trajectories``: one row per (policy, seed, round), ``flops_cum``, ``train_loss``, ``v_max``; ``sweep``: one
-    row per run, ``depth_n``, ``flops`` and ``train_loss`` (empty: no points).
+    ``curves``: ``policy``, ``seed``, ``train_flops``, ``train_loss`` per point; ``probes``: ``policy``, ``seed``,
+    ``flops_cum``, ``ratio`` per probe; ``sweep``: ``depth_n``, ``flops``, ``train_loss`` per run (empty: no points).
     """
     fig = new_figure(9.5, 3.8)
     axes = fig.subplots(1, 2)
-    for ax, column, label in ((axes[0], "train_loss", "clean training loss"), (axes[1], "v_max", "largest V_S,l")):
-        for policy, group in trajectories.groupby("policy", sort=True):
-            color = POLICY_COLORS.get(policy, "0.4")
-            for _, seed in group.groupby("seed"):
-                seed = seed.sort_values("round")
-                ax.plot(seed["flops_cum"], seed[column], color=color, alpha=0.25, linewidth=0.8)
-            mean = group.groupby("round")[["flops_cum", column]].mean()
-            ax.plot(mean["flops_cum"], mean[column], "o-", color=color, markersize=3, label=policy)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("cumulative training FLOPs")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
+    for (policy, seed), run in curves.groupby(["policy", "seed"], sort=True):
+        first = seed == curves[curves["policy"] == policy]["seed"].min()
+        axes[0].plot(run["train_flops"], run["train_loss"], "-", color=POLICY_COLORS.get(policy, "0.4"),
+                     linewidth=0.9, alpha=0.8, label=policy if first else None)  # fmt: skip
     if len(sweep):
         points = sweep.groupby("depth_n")[["flops", "train_loss"]].mean()
-        axes[0].scatter(points["flops"], points["train_loss"], marker="s", color="k", s=14, label="sweep (scratch)")
+        axes[0].scatter(points["flops"], points["train_loss"], marker="s", color="k", s=14, label="sweep (01)")
         for n, row in points.iterrows():
             axes[0].annotate(f"N={int(n)}", (row["flops"], row["train_loss"]), fontsize=6, xytext=(3, 3),
                              textcoords="offset points")  # fmt: skip
+    axes[0].set_xscale("log")
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("cumulative training FLOPs")
+    axes[0].set_ylabel("clean training loss")
     axes[0].legend(fontsize=7)
-    axes[0].set_title(f"growth by the criterion, {dataset}: {_mean_note(trajectories)}", fontsize=9)
-    axes[1].set_title("the largest growth value of each round's network", fontsize=9)
+    axes[0].set_title(f"growth within one budget, {dataset}: {_mean_note(curves).split(' (')[0]}", fontsize=9)
+    for (policy, _), run in probes.groupby(["policy", "seed"], sort=True):
+        axes[1].plot(run["flops_cum"], run["ratio"], "o-", color=POLICY_COLORS.get(policy, "0.4"), markersize=3,
+                     linewidth=0.8, alpha=0.8)  # fmt: skip
+    axes[1].axhline(1.0, color="k", linestyle="--", linewidth=0.8)
+    axes[1].set_xlabel("training FLOPs at the probe")
+    axes[1].set_ylabel("max V_S,l / max V_b")
+    axes[1].set_title("the stop rule's statistic at each probe (dashed: its constant)", fontsize=9)
+    for ax in axes:
+        ax.grid(alpha=0.3)
     return fig
 
 
-def grow_choices(trajectories: pd.DataFrame, *, dataset: str) -> Figure:
-    """Figure 11: which candidate each policy chose, round by round (09): one panel per policy, x the round, y the
+def grow_choices(probes: pd.DataFrame, *, dataset: str) -> Figure:
+    """Figure 11: which candidate each policy chose, probe by probe (09): one panel per policy, x the probe, y the
     candidate by name in the network's order (``block0.in`` .. ``blockN.in``, then ``head.in``: an index shifts as
     blocks are inserted, a name keeps its place below the head), one marker per seed, offset a little to stay apart.
 
-    ``trajectories``: one row per (policy, seed, round) with ``chosen_candidate`` (round 0: none)."""
-    grown = trajectories[trajectories["round"] >= 1].dropna(subset=["chosen_candidate"])
+    ``probes``: one row per (policy, seed, probe) with ``round`` (the probe) and ``chosen_candidate``."""
+    grown = probes.dropna(subset=["chosen_candidate"])
     policies = sorted(grown["policy"].unique()) or ["(none)"]
     names = sorted(grown["chosen_candidate"].unique(), key=_candidate_order)
     place = {name: i for i, name in enumerate(names)}
@@ -514,12 +518,12 @@ def grow_choices(trajectories: pd.DataFrame, *, dataset: str) -> Figure:
             ax.plot(mine["round"] + offset, y, "o-", color=POLICY_COLORS.get(policy, "0.4"), alpha=0.6,
                     markersize=4, linewidth=0.7)  # fmt: skip
         ax.set_title(policy, fontsize=9)
-        ax.set_xlabel("round")
+        ax.set_xlabel("probe")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0].set_yticks(range(len(names)), names, fontsize=7)
     axes[0].set_ylabel("candidate chosen")
-    fig.suptitle(f"where each round's block went, {dataset}: one line per seed", fontsize=9)
+    fig.suptitle(f"where each probe's block went, {dataset}: one line per seed", fontsize=9)
     return fig
 
 

@@ -73,25 +73,25 @@ def terminal_values(
     blocks = [(i, b, terminal_layers(b)) for i, b in enumerate(model.blocks)]
     blocks = [(i, b, t) for i, b, t in blocks if t is not None]
     sums, n_batches, shapes = [0.0] * len(blocks), 0, {}
-    with probe_mode(model, "eval"), full_precision():
-        for x, y in batches:
-            inputs, outputs, handles = {}, {}, []
-            for k, (_, _, (layer, branch)) in enumerate(blocks):
-                handles.append(layer.register_forward_pre_hook(lambda m, a, k=k: inputs.__setitem__(k, a[0])))
-                handles.append(branch.register_forward_hook(lambda m, a, out, k=k: outputs.__setitem__(k, out)))
-            try:
+    inputs, outputs, handles = {}, {}, []
+    for k, (_, _, (layer, branch)) in enumerate(blocks):
+        handles.append(layer.register_forward_pre_hook(lambda m, a, k=k: inputs.__setitem__(k, a[0])))
+        handles.append(branch.register_forward_hook(lambda m, a, out, k=k: outputs.__setitem__(k, out)))
+    try:
+        with probe_mode(model, "eval"), full_precision():
+            for x, y in batches:
                 with torch.enable_grad():
                     x = x.detach().requires_grad_(True)  # parameters are frozen: the input carries the graph
                     loss = F.cross_entropy(model(x).float(), y)
                     grads = torch.autograd.grad(loss, [outputs[k] for k in range(len(blocks))])
-            finally:
-                for h in handles:
-                    h.remove()
-            for k, g in enumerate(grads):
-                acc = features_gram(rule, inputs[k].detach(), g.detach())
-                sums[k] += acc.growth_value()
-                shapes.setdefault(k, (acc.k, acc.d, acc.rows))
-            n_batches += 1
+                for k, g in enumerate(grads):
+                    acc = features_gram(rule, inputs[k].detach(), g.detach())
+                    sums[k] += acc.growth_value()
+                    shapes.setdefault(k, (acc.k, acc.d, acc.rows))
+                n_batches += 1
+    finally:
+        for h in handles:
+            h.remove()
     if not n_batches:
         raise ValueError("terminal_values got no batches")
     return [

@@ -47,8 +47,8 @@ class Design:
     scaling_depths: tuple[int, ...]  # L of the weight-scaling fits (07)
     growth_required: int | None = None
     scaling_fits: tuple[tuple[float, ...], ...] = ()
-    grow_seeds: int = 0  # trajectories per policy (09), one per seed
-    grow_rounds: int = 0  # K: the rounds every trajectory compared reached
+    grow_seeds: int = 0  # runs per arm (09), one per seed
+    grow_rounds: int = 0  # K: the blocks every criterion run reached (the stop rule's horizon; the preset's cap)
     expand_runs: int = 0  # runs of 10 two policies are paired over: one per (K, seed), every policy trained in each
 
     def fits(self) -> tuple[tuple[float, ...], ...]:
@@ -64,7 +64,7 @@ class Design:
             f"L = {self.scaling_depths[0]}..{self.scaling_depths[-1]} ({len(self.scaling_depths)} depths)"
         )
         if self.grow_seeds:
-            text += f"; growth by the criterion K = {self.grow_rounds} rounds x {self.grow_seeds} seeds"
+            text += f"; growth by the criterion K = {self.grow_rounds} blocks x {self.grow_seeds} seeds"
         if self.expand_runs:
             text += f"; decoder expansion: {self.expand_runs} paired runs (K, seed)"
         return text
@@ -85,7 +85,7 @@ class Design:
                 fits.append(_counts(distinct, [xs.count(x) for x in distinct], unit="run"))
             return f"scaling: {len(fits)} fit{'s' if len(fits) != 1 else ''} at L " + "; ".join(fits)
         if experiment == "grow":
-            return f"grow: K = {self.grow_rounds} rounds x {self.grow_seeds} seeds"
+            return f"grow: K = {self.grow_rounds} blocks x {self.grow_seeds} seeds"
         if experiment == "expand":
             return f"expand: {self.expand_runs} paired runs (K, seed)"
         raise ValueError(f"experiment {experiment!r}: one of {EXPERIMENTS}")

@@ -1,12 +1,14 @@
 """Claim rules about growth by the criterion (script 09), beyond the paper: the paper never grows a network by
 ``V_S,l``, so these rules have no paper value to compare with (docs/decisions.md, section "Claims about growth by
-the criterion (09)", fixed before any 09 record existed).
+the criterion (09)", fixed before any 09 record existed; reworded for issue 44's design, where every run spends
+one budget B of training FLOPs).
 
-- :func:`placement_lower_train_loss`: placing each round's block where ``V_S,l`` is largest reaches a lower clean
-  training loss after K rounds than another placement (cyclic, random), paired over seeds;
-- :func:`stop_within_depths`: stop rule (c) (:func:`common.growth_stopping.v_max_fallen`) stops within
-  ``±STOP_TOLERANCE`` depths of ``N*``, the depth where the fixed sweep's training loss stops improving
-  (:func:`common.growth_stopping.sweep_plateau`).
+- :func:`placement_lower_train_loss`: growing where ``V_S,l`` is largest reaches a lower clean training loss at B
+  than another arm (cyclic, random, ag placement; the ResNet-8 never grown; the criterion's architecture from
+  scratch), paired over seeds;
+- :func:`stop_within_depths`: the controller's online stop rule (:mod:`common.experiments.grow_controller`) stops
+  growth within ``±STOP_TOLERANCE`` depths of ``N*``, the depth where the fixed sweep's training loss stops
+  improving (:func:`common.growth_stopping.sweep_plateau`).
 """
 
 from __future__ import annotations
@@ -51,17 +53,18 @@ def paired_differences(criterion: Mapping[int, float], other: Mapping[int, float
 
 
 @rule(
-    "beyond the paper: per seed, the other placement's clean training loss minus the criterion's at round K (the last "
-    "round every trajectory of both policies reached), paired over the seeds both have; holds when its 95% Student-t "
+    "beyond the paper: per seed, the other arm's clean training loss minus the criterion's at the end of the budget B "
+    "(both runs spent B training FLOPs), paired over the seeds both have; holds when its 95% Student-t "
     "interval over seeds is above 0 (the criterion significantly lower); does not hold when it is below 0; else, or "
     "fewer than 2 paired seeds, not decidable"
 )
 def placement_lower_train_loss(
     criterion: Mapping[int, float], other: Mapping[int, float], other_name: str = "other", rounds: int | None = None
 ) -> Outcome:
-    """``criterion`` and ``other``: seed -> clean training loss at round K of that policy's trajectory."""
+    """``criterion`` and ``other``: seed -> clean training loss at the end of the budget (``rounds``: shown as K when
+    given)."""
     d = paired_differences(criterion, other)
-    at = f" at round K = {rounds}" if rounds is not None else ""
+    at = f" at round K = {rounds}" if rounds is not None else " at B"
     if not d:
         return Outcome(UNDECIDABLE, f"no seed with both trajectories{at}")
     mean_c = sum(criterion[s] for s in d) / len(d)
@@ -84,31 +87,31 @@ def paired_verdict(d: Mapping, shown: str, other_name: str, over: str) -> Outcom
 
 
 @rule(
-    f"beyond the paper: per seed, the depth where stop rule (c) stops the trajectory minus N*, the depth where the "
+    f"beyond the paper: per seed, the depth where the controller's stop rule stopped growth minus N*, the depth where the "
     f"sweep's mean training loss stops improving; holds when the 95% Student-t interval of its mean over seeds "
     f"(spread at least 1/sqrt(12) depth, the rounding of a whole depth) lies inside [-{STOP_TOLERANCE}, "
     f"+{STOP_TOLERANCE}] and every seed stopped; does not hold when the interval lies above +{STOP_TOLERANCE} (a seed "
-    f"that did not stop within K rounds counts at K + 1, a lower bound) or, every seed stopped, below "
+    f"the rule did not stop, K blocks reached, counts at K + 1, a lower bound) or, every seed stopped, below "
     f"-{STOP_TOLERANCE}; else, fewer than 2 seeds, or no N*, not decidable"
 )
 def stop_within_depths(
     stops: Mapping[int, int | None], plateau: int | None, rounds: int, tolerance: int = STOP_TOLERANCE
 ) -> Outcome:
-    """``stops``: seed -> depth where rule (c) stopped (None: did not stop within ``rounds`` rounds, the last round
-    recorded, so the stop is at ``rounds + 1`` or later); ``plateau``: the sweep's N* (None: still improving)."""
+    """``stops``: seed -> depth where the rule stopped (None: it did not, within ``rounds`` blocks, the fewest any
+    run reached, so the stop is at ``rounds + 1`` or later); ``plateau``: the sweep's N* (None: still improving)."""
     if plateau is None:
         return Outcome(UNDECIDABLE, "the sweep's training loss still improves at its deepest depth: no N*")
     open_ = sorted(s for s, d in stops.items() if d is None)
     depths = {s: (float(d) if d is not None else float(rounds + 1)) for s, d in stops.items()}
     listed = ", ".join(f"seed {s}: {int(d) if d is not None else f'>{rounds}'}" for s, d in sorted(stops.items()))
-    shown = f"N* = {plateau}; rule (c) stops at {listed or 'no seed'}"
+    shown = f"N* = {plateau}; the stop rule stops at {listed or 'no seed'}"
     if len(depths) < 2:
         return Outcome(UNDECIDABLE, f"{shown}; one seed: no spread to test")
     mean, sd = mean_sd([d - plateau for d in depths.values()])
     est = Estimate(mean, max(sd, ROUNDING_SD) / math.sqrt(len(depths)), len(depths) - 1)
     low, high = est.interval()
     value = f"{shown}; stop - N* {est.text(2)} over seeds" + (
-        f" ({len(open_)} not stopped within {rounds} rounds, counted at {rounds + 1})" if open_ else ""
+        f" ({len(open_)} not stopped within {rounds} blocks, counted at {rounds + 1})" if open_ else ""
     )
     if -tolerance <= low and high <= tolerance and not open_:
         return Outcome(HOLDS, value)

@@ -117,7 +117,9 @@ def grow_plan(
     epochs = int(reference["train"]["epochs"])
     max_epochs = math.ceil(epochs * depth_ratio(p.budget_depth_n, reference)) + 1  # the loop's bound: B ends it
     if epochs < p.every:
-        raise ParamError("every", p.every, f"the budget is {epochs} epochs of ResNet-{8 + p.budget_depth_n}: probe more often")
+        raise ParamError(
+            "every", p.every, f"the budget is {epochs} epochs of ResNet-{8 + p.budget_depth_n}: probe more often"
+        )
     probe = {
         "batch_size": p.probe_batch_size,
         "n_batches": p.probe_batches,
@@ -314,6 +316,34 @@ def read_runs(out: str | Path, problems: list | None = None) -> pd.DataFrame:
     return frame.sort_values(["policy", "seed"], ignore_index=True)
 
 
+PROBE_COLUMNS = ("v_max", "ag_max", "v_ref", "ratio", "val_loss", "app_g_verdict", "app_g_lower", "app_g_upper",
+                 "app_g_asymptotic_lower", "app_g_asymptotic_upper", "chosen_candidate", "stopped")  # fmt: skip
+
+
+def probe_frame(runs_frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured probe of every run of ``runs_frame`` (:func:`read_runs`): ``policy``, ``seed``,
+    ``round`` (the probe's index), ``epoch``, ``depth_n`` (before its insertion), :data:`PROBE_COLUMNS`,
+    ``train_loss`` (the clean training loss evaluated at that epoch), ``test_loss`` (not measured: NaN) and
+    ``flops_cum`` (training FLOPs so far): what the post-hoc stopping rules of :mod:`common.growth_stopping` read."""
+    rows = []
+    for run in runs_frame.to_dict("records"):
+        clean = {r["epoch"]: r.get("clean_loss") for r in runs.read_metrics(run["run_dir"])}
+        for probe in run.get("probes") or []:
+            if "v_max" not in probe:  # a record of why growth stopped, nothing measured
+                continue
+            rows.append({
+                "policy": run["policy"], "seed": run["seed"], "dataset": run.get("dataset"),
+                "round": probe["probe"], "epoch": probe["epoch"], "depth_n": probe["depth_n"],
+                **{k: probe.get(k) for k in PROBE_COLUMNS},
+                "train_loss": clean.get(probe["epoch"]), "test_loss": math.nan, "flops_cum": probe["train_flops"],
+            })  # fmt: skip
+    frame = pd.DataFrame(rows, columns=["policy", "seed", "dataset", "round", "epoch", "depth_n", *PROBE_COLUMNS,
+                                        "train_loss", "test_loss", "flops_cum"])  # fmt: skip
+    frame["app_g_verdict"] = frame["app_g_verdict"].fillna("no verdict")
+    return frame.astype({c: float for c in ("app_g_lower", "app_g_upper", "app_g_asymptotic_lower",
+                                            "app_g_asymptotic_upper", "train_loss")})  # fmt: skip
+
+
 def curve(run_dir: str | Path, result: dict) -> list[dict]:
     """Clean training loss against cumulative training FLOPs: every evaluated epoch of ``metrics.jsonl``, then the
     final evaluation at the run's total (``cost_flops`` adds the probe FLOPs spent by then)."""
@@ -406,6 +436,7 @@ __all__ = [
     "grow_plan",
     "grow_run",
     "markdown_table",
+    "probe_frame",
     "read_runs",
     "run_table",
     "table_stem",

@@ -254,7 +254,6 @@ WHY = {
 }
 
 
-
 # ----------------------------------------------------------------------------- the controller
 STOP_RULE = "stop rule"
 STOP_CAP = "depth cap"
@@ -307,7 +306,9 @@ def probe_flops(p: dict, grams: list[tuple[int, int, int]], per_example: int) ->
     of it), App. G's two passes where measured; per analysis batch and projection the Gram products (``2 rows k (k +
     d)``) and an eigendecomposition (:data:`EIGH_FLOPS` ``k^3``), once more for the pooled ``V_S,l``."""
     n = p["batch_size"] * p["n_batches"]
-    passes = 2 * n * per_example + p["held_out"] * per_example // 3 + (p["held_out"] * per_example if p.get("app_g") else 0)
+    passes = (
+        2 * n * per_example + p["held_out"] * per_example // 3 + (p["held_out"] * per_example if p.get("app_g") else 0)
+    )
     gram = sum(2 * rows * k * (k + d) + EIGH_FLOPS * k**3 for rows, k, d in grams)
     return int(passes + p["n_batches"] * gram + EIGH_FLOPS * sum(k**3 for _, k, _ in grams))
 

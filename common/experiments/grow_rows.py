@@ -1,21 +1,28 @@
-"""The claims report's rows about growth by the criterion (script 09), beyond the paper, and 08's tables of its
-stopping rules and of the trajectories against the fixed sweep (01).
+"""The claims report's rows about growth by the criterion (script 09), beyond the paper, and 08's tables and curves
+of it.
 
-Read from 09's records under ``<out>/grow_by_criterion`` (:func:`common.experiments.grow_by_criterion.read_trajectories`,
-the report's preset only) and 01's sweep records of the same preset and dataset (:class:`Records`' ``sweep``). The
-rules are :mod:`common.claim_rules.grow`'s; the stopping rules and the comparisons are
-:mod:`common.growth_stopping`'s (docs/decisions.md, sections "Stopping rules for growth by the criterion (09)" and
-"Claims about growth by the criterion (09)"). Without 09 records every row is "not run", naming the command.
+Read from 09's runs under ``<out>/grow_by_criterion`` (:func:`common.experiments.grow_by_criterion.read_runs`, the
+report's preset only) and 01's sweep records of the same preset and dataset (:class:`Records`' ``sweep``). Every
+run of 09 trains on one budget B of training FLOPs, so its final clean training loss is the loss at equal FLOPs:
+
+- rows: the criterion's loss against each other arm's (``cyclic``, ``random``, ``ag``, and the controls ``none`` and
+  ``scratch``), paired over seeds (:func:`common.claim_rules.grow.placement_lower_train_loss`); and where the
+  controller's own stop rule stopped the criterion against the sweep's N* (:func:`~common.claim_rules.grow.
+  stop_within_depths`); without 09 records every row is "not run", naming the command;
+- 08's tables: per arm at B (:func:`budget_rows`: the losses, the test loss beside and not scored, depth, FLOPs,
+  why growth stopped); the FLOPs the criterion needed to reach the sweep's mean loss at N* against the sweep's own
+  cost to find N* (:func:`compute_rows`); the post-hoc stopping rules on the probe records, apart
+  (:func:`stop_rows`); the curves of figure 10 (:func:`curves`).
 
 The sweep's records hold no FLOP count: :func:`sweep_flops` counts each sweep run's training FLOPs from its
 architecture (:func:`common.resnet_sweep.build_resnet` of its config, :func:`common.flops.training_flops` at its
-training images and epochs), the counter 09 uses for its rounds, so that the sweep's depths and the trajectories
-share one compute axis.
+training images and epochs), the counter 09 uses, so the sweep and 09's runs share one compute axis.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +31,9 @@ import pandas as pd
 from common import claims, growth_stopping
 from common.claim_rules.cases import case_named
 from common.claim_rules.grow import paired_differences
+from common.claim_rules.statistics import Estimate
 from common.experiments import grow_by_criterion
+from common.experiments.grow_controller import STOP_RULE
 from common.experiments.records import Records
 from common.experiments.report_rows import BASE_DESIGN, claim_row, describe
 from common.flops import training_flops
@@ -33,7 +42,13 @@ from common.presets.report import report_preset
 from common.resnet_sweep import build_resnet
 
 CRITERION = "criterion"
-COMPARED = ("cyclic", "random")  # the placements the criterion is compared with
+COMPARED = {  # the other arms, and how a row names them
+    "cyclic": "cyclic placement",
+    "random": "random placement",
+    "ag": "placement by the largest AG_l",
+    "none": "the ResNet-8 never grown",
+    "scratch": "its own final architecture trained from scratch",
+}
 PLACEMENT_CASE = "placement_lower_train_loss (paired over seeds)"
 STOP_CASE = "stop_within_depths"
 BEYOND = "- (beyond the paper: it never grows by V_S,l)"
@@ -44,67 +59,42 @@ def grow_command(preset: str, out: str | Path) -> str:
     return f"python 09_grow_by_criterion.py{report_preset(preset).preset_flag(preset)} --out {out}"
 
 
-def grow_trajectories(rec: Records) -> pd.DataFrame:
-    """09's rounds of the report's preset under ``rec.out`` (one row per policy, seed and round; empty without)."""
+def grow_runs(rec: Records) -> pd.DataFrame:
+    """09's runs of the report's preset under ``rec.out`` (one row per arm and seed; empty without)."""
     if not (Path(rec.out) / grow_by_criterion.EXPERIMENT).is_dir():
         return pd.DataFrame()
-    frame = grow_by_criterion.read_trajectories(rec.out)
+    frame = grow_by_criterion.read_runs(rec.out)
     if frame.empty or "preset" not in frame:
         return pd.DataFrame()
     return frame[frame["preset"] == rec.preset].reset_index(drop=True)
 
 
-def shared_round(frame: pd.DataFrame, policies: tuple[str, ...]) -> int | None:
-    """K: the last round every trajectory of ``policies`` reached (None when one of them has no trajectory)."""
-    rows = frame[frame["policy"].isin(policies)]
-    if set(policies) - set(rows["policy"]):
-        return None
-    return int(rows.groupby(["policy", "seed"])["round"].max().min())
-
-
-def at_round(frame: pd.DataFrame, policy: str, k: int, column: str = "train_loss") -> dict[int, float]:
-    """Seed -> ``column`` at round ``k`` of ``policy``'s trajectories."""
-    rows = frame[(frame["policy"] == policy) & (frame["round"] == k)]
+def by_seed(frame: pd.DataFrame, policy: str, column: str = "train_loss") -> dict[int, float]:
+    """Seed -> ``column`` of ``policy``'s runs."""
+    rows = frame[frame["policy"] == policy]
     return {int(r["seed"]): float(r[column]) for r in rows.to_dict("records")}
 
 
-def placement_outcome(frame: pd.DataFrame, other: str) -> tuple[claims.Outcome | None, int | None, int]:
-    """The criterion against ``other`` at the round they share: (outcome, K, paired seeds); None without both."""
-    k = shared_round(frame, (CRITERION, other))
-    if k is None:
-        return None, None, 0
-    if k == 0:
-        return claims.Outcome(claims.UNDECIDABLE, "no round grown: K = 0"), 0, 0
-    mine, theirs = at_round(frame, CRITERION, k), at_round(frame, other, k)
-    outcome = claims.placement_lower_train_loss(mine, theirs, other, k)
-    return outcome, k, len(paired_differences(mine, theirs))
-
-
-def stops_c(frame: pd.DataFrame, policy: str = CRITERION) -> tuple[dict[int, int | None], int]:
-    """Seed -> depth where stop rule (c) stops ``policy``'s trajectory (None: it did not), and the last round all
-    reached."""
-    stops, last = {}, None
-    for seed, trajectory in frame[frame["policy"] == policy].groupby("seed"):
-        stop = growth_stopping.v_max_fallen(trajectory)
-        stops[int(seed)] = stop.depth_n if stop.fired else None
-        top = int(trajectory["round"].max())
-        last = top if last is None else min(last, top)
-    return stops, int(last or 0)
+def stops(frame: pd.DataFrame) -> tuple[dict[int, int | None], int]:
+    """Seed -> the depth where the criterion's own stop rule stopped growth (None: it did not: the cap or the growth
+    phase did), and K, the fewest blocks a criterion run reached (a run the rule did not stop stops at K + 1 or
+    later, a lower bound)."""
+    rows = frame[frame["policy"] == CRITERION].to_dict("records")
+    out = {int(r["seed"]): (int(r["depth_n"]) if (r.get("stop") or {}).get("why") == STOP_RULE else None) for r in rows}
+    return out, min((int(r["depth_n"]) for r in rows), default=0)
 
 
 def grow_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
-    """The rows about growth by the criterion, per dataset: the criterion against cyclic and random placement,
-    and stop rule (c) against the sweep's N* (module docstring)."""
+    """The rows about growth by the criterion, per dataset (module docstring)."""
     k = claims.STOP_TOLERANCE
     specs = [
-        *(
-            (f"beyond the paper: placing by V_S,l reaches a lower training loss than {o} placement after K rounds", o)
-            for o in COMPARED
-        ),
-        (f"beyond the paper: stop rule (c) stops within ±{k} depths of where the sweep stops improving", None),
-    ]
+        *((f"beyond the paper: within one run's FLOPs, growing where V_S,l is largest reaches a lower training loss "
+           f"than {label}", other) for other, label in COMPARED.items()),
+        (f"beyond the paper: the controller's stop rule stops growth within ±{k} depths of where the sweep stops "
+         "improving", None),
+    ]  # fmt: skip
     fns = [claims.placement_lower_train_loss] * len(COMPARED) + [claims.stop_within_depths]
-    frame = grow_trajectories(rec)
+    frame = grow_runs(rec)
     command = grow_command(rec.preset, rec.out)
     if frame.empty:
         return [claim_row(c, BEYOND, fn, None, f"none: {command}", rec.preset) for (c, _), fn in zip(specs, fns)]
@@ -114,38 +104,50 @@ def grow_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         for (claim, other), fn in zip(specs, fns):
             name = f"{claim} ({dataset})"
             if other is not None:
-                outcome, rounds, paired = placement_outcome(group, other)
                 policies = (CRITERION, other)
-                design = (case_named(PLACEMENT_CASE), replace(BASE_DESIGN, grow_seeds=paired, grow_rounds=rounds or 0))
+                outcome, design = placement_outcome(group, other)
             else:
-                outcome, rounds, policies, design = stop_outcome(group, sweep, cmd)
+                policies = (CRITERION,)
+                outcome, design = stop_outcome(group, sweep, cmd)
             if outcome is None:
                 missing = ", ".join(p for p in policies if p not in set(group["policy"]))
-                what = f"no {missing} trajectories: {command} --policy {','.join(policies)}"
+                what = f"no {missing} runs: {command} --policy {','.join(policies)}"
                 rows.append(claim_row(name, BEYOND, fn, None, what, rec.preset))
                 continue
             used = group[group["policy"].isin(policies)]
-            extra = f"policies {', '.join(policies)}, K = {rounds}"
-            records = describe(rec.preset, dataset, used["seed"], int((used["round"] > 0).sum()), extra)
+            budget = used["budget_flops"].iloc[0]
+            extra = f"policies {', '.join(policies)}, B = {budget:.3g} training FLOPs each"
+            records = describe(rec.preset, dataset, used["seed"], len(used), extra)
             if other is None and len(sweep):
                 records += f"; sweep {len(sweep)} runs at N = {','.join(map(str, sorted(set(sweep['depth_n']))))}"
             rows.append(claim_row(name, BEYOND, fn, outcome, records, rec.preset, design=design))
     return rows
 
 
+def placement_outcome(frame: pd.DataFrame, other: str):
+    """The criterion against ``other`` at B, paired over seeds: (outcome, design); (None, None) without both."""
+    if not {CRITERION, other} <= set(frame["policy"]):
+        return None, None
+    mine, theirs = by_seed(frame, CRITERION), by_seed(frame, other)
+    outcome = claims.placement_lower_train_loss(mine, theirs, other, None)
+    paired = len(paired_differences(mine, theirs))
+    return outcome, (case_named(PLACEMENT_CASE), replace(BASE_DESIGN, grow_seeds=paired))
+
+
 def stop_outcome(group: pd.DataFrame, sweep: pd.DataFrame, cmd: dict[str, str]):
-    """Stop rule (c) on the criterion's trajectories against the sweep's N*: (outcome, K, policies, design)."""
-    policies = (CRITERION,)
+    """The criterion's online stops against the sweep's N*: (outcome, design); (None, None) without criterion runs."""
     if CRITERION not in set(group["policy"]):
-        return None, None, policies, None
-    stops, rounds = stops_c(group)
-    design = (case_named(STOP_CASE), replace(BASE_DESIGN, grow_seeds=len(stops), grow_rounds=rounds))
+        return None, None
+    stopped, reached = stops(group)
+    design = (case_named(STOP_CASE), replace(BASE_DESIGN, grow_seeds=len(stopped), grow_rounds=reached))
     if sweep.empty or sweep["depth_n"].nunique() < 2:
         why = f"the sweep has {sweep['depth_n'].nunique() if len(sweep) else 0} depth(s): no N* ({cmd['sweep']})"
-        return claims.Outcome(claims.UNDECIDABLE, why), rounds, policies, design
+        return claims.Outcome(claims.UNDECIDABLE, why), design
     plateau = growth_stopping.sweep_plateau(sweep)
-    outcome = claims.stop_within_depths(stops, plateau.depth_n, rounds)
-    return claims.Outcome(outcome.verdict, claims.clauses(outcome.value, plateau.text)), rounds, policies, design
+    outcome = claims.stop_within_depths(stopped, plateau.depth_n, reached)
+    why = sorted({(r.get("stop") or {}).get("why") for r in group[group["policy"] == CRITERION].to_dict("records")})
+    value = claims.clauses(outcome.value, plateau.text, f"why growth stopped: {', '.join(map(str, why))}")
+    return claims.Outcome(outcome.verdict, value), design
 
 
 # ----------------------------------------------------------------------------- 08's tables and the sweep's compute
@@ -171,24 +173,97 @@ def sweep_flops(sweep: pd.DataFrame) -> pd.DataFrame:
     return sweep.assign(flops=[float(f) for f in out])
 
 
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return f"{mean:.4g}"
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return f"{mean:.4g} ± {sd:.2g}"
+
+
+def budget_rows(frame: pd.DataFrame) -> list[dict]:
+    """Per arm at B: seeds, final depth (each seed's), clean training loss (mean ± sd over seeds), the paired
+    difference arm - criterion with its 95% interval, test loss and accuracy (beside, not scored), training and
+    probe FLOPs (means), and why growth stopped."""
+    mine = by_seed(frame, CRITERION)
+    rows = []
+    for policy, group in frame.groupby("policy", sort=False):
+        group = group.sort_values("seed")
+        loss = by_seed(group, policy)
+        d = {s: loss[s] - mine[s] for s in sorted(set(loss) & set(mine))} if policy != CRITERION else {}
+        paired = "-"
+        if len(d) >= 2:
+            mean = sum(d.values()) / len(d)
+            sd = math.sqrt(sum((v - mean) ** 2 for v in d.values()) / (len(d) - 1))
+            paired = Estimate(mean, sd / math.sqrt(len(d)), len(d) - 1).text()
+        elif len(d) == 1:
+            paired = f"{next(iter(d.values())):+.4g} (one seed)"
+        rows.append({
+            "policy": policy,
+            "seeds": ",".join(str(int(s)) for s in group["seed"]),
+            "depth_n": ",".join(str(int(n)) for n in group["depth_n"]),
+            "train_loss": _spread(list(loss.values())),
+            "minus_criterion": paired,
+            "test_loss (not scored)": _spread([float(v) for v in group["test_loss"]]),
+            "test_acc": _spread([float(v) for v in group.get("test_acc", pd.Series(dtype=float))]),
+            "train_flops": f"{group['train_flops'].mean():.3g}",
+            "probe_flops (estimate)": f"{group.get('probe_flops', pd.Series([0])).fillna(0).mean():.3g}",
+            "budget_flops": f"{group['budget_flops'].iloc[0]:.3g}",
+            "stopped": "; ".join(sorted({str((r.get('stop') or {}).get('why')) for r in group.to_dict('records')})),
+        })  # fmt: skip
+    order = [CRITERION, *COMPARED]
+    return sorted(rows, key=lambda r: order.index(r["policy"]) if r["policy"] in order else len(order))
+
+
+def curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """Figure 10's curves: per run its clean training loss against cumulative training FLOPs
+    (:func:`common.experiments.grow_by_criterion.curve`), one row per point with ``policy`` and ``seed``."""
+    rows = []
+    for run in frame.to_dict("records"):
+        for point in grow_by_criterion.curve(run["run_dir"], run):
+            rows.append({"policy": run["policy"], "seed": run["seed"], **point})
+    return pd.DataFrame(rows, columns=["policy", "seed", "epoch", "train_flops", "train_loss", "cost_flops"])
+
+
+def compute_rows(frame: pd.DataFrame, sweep: pd.DataFrame) -> list[dict] | str:
+    """The FLOPs each criterion run needed to reach the sweep's mean clean training loss at N* (training and probe
+    FLOPs, the first evaluated point at or below it), against the sweep's own cost to find N*: one run at every depth
+    of its grid up to the first one past N* (what it took to see the plateau), the means over seeds summed. A sentence
+    where the sweep has no N*."""
+    plateau = growth_stopping.sweep_plateau(sweep)
+    if plateau.depth_n is None:
+        return plateau.text
+    spent = sweep_flops(sweep).groupby("depth_n")["flops"].mean().sort_index()
+    past = [n for n in spent.index if n > plateau.depth_n]
+    find = float(spent[spent.index <= (past[0] if past else plateau.depth_n)].sum())
+    points = curves(frame[frame["policy"] == CRITERION])
+    rows = []
+    for seed, group in points.groupby("seed", sort=True):
+        hit = group[group["train_loss"] <= plateau.train_loss].sort_values("train_flops")
+        first = hit.iloc[0] if len(hit) else None
+        rows.append({
+            "seed": int(seed), "target_train_loss": plateau.train_loss, "target_depth_n": plateau.depth_n,
+            "reached": first is not None,
+            "criterion_flops": None if first is None else float(first["cost_flops"]),
+            "sweep_flops_to_find_n_star": find,
+            "ratio": None if first is None else float(first["cost_flops"]) / find,
+        })  # fmt: skip
+    return rows
+
+
 def stop_rows(frame: pd.DataFrame, sweep: pd.DataFrame) -> list[dict]:
-    """Every stopping rule x policy x seed: where it stops, the losses and compute there, and against the sweep's
-    N* (:func:`common.growth_stopping.stops_against_sweep`) when the sweep has two depths or more."""
-    table = growth_stopping.stop_table(frame)
+    """The post-hoc stopping rules (:mod:`common.growth_stopping`, read after the runs, apart from the controller's
+    own rule) on every policy run's probes: where each would have stopped, against the sweep's N* when it has two
+    depths or more."""
+    probes = grow_by_criterion.probe_frame(frame)
+    if probes.empty:
+        return []
+    table = growth_stopping.stop_table(probes)
     if len(sweep) and sweep["depth_n"].nunique() >= 2:
         table = growth_stopping.stops_against_sweep(table, sweep)
     return _plain(table)
-
-
-def comparison_rows(frame: pd.DataFrame, sweep: pd.DataFrame) -> dict[str, list[dict] | str]:
-    """Grown against scratch-trained training and test loss, and the compute to reach the sweep's best training
-    loss (:mod:`common.growth_stopping`); the test-loss comparison is a sentence where the sweep over-fits."""
-    test = growth_stopping.compare_test_loss(frame, sweep)
-    return {
-        "train_loss": _plain(growth_stopping.compare_train_loss(frame, sweep)),
-        "test_loss": test if isinstance(test, str) else _plain(test),
-        "compute": _plain(growth_stopping.compute_to_reach(frame, sweep_flops(sweep))),
-    }
 
 
 def _plain(table: pd.DataFrame) -> list[dict]:
@@ -206,13 +281,14 @@ def _missing(value) -> bool:
 __all__ = [
     "COMPARED",
     "CRITERION",
-    "comparison_rows",
+    "budget_rows",
+    "compute_rows",
+    "curves",
     "grow_claims",
     "grow_command",
-    "grow_trajectories",
+    "grow_runs",
     "placement_outcome",
-    "shared_round",
     "stop_rows",
-    "stops_c",
+    "stops",
     "sweep_flops",
 ]

@@ -251,31 +251,31 @@ def growth_value_figure(rec: Records, report: Report, cmd: dict[str, str]) -> No
 
 
 def grow_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
-    """Figures 10 and 11 (09, beyond the paper): training loss and the largest V_S,l against cumulative compute with
-    the sweep's depths as points, and which candidate each policy chose; the tables of the stopping rules and of the
-    trajectories against the sweep, per dataset (:mod:`common.experiments.grow_rows`)."""
-    frame = grow_rows.grow_trajectories(rec)
+    """Figures 10 and 11 (09, beyond the paper): training loss against cumulative FLOPs for every arm with the
+    sweep's runs as points and the stop rule's statistic at each probe, and which candidate each policy chose; the
+    tables at the budget, of the FLOPs to reach the sweep's loss at N*, and of the post-hoc stopping rules, per
+    dataset (:mod:`common.experiments.grow_rows`)."""
+    frame = grow_rows.grow_runs(rec)
     if frame.empty:
         command = grow_rows.grow_command(rec.preset, rec.out)
-        report.skip("figures 10 and 11 (growth by the criterion)", "09 trajectories", command, rec, (GROW,))
+        report.skip("figures 10 and 11 (growth by the criterion)", "09 runs", command, rec, (GROW,))
         return
     for dataset, group in frame.groupby("dataset", sort=True):
         sweep = rec.sweep[rec.sweep["dataset"] == dataset] if len(rec.sweep) else pd.DataFrame()
-        points = grow_rows.sweep_flops(sweep)
-        report.figure(f"fig10_grow_vs_compute-{dataset}", plots.grow_vs_compute(group, points, dataset=dataset))
-        report.figure(f"fig11_grow_choices-{dataset}", plots.grow_choices(group, dataset=dataset))
-        report.table(f"grow_stops-{dataset}", grow_rows.stop_rows(group, sweep))
+        probes = grow_rows.grow_by_criterion.probe_frame(group)
+        figure = plots.grow_vs_compute(grow_rows.curves(group), probes, grow_rows.sweep_flops(sweep), dataset=dataset)
+        report.figure(f"fig10_grow_vs_compute-{dataset}", figure)
+        report.figure(f"fig11_grow_choices-{dataset}", plots.grow_choices(probes, dataset=dataset))
+        report.table(f"grow_at_budget-{dataset}", grow_rows.budget_rows(group))
+        report.table(f"grow_stops_post_hoc-{dataset}", grow_rows.stop_rows(group, sweep))
         if sweep.empty:
             report.skipped.append(
                 skip_line(f"09 against the sweep ({dataset})", "sweep runs", cmd["sweep"], rec, (SWEEP,))
             )
             continue
-        compared = grow_rows.comparison_rows(group, sweep)
-        for name, rows in compared.items():
-            if isinstance(rows, str):  # the sweep over-fits: a sentence instead of a number
-                report.table(f"grow_vs_sweep_{name}-{dataset}", [{"comparison": name, "result": rows}])
-            else:
-                report.table(f"grow_vs_sweep_{name}-{dataset}", rows)
+        compute = grow_rows.compute_rows(group, sweep)
+        rows = [{"comparison": "compute", "result": compute}] if isinstance(compute, str) else compute
+        report.table(f"grow_compute_to_reach-{dataset}", rows)
 
 
 FIGURE_GROUPS = (  # in the order build draws them (and lists what it skipped)

@@ -21,6 +21,7 @@ SCIENCE = {
     "common.growth",
     "common.scaling",
     "common.precision",
+    "common.terminal_value",
 }
 # The launcher and what it alone uses (cli loads SLURM profiles).
 LAUNCHING = {

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from common import runs
 from common import resnet_sweep as sweep_module
+from common import runs
 from common.experiments import grow_by_criterion as gbc
 from common.experiments import grow_controller as gc
 from common.flops import training_flops, training_flops_per_image
@@ -283,7 +283,10 @@ def test_flop_counter_equals_a_hand_count_on_a_tiny_resnet():
         (["--ratio-below", "-1"], "--ratio-below"),
         (["--ratio-below", "1e9"], "--ratio-below"),
         (["--grow-until", "1.5"], "--grow-until"),
-        (["--preset", "smoke", "--every", "7"], "--every"),  # the smoke budget is 6 epochs: smaller than one probe period
+        (
+            ["--preset", "smoke", "--every", "7"],
+            "--every",
+        ),  # the smoke budget is 6 epochs: smaller than one probe period
         (["--cap", "0"], "--cap"),  # below the start depth's one block
         (["--budget-depth", "-1"], "--budget-depth"),
         (["--preset", "huge"], "--preset"),

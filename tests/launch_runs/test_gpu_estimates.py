@@ -13,6 +13,7 @@ import pytest
 from common import claim_rates, runs
 from common import gpu_estimates as g
 from common.claim_rules.cases import CASES
+from common.experiments.grow_by_criterion import grow_plan
 from common.experiments.growth_vs_scratch import growth_plan
 from common.flops import training_flops_per_image
 from common.models.resnet import ResNet, ResNetConfig
@@ -199,3 +200,14 @@ def test_scripts_without_the_gpu_hour_preset_refuse_it_in_one_line(name, tmp_pat
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "--preset gpu-hour" in line and "01_train_resnet_sweep.py" in line and "06_matched_insertion.py" in line
     assert not any(tmp_path.iterdir())
+
+
+def test_a_09_run_is_estimated_as_the_sweeps_run_whose_flops_are_its_budget():
+    """09's arms all spend B, the training FLOPs of the sweep's ResNet-13 run: each is estimated as that run (the
+    paper row of docs/reproducing.md: ~3 minutes alone, 2.2e15 FLOPs), whatever depth it grows to."""
+    plan = grow_plan(preset="paper", dataset="cifar10", seeds=[0])
+    estimates = {arm: g.grow_run(c) for (arm, _), c in plan.configs.items()}
+    config = plan.configs[("none", 0)]
+    reference = g.training_run({**config, "depth_n": 5, "train": {**config["train"], "epochs": 200}})
+    assert all(e == replace(reference, name=e.name) for e in estimates.values())
+    assert 2.1e15 < reference.flops < 2.3e15 and 120 < reference.alone_s < 240

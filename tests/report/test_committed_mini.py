@@ -82,11 +82,11 @@ def data_flags(configs: dict[str, dict], monkeypatch) -> tuple[list[str], list[s
     return images, ["--text-file", name]
 
 
-def _trajectory(config: dict) -> list[dict]:
-    """Script 09's rounds before ``config`` and its sweep ResNet-8 (none for another experiment's config)."""
-    if config.get("experiment") != grow_by_criterion.EXPERIMENT:
+def _scratch_source(config: dict) -> list[dict]:
+    """The criterion run a 09 scratch run reads its architecture from (none for any other config)."""
+    if config.get("experiment") != grow_by_criterion.EXPERIMENT or config.get("policy") != "scratch":
         return []
-    return [config["runtime"]["sweep"], *grow_by_criterion.trajectory_configs(config)]
+    return [grow_by_criterion.criterion_config(config)]
 
 
 def planned_runs(monkeypatch, images: list[str], texts: list[str]) -> set[str]:
@@ -95,7 +95,7 @@ def planned_runs(monkeypatch, images: list[str], texts: list[str]) -> set[str]:
 
     def record(fn, specs, args, **kwargs):
         for spec in specs:
-            for config in [*_trajectory(spec.config), spec.config]:  # a trajectory's every round, its sweep run
+            for config in [*_scratch_source(spec.config), spec.config]:  # a scratch run's criterion run
                 planned.add(runs.run_dir("", config).as_posix())
         return None
 

@@ -1,9 +1,10 @@
 """Growth by the criterion (09) in the report: its claim rules on hand-made values, its rows ("not run" without 09
-records, verdicts from hand-written 09 and 01 records), 08's figures 10 and 11 and its tables of the stopping rules
-and of the trajectories against the sweep."""
+records, verdicts from hand-written 09 and 01 records), 08's figures 10 and 11 and its tables at the budget, of the
+FLOPs to reach the sweep's loss at N*, and of the post-hoc stopping rules."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -21,9 +22,9 @@ CANDIDATES = ("block0.in", "block1.in", "block2.in", "head.in")
 
 # ----------------------------------------------------------------------------- the rules on hand-made values
 def test_placement_holds_when_the_criterion_is_lower_at_every_seed():
-    out = claims.placement_lower_train_loss({0: 0.10, 1: 0.12, 2: 0.11}, {0: 0.20, 1: 0.23, 2: 0.21}, "cyclic", 5)
+    out = claims.placement_lower_train_loss({0: 0.10, 1: 0.12, 2: 0.11}, {0: 0.20, 1: 0.23, 2: 0.21}, "cyclic")
     assert out.verdict == claims.HOLDS
-    assert "round K = 5" in out.value and "cyclic - criterion" in out.value
+    assert "train loss at B" in out.value and "cyclic - criterion" in out.value
 
 
 def test_placement_does_not_hold_when_the_other_is_significantly_lower():
@@ -54,29 +55,37 @@ def test_stop_rule_gives_seeds_at_one_depth_the_rounding_spread_and_never_holds_
     assert claims.stop_within_depths({0: 4, 1: 4, 2: 4}, 3, 5).verdict == claims.UNDECIDABLE
     assert claims.stop_within_depths({0: 3, 1: 3, 2: None}, 3, 3).verdict == claims.UNDECIDABLE
     out = claims.stop_within_depths({0: None, 1: None, 2: None}, 1, 5)  # not stopped by 5: at 6 or later, N* = 1
-    assert out.verdict == claims.FAILS and "3 not stopped within 5 rounds" in out.value
+    assert out.verdict == claims.FAILS and "3 not stopped within 5 blocks" in out.value
     assert claims.stop_within_depths({0: 3, 1: 3}, None, 5).verdict == claims.UNDECIDABLE  # no N*
     assert claims.stop_within_depths({0: 3}, 3, 5).verdict == claims.UNDECIDABLE  # one seed
 
 
 # ----------------------------------------------------------------------------- hand-written 09 and 01 records
-def trajectory(policy: str, seed: int, rounds: int, train_loss, v_max) -> list[tuple[dict, dict]]:
-    """(config, result) of every round of one trajectory, as 09 writes them (round 0 shared by the seed's policies)."""
+BUDGET = 1e10
+
+
+def grow_result(policy: str, seed: int, loss: float, depth: int, why: str, probes: list[dict]) -> dict:
+    """A finished 09 run's result, as 09 writes it: every arm on one budget, its probes and why growth stopped."""
+    return {
+        "dataset": "digits", "policy": policy, "seed": seed, "depth_n": depth, "train_loss": loss,
+        "test_loss": 1.0 + 0.1 * depth, "test_acc": 0.5, "train_flops": BUDGET * 0.99, "budget_flops": BUDGET,
+        "probe_flops": 1e9 * len(probes), "epochs": 10, "probes": probes,
+        "stop": {"why": why, "epoch": probes[-1]["epoch"] if probes else None}, "growth": {"inserted": []},
+    }  # fmt: skip
+
+
+def probes_of(seed: int, depth: int, stopped: str | None) -> list[dict]:
+    """One measured probe per block inserted (epochs 1, 2, ...), the last stopping growth; v_max falls below a tenth
+    of the first's at the third probe (post-hoc rule (c))."""
     out = []
-    for r in range(rounds + 1):
-        config = {"preset": "smoke", "dataset": "digits", "policy": policy if r else "shared", "seed": seed,
-                  "round": r, "depth_n": r}  # fmt: skip
-        chosen = CANDIDATES[(r + seed) % len(CANDIDATES)] if r else None
-        result = {
-            **{k: config[k] for k in ("dataset", "policy", "seed", "round", "depth_n")},
-            "chosen_candidate": chosen, "chosen_index": (r + seed) % len(CANDIDATES) if r else None,
-            "chosen_v_s": 0.1 if r else None, "chosen_ag": 0.2 if r else None, "chosen_rank_v": 1 if r else None,
-            "chosen_rank_ag": 1 if r else None, "candidates": [], "v_max": v_max(r), "ag_max": 0.02,
-            "app_g_verdict": "positive", "app_g_lower": 0.01, "app_g_upper": 0.05, "val_loss": 1.0 - 0.01 * r,
-            "train_loss": train_loss(r, seed), "test_loss": 1.0, "test_acc": 0.5, "epochs_cum": 6 + 2 * r,
-            "flops_cum": 1e9 * (1 + r), "wall_s": 1.0,
-        }  # fmt: skip
-        out.append((config, result))
+    for k in range(depth + (1 if stopped else 0)):
+        last = stopped and k == depth
+        out.append({
+            "probe": k, "epoch": k + 1, "depth_n": k, "train_flops": BUDGET * 0.05 * (k + 1),
+            "v_max": (1.0, 0.5, 0.05, 0.01, 0.01)[k], "ag_max": 0.02, "v_ref": 0.5, "ratio": 2.0,
+            "val_loss": 1.0 - 0.01 * k, "candidates": [], "stopped": stopped if last else None,
+            "chosen_candidate": None if last else CANDIDATES[(k + seed) % len(CANDIDATES)],
+        })  # fmt: skip
     return out
 
 
@@ -87,23 +96,31 @@ def sweep_run(n: int, seed: int, loss: float) -> tuple[dict, dict]:
     return config, result
 
 
-LOSSES = {"criterion": 0.10, "cyclic": 0.20, "random": 0.05}  # at the last round: criterion < cyclic, > random
+LOSSES = {"criterion": 0.10, "cyclic": 0.20, "random": 0.05, "none": 0.30, "scratch": 0.11}
 SWEEP_LOSS = {0: 0.8, 1: 0.5, 2: 0.3, 3: 0.299, 4: 0.298}  # N* = 2: no deeper mean improves it by 1%
+STOP_DEPTH = 2  # the criterion's rule stops it at N* on every seed
 
 
 @pytest.fixture(scope="module")
 def grow_out(tmp_path_factory):
-    """09's trajectories (criterion, cyclic, random; 3 seeds, K = 3) and 01's sweep (N = 0..4) of preset smoke."""
+    """09's runs (every arm but ag, 3 seeds) and 01's sweep (N = 0..4) of preset smoke."""
     out = tmp_path_factory.mktemp("grow-records")
     for seed in (0, 1, 2):
-        for policy, last in LOSSES.items():
-            rounds = trajectory(
-                policy, seed, 3, lambda r, s, last=last: 0.8 - (0.8 - last) * r / 3 + 0.002 * s,
-                lambda r: (1.0, 0.5, 0.05, 0.01)[r],  # rule (c) fires at round 2 (below 0.1 x round 0's)
-            )  # fmt: skip
-            for config, result in rounds:
-                kind = "r0" if not config["round"] else f"{policy}-r{config['round']}"
-                write_run(out, grow_by_criterion.EXPERIMENT, f"digits-{kind}-seed{seed}", config, result)
+        for policy, loss in LOSSES.items():
+            if policy in ("none", "scratch"):
+                depth = 0 if policy == "none" else STOP_DEPTH
+                result = grow_result(policy, seed, loss + 0.002 * seed, depth, "no growth (a control)", [])
+            elif policy == "criterion":
+                probes = probes_of(seed, STOP_DEPTH, "stop rule")
+                result = grow_result(policy, seed, loss + 0.002 * seed, STOP_DEPTH, "stop rule", probes)
+            else:
+                probes = probes_of(seed, 3, "growth phase over")
+                result = grow_result(policy, seed, loss + 0.002 * seed, 3, "growth phase over", probes)
+            config = {"preset": "smoke", "dataset": "digits", "policy": policy, "seed": seed}
+            path = write_run(out, grow_by_criterion.EXPERIMENT, f"digits-{policy}-seed{seed}", config, result)
+            lines = [{"epoch": e, "train_flops": BUDGET * 0.1 * e, "clean_loss": 1.0 - (1.0 - loss) * e / 10,
+                      "probe_flops": 0} for e in range(1, 11)]  # fmt: skip
+            (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
         for n, loss in SWEEP_LOSS.items():
             config, result = sweep_run(n, seed, loss + 0.001 * seed)
             write_run(out, "resnet_sweep", f"digits-resnet{8 + n}-n{n}-seed{seed}", config, result)
@@ -112,19 +129,21 @@ def grow_out(tmp_path_factory):
 
 def test_rows_say_not_run_without_09_records_and_name_the_command(tmp_path):
     rows = grow_rows.grow_claims(records.Records(out=tmp_path, preset="smoke"), {})
-    assert len(rows) == 3 and {r["verdict"] for r in rows} == {claims.NOT_RUN}
+    assert len(rows) == 6 and {r["verdict"] for r in rows} == {claims.NOT_RUN}
     assert all("python 09_grow_by_criterion.py --preset smoke --out" in r["records"] for r in rows)
     assert all(r["claim"].startswith("beyond the paper") for r in rows)
 
 
 def test_rows_from_records_give_the_verdicts_the_records_show(grow_out):
     rec = records.load_records(grow_out, "smoke")
-    rows = {r["claim"]: r for r in grow_rows.grow_claims(rec, records.commands("smoke", grow_out))}
-    cyclic, random_, stop = (rows[c] for c in rows)
-    assert "cyclic" in cyclic["claim"] and cyclic["verdict"] == claims.HOLDS
-    assert "random" in random_["claim"] and random_["verdict"] == claims.FAILS
-    assert "stop rule (c)" in stop["claim"] and stop["verdict"] == claims.HOLDS, stop["reproduced"]
-    assert "K = 3" in cyclic["records"] and "N* = 2" in stop["reproduced"]
+    rows = list(grow_rows.grow_claims(rec, records.commands("smoke", grow_out)))
+    verdicts = {other: r["verdict"] for other, r in zip(grow_rows.COMPARED, rows)}
+    assert verdicts == {"cyclic": claims.HOLDS, "random": claims.FAILS, "ag": claims.NOT_RUN, "none": claims.HOLDS,
+                        "scratch": claims.HOLDS}  # fmt: skip
+    assert "--policy criterion,ag" in rows[2]["records"] and "B = 1e+10" in rows[0]["records"]
+    stop = rows[-1]
+    assert "stop rule" in stop["claim"] and stop["verdict"] == claims.HOLDS, stop["reproduced"]
+    assert "N* = 2" in stop["reproduced"] and "why growth stopped: stop rule" in stop["reproduced"]
 
 
 def test_sweep_flops_are_each_runs_architecture_counted_at_its_images_and_epochs(grow_out):
@@ -136,24 +155,32 @@ def test_sweep_flops_are_each_runs_architecture_counted_at_its_images_and_epochs
     assert per_depth.is_monotonic_increasing and per_depth[0] < per_depth[4]
 
 
-def test_08_draws_figures_10_and_11_and_writes_the_stop_and_sweep_tables(grow_out, tmp_path):
+def test_08_draws_figures_10_and_11_and_writes_the_budget_compute_and_post_hoc_tables(grow_out, tmp_path):
     report = make_figures.build(grow_out, tmp_path / "figures", "smoke")
     names = {p.name for p in report.written}
     for stem in ("fig10_grow_vs_compute-digits", "fig11_grow_choices-digits"):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
-    for table in ("grow_stops", "grow_vs_sweep_train_loss", "grow_vs_sweep_test_loss", "grow_vs_sweep_compute"):
+    for table in ("grow_at_budget", "grow_compute_to_reach", "grow_stops_post_hoc"):
         assert {f"{table}-digits.csv", f"{table}-digits.md"} <= names
-    stops = pd.read_csv(tmp_path / "figures" / "tables" / "grow_stops-digits.csv")
-    assert len(stops) == 4 * 3 * 3  # rules a-d x policies x seeds
-    c = stops[stops["rule"] == "c"]
+    tables = tmp_path / "figures" / "tables"
+    stops = pd.read_csv(tables / "grow_stops_post_hoc-digits.csv")
+    assert len(stops) == 4 * 3 * 3  # rules a-d x policy arms x seeds
+    c = stops[(stops["rule"] == "c") & (stops["policy"] == "cyclic")]
     assert (c["depth_n"] == 2).all() and (c["depths_from_plateau"] == 0).all()
-    grown = [r for r in report.claims if r["claim"].startswith(("beyond the paper: placing", "beyond the paper: stop"))]
-    assert len(grown) == 3 and not any(r["verdict"].startswith(claims.NOT_RUN) for r in grown)
-    assert all(r["claim"] in report.claims_path.read_text() for r in grown)
+    budget = pd.read_csv(tables / "grow_at_budget-digits.csv")
+    assert list(budget["policy"]) == ["criterion", "cyclic", "random", "none", "scratch"]
+    assert budget.set_index("policy").loc["none", "depth_n"] == "0,0,0"
+    compute = pd.read_csv(tables / "grow_compute_to_reach-digits.csv")
+    assert compute["reached"].all() and (compute["target_depth_n"] == 2).all()
+    grown = [r for r in report.claims if r["claim"].startswith("beyond the paper: within one run's FLOPs")]
+    assert len(grown) == 5 and all(r["claim"] in report.claims_path.read_text() for r in grown)
 
 
-def test_hand_written_trajectories_are_what_the_stopping_rules_read(grow_out):
-    frame = grow_rows.grow_trajectories(records.Records(out=grow_out, preset="smoke"))
-    assert set(frame["policy"]) == set(LOSSES) and frame.groupby(["policy", "seed"]).size().eq(4).all()
-    stop = growth_stopping.v_max_fallen(frame[(frame["policy"] == "criterion") & (frame["seed"] == 0)])
-    assert stop.fired and stop.depth_n == 2 and math.isclose(stop.flops_cum, 3e9)
+def test_the_probe_frame_is_what_the_post_hoc_rules_read(grow_out):
+    frame = grow_rows.grow_runs(records.Records(out=grow_out, preset="smoke"))
+    probes = grow_by_criterion.probe_frame(frame)
+    assert set(probes["policy"]) == {"criterion", "cyclic", "random"}
+    assert probes.groupby(["policy", "seed"]).size().to_dict()[("cyclic", 0)] == 4
+    stop = growth_stopping.v_max_fallen(probes[(probes["policy"] == "cyclic") & (probes["seed"] == 0)])
+    assert stop.fired and stop.depth_n == 2 and math.isclose(stop.flops_cum, 0.15 * BUDGET)
+    assert probes["app_g_verdict"].eq("no verdict").all()  # not measured: rule (b) never fires

@@ -1,6 +1,6 @@
-"""The stopping rules of growth by the criterion (09) and its comparison against the fixed sweep
-(common/growth_stopping.py), on hand-made trajectories: each rule firing and not firing, one round only, NaN
-losses, ties at every threshold."""
+"""The post-hoc stopping rules of growth by the criterion (09) and the fixed sweep's N* (common/growth_stopping.py),
+on hand-made trajectories of probes: each rule firing and not firing, one probe only, NaN losses, ties at every
+threshold."""
 
 from __future__ import annotations
 
@@ -20,13 +20,11 @@ def trajectory(rounds: int = 4, policy: str = "criterion", seed: int = 0, **colu
     n = rounds + 1
     frame = pd.DataFrame({
         "policy": policy, "seed": seed, "round": range(n), "depth_n": range(n),
-        "chosen_candidate": "block0.in", "chosen_v_s": 0.5, "chosen_ag": 0.6,
-        "v_max": [1.0] * n, "ag_max": [0.05] * n,
+        "chosen_candidate": "block0.in", "v_max": [1.0] * n, "ag_max": [0.05] * n,
         "app_g_verdict": saturation.UNDECIDED, "app_g_lower": [0.0] * n, "app_g_upper": [1.0] * n,
         "val_loss": [2.0 - 0.2 * r for r in range(n)],
         "train_loss": [1.0 / (r + 1) for r in range(n)], "test_loss": [2.0 + 0.1 * r for r in range(n)],
-        "test_acc": 0.5, "epochs_cum": [10.0 * (r + 1) for r in range(n)],
-        "flops_cum": [1e9 * (r + 1) for r in range(n)], "wall_s": 1.0,
+        "flops_cum": [1e9 * (r + 1) for r in range(n)],
     })  # fmt: skip
     for name, values in columns.items():
         frame[name] = values
@@ -190,43 +188,6 @@ def sweep(train=(0.4, 0.2, 0.1, 0.05), test=(1.0, 1.1, 1.2, 1.3), depths=(0, 1, 
                 row["flops"] = flops * (n + 1)
             rows.append(row)
     return pd.DataFrame(rows)
-
-
-def test_grown_against_scratch_at_every_depth_both_reached_leaving_round_zero_out():
-    frame = pd.concat([trajectory(3, seed=0), trajectory(3, seed=1)])  # depths 0..3; the sweep has 0, 1, 2, 4
-    table = gs.compare_train_loss(frame, sweep())
-    assert table["depth_n"].tolist() == [1, 2] and (table["policy"] == "criterion").all()
-    first = table.iloc[0]
-    assert first["grown_train_loss"] == pytest.approx(0.5) and first["scratch_train_loss"] == pytest.approx(0.21)
-    assert first["difference"] == pytest.approx(0.29) and first["paired_difference"] == pytest.approx(0.29)
-    assert (first["grown_seeds"], first["scratch_seeds"], first["paired_seeds"]) == (2, 2, 2)
-
-
-def test_the_test_loss_comparison_is_a_sentence_when_the_sweep_over_fits_and_numbers_otherwise():
-    frame = trajectory(3)
-    text = gs.compare_test_loss(frame, sweep())
-    assert isinstance(text, str) and "best at its shallowest depth, N = 0" in text and "over-fit" in text
-    table = gs.compare_test_loss(frame, sweep(test=(1.3, 1.2, 1.1, 1.0)))
-    assert isinstance(table, pd.DataFrame) and table["depth_n"].tolist() == [1, 2]
-    assert not gs.sweep_overfits(sweep(test=(1.0, 1.0, 1.2, 1.3)))  # a tie at the shallowest: not best alone
-    assert not gs.sweep_overfits(sweep(train=(0.4,), test=(1.0,), depths=(0,)))
-
-
-def test_compute_to_reach_the_sweeps_best_training_loss_at_the_depths_compared():
-    frame = pd.concat([
-        trajectory(3, policy="criterion", train_loss=[0.5, 0.3, 0.2, 0.1]),
-        trajectory(3, policy="random", train_loss=[0.5, 0.4, 0.3, 0.25]),
-    ])  # fmt: skip
-    table = gs.compute_to_reach(frame, sweep(flops=1e9))  # compared: N = 1, 2; best mean 0.105 at N = 2
-    assert np.allclose(table["target_train_loss"], 0.105) and (table["target_depth_n"] == 2).all()
-    criterion, randomly = table.iloc[0], table.iloc[1]
-    assert (criterion["reached"], criterion["round"], criterion["depth_n"], criterion["flops"]) == (True, 3, 3, 4e9)
-    assert not randomly["reached"] and randomly["flops"] is None and randomly["round"] is None
-    scratch = table[table["policy"] == "scratch"]
-    assert scratch["seed"].tolist() == [0, 1] and scratch["reached"].tolist() == [True, False]
-    assert scratch["flops"].tolist() == [3e9, 3e9] and scratch["sweep_flops"].tolist() == [5e9, 5e9]  # 2e9 + 3e9
-    assert gs.compute_to_reach(frame, sweep())["flops"].iloc[-1] is None  # no flops recorded for the sweep
-    assert gs.compute_to_reach(frame, sweep(depths=(0, 5, 6, 7))).empty  # no depth both reached
 
 
 def test_the_sweeps_plateau_is_the_smallest_depth_no_deeper_one_improves_on_by_the_margin():
