@@ -13,7 +13,7 @@ choice below):
 - ``none``: the ResNet-8, never grown, on the same ``B`` (so more epochs than a deeper network);
 - ``scratch``: the criterion's final architecture of the same seed (read from its finished run, trained here first
   when missing), trained from random initialisation on the same ``B``: the ResNet-8 as the sweep initialises it, the
-  blocks' ``U_l`` from their seeds, their ``V_l`` Kaiming-normal (:func:`scratch_resnet`).
+  blocks' ``U_l`` from their seeds, their ``V_l`` zero (:func:`scratch_resnet`).
 
 ``B`` is the training FLOPs of the sweep's run at the preset's ``budget_depth_n`` (:func:`budget_flops`, counted by
 :mod:`common.flops` as every FLOP here). A run trains whole epochs while the next one fits in what is left of ``B``.
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 EXPERIMENT = "grow_by_criterion"
 BLOCK = "conv3x3 zero-output block (common.tangent), U_l seeded by its probe's seed"
-SCRATCH_V = "Kaiming normal (fan-out, ReLU gain), seeded by (seed, block)"
+SCRATCH_V = "zero (each branch starts at the identity, as zero-init residual training does; U_l random)"
 CHECK_BATCH = 8  # training images in the run-time function-preservation check (as 03's)
 LOCK_POLL_S = 5.0  # how often a scratch run waiting for its criterion run looks again
 RECORD_KEYS = ("policy", "seed", "depth_n", "train_loss", "test_loss", "train_flops", "budget_flops", "stop")
@@ -240,17 +240,13 @@ def starting_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
 
 
 def scratch_resnet(config: dict, data: VisionData, criterion: dict) -> tuple[ResNet, dict]:
-    """The criterion's final architecture from random initialisation: the sweep's ResNet-8 of the seed, the
-    criterion's blocks inserted in its order (``U_l`` from their seeds), each ``V_l`` Kaiming-normal, seeded."""
+    """The criterion's final architecture from random initialisation: the sweep's ResNet-8 of the seed as the sweep
+    initialises it, the criterion's blocks inserted in its order with their ``U_l`` (random, from their seeds) and
+    ``V_l = 0``, the usual start of a residual branch with no normalisation after it (:data:`SCRATCH_V`)."""
     model, _ = starting_resnet(config, data)
     inserted = criterion["growth"]["inserted"]
-    for k, record in enumerate(inserted):
-        block = insert_zero_block(model, int(record["place"]), seed=int(record["seed"]))
-        weight = block.terminal.weight
-        std = (2.0 / (weight.shape[0] * weight[0, 0].numel())) ** 0.5
-        generator = torch.Generator().manual_seed(int(config["seed"]) * 1000 + k)
-        with torch.no_grad():
-            weight.copy_(torch.randn(weight.shape, generator=generator) * std)
+    for record in inserted:
+        insert_zero_block(model, int(record["place"]), seed=int(record["seed"]))
     architecture = [{"place": int(r["place"]), "seed": int(r["seed"])} for r in inserted]
     return model, {"architecture": architecture, "scratch_of": config["growth"]["scratch_of"]}
 

@@ -152,7 +152,7 @@ def measure(model: torch.nn.Module, config: dict, examples: ProbeExamples, u_see
         "v_max": v_max,
         "ag_max": max(c["ag"] for c in candidates),
         "v_ref": v_ref,
-        "ratio": v_max / v_ref if v_ref > 0 else float("inf"),
+        "ratio": v_max / v_ref if v_ref > 0 else None,  # None: no existing branch has a value to compare with
         "probe_seed": u_seed,
         "val_loss": mean_loss(model, examples.held(None, p["batch_size"])),
         "grams": [  # (rows a batch, k, d) of every projection: what its Gram products cost (probe_flops)
@@ -288,7 +288,7 @@ class Controller:
         u_seed = probe_seed(self.config["seed"], base["probe"])
         measured = measure(model, self.config, self.examples, u_seed)
         state.probe_flops += probe_flops(self.config["probe"], measured.pop("grams"), state.per_example)
-        low = measured["ratio"] < g["ratio_below"]
+        low = measured["ratio"] is not None and measured["ratio"] < g["ratio_below"]
         streak = (low_streak(state.probes) + 1) if low else 0
         record = {**base, **measured, "low_streak": streak, "probe_flops": state.probe_flops}
         if streak >= g["in_a_row"]:
