@@ -211,7 +211,7 @@ class Power:
         )
         if self.seeds_needed is None:
             return f"more than {SEED_STEPS[-1]} {unit}"
-        what = {"scaling": "points per fit", "grow": "trajectories (two policies)"}.get(self.experiment, "runs")
+        what = {"scaling": "points per fit", "grow": "runs (two arms)"}.get(self.experiment, "runs")
         return f"about {self.seeds_needed} {unit}, {self.runs_needed} {what}"
 
     def row(self) -> dict:
