@@ -27,6 +27,7 @@ from common.cli import (
     make_parser,
     non_negative_float,
     parse_args,
+    positive_float,
     positive_int,
 )
 from common.data.vision import DATASETS
@@ -76,7 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument("--every", type=positive_int, default=None, help="P: epochs between probes; None: the preset's")
     group.add_argument(
-        "--grow-until", type=float, default=None, help="growth only before this fraction of B is spent, in (0, 1]"
+        "--grow-until",
+        type=positive_float,
+        default=None,
+        help="growth only before this fraction of B is spent, in (0, 1]",
     )
     group.add_argument("--cap", type=positive_int, default=None, help="the most blocks a run adds; None: the preset's")
     group.add_argument(

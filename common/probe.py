@@ -495,7 +495,7 @@ def features_gram(fam, psi: torch.Tensor, g: torch.Tensor, chunk_elements: int =
     """``P = Psi^T Psi`` and ``X = Psi^T G`` (float64) of the tangent features of ``psi`` (the map a terminal layer
     of family ``fam`` reads) and the state-shaped gradient ``g`` at its output: the family's structured route where
     it has one, else the rows, streamed over example chunks."""
-    d, k = fam.width(g), fam.feature_dim(fam.width(psi))
+    d, k = fam.width(g), int(fam.feature_rows(psi[:1]).shape[1])  # k: the features' columns (one example's rows)
     acc = GramAccumulator(k, d, device=psi.device)
     psi, g = psi.to(acc.device), g.to(acc.device)  # float64 only where the device has it (the CPU for MPS, NPU)
     if fam.gram is not None and fam.gram_supported(psi):  # structured route, chunked inside
