@@ -40,6 +40,7 @@ from common.data.loader import TensorLoader
 from common.data.vision import DATASETS, VisionData, load_vision, warn_unused_data_root, with_train_subset
 from common.device import resolve_device, seed_everything
 from common.errors import ParamError, UserError
+from common.flops import training_flops_per_image
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
 from common.presets.sweep import PRESETS, RECIPE_FIELDS, SweepPreset, sweep_preset, sweep_presets
 from common.recipes import SGDRecipe, TrainSettings
@@ -235,6 +236,22 @@ def build_resnet(config: dict, num_classes: int) -> ResNet:
 
 ModelFn = Callable[[dict, VisionData], tuple[ResNet, dict]]
 GrowthFn = Callable[[dict, VisionData, torch.device], RunGrowth]
+
+
+CHECK_BATCH = 8  # training images in a growth run's float64 function-preservation check
+
+
+def growth_hooks(data: VisionData, device: torch.device) -> dict:
+    """What every ResNet growth run (03, 09) gives :class:`~common.train_growth.RunGrowth`: ``check_inputs``, the
+    first :data:`CHECK_BATCH` training images normalised, and ``flops_per_example``, training FLOPs per image at a
+    model's current depth (:func:`common.flops.training_flops_per_image`)."""
+    n = CHECK_BATCH
+    x, _ = next(iter(TensorLoader(data.x_train[:n], data.y_train[:n], n, train=False, mean=data.mean, std=data.std)))
+    shape, classes = data.image_shape, data.num_classes
+    return {
+        "check_inputs": x.to(device),
+        "flops_per_example": lambda model: training_flops_per_image(model, shape, classes),
+    }
 
 
 def fresh_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
@@ -570,7 +587,9 @@ def finished_sweep_runs(
 
 
 __all__ = [
+    "CHECK_BATCH",
     "fresh_resnet",
+    "growth_hooks",
     "sweep_data",
     "CONFIG_KEYS",
     "EXPERIMENT",

@@ -18,7 +18,7 @@ optimizer starts empty (momentum 0) and the schedule restarts, its warm-up and t
 segment (the next planned insertion, or the run's end): :class:`SegmentSchedule`.
 
 A run may instead be grown by a *controller* (``RunGrowth.decide``, script 09): at each epoch boundary it is
-asked, on an eager copy of the model, whether to insert and where; whatever it measured goes into
+asked whether to insert and where (it measures an eager copy of the model); whatever it measured goes into
 ``GrowthState.probes`` (every checkpoint holds them, so a resumed run decides again from the same state). A run may
 also have a training budget in FLOPs (``RunGrowth.budget_flops``): its learning rate is then the schedule's at the
 fraction of the budget spent (:class:`BudgetSchedule`), so a run that grows, and one that never does, follow the
@@ -69,8 +69,9 @@ class RunGrowth:
     training FLOPs of one example at the model's current depth (:func:`common.flops.training_flops_per_image`).
 
     ``insertions``: a fixed plan; or ``decide(model, epoch, state)``, a controller asked before every round
-    ``epoch >= 1`` (``model``: an eager copy, ``state``: the run's :class:`GrowthState`, whose ``probes`` it may
-    append to), returning the insertion to apply then or None. ``budget_flops`` with ``epoch_examples`` (the
+    ``epoch >= 1`` (``model``: the training model, which it must not change: it measures an :func:`eager_copy`;
+    ``state``: the run's :class:`GrowthState`, whose ``probes`` it may append to), returning the insertion to apply
+    then or None. ``budget_flops`` with ``epoch_examples`` (the
     examples one round trains): the run's budget (module docstring); the learning rate at a fraction ``f`` of it is
     the schedule of ``schedule_epochs`` epochs (the recipe's warm-up, then its decay) at ``f`` of its steps, while the
     recipe's epochs only bound the loop.
@@ -101,7 +102,7 @@ class RunGrowth:
             return [i for i in self.insertions if i.epoch == epoch]
         if epoch < 1:
             return []
-        chosen = self.decide(eager_copy(model), epoch, state)
+        chosen = self.decide(model, epoch, state)
         return [] if chosen is None else [chosen]
 
     def fits(self, state: GrowthState) -> bool:

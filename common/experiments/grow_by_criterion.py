@@ -40,7 +40,6 @@ import pandas as pd
 import torch
 
 from common import runs, tables
-from common.data.loader import TensorLoader
 from common.data.vision import VisionData
 from common.errors import ParamError, UserError
 from common.experiments.grow_controller import Controller, probe_examples
@@ -50,7 +49,7 @@ from common.locks import RunLocked
 from common.models.resnet import ResNet
 from common.presets.choose import choose_preset
 from common.presets.grow import POLICIES, PRESETS, GrowPreset, policies_of
-from common.resnet_sweep import build_resnet, load_sweep_data, sweep_configs, train_resnet_run
+from common.resnet_sweep import build_resnet, growth_hooks, load_sweep_data, sweep_configs, train_resnet_run
 from common.runs import RunSpec
 from common.train_growth import RunGrowth
 
@@ -59,7 +58,6 @@ log = logging.getLogger(__name__)
 EXPERIMENT = "grow_by_criterion"
 BLOCK = "conv3x3 zero-output block (common.tangent), U_l seeded by its probe's seed"
 SCRATCH_V = "zero (each branch starts at the identity, as zero-init residual training does; U_l random)"
-CHECK_BATCH = 8  # training images in the run-time function-preservation check (as 03's)
 LOCK_POLL_S = 5.0  # how often a scratch run waiting for its criterion run looks again
 RECORD_KEYS = ("policy", "seed", "depth_n", "train_loss", "test_loss", "train_flops", "budget_flops", "stop")
 
@@ -180,8 +178,7 @@ def budget_flops(config: dict, data: VisionData) -> int:
     g = config["growth"]
     model = build_resnet({**config, "depth_n": g["budget_depth_n"]}, data.num_classes)
     images = epoch_examples(config, data)
-    shape = _input_shape(tuple(data.x_train.shape[1:]))
-    return training_flops(model, shape, data.num_classes, images, g["budget_epochs"])
+    return training_flops(model, data.image_shape, data.num_classes, images, g["budget_epochs"])
 
 
 def epoch_examples(config: dict, data: VisionData) -> int:
@@ -253,27 +250,18 @@ def scratch_resnet(config: dict, data: VisionData, criterion: dict) -> tuple[Res
 
 def run_growth(config: dict, data: VisionData, device: torch.device) -> RunGrowth:
     """The run's growth: the controller for a policy arm, none for the controls; every arm on the budget."""
-    n = CHECK_BATCH
-    x, _ = next(iter(TensorLoader(data.x_train[:n], data.y_train[:n], n, train=False, mean=data.mean, std=data.std)))
-    shape, classes = _input_shape(tuple(data.x_train.shape[1:])), data.num_classes
     budget = budget_flops(config, data)
     policy = config["policy"] in POLICIES
     decide = Controller(config, probe_examples(config, data, device), budget) if policy else None
     return RunGrowth(
         insertions=(),
         insert=lambda model, seed, place: (place, insert_zero_block(model, place, seed=seed)),
-        check_inputs=x.to(device),
-        flops_per_example=lambda model: training_flops_per_image(model, shape, classes),
         decide=decide,
         budget_flops=budget,
         epoch_examples=epoch_examples(config, data),
         schedule_epochs=int(config["growth"]["budget_epochs"]),
+        **growth_hooks(data, device),
     )
-
-
-def _input_shape(stored: tuple) -> tuple:
-    """(C, H, W) of the model's input from the stored images' shape (NHWC uint8, or NCHW)."""
-    return stored if stored[0] in (1, 3) else (stored[2], stored[0], stored[1])
 
 
 def finish_result(result: dict, model: ResNet, config: dict) -> dict:

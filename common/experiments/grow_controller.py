@@ -44,7 +44,7 @@ from common.probe import mean_loss, probe_activation_gradients
 from common.resnet_sweep import load_source
 from common.saturation import asymptotic_interval, linear_variance_estimate, saturation_interval
 from common.terminal_value import terminal_values
-from common.train_growth import GrowthState, Insertion
+from common.train_growth import GrowthState, Insertion, eager_copy
 
 EIGH_FLOPS = 9  # an eigendecomposition of a k x k Gram counted as 9 k^3 FLOPs (an estimate)
 
@@ -137,6 +137,7 @@ def measure(model: torch.nn.Module, config: dict, examples: ProbeExamples, u_see
     ag}``), ``branches`` (each ``{index, kind, v_b}``), ``v_max``, ``ag_max``, ``v_ref`` (the largest ``V_b``),
     ``ratio``, ``val_loss``, and with ``probe.app_g`` App. G's interval; the model is left as it was."""
     p = config["probe"]
+    model = eager_copy(model)  # the training model may carry compiled forwards (common.compile); never touched
     probe = probe_activation_gradients(model, examples.analysis, exact=True, seed=u_seed)
     candidates = [
         {"candidate": s.name, "index": s.index, "v_s": float(s.growth_value), "ag": float(s.ag_norm)}

@@ -30,7 +30,7 @@ import pandas as pd
 
 from common import claims, growth_stopping
 from common.claim_rules.cases import case_named
-from common.claim_rules.grow import paired_differences
+from common.claim_rules.grow import mean_sd, paired_differences
 from common.claim_rules.statistics import Estimate
 from common.experiments import grow_by_criterion
 from common.experiments.grow_controller import STOP_RULE
@@ -176,11 +176,8 @@ def sweep_flops(sweep: pd.DataFrame) -> pd.DataFrame:
 def _spread(values: list[float]) -> str:
     if not values:
         return "-"
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return f"{mean:.4g}"
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    return f"{mean:.4g} ± {sd:.2g}"
+    mean, sd = mean_sd(values)
+    return f"{mean:.4g}" if len(values) < 2 else f"{mean:.4g} ± {sd:.2g}"
 
 
 def budget_rows(frame: pd.DataFrame) -> list[dict]:
@@ -195,8 +192,7 @@ def budget_rows(frame: pd.DataFrame) -> list[dict]:
         d = {s: loss[s] - mine[s] for s in sorted(set(loss) & set(mine))} if policy != CRITERION else {}
         paired = "-"
         if len(d) >= 2:
-            mean = sum(d.values()) / len(d)
-            sd = math.sqrt(sum((v - mean) ** 2 for v in d.values()) / (len(d) - 1))
+            mean, sd = mean_sd(list(d.values()))
             paired = Estimate(mean, sd / math.sqrt(len(d)), len(d) - 1).text()
         elif len(d) == 1:
             paired = f"{next(iter(d.values())):+.4g} (one seed)"
@@ -227,9 +223,9 @@ def curves(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["policy", "seed", "epoch", "train_flops", "train_loss", "cost_flops"])
 
 
-def compute_rows(frame: pd.DataFrame, sweep: pd.DataFrame) -> list[dict] | str:
+def compute_rows(points: pd.DataFrame, sweep: pd.DataFrame) -> list[dict] | str:
     """The FLOPs each criterion run needed to reach the sweep's mean clean training loss at N* (training and probe
-    FLOPs, the first evaluated point at or below it), against the sweep's own cost to find N*: one run at every depth
+    FLOPs, the first point of its curve, :func:`curves`' ``points``, at or below it), against the sweep's own cost to find N*: one run at every depth
     of its grid up to the first one past N* (what it took to see the plateau), the means over seeds summed. A sentence
     where the sweep has no N*."""
     plateau = growth_stopping.sweep_plateau(sweep)
@@ -238,9 +234,8 @@ def compute_rows(frame: pd.DataFrame, sweep: pd.DataFrame) -> list[dict] | str:
     spent = sweep_flops(sweep).groupby("depth_n")["flops"].mean().sort_index()
     past = [n for n in spent.index if n > plateau.depth_n]
     find = float(spent[spent.index <= (past[0] if past else plateau.depth_n)].sum())
-    points = curves(frame[frame["policy"] == CRITERION])
     rows = []
-    for seed, group in points.groupby("seed", sort=True):
+    for seed, group in points[points["policy"] == CRITERION].groupby("seed", sort=True):
         hit = group[group["train_loss"] <= plateau.train_loss].sort_values("train_flops")
         first = hit.iloc[0] if len(hit) else None
         rows.append({

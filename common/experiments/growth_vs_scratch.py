@@ -41,10 +41,8 @@ import numpy as np
 import torch
 
 from common import runs, tables
-from common.data.loader import TensorLoader
 from common.data.vision import VisionData
 from common.errors import ParamError, UserError
-from common.flops import training_flops_per_image
 from common.models.resnet import ResNet, depth_label, grow
 from common.paper import (
     GROWTH_DEPTHS,
@@ -56,7 +54,7 @@ from common.paper import (
     GROWTH_TEST_RELATIVE_REDUCTION,
 )
 from common.presets.growth import growth_preset, insert_fractions
-from common.resnet_sweep import build_resnet, preset_seeds, sweep_configs, train_resnet_run
+from common.resnet_sweep import build_resnet, growth_hooks, preset_seeds, sweep_configs, train_resnet_run
 from common.runs import RunSpec
 from common.train_growth import Insertion, RunGrowth
 
@@ -65,7 +63,6 @@ log = logging.getLogger(__name__)
 EXPERIMENT = "growth_vs_scratch"
 INSERTION = "cyclic, end of stage (k-1) mod 3"  # where the k-th block goes (common.models.resnet.extra_block_position)
 ZERO_INIT = "zero-gamma: last BatchNorm weight and bias 0, both convolutions Kaiming-normal"
-CHECK_BATCH = 8  # training images in the run-time function-preservation check
 METRICS = ("train_loss", "test_loss", "test_acc")
 METHODS = ("growth", "scratch")
 TAIL = 0.1  # the last epochs' slope: over the last 10% of the run's epochs (at least 2)
@@ -217,18 +214,14 @@ def starting_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
 
 def run_growth(config: dict, data: VisionData, device: torch.device) -> RunGrowth:
     """The growth plan of one run: block ``k`` before ``growth.epochs[k - 1]``, drawn from :func:`block_seed`; the
-    float64 check on the first :data:`CHECK_BATCH` training images; FLOPs per image by :mod:`common.flops`."""
+    float64 check and the FLOP count of :func:`~common.resnet_sweep.growth_hooks`."""
     plan = config["growth"]
-    n = CHECK_BATCH
-    x, _ = next(iter(TensorLoader(data.x_train[:n], data.y_train[:n], n, train=False, mean=data.mean, std=data.std)))
-    shape, classes = tuple(data.x_train.shape[1:]), data.num_classes
     insertions = tuple(Insertion(e, block_seed(config["seed"], k)) for k, e in enumerate(plan["epochs"], start=1))
     return RunGrowth(
         insertions=insertions,
         insert=lambda model, seed, place: grow(model, torch.Generator().manual_seed(seed)),
-        check_inputs=x.to(device),
-        flops_per_example=lambda model: training_flops_per_image(model, shape, classes),
         restart=plan["schedule"] != "one",
+        **growth_hooks(data, device),
     )
 
 

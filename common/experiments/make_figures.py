@@ -262,8 +262,8 @@ def grow_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
         return
     for dataset, group in frame.groupby("dataset", sort=True):
         sweep = rec.sweep[rec.sweep["dataset"] == dataset] if len(rec.sweep) else pd.DataFrame()
-        probes = grow_rows.grow_by_criterion.probe_frame(group)
-        figure = plots.grow_vs_compute(grow_rows.curves(group), probes, grow_rows.sweep_flops(sweep), dataset=dataset)
+        probes, points = grow_rows.grow_by_criterion.probe_frame(group), grow_rows.curves(group)
+        figure = plots.grow_vs_compute(points, probes, grow_rows.sweep_flops(sweep), dataset=dataset)
         report.figure(f"fig10_grow_vs_compute-{dataset}", figure)
         report.figure(f"fig11_grow_choices-{dataset}", plots.grow_choices(probes, dataset=dataset))
         report.table(f"grow_at_budget-{dataset}", grow_rows.budget_rows(group))
@@ -273,7 +273,7 @@ def grow_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
                 skip_line(f"09 against the sweep ({dataset})", "sweep runs", cmd["sweep"], rec, (SWEEP,))
             )
             continue
-        compute = grow_rows.compute_rows(group, sweep)
+        compute = grow_rows.compute_rows(points, sweep)
         rows = [{"comparison": "compute", "result": compute}] if isinstance(compute, str) else compute
         report.table(f"grow_compute_to_reach-{dataset}", rows)
 
