@@ -5,7 +5,7 @@ One run per (depth N, seed) on CIFAR-10/100 (N = 0..100, 200 epochs), ImageNet-1
 default) or synthetic data. Finished runs are skipped, unfinished ones resume; a summary
 table of every planned run is printed at the end. Each run is one process: start the script once
 (not under ``torchrun``) and use ``--launcher local`` or ``slurm`` to train depths in parallel. The job function is
-:func:`common.resnet_sweep.train_resnet_run`.
+:func:`common.experiments.shared.resnet_sweep.train_resnet_run`.
 
     python 01_train_resnet_sweep.py --preset smoke
     python 01_train_resnet_sweep.py --dataset cifar10 --data-root data --depths 0:100 --launcher slurm
@@ -13,15 +13,29 @@ table of every planned run is printed at the end. Each run is one process: start
 
 from __future__ import annotations
 
-from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_float, positive_int
 from common.data.vision import DATASETS
+from common.experiments.shared.resnet_sweep import (
+    check_sweep_plan,
+    preset_seeds,
+    sweep_configs,
+    sweep_run_cost,
+    train_resnet_run,
+)
 from common.experiments.train_resnet_sweep import summary_table
-from common.launch import launch_from_args
-from common.presets.sweep import DEFAULT_DATASET, sweep_preset
-from common.resnet_sweep import check_sweep_plan, preset_seeds, sweep_configs, sweep_run_cost, train_resnet_run
-from common.runs import make_specs
+from common.launch.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    make_parser,
+    parse_args,
+    positive_float,
+    positive_int,
+)
+from common.launch.launcher import launch_from_args
+from common.presets.train_resnet_sweep import DEFAULT_DATASET, sweep_preset
+from common.runs.run_store import make_specs
 
-# The flags that set a field of the sweep's preset (common.presets.sweep.SweepPreset and its recipe): dest == field.
+# The flags that set a field of the sweep's preset (common.presets.train_resnet_sweep.SweepPreset and its recipe): dest == field.
 PRESET_FLAGS = ("depths", "epochs", "batch_size", "lr", "image_size", "train_subset", "eval_every", "checkpoint_every")
 PLANNER_FLAGS = ("preset", "dataset", "data_root", *PRESET_FLAGS, "device", "compile")
 SCRIPT_FLAGS = ("seeds", "seed")  # the seeds to plan: --seeds, else --seed

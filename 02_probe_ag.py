@@ -36,8 +36,16 @@ from __future__ import annotations
 
 import argparse
 
-from common import runs
-from common.cli import (
+from common.data.vision import DATASETS
+from common.experiments.probe_ag import (
+    EXPERIMENT,
+    probe_configs,
+    probe_sweep_run,
+    summary_stem,
+)
+from common.experiments.probe_ag_summary import summary_rows, summary_table
+from common.experiments.shared.resnet_sweep import check_sweep_inputs, require_sweep_runs
+from common.launch.cli import (
     check_flag_use,
     comma_ints,
     entry_point,
@@ -48,26 +56,17 @@ from common.cli import (
     positive_float,
     positive_int,
 )
-from common.data.vision import DATASETS
-from common.decoder_flags import PresetFlag, add_preset_flags, preset_fields
-from common.experiments.probe_ag import (
-    EXPERIMENT,
-    probe_configs,
-    probe_sweep_run,
-    summary_rows,
-    summary_stem,
-    summary_table,
-)
-from common.launch import launch_from_args
-from common.paper import LOW_SIGNAL_AG
-from common.presets.probe import PRESETS, SATURATION_DEPTHS, SATURATION_SPLITS, SPLITS
-from common.presets.sweep import DEFAULT_DATASET
-from common.probe import BN_MODES
-from common.resnet_sweep import check_sweep_inputs, require_sweep_runs
-from common.runs import make_specs
+from common.launch.decoder_flags import PresetFlag, add_preset_flags, preset_fields
+from common.launch.launcher import launch_from_args
+from common.presets.paper import LOW_SIGNAL_AG
+from common.presets.probe_ag import PRESETS, SATURATION_DEPTHS, SATURATION_SPLITS, SPLITS
+from common.presets.train_resnet_sweep import DEFAULT_DATASET
+from common.runs import atomic, run_store
+from common.runs.run_store import make_specs
+from common.science.probe import BN_MODES
 
 PAPER, MINI = PRESETS["paper"], PRESETS["mini"]
-PROBE_FLAGS: dict[str, PresetFlag] = {  # each sets the field of common.presets.probe.ProbePreset of its dest
+PROBE_FLAGS: dict[str, PresetFlag] = {  # each sets the field of common.presets.probe_ag.ProbePreset of its dest
     "--split": ("split", str, f"where the analysis batches come from; None: the preset's ({PAPER.split})"),
     "--batch-size": (
         "batch_size",
@@ -183,10 +182,12 @@ def main(argv=None) -> int:
     )
     if results is None:
         return 0
-    rows = summary_rows(runs.finished_like(args.out, configs, summary_stem))  # every matching run, not only this call's
+    rows = summary_rows(
+        run_store.finished_like(args.out, configs, summary_stem)
+    )  # every matching run, not only this call's
     print(summary_table(rows, LOW_SIGNAL_AG))
     path = args.out / EXPERIMENT / f"{summary_stem(configs[0])}.csv"
-    runs.write_summary([(path, runs.csv_bytes(rows))], runs_found=len(rows))
+    run_store.write_summary([(path, atomic.csv_bytes(rows))], runs_found=len(rows))
     print(path)
     return 0
 

@@ -3,7 +3,7 @@
 Per final depth and seed, one growth run starts from a randomly initialised ResNet-8 and trains the sweep's epochs
 on the sweep's one schedule, inserting one zero-output basic block at a time in the sweep's cyclic order after the
 fractions of the run that --insert-at gives; the optimizer keeps every old parameter's state and the schedule never
-restarts (common/train_growth.py). Scratch is the sweep's own run of the final depth (same epochs and schedule; a
+restarts (common/training/growing.py). Scratch is the sweep's own run of the final depth (same epochs and schedule; a
 finished one is reused). --ablation-depths adds, at those depths, the same growth restarted at every insertion
 (fresh optimizer, warm-up and cosine over each segment). Prints the table of growth against scratch (markdown; CSV
 beside it), the ablation's, and their paths. The job function is
@@ -18,14 +18,6 @@ from __future__ import annotations
 
 import argparse
 
-from common.cli import (
-    add_training_data_flags,
-    check_flag_use,
-    comma_ints,
-    entry_point,
-    make_parser,
-    parse_args,
-)
 from common.data.vision import DATASETS
 from common.experiments.growth_vs_scratch import (
     ablation_markdown,
@@ -39,13 +31,14 @@ from common.experiments.growth_vs_scratch import (
     table_stem,
     write_table,
 )
-from common.launch import launch_from_args
-from common.presets.growth import INSERT_AT, PAPER_DEPTHS, SMOKE_DEPTHS
-from common.presets.sweep import DEFAULT_DATASET
-from common.resnet_sweep import check_sweep_data
-from common.runs import make_specs
+from common.experiments.shared.resnet_sweep import check_sweep_data
+from common.launch.cli import add_training_data_flags, check_flag_use, comma_ints, entry_point, make_parser, parse_args
+from common.launch.launcher import launch_from_args
+from common.presets.growth_vs_scratch import INSERT_AT, PAPER_DEPTHS, SMOKE_DEPTHS
+from common.presets.train_resnet_sweep import DEFAULT_DATASET
+from common.runs.run_store import make_specs
 
-# The flags that set a field of the growth preset (common.presets.growth.GrowthPreset): dest == field.
+# The flags that set a field of the growth preset (common.presets.growth_vs_scratch.GrowthPreset): dest == field.
 PRESET_FLAGS = ("depths", "insert_at", "ablation_depths", "train_subset")
 PLANNER_FLAGS = ("preset", "data_root", *PRESET_FLAGS, "device", "compile")
 SCRIPT_FLAGS = ("dataset", "seeds", "seed")  # --dataset's default follows --preset; the seeds: --seeds, else --seed
@@ -71,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--insert-at",
-        type=str,  # checked by the plan (common.presets.growth.insert_fractions), which names this flag in its error
+        type=str,  # checked by the plan (common.presets.growth_vs_scratch.insert_fractions), which names this flag in its error
         default=None,
         help="fractions of the run (0 < f < 1, increasing, rounded to whole epochs) after which the 1st, 2nd, ... "
         f"block goes in, one per block up to the deepest depth; None: {','.join(map(str, INSERT_AT))}",

@@ -27,20 +27,8 @@ from __future__ import annotations
 
 import argparse
 
-from common import runs
-from common.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
 from common.data.text_sources import FINEWEB_SUBSET, SOURCES
 from common.data.token_shards import DEFAULT_DATA_ROOT
-from common.decoder_flags import (
-    add_preset_flags,
-    data_and_device_kwargs,
-    prepare_once,
-    prepare_only,
-    preset_fields,
-    preset_flags,
-    preset_overrides,
-)
-from common.device import resolve_device
 from common.experiments.pythia_cpt import (
     EXPERIMENT,
     cpt_configs,
@@ -54,10 +42,22 @@ from common.experiments.pythia_cpt import (
     summary_rows,
     summary_table,
 )
-from common.launch import launch_from_args
-from common.paper import LOW_SIGNAL_AG
-from common.presets.pythia import PRESETS
-from common.runs import make_specs
+from common.launch.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
+from common.launch.decoder_flags import (
+    add_preset_flags,
+    data_and_device_kwargs,
+    prepare_once,
+    prepare_only,
+    preset_fields,
+    preset_flags,
+    preset_overrides,
+)
+from common.launch.launcher import launch_from_args
+from common.presets.paper import LOW_SIGNAL_AG
+from common.presets.pythia_cpt import PRESETS
+from common.runs import atomic, run_store
+from common.runs.run_store import make_specs
+from common.training.device import resolve_device
 
 # flag -> (CPTPreset field, type, help); None: the preset's value (docs/decisions.md)
 PRESET_FLAGS = preset_flags(
@@ -184,10 +184,12 @@ def main(argv=None) -> int:
     results = launch_from_args(pythia_cpt_run, specs, args, job_kind="pythia", desc="pythia cpt", distributed=True)
     if results is None:
         return 0
-    rows = summary_rows(runs.finished_like(args.out, configs, summary_key))  # every matching run, not only this call's
+    rows = summary_rows(
+        run_store.finished_like(args.out, configs, summary_key)
+    )  # every matching run, not only this call's
     print(summary_table(rows, LOW_SIGNAL_AG))
     path = args.out / EXPERIMENT / summary_name(args.preset)
-    runs.write_summary([(path, runs.csv_bytes(rows))], runs_found=len(rows))
+    run_store.write_summary([(path, atomic.csv_bytes(rows))], runs_found=len(rows))
     print(path)
     return 0
 

@@ -15,18 +15,7 @@ function is :func:`common.experiments.matched_insertion.matched_insertion_run`.
 
 from __future__ import annotations
 
-from common import runs
-from common.cli import (
-    check_flag_use,
-    comma_ints,
-    entry_point,
-    make_parser,
-    parse_args,
-    positive_float,
-    positive_int,
-)
 from common.data.vision import DATASETS
-from common.decoder_flags import PresetFlag, add_preset_flags, preset_fields
 from common.experiments.matched_insertion import (
     EXPERIMENT,
     matched_configs,
@@ -35,14 +24,27 @@ from common.experiments.matched_insertion import (
     summary_rows,
     summary_stem,
 )
-from common.launch import launch_from_args
-from common.presets.matched import FITS, PRESETS
-from common.presets.sweep import DEFAULT_DATASET
-from common.resnet_sweep import check_sweep_inputs
-from common.runs import make_specs
+from common.experiments.shared.resnet_sweep import check_sweep_inputs
+from common.launch.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    make_parser,
+    parse_args,
+    positive_float,
+    positive_int,
+)
+from common.launch.decoder_flags import PresetFlag, add_preset_flags, preset_fields
+from common.launch.launcher import launch_from_args
+from common.presets.matched_insertion import FITS, PRESETS
+from common.presets.train_resnet_sweep import DEFAULT_DATASET
+from common.runs import atomic, run_store
+from common.runs.run_store import make_specs
 
 PAPER = PRESETS["paper"]
-PRESET_FLAGS: dict[str, PresetFlag] = {  # each sets the field of common.presets.matched.MatchedPreset of its dest
+PRESET_FLAGS: dict[
+    str, PresetFlag
+] = {  # each sets the field of common.presets.matched_insertion.MatchedPreset of its dest
     "--depths": (
         "depths",
         comma_ints,
@@ -115,13 +117,13 @@ def main(argv=None) -> int:
     )
     if results is None:
         return 0
-    found = runs.finished_like(args.out, configs, summary_stem)  # every matching run, not only this call's
+    found = run_store.finished_like(args.out, configs, summary_stem)  # every matching run, not only this call's
     rows = summary_rows(found)
     table = summary_markdown(rows)
     print(table)
     stem = args.out / EXPERIMENT / summary_stem(configs[0])
-    files = [(stem.with_suffix(".csv"), runs.csv_bytes(rows)), (stem.with_suffix(".md"), (table + "\n").encode())]
-    runs.write_summary(files, runs_found=len(found))
+    files = [(stem.with_suffix(".csv"), atomic.csv_bytes(rows)), (stem.with_suffix(".md"), (table + "\n").encode())]
+    run_store.write_summary(files, runs_found=len(found))
     print(stem.with_suffix(".md"))
     return 0
 

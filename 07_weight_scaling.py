@@ -26,18 +26,14 @@ import argparse
 import functools
 import logging
 
-from common import runs
-from common.cli import (
-    check_flag_use,
-    comma_ints,
-    entry_point,
-    fraction,
-    make_parser,
-    parse_args,
-    positive_float,
-    positive_int,
-)
 from common.data.vision import DATASETS
+from common.experiments.shared.resnet_sweep import EXPERIMENT as SWEEP_EXPERIMENT
+from common.experiments.shared.resnet_sweep import (
+    check_sweep_inputs,
+    finished_sweep_runs,
+    require_sweep_runs,
+    train_command,
+)
 from common.experiments.weight_scaling import (
     EXPERIMENT,
     FAMILIES,
@@ -53,13 +49,22 @@ from common.experiments.weight_scaling import (
     sweep_analysis_configs,
     train_fc_run,
 )
-from common.launch import launch_from_args
-from common.presets.sweep import DEFAULT_DATASET
+from common.launch.cli import (
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    fraction,
+    make_parser,
+    parse_args,
+    positive_float,
+    positive_int,
+)
+from common.launch.launcher import launch_from_args
+from common.presets.train_resnet_sweep import DEFAULT_DATASET
 from common.presets.weight_scaling import SCHEDULES
-from common.resnet_sweep import EXPERIMENT as SWEEP_EXPERIMENT
-from common.resnet_sweep import check_sweep_inputs, finished_sweep_runs, require_sweep_runs, train_command
-from common.runs import make_specs
-from common.scaling import DEFAULT_LEVEL
+from common.runs import atomic, run_store
+from common.runs.run_store import make_specs
+from common.science.scaling import DEFAULT_LEVEL
 
 log = logging.getLogger("07_weight_scaling")
 
@@ -166,7 +171,7 @@ def main(argv=None) -> int:
 def write_summary(args, family: str, dataset: str, configs: list[dict]) -> list:
     """Fit, print and write one family's exponent table and per-depth records of every finished run like ``configs``
     (not only this call's); returns the file paths."""
-    found = runs.finished_like(args.out, configs, summary_key)
+    found = run_store.finished_like(args.out, configs, summary_key)
     records = record_rows(found)
     rows = exponent_rows(records, level=args.level)
     table = exponent_markdown(rows)
@@ -174,11 +179,11 @@ def write_summary(args, family: str, dataset: str, configs: list[dict]) -> list:
     folder = args.out / EXPERIMENT
     tag = summary_tag(family, dataset)
     files = [
-        (folder / f"exponents-{tag}.csv", runs.csv_bytes(rows)),
+        (folder / f"exponents-{tag}.csv", atomic.csv_bytes(rows)),
         (folder / f"exponents-{tag}.md", (table + "\n").encode()),
-        (folder / f"records-{tag}.csv", runs.csv_bytes(records)),
+        (folder / f"records-{tag}.csv", atomic.csv_bytes(records)),
     ]
-    return runs.write_summary(files, runs_found=len(found))
+    return run_store.write_summary(files, runs_found=len(found))
 
 
 if __name__ == "__main__":

@@ -4,13 +4,13 @@ Reads the finished runs of 01-07 under ``--out`` (``result.json``, ``config.json
 tables; no training, no probing, seconds; ``--out`` is only read) for one preset, and writes into
 ``--figures-dir`` (default ``<out>/figures``): ``figN_<name>.png`` and ``.pdf`` per figure, ``tables/<name>.md``
 and ``.csv`` per table, and ``claims.md``, one row per quantitative claim of the paper with the rule
-that gave its verdict (:mod:`common.claims`; its error rates: ``docs/claim-rules.md``), then the
+that gave its verdict (:mod:`common.report.rules`; its error rates: ``docs/claim-rules.md``), then the
 identity checks apart (never counted among the claims). Without ``--preset`` the preset is the records'
 own; a ``--preset`` the records do not hold is refused rather than replace their report. A figure whose
 records are missing is skipped with one line naming the command that makes them; the exit code stays 0.
 A finished run that cannot be used (a malformed record) is named in one warning line and in the report's
 banner, and ``--strict`` makes it an error. The record formats and the choices of which records to use are
-documented in :mod:`common.experiments.records`.
+documented in :mod:`common.report.records`.
 
     python 08_make_figures.py --out runs/smoke
     python 08_make_figures.py --preset mini --out results/mini --figures-dir results/mini/figures
@@ -24,7 +24,6 @@ import logging
 import time
 from pathlib import Path
 
-from common.cli import check_flag_use, ensure_writable_dir, entry_point, make_parser, parse_args
 from common.errors import UserError
 from common.experiments.make_figures import (
     FIGURES,
@@ -36,6 +35,7 @@ from common.experiments.make_figures import (
     scan_records,
     verdict_counts,
 )
+from common.launch.cli import check_flag_use, ensure_writable_dir, entry_point, make_parser, parse_args
 
 log = logging.getLogger("08_make_figures")
 

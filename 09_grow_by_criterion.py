@@ -19,17 +19,6 @@ from __future__ import annotations
 
 import argparse
 
-from common.cli import (
-    add_training_data_flags,
-    check_flag_use,
-    comma_ints,
-    entry_point,
-    make_parser,
-    non_negative_float,
-    parse_args,
-    positive_float,
-    positive_int,
-)
 from common.data.vision import DATASETS
 from common.experiments.grow_by_criterion import (
     check_grow_data,
@@ -42,12 +31,23 @@ from common.experiments.grow_by_criterion import (
     table_stem,
     write_table,
 )
-from common.launch import launch_from_args
-from common.presets.grow import ARMS
-from common.presets.sweep import DEFAULT_DATASET
-from common.runs import make_specs
+from common.launch.cli import (
+    add_training_data_flags,
+    check_flag_use,
+    comma_ints,
+    entry_point,
+    make_parser,
+    non_negative_float,
+    parse_args,
+    positive_float,
+    positive_int,
+)
+from common.launch.launcher import launch_from_args
+from common.presets.grow_by_criterion import ARMS
+from common.presets.train_resnet_sweep import DEFAULT_DATASET
+from common.runs.run_store import make_specs
 
-# The flags that set a field of the grow preset (common.presets.grow.GrowPreset): dest == field.
+# The flags that set a field of the grow preset (common.presets.grow_by_criterion.GrowPreset): dest == field.
 PRESET_FLAGS = (
     "policies", "budget_depth_n", "every", "grow_until", "cap", "ratio_below", "in_a_row", "train_subset",
 )  # fmt: skip

@@ -22,7 +22,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.cli import (
+from common.experiments.expand_decoder import (
+    EXPERIMENT,
+    check_expand_inputs,
+    comparison_table,
+    expand_configs,
+    expand_run,
+    ranking_table,
+)
+from common.launch.cli import (
     check_flag_use,
     comma_ints,
     entry_point,
@@ -33,19 +41,11 @@ from common.cli import (
     positive_int,
     positive_ints,
 )
-from common.experiments.expand_decoder import (
-    EXPERIMENT,
-    check_expand_inputs,
-    comparison_table,
-    expand_configs,
-    expand_run,
-    ranking_table,
-)
-from common.launch import launch_from_args
-from common.presets.expand import policies_of
-from common.runs import make_specs
+from common.launch.launcher import launch_from_args
+from common.presets.expand_decoder import policies_of
+from common.runs.run_store import make_specs
 
-# The flags that set a field of the expand preset (common.presets.expand.ExpandPreset): dest == field.
+# The flags that set a field of the expand preset (common.presets.expand_decoder.ExpandPreset): dest == field.
 PRESET_FLAGS = (
     "blocks",
     "policies",

@@ -56,7 +56,7 @@ mini: $(STAMP)
 	step 09_grow_by_criterion.py $(IMAGES) $(MINI_LAUNCH); \
 	step 10_expand_decoder.py $(TEXT) $(MINI_LAUNCH); \
 	$(PY) -c 'import sys; from common.runs import make_portable; print(f"mini: {len(make_portable(sys.argv[1]))} configs made portable")' $(OUT); \
-	t=$$(date +%s); $(PY) -m common.experiments.power_table --out $(OUT) --preset mini --fresh; \
+	t=$$(date +%s); $(PY) -m common.power.power_table --out $(OUT) --preset mini --fresh; \
 	echo "mini: the power table at the records' design took $$(( $$(date +%s) - t )) s"; \
 	step 08_make_figures.py --figures-dir $(OUT)/figures; \
 	echo "mini: the whole chain took $$(( $$(date +%s) - start )) s; records under $(OUT)/"; \
@@ -69,8 +69,8 @@ mini-readme: $(STAMP)
 ## claim-tables: after a new make mini, regenerate the claims report's power table at results/mini's own design
 ## and the generated tables of docs/claim-rules.md (then rebuild the report with 08); about a minute on 2 cores
 claim-tables: $(STAMP)
-	$(PY) -m common.experiments.power_table --out results/mini --preset mini --fresh
-	$(PY) -m common.claim_rates --write-docs docs/claim-rules.md
+	$(PY) -m common.power.power_table --out results/mini --preset mini --fresh
+	$(PY) -m common.power.claim_rates --write-docs docs/claim-rules.md
 
 ## test: install, then run the whole test suite (ruff check and ruff format --check included, as tests)
 test: $(STAMP)

@@ -9,8 +9,8 @@ holds them all with the date, the device and the versions. Record the numbers in
     .venv/bin/python benchmarks/accelerator_check.py --device npu --depths 0,12
     .venv/bin/python benchmarks/accelerator_check.py --cpu-dry-run    # toy sizes on the CPU, seconds
 
-Items (the code users run: ``common.train.train``, ``common.probe``, ``common.projection`` and
-``common.precision``):
+Items (the code users run: ``common.training.loop.train``, ``common.science.probe``, ``common.science.projection`` and
+``common.science.precision``):
 
 1. Precision and device: bf16 autocast only where native, the probe's math mode, where float64 runs.
 2. Compiled bf16 training of ResNet-8, -14 and -20 (``--depths``), all in one process as an inline
@@ -69,20 +69,20 @@ from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import device as devices
-from common import runs
 from common.data.loader import TensorLoader
 from common.data.vision import CIFAR10_STATS
-from common.distributed import destroy_distributed, init_distributed, process_device, wait_for_all
 from common.errors import UserError
 from common.models.gpt import GPT, GPTConfig
 from common.models.resnet import ResNet, ResNetConfig, depth_label
-from common.placement import is_sharded, place_model
-from common.precision import float32_reduced, float64_device, math_mode, supports_float64
-from common.probe import probe_activation_gradients
-from common.projection import GramAccumulator
-from common.recipes import AdamWRecipe, SGDRecipe, TrainSettings
-from common.train import NonFiniteLossError, classification_loss, evaluate, load_weights, train
+from common.runs import atomic, record_io, run_store
+from common.science.precision import float32_reduced, float64_device, math_mode, supports_float64
+from common.science.probe import probe_activation_gradients
+from common.science.projection import GramAccumulator
+from common.training import device as devices
+from common.training.distributed import destroy_distributed, init_distributed, process_device, wait_for_all
+from common.training.loop import NonFiniteLossError, classification_loss, evaluate, load_weights, train
+from common.training.parallel import is_sharded, place_model
+from common.training.recipes import AdamWRecipe, SGDRecipe, TrainSettings
 
 TOL_FLOAT64, TOL_FLOAT32, TOL_EIGH = 1e-10, 1e-4, 1e-10
 
@@ -283,7 +283,7 @@ def training_item(check: Check, report: dict) -> dict:
                 device=dev,
                 desc=f"ResNet-{depth_label(n)}",
             )
-        last = runs.read_metrics(check.workdir / f"train-n{n}")[-1]
+        last = run_store.read_metrics(check.workdir / f"train-n{n}")[-1]
         compiled = counters["frames"]["ok"] - frames
         depths[f"ResNet-{depth_label(n)}"] = {
             "epoch_s_per_50k": last["epoch_time_s"] * 50_000 / sizes.train_images,
@@ -588,7 +588,7 @@ print("cuda initialised:", torch.cuda.is_initialized())
 def cpu_run_item(check: Check, report: dict) -> dict:
     if not torch.cuda.is_available():
         return {
-            "status": "skipped: no CUDA here, so there is no context to create (tests/launch_runs/test_accelerators.py checks the RNG rule)"
+            "status": "skipped: no CUDA here, so there is no context to create (tests/benchmarks/test_accelerators.py checks the RNG rule)"
         }
     code = CPU_RUN.format(root=str(Path(__file__).resolve().parents[1]), run_dir=str(check.workdir / "cpu-run"))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -844,13 +844,13 @@ def run_check(argv=None) -> dict:
     report["seconds"] = time.perf_counter() - total
     out_path = Path(args.out or f"runs/accelerator_check/{dev.type}-{stamp.strftime('%Y%m%d-%H%M%S')}.json")
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    runs.atomic_write_json(out_path, report)
+    atomic.atomic_write_json(out_path, report)
     failed = [i["number"] for i in report["items"] if i["status"].startswith("fail")]
     print(
         f"{len(report['items']) - len(failed)} of {len(report['items'])} items passed or skipped"
         f"{'; failed: ' + ', '.join(map(str, failed)) if failed else ''}; {report['seconds']:.0f} s; report: {out_path}"
     )
-    return runs.read_json(out_path)
+    return record_io.read_json(out_path)
 
 
 def main(argv=None) -> int:

@@ -5,7 +5,7 @@ On the CPU, in one run (interleaved repetitions, median and spread reported, flo
 - training tokens/s of our GPT-2 against ``transformers``' ``GPT2LMHeadModel`` (SDPA attention,
   ``use_cache=False``) at the same configuration, batch and sequence length: one step is
   forward, mean token cross-entropy, backward and an AdamW step. Target: ours at least as fast (>= 1.0x);
-- the AG probe over all ``L + 1`` candidates (:func:`common.probe.probe_activation_gradients`: one
+- the AG probe over all ``L + 1`` candidates (:func:`common.science.probe.probe_activation_gradients`: one
   forward, the input-gradient half of the backward) against a plain training forward + backward
   of the same batch. Target: <= 0.9x.
 
@@ -32,14 +32,14 @@ from transformers import GPT2LMHeadModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import device as devices
-from common.device import cpu_count, device_name
 from common.experiments.gpt2_ascend import peak_flops
 from common.models.gpt import GPT, GPTConfig
 from common.models.gpt_export import hf_config
-from common.probe import probe_activation_gradients
-from common.recipes import AdamWRecipe
-from common.train import classification_loss
+from common.science.probe import probe_activation_gradients
+from common.training import device as devices
+from common.training.device import cpu_count, device_name
+from common.training.loop import classification_loss
+from common.training.recipes import AdamWRecipe
 
 TARGET_SPEED, TARGET_PROBE, TARGET_MFU = 1.0, 0.90, 0.45
 RECIPE = AdamWRecipe(steps=1, lr=6e-4, eval_interval=1)  # the optimiser of the training runs

@@ -2,11 +2,11 @@
 
 A grown ResNet-(8+N) (ResNet-8 grown N times by ``common.models.resnet.grow``, zero-gamma blocks)
 and a freshly initialised ResNet-(8+N) have the same architecture, so an epoch of either should
-cost the same. Both train with the code every run uses, ``common.train.train_epoch`` (SGD recipe,
+cost the same. Both train with the code every run uses, ``common.training.loop.train_epoch`` (SGD recipe,
 channels_last, the tensor-resident augmenting loader), on the same synthetic 32x32 images,
 interleaved (grown, scratch, grown, ...) so machine load hits both alike. Prints per-epoch
 seconds (median and spread over ``--repeats``) and the ratio grown / scratch from this one run,
-plus the one-off cost of an insertion (grow + the float64 function-preservation check; common/train_growth.py).
+plus the one-off cost of an insertion (grow + the float64 function-preservation check; common/training/growing.py).
 
     .venv/bin/python benchmarks/bench_growth.py [--depth 2] [--images 2048] [--repeats 5] [--threads 2]
 """
@@ -24,13 +24,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import device as devices
 from common.data.loader import TensorLoader
 from common.data.vision import CIFAR10_STATS
-from common.growth import check_function_preserved
 from common.models.resnet import ResNet, ResNetConfig, depth_label, grow
-from common.recipes import Schedule, SGDRecipe, TrainSettings
-from common.train import train_epoch
+from common.science.growth import check_function_preserved
+from common.training import device as devices
+from common.training.loop import train_epoch
+from common.training.recipes import Schedule, SGDRecipe, TrainSettings
 
 
 def grown_resnet(n: int) -> tuple[ResNet, float]:

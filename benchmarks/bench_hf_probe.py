@@ -2,7 +2,7 @@
 
 One run, float32, interleaved repetitions after one warm-up each (median and spread reported):
 
-- the probe as ``04_pythia_cpt.py`` runs it: :func:`common.probe.probe_activation_gradients` on
+- the probe as ``04_pythia_cpt.py`` runs it: :func:`common.science.probe.probe_activation_gradients` on
   :class:`common.models.hf_decoder.HFDecoder` (forward pre-hooks on every layer and on the final
   norm, frozen parameters: one forward and the input-gradient half of the backward) with
   ShortGPT's Block Influence recorded by :class:`~common.models.hf_decoder.BlockInfluence` in the
@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_gpt import fwd_bwd, interleaved, spread
 
-from common.device import cpu_count
 from common.models.hf_decoder import BlockInfluence, HFDecoder
-from common.probe import probe_activation_gradients
-from common.train import classification_loss
+from common.science.probe import probe_activation_gradients
+from common.training.device import cpu_count
+from common.training.loop import classification_loss
 
 TARGET_PROBE = 1.0
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.data.loader import TensorLoader
 from common.data.vision import CIFAR10_STATS
-from common.device import cpu_count
+from common.training.device import cpu_count
 
 
 class PILDataset(torch.utils.data.Dataset):

@@ -1,10 +1,10 @@
 """Several runs at once on a CPU (``--launcher local``, what ``make mini`` uses): images/s of K processes with
 one thread each against one process with K threads, the same training code and shapes.
 
-Each round times :func:`common.train.train_epoch` (the loop every sweep run trains with) over the sweep's own
+Each round times :func:`common.training.loop.train_epoch` (the loop every sweep run trains with) over the sweep's own
 augmenting loader at the mini preset's shape (1,000 random uint8 CIFAR-shaped images, batch 100, 10 steps per
 epoch), first as one process with ``--slots`` threads, then as ``--slots`` processes started together with
-:data:`common.local_pool.CPU_THREADS` thread(s) each (``OMP_NUM_THREADS`` set as the local launcher sets it).
+:data:`common.launch.local_pool.CPU_THREADS` thread(s) each (``OMP_NUM_THREADS`` set as the local launcher sets it).
 Every process trains one warm-up epoch and then ``--epochs`` timed ones; it reports its own images/s over the
 timed epochs. Printed per depth: the images/s of one process alone and of all processes together (their sum),
 and their ratio, the median over ``--rounds`` rounds with the spread (min..max). Rounds alternate the two
@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_train_step import make_loader, passes  # benchmarks/ is this script's directory
 
-from common.local_pool import CPU_THREADS
+from common.launch.local_pool import CPU_THREADS
 from common.models.resnet import depth_label
-from common.presets.sweep import MINI
-from common.recipes import TrainSettings
+from common.presets.train_resnet_sweep import MINI
+from common.training.recipes import TrainSettings
 
 MINI_IMAGES, MINI_BATCH = MINI.train_subset, MINI.batch_size  # the mini sweep's training subset and batch
 

@@ -6,7 +6,7 @@ warm-up, the three measurements taken in turns within each round (other processe
 them alike); printed are the median ratio over the rounds and its spread (min..max):
 
 - plain training forward + backward of the batch (train-mode BN, parameter gradients);
-- the AG probe over all candidates (:func:`common.probe.probe_activation_gradients`): one
+- the AG probe over all candidates (:func:`common.science.probe.probe_activation_gradients`): one
   forward and the input-gradient half of the backward, no parameter gradients.
   Target: <= 0.90 of the training step (a bare frozen-parameter forward+backward is ~0.87);
 - the same with ``exact=True`` (float64 Gram statistics of every candidate's tangent features,
@@ -56,11 +56,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.device import cpu_count
 from common.models.resnet import ResNet, ResNetConfig, depth_label
-from common.probe import probe_activation_gradients
-from common.projection import GramAccumulator
-from common.tangent import GRAM_CHUNK_ELEMENTS, TANGENT_FAMILIES
+from common.science.probe import probe_activation_gradients
+from common.science.projection import GramAccumulator
+from common.science.tangent import GRAM_CHUNK_ELEMENTS, TANGENT_FAMILIES
+from common.training.device import cpu_count
 
 DEPTHS = {"ResNet-8": 0, "ResNet-20": 12}  # N extra blocks
 TARGET_PROBE, TARGET_EXACT, TARGET_PEAK_SHARE = 0.90, 2.0, 0.60
@@ -95,7 +95,7 @@ def spread(values: list[float], fmt: str = ".2f") -> str:
 
 
 def gram_multiply_adds(batch: int, c: int, h: int, w: int) -> int:
-    """Multiply-adds of the structured conv3x3 Gram (``common.tangent._conv_gram``) for C = d channels.
+    """Multiply-adds of the structured conv3x3 Gram (``common.science.tangent._conv_gram``) for C = d channels.
 
     Over the zero-padded flattened maps (M = B (H + 2) (W + 2) columns): nine ``X`` products and
     thirteen ``P`` products of ``C x M'`` by ``M' x C`` (M' = M less the shift), plus the edge bands:

@@ -4,14 +4,14 @@ Apart from ``benchmarks/accelerator_check.py`` (correctness on the device); this
 timed and written to one JSON report (``--out``, default ``runs/gpu_throughput/<device>-<time>.json``):
 
 1. ``epoch``: seconds per 50,000-image CIFAR-shaped epoch of ResNet-8 and ResNet-20 (N = 0 and 6, batch 128,
-   the sweep's own loader and ``common.train.train_epoch``, bf16 autocast), eager and compiled; measured over
+   the sweep's own loader and ``common.training.loop.train_epoch``, bf16 autocast), eager and compiled; measured over
    ``--images`` images after one warm-up epoch (which holds the compilation) and scaled to 50,000.
 2. ``sharing``: 1, 4 and 8 processes training ResNet-8 (eager) on the one device at once, started as
    subprocesses of this script (no launcher, no MPS daemon: plain time-slicing), each timed after a common
    start line: images/s of all together against one alone (what ``--runs-per-device K`` gains).
 3. ``compile``: seconds to compile the whole model against N (``torch.compiler.reset()`` first, as every run
    does), the first compiled training step minus a steady one.
-4. ``probe``: the AG probe and the exact probe (``common.probe.probe_activation_gradients``, ``exact=True``) of
+4. ``probe``: the AG probe and the exact probe (``common.science.probe.probe_activation_gradients``, ``exact=True``) of
    ResNet-20 on one batch of 128 against one training step (forward, backward, SGD step) of the same batch.
 5. ``gpt2``: GPT-2 Small (L = 12, 16 x 1024 tokens, bf16, compiled) step time, tokens/s and MFU against the
    datasheet dense bf16 peak (``--peak-tflops`` overrides the table of ``common.experiments.gpt2_ascend``).
@@ -45,15 +45,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import device as devices
-from common.compile import compiled as regional_compile
 from common.data.loader import TensorLoader
 from common.data.vision import make_synthetic
 from common.models.gpt import GPT, GPTConfig
 from common.models.resnet import ResNet, ResNetConfig, depth_label
-from common.probe import probe_activation_gradients
-from common.recipes import AdamWRecipe, Schedule, SGDRecipe, TrainSettings
-from common.train import classification_loss, train_epoch
+from common.science.probe import probe_activation_gradients
+from common.training import device as devices
+from common.training.compile import compiled as regional_compile
+from common.training.loop import classification_loss, train_epoch
+from common.training.recipes import AdamWRecipe, Schedule, SGDRecipe, TrainSettings
 
 EPOCH_IMAGES = 50_000  # a CIFAR-10 training epoch
 WIDTHS = (16, 32, 64)  # the sweep's CIFAR widths
@@ -100,7 +100,7 @@ COMPILED = contextlib.ExitStack()  # the benchmark's compiled models stay compil
 
 
 def compiled(model, dev: torch.device, quick: bool):
-    """``model``'s training forward compiled as runs compile it (:func:`common.compile.compiled`: each repeated
+    """``model``'s training forward compiled as runs compile it (:func:`common.training.compile.compiled`: each repeated
     block, a fresh compiler state), with the ``eager`` backend on the CPU or ``--quick``."""
     backend = "eager" if quick or dev.type == "cpu" else None
     return COMPILED.enter_context(regional_compile(model, True, backend=backend)).forward(model)

@@ -28,7 +28,7 @@ Two variants run: ``corrected`` (all 1,024 examples, a fresh permutation every e
 written, made to run by truncating to 1,000 examples: fixed batches, the duplicating shuffle carried over
 epochs and depths). Prints the exponents side by side with their 95% intervals and writes them to
 ``<out>/weight_scaling/peer_check-fc-tanh-<preset>.json`` (read by the claims report,
-``common/experiments/scaling_rows.py``); never weights.
+``common/report/rows/weight_scaling.py``); never weights.
 
     .venv/bin/python benchmarks/peer_cohen_fc.py [--seeds 0,1,2] [--depths 4,8,...] [--variants corrected,published]
 """
@@ -48,11 +48,11 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import runs
 from common.data.neural_ode import make_neural_ode_data
 from common.experiments import weight_scaling
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.presets.weight_scaling import COHEN_STOPPING, fc_preset
+from common.runs import atomic
 
 FAMILY = "fc-tanh"
 VARIANTS = ("corrected", "published")
@@ -325,7 +325,7 @@ def main() -> None:
         "wall_s": round(wall, 1),
     }
     path = out / weight_scaling.EXPERIMENT / f"peer_check-{FAMILY}-{args.preset}.json"
-    runs.atomic_write_json(path, record)
+    atomic.atomic_write_json(path, record)
     print(f"wrote {path}")
 
 

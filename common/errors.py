@@ -5,7 +5,7 @@ class UserError(Exception):
     """A mistake the user can fix: bad flag values, missing data, a corrupt run directory.
 
     Raised deep in ``common/`` and turned into one line on stderr plus exit code 2 by
-    :func:`common.cli.entry_point`. The message names the problem *and* the fix.
+    :func:`common.launch.cli.entry_point`. The message names the problem *and* the fix.
     Programming errors are never wrapped in this type; they keep their tracebacks.
     """
 
@@ -15,7 +15,7 @@ class ParamError(UserError):
 
     The modules below the command line are called from Python too, so they name what their caller passed, not a
     flag: ``str(exc)`` reads ``lr=-1: must be positive``. A script's command line words the same error with the
-    flag that sets the parameter (``--lr -1: must be positive``): :func:`common.cli.entry_point` looks the flag up
+    flag that sets the parameter (``--lr -1: must be positive``): :func:`common.launch.cli.entry_point` looks the flag up
     in the parser, the one place where a parameter meets its flag (docs/design.md, section "Validation").
     """
 

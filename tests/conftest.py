@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import device
-from common.precision import precision_flag
+from common.science.precision import precision_flag
+from common.training import device
 from tests.helpers import precision_flags
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -53,7 +53,8 @@ from common.data.token_shards import (
 )
 from common.data.tokenizers import Tokenizer, get_tokenizer
 from common.errors import UserError
-from common.runs import atomic_file, atomic_write_json, file_lock
+from common.runs.atomic import atomic_file, atomic_write_json
+from common.runs.locks import file_lock
 
 log = logging.getLogger(__name__)
 

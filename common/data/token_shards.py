@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from common.errors import UserError
-from common.runs import atomic_file, read_record
+from common.runs.atomic import atomic_file
+from common.runs.record_io import read_record
 
 MAGIC = b"DSTOKENS"
 VERSION = 1
@@ -68,7 +69,7 @@ class ShardHeader:
 
 
 def write_shard(path: str | os.PathLike, tokens: np.ndarray, header: ShardHeader) -> None:
-    """Header + tokens, written atomically (:func:`common.runs.atomic_file`: a crash leaves no torn shard)."""
+    """Header + tokens, written atomically (:func:`common.runs.run_store.atomic_file`: a crash leaves no torn shard)."""
     path = Path(path)
     tokens = np.asarray(tokens)
     if tokens.dtype != np.dtype(header.dtype) or len(tokens) != header.count:
@@ -191,7 +192,7 @@ class TokenLoader:
     the data order is a function of the seed and the step alone (bit-identical resume). Step
     ``s``'s ``G`` windows split into ``accum * world_size`` micro-batches of ``micro_batch``; rank
     ``r`` takes micro-batches ``a * world_size + r`` for ``a = 0 .. accum - 1``, so any split of
-    the same global batch averages the same gradient. An "epoch" of :func:`common.train.train` is
+    the same global batch averages the same gradient. An "epoch" of :func:`common.training.loop.train` is
     one evaluation interval (``set_epoch``).
     """
 

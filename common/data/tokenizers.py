@@ -15,8 +15,8 @@ from typing import Protocol
 import numpy as np
 import tiktoken
 
-from common.device import cpu_count
 from common.errors import UserError
+from common.training.device import cpu_count
 
 TOKENIZERS = ("gpt2", "byte")  # the tokenizers known by name (script 05's --tokenizer)
 

@@ -36,10 +36,10 @@ import torchvision
 from sklearn.datasets import load_digits
 from torchvision import transforms
 
-from common.device import cpu_count
 from common.errors import UserError
-from common.locks import file_lock
-from common.runs import save_checkpoint
+from common.runs.locks import file_lock
+from common.runs.run_store import save_checkpoint
+from common.training.device import cpu_count
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def load_vision(
 
 @contextlib.contextmanager
 def one_at_a_time(*locks: Path) -> Iterator[None]:
-    """Prepare data under :func:`common.locks.file_lock` on the first of ``locks`` that can be created.
+    """Prepare data under :func:`common.runs.locks.file_lock` on the first of ``locks`` that can be created.
 
     Runs started together (an array job, ``--launcher local``) would otherwise all download
     CIFAR or decode ImageNet-100 at once into the same files. Where no lock file can be created

@@ -4,7 +4,7 @@ each policy, check the function, save, and optionally train the new layers (docs
 One run per (K, seed), every policy inside it (they share the probe and, when training, the batches). The model
 comes from a Hub id (``--model``), a local ``save_pretrained`` folder (``--model-path``), a finished run of
 05 (``--from-run``, or the preset's ``ascend_depth`` found under ``--out``: exported to a Hugging Face GPT-2 by
-:func:`common.gpt_runs.export_run`), or, at the smoke preset, a tiny Llama built here. The run's identity
+:func:`common.experiments.shared.gpt2_runs.export_run`), or, at the smoke preset, a tiny Llama built here. The run's identity
 holds what defines the model and the text (names and sha256 of the files, not their paths: those sit under
 ``runtime``), so the same model and text give the same run hash on any machine.
 
@@ -28,14 +28,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaFor
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 from transformers.utils import logging as hf_logging
 
-from common import runs
-from common.atomic import atomic_write_json
 from common.data.text_sources import TextDataSpec, documents, text_fingerprint
-from common.device import resolve_device, seed_everything
 from common.errors import ParamError, UserError
-from common.experiments import expand_training as training
-from common.gpt_runs import EXPERIMENT as ASCEND
-from common.gpt_runs import export_run
+from common.experiments import expand_decoder_training as training
+from common.experiments.shared.gpt2_runs import EXPERIMENT as ASCEND
+from common.experiments.shared.gpt2_runs import export_run
 from common.models.gpt_export import byte_tokenizer
 from common.models.hf_decoder import HFDecoder, check_weight_files, is_local, load_causal_lm, sha256_file
 from common.models.hf_expand import (
@@ -49,9 +46,12 @@ from common.models.hf_expand import (
     place_scores,
 )
 from common.presets.choose import choose_preset
-from common.presets.expand import PRESETS, ExpandPreset
-from common.runs import RunSpec
-from common.train import WEIGHTS
+from common.presets.expand_decoder import PRESETS, ExpandPreset
+from common.runs import record_io, run_store
+from common.runs.atomic import atomic_write_json
+from common.runs.run_store import RunSpec
+from common.training.device import resolve_device, seed_everything
+from common.training.loop import WEIGHTS
 
 EXPERIMENT = "expand_decoder"
 REPORT = "expansion_report.json"  # beside each saved checkpoint
@@ -67,8 +67,8 @@ def find_ascend_run(out: str | Path, depth: int, preset: str) -> Path:
     """
     found = [
         d
-        for d in runs.run_dirs(Path(out) / ASCEND)
-        if runs.is_done(d) and {"n_layer": depth, "preset": preset}.items() <= runs.read_run(d).config.items()
+        for d in run_store.run_dirs(Path(out) / ASCEND)
+        if run_store.is_done(d) and {"n_layer": depth, "preset": preset}.items() <= run_store.read_run(d).config.items()
     ]
     if not found:
         raise UserError(
@@ -112,9 +112,9 @@ def model_source(
         return {"kind": "hub", "model": model, "revision": revision}, {}
     if from_run or preset.ascend_depth is not None:
         run = Path(from_run) if from_run else find_ascend_run(out, preset.ascend_depth, preset_name)
-        if not runs.is_done(run):
+        if not run_store.is_done(run):
             raise UserError(f"--from-run {run}: not a finished run of 05_gpt2_ascend.py (no result.json); run 05 first")
-        stored = runs.read_run(run).config
+        stored = run_store.read_run(run).config
         if stored.get("experiment") != ASCEND:
             raise UserError(f"--from-run {run}: a run of {stored.get('experiment')}, not of 05_gpt2_ascend.py")
         return {"kind": ASCEND, "run": run.name}, {"from_run": str(run.resolve())}
@@ -148,7 +148,7 @@ def source_layers(identity: dict, runtime: dict) -> int | None:
     if identity["kind"] == "folder":
         return int(AutoConfig.from_pretrained(runtime["model_path"]).num_hidden_layers)
     if identity["kind"] == ASCEND:
-        return int(runs.read_run(Path(runtime["from_run"])).config["n_layer"])
+        return int(run_store.read_run(Path(runtime["from_run"])).config["n_layer"])
     if identity["kind"] == "tiny":
         return int(identity["num_hidden_layers"])
     return None
@@ -186,7 +186,7 @@ def load_source(config: dict, scratch: Path):
 def text_source(preset: ExpandPreset, text_path: str | None, model_runtime: dict) -> tuple[dict, dict]:
     """``(identity, runtime)`` of the text: ``--text-file``, else the 05 run's own text, else (smoke) CPython's help."""
     if text_path is None and "from_run" in model_runtime:
-        stored = runs.read_run(Path(model_runtime["from_run"])).config.get("runtime", {}).get("text_path")
+        stored = run_store.read_run(Path(model_runtime["from_run"])).config.get("runtime", {}).get("text_path")
         text_path = stored if stored and Path(stored).exists() else None
         if text_path is None:
             raise UserError(
@@ -321,7 +321,7 @@ def expand_run(spec: RunSpec) -> dict:
     """Job function of script 10: the ranking, then each policy's expansion, check, checkpoint and training; resumes
     at the policy it was in (finished policies are read back from ``metrics.jsonl``)."""
     config = spec.config
-    path = runs.prepare_run(spec.out, config)
+    path = run_store.prepare_run(spec.out, config)
     device = resolve_device(config.get("runtime", {}).get("device") or "auto")
     seed_everything(config["seed"])
     with tempfile.TemporaryDirectory() as scratch:
@@ -333,12 +333,14 @@ def expand_run(spec: RunSpec) -> dict:
         reference = Reference.of(decoder, probe)
         base = training.held_out_loss(decoder, split) if config["train_steps"] else None
         done = (
-            {r["policy"]: r for r in runs.read_metrics(path) if "policy" in r} if (path / runs.METRICS).exists() else {}
+            {r["policy"]: r for r in run_store.read_metrics(path) if "policy" in r}
+            if (path / run_store.METRICS).exists()
+            else {}
         )
         for policy in config["policies"]:
             if policy not in done:
                 done[policy] = _expand_policy(decoder, scores, policy, config, probe, reference, split, tokenizer)
-                runs.append_metrics(path, done[policy])
+                run_store.append_metrics(path, done[policy])
         policies = {policy: done[policy] for policy in config["policies"]}
     result = {
         "blocks": config["blocks"],
@@ -350,7 +352,7 @@ def expand_run(spec: RunSpec) -> dict:
         "ranking": [s.record() for s in scores],
         "policies": policies,
     }
-    runs.write_result(path, result)
+    run_store.write_result(path, result)
     return result
 
 
@@ -416,7 +418,7 @@ def save_expansion(
     """``save_pretrained`` of the expansion and its tokenizer into ``folder`` (written beside it, then renamed), with
     the report; then the checkpoint reloaded by ``AutoModelForCausalLM.from_pretrained`` and checked again."""
     if (folder / REPORT).is_file():  # another seed's run of the same K wrote the same expansion
-        return {"folder": folder.name, "reloaded_check": runs.read_json(folder / REPORT)["reloaded_check"]}
+        return {"folder": folder.name, "reloaded_check": record_io.read_json(folder / REPORT)["reloaded_check"]}
     folder.parent.mkdir(parents=True, exist_ok=True)
     part = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:

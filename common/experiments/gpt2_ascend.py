@@ -1,13 +1,13 @@
 """Job module of ``05_gpt2_ascend.py``: the GPT-2 decoder depth sweep of paper B.4, then AG across depth.
 
 One run per (depth ``L``, seed): train a GPT-2 (``common/models/gpt.py``) with ``L`` decoder
-blocks on token shards (``common/data/token_shards.py``) through :func:`common.train.train` (AdamW,
+blocks on token shards (``common/data/token_shards.py``) through :func:`common.training.loop.train` (AdamW,
 warm-up + cosine by steps, gradient clipping, gradient accumulation to a token batch, bf16
 autocast and ``torch.compile`` on accelerators, DDP when several processes run it), then probe
-the trained model with :func:`common.probe.probe_activation_gradients` on ``B`` held-out batches
+the trained model with :func:`common.science.probe.probe_activation_gradients` on ``B`` held-out batches
 of the validation shard: ``AG_l`` at the ``L + 1`` candidates and AGmax under script 02's keys.
 
-Presets (:data:`PRESETS`, the table of :mod:`common.presets.gpt2`): ``paper`` has the paper's dimensions
+Presets (:data:`PRESETS`, the table of :mod:`common.presets.gpt2_ascend`): ``paper`` has the paper's dimensions
 (B.4: d = 768, feed-forward 3072, 12 heads) and a FineWeb-Edu budget of 310,000,347 tokens; the depth grid,
 context length, vocabulary padding, token batch and every optimiser value are this reproduction's decisions
 (docs/decisions.md, section "GPT-2 depth sweep"). ``smoke`` runs the same code paths on CPython's bundled help
@@ -18,7 +18,7 @@ sha256 unless ``--text-file`` gives it, with the same run hashes either way).
 Under ``torchrun`` or a multi-task SLURM job every process calls :func:`train_gpt_run` for the
 same run: they train it together through DDP and only rank 0 writes records, checkpoints and the
 probe's results. The steps script 04 shares (presets, data, training rounds, the probe) are in
-:mod:`common.experiments.decoder_runs`.
+:mod:`common.experiments.shared.decoder_runs`.
 """
 
 from __future__ import annotations
@@ -32,20 +32,20 @@ from pathlib import Path
 
 import torch
 
-from common import runs
 from common.data.text_sources import FINEWEB_SUBSET, text_data_spec
 from common.data.token_shards import TokenData
 from common.data.tokenizers import tokenizer_vocab_size
-from common.device import resolve_device, seed_everything
-from common.distributed import DistInfo, wait_for_all
-from common.experiments import decoder_runs
-from common.experiments.decoder_runs import prepare_data
-from common.gpt_runs import EXPERIMENT, SCRIPT, build_gpt
+from common.experiments.shared import decoder_runs
+from common.experiments.shared.decoder_runs import prepare_data
+from common.experiments.shared.gpt2_runs import EXPERIMENT, SCRIPT, build_gpt
 from common.models.gpt import GPT, GPTConfig
-from common.presets.gpt2 import PRESETS
-from common.recipes import AdamWRecipe, TrainSettings
-from common.runs import RunSpec
-from common.train import WEIGHTS, finish_run, load_weights
+from common.presets.gpt2_ascend import PRESETS
+from common.runs import run_store
+from common.runs.run_store import RunSpec
+from common.training.device import resolve_device, seed_everything
+from common.training.distributed import DistInfo, wait_for_all
+from common.training.loop import WEIGHTS, finish_run, load_weights
+from common.training.recipes import AdamWRecipe, TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def train_gpt_run(spec: RunSpec) -> dict:
 
     Every process of a torchrun / multi-task SLURM job calls it for the same run (DDP); rank 0
     prepares the run directory and the data, writes the records and probes, while the others wait
-    outside the collective watchdog (:func:`common.distributed.wait_for_all`).
+    outside the collective watchdog (:func:`common.training.distributed.wait_for_all`).
     """
     config, path = spec.config, spec.dir
     info, device = decoder_runs.join_run(
@@ -156,7 +156,7 @@ def train_gpt_run(spec: RunSpec) -> dict:
     twin = trained_twin(spec)
     if twin is not None:  # same training, other probe settings: reuse its weights
         model.load_state_dict(load_weights(twin))
-        summary = {k: v for k, v in decoder_runs.renamed(runs.read_result(twin)).items() if k in TRAINING_KEYS}
+        summary = {k: v for k, v in decoder_runs.renamed(run_store.read_result(twin)).items() if k in TRAINING_KEYS}
         summary["trained_in"] = twin.name
     else:
         summary = _train(model, config, data, path, device, info)
@@ -197,7 +197,9 @@ def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.
     tokens_per_s, rounds = decoder_runs.token_rates(path, t)
     return {
         **{k: summary[k] for k in ("val_loss", "val_acc", "train_loss", "train_acc", "steps", "eval_rounds", "wall_s")},
-        **{k: summary[k] for k in ("compile", "cudnn_benchmark", "cpu_threads") if k in summary},  # common.train
+        **{
+            k: summary[k] for k in ("compile", "cudnn_benchmark", "cpu_threads") if k in summary
+        },  # common.training.loop
         "tokens_per_s": tokens_per_s,
         "tokens_per_s_rounds": rounds,
         "train_tokens_seen": summary["steps"] * hp["batch_tokens"],
@@ -243,13 +245,15 @@ def trained_twin(spec: RunSpec) -> Path | None:
     """A finished run of the same training (identity equal but for ``probe``) with saved weights, if any."""
 
     def training(config: dict) -> dict:
-        return {k: v for k, v in runs.identity(config).items() if k != "probe"}
+        return {k: v for k, v in run_store.identity(config).items() if k != "probe"}
 
     mine = training(json.loads(json.dumps(spec.config, default=str)))
     for directory in sorted(spec.dir.parent.glob("*")):
-        if directory == spec.dir or not runs.is_done(directory) or not (directory / WEIGHTS).is_file():
+        if directory == spec.dir or not run_store.is_done(directory) or not (directory / WEIGHTS).is_file():
             continue
-        if training(runs.read_run(directory).config) == mine:  # a malformed twin: one line (common.runs.read_run)
+        if (
+            training(run_store.read_run(directory).config) == mine
+        ):  # a malformed twin: one line (common.runs.run_store.read_run)
             return directory
     return None
 

@@ -6,9 +6,9 @@ choice below):
 
 - a *policy* arm (``criterion``, ``ag``, ``cyclic``, ``random``) starts from the sweep's randomly initialised
   ResNet-8 of its seed (same initialisation and batches as 01's run) and grows inside its run (the engine of
-  :mod:`common.train_growth`: one schedule, every old parameter's optimizer state kept, none for a new block, the
+  :mod:`common.training.growing`: one schedule, every old parameter's optimizer state kept, none for a new block, the
   function checked bit for bit in float64 at each insertion): every ``every`` epochs while less than ``grow_until``
-  of ``B`` is spent, :class:`~common.experiments.grow_controller.Controller` probes, applies the stop rule and
+  of ``B`` is spent, :class:`~common.experiments.grow_by_criterion_controller.Controller` probes, applies the stop rule and
   inserts one ``conv3x3`` zero-output block where the policy says;
 - ``none``: the ResNet-8, never grown, on the same ``B`` (so more epochs than a deeper network);
 - ``scratch``: the criterion's final architecture of the same seed (read from its finished run, trained here first
@@ -16,7 +16,7 @@ choice below):
   blocks' ``U_l`` from their seeds, their ``V_l`` zero (:func:`scratch_resnet`).
 
 ``B`` is the training FLOPs of the sweep's run at the preset's ``budget_depth_n`` (:func:`budget_flops`, counted by
-:mod:`common.flops` as every FLOP here). A run trains whole epochs while the next one fits in what is left of ``B``.
+:mod:`common.training.flops` as every FLOP here). A run trains whole epochs while the next one fits in what is left of ``B``.
 Every run has its own directory (``<out>/grow_by_criterion/<dataset>-<arm>-seed<s>-<hash>``), resumes from its
 checkpoint (the insertions and probe records in it: a killed run decides again from the same state, bit-identically
 on the CPU) and ends with ``result.json``: the sweep's keys, ``depth_n`` its final depth, ``policy``, ``stop`` (why and
@@ -39,19 +39,25 @@ from typing import Any
 import pandas as pd
 import torch
 
-from common import runs, tables
 from common.data.vision import VisionData
 from common.errors import ParamError, UserError
-from common.experiments.grow_controller import Controller, probe_examples
-from common.flops import training_flops, training_flops_per_image
-from common.growth import insert_zero_block
-from common.locks import RunLocked
+from common.experiments.grow_by_criterion_controller import Controller, probe_examples
+from common.experiments.shared.resnet_sweep import (
+    build_resnet,
+    growth_hooks,
+    load_sweep_data,
+    sweep_configs,
+    train_resnet_run,
+)
 from common.models.resnet import ResNet
 from common.presets.choose import choose_preset
-from common.presets.grow import POLICIES, PRESETS, GrowPreset, policies_of
-from common.resnet_sweep import build_resnet, growth_hooks, load_sweep_data, sweep_configs, train_resnet_run
-from common.runs import RunSpec
-from common.train_growth import RunGrowth
+from common.presets.grow_by_criterion import POLICIES, PRESETS, GrowPreset, policies_of
+from common.runs import atomic, locks, run_store, tables
+from common.runs.locks import RunLocked
+from common.runs.run_store import RunSpec
+from common.science.growth import insert_zero_block
+from common.training.flops import training_flops, training_flops_per_image
+from common.training.growing import RunGrowth
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +87,7 @@ class GrowPlan:
     def describe(self, out: str | Path) -> str:
         lines = []
         for (arm, seed), config in sorted(self.configs.items()):
-            state = "done" if runs.is_done(runs.run_dir(out, config)) else "todo"
+            state = "done" if run_store.is_done(run_store.run_dir(out, config)) else "todo"
             lines.append(f"{arm} seed {seed}: {state}")
         p = self.preset
         lines.append(
@@ -96,8 +102,8 @@ class GrowPlan:
 def grow_plan(
     *, preset: str = "smoke", overrides: dict | None = None, seeds: Sequence[int] = (0,), **sweep_keywords: Any
 ) -> GrowPlan:
-    """Plan the runs. ``overrides``: fields of :class:`common.presets.grow.GrowPreset` (None: the preset's);
-    ``sweep_keywords``: :func:`common.resnet_sweep.sweep_configs`'s others (``dataset``, ``data_root``, ``device``,
+    """Plan the runs. ``overrides``: fields of :class:`common.presets.grow_by_criterion.GrowPreset` (None: the preset's);
+    ``sweep_keywords``: :func:`common.experiments.shared.resnet_sweep.sweep_configs`'s others (``dataset``, ``data_root``, ``device``,
     ``compile``, ``synthetic``). ``scratch`` brings ``criterion`` along (it reads its architecture)."""
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     if isinstance(given.get("policies"), str):  # --policy's comma-separated text
@@ -142,7 +148,7 @@ def grow_plan(
         for arm in p.policies:
             configs[(arm, seed)] = run_config(start[seed], arm, growth, probe, max_epochs)
         if "scratch" in p.policies:
-            source = runs.run_dir("", configs[("criterion", seed)])
+            source = run_store.run_dir("", configs[("criterion", seed)])
             configs[("scratch", seed)]["growth"]["scratch_of"] = str(source)
     return GrowPlan(p, seeds, configs)
 
@@ -174,7 +180,7 @@ def depth_ratio(depth_n: int, config: dict) -> float:
 
 def budget_flops(config: dict, data: VisionData) -> int:
     """B: the training FLOPs of the sweep's run of depth ``growth.budget_depth_n`` on ``data`` (its architecture,
-    ``growth.budget_epochs`` epochs of whole batches; :mod:`common.flops`, the count every run here uses)."""
+    ``growth.budget_epochs`` epochs of whole batches; :mod:`common.training.flops`, the count every run here uses)."""
     g = config["growth"]
     model = build_resnet({**config, "depth_n": g["budget_depth_n"]}, data.num_classes)
     images = epoch_examples(config, data)
@@ -195,12 +201,12 @@ def default_seeds(preset: str, seed: int) -> list[int]:
 # ----------------------------------------------------------------------------- jobs
 def grow_run(spec: RunSpec, data: VisionData | None = None) -> dict:
     """Job function of script 09: one (arm, seed) run (module docstring). ``data``: train on these images instead of
-    the config's (:mod:`common.experiments.grow_calibration`)."""
+    the config's (:mod:`common.experiments.grow_by_criterion_calibration`)."""
     config = spec.config
     if config["policy"] == "scratch":
         source = RunSpec(config=criterion_config(config), out=spec.out)
         _ensure_finished(source)
-        criterion = runs.read_result(source.dir)
+        criterion = run_store.read_result(source.dir)
         make_model = lambda c, d: scratch_resnet(c, d, criterion)  # noqa: E731
     else:
         make_model = starting_resnet
@@ -212,20 +218,20 @@ def criterion_config(scratch: dict) -> dict:
     growth = {k: v for k, v in scratch["growth"].items() if k not in ("scratch_of", "scratch_v")}
     config = {**scratch, "policy": "criterion", "name": scratch["name"].replace("-scratch-", "-criterion-"),
               "growth": growth}  # fmt: skip
-    if str(runs.run_dir("", config)) != scratch["growth"]["scratch_of"]:
+    if str(run_store.run_dir("", config)) != scratch["growth"]["scratch_of"]:
         raise UserError(f"{scratch['name']}: its criterion run {scratch['growth']['scratch_of']} is not this plan's")
     return config
 
 
 def _ensure_finished(spec: RunSpec) -> None:
     """Run the criterion run ``spec`` unless it is finished; under ``--launcher local`` or SLURM its own job may hold
-    it: wait for the holder (a dead holder's stale lock is taken over, :class:`common.locks.RunLock`)."""
-    while not runs.is_done(spec.dir):
+    it: wait for the holder (a dead holder's stale lock is taken over, :class:`common.runs.locks.RunLock`)."""
+    while not run_store.is_done(spec.dir):
         log.info("grow by criterion: the scratch run needs %s", spec.name)
-        runs.prepare_run(spec.out, spec.config)
+        run_store.prepare_run(spec.out, spec.config)
         try:
-            with runs.RunLock(spec.dir):
-                if not runs.is_done(spec.dir):
+            with locks.RunLock(spec.dir):
+                if not run_store.is_done(spec.dir):
                     grow_run(spec)
         except RunLocked:
             time.sleep(LOCK_POLL_S)
@@ -292,8 +298,8 @@ def finish_result(result: dict, model: ResNet, config: dict) -> dict:
 def read_runs(out: str | Path, problems: list | None = None) -> pd.DataFrame:
     """Every finished run under ``<out>/grow_by_criterion``, one row per run (:data:`RECORD_KEYS` among the columns,
     with the config's ``preset``, ``dataset`` and ``run_dir``), sorted by policy and seed. ``problems``: as
-    :func:`common.runs.scan_runs`'s (malformed runs left out, listed there)."""
-    found = runs.scan_runs(Path(out) / EXPERIMENT, problems=problems, result_keys=RECORD_KEYS)
+    :func:`common.runs.run_store.scan_runs`'s (malformed runs left out, listed there)."""
+    found = run_store.scan_runs(Path(out) / EXPERIMENT, problems=problems, result_keys=RECORD_KEYS)
     frame = pd.DataFrame([r.row for r in found])
     if frame.empty:
         return pd.DataFrame(columns=["policy", "seed", "depth_n"])
@@ -308,10 +314,10 @@ def probe_frame(runs_frame: pd.DataFrame) -> pd.DataFrame:
     """One row per measured probe of every run of ``runs_frame`` (:func:`read_runs`): ``policy``, ``seed``,
     ``round`` (the probe's index), ``epoch``, ``depth_n`` (before its insertion), :data:`PROBE_COLUMNS`,
     ``train_loss`` (the clean training loss evaluated at that epoch), ``test_loss`` (not measured: NaN) and
-    ``flops_cum`` (training FLOPs so far): what the post-hoc stopping rules of :mod:`common.growth_stopping` read."""
+    ``flops_cum`` (training FLOPs so far): what the post-hoc stopping rules of :mod:`common.report.grow_by_criterion_stopping` read."""
     rows = []
     for run in runs_frame.to_dict("records"):
-        clean = {r["epoch"]: r.get("clean_loss") for r in runs.read_metrics(run["run_dir"])}
+        clean = {r["epoch"]: r.get("clean_loss") for r in run_store.read_metrics(run["run_dir"])}
         for probe in run.get("probes") or []:
             if "v_max" not in probe:  # a record of why growth stopped, nothing measured
                 continue
@@ -332,7 +338,7 @@ def curve(run_dir: str | Path, result: dict) -> list[dict]:
     """Clean training loss against cumulative training FLOPs: every evaluated epoch of ``metrics.jsonl``, then the
     final evaluation at the run's total (``cost_flops`` adds the probe FLOPs spent by then)."""
     points = []
-    for r in runs.read_metrics(run_dir):
+    for r in run_store.read_metrics(run_dir):
         if r.get("clean_loss") is not None:
             points.append({"epoch": r["epoch"], "train_flops": r["train_flops"], "train_loss": r["clean_loss"],
                            "cost_flops": r["train_flops"] + r.get("probe_flops", 0)})  # fmt: skip
@@ -366,10 +372,10 @@ def collect_records(plan: GrowPlan, out: str | Path) -> list[dict]:
     """Every run's result of the plan, in (arm, seed) order."""
     records = []
     for _, config in sorted(plan.configs.items()):
-        path = runs.run_dir(out, config)
-        if not runs.is_done(path):
+        path = run_store.run_dir(out, config)
+        if not run_store.is_done(path):
             raise UserError(f"{path} is not finished; rerun 09_grow_by_criterion.py with the same flags")
-        records.append(runs.read_result(path, RECORD_KEYS))
+        records.append(run_store.read_result(path, RECORD_KEYS))
     return records
 
 
@@ -399,7 +405,7 @@ def table_stem(dataset: str, plan: GrowPlan) -> str:
 
 def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path, Path]:
     """``<out>/grow_by_criterion/<stem>.csv`` and ``.md``, written atomically."""
-    return runs.atomic_write_table(Path(out) / EXPERIMENT, stem, rows, markdown_table(rows))
+    return atomic.atomic_write_table(Path(out) / EXPERIMENT, stem, rows, markdown_table(rows))
 
 
 def check_grow_data(configs: Sequence[dict]) -> None:

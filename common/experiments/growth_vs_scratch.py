@@ -8,12 +8,12 @@ Protocol (one growth run per final depth N and seed):
 
 - The run starts from a randomly initialised ResNet-8 (the sweep's ResNet-8 of that seed at step 0: same
   initialisation, same batches) and trains the sweep's epochs on the sweep's one schedule. Its ``k``-th block goes
-  in before the epoch the preset's fraction ``insert_at[k - 1]`` gives (:meth:`~common.presets.growth.GrowthPreset.insert_epochs`),
+  in before the epoch the preset's fraction ``insert_at[k - 1]`` gives (:meth:`~common.presets.growth_vs_scratch.GrowthPreset.insert_epochs`),
   where the sweep's ResNet-(8+k) has it (stage ``(k - 1) mod 3``, at its end: :func:`common.models.resnet.grow`),
   at a zero output (zero-gamma on its last BatchNorm), its weights drawn from :func:`block_seed`. The growth
-  engine (:mod:`common.train_growth`) checks the function bit for bit in float64 in train and eval mode, keeps
+  engine (:mod:`common.training.growing`) checks the function bit for bit in float64 in train and eval mode, keeps
   every old parameter's optimizer state, gives the new block none, and never restarts the schedule.
-- Scratch is the sweep's own run of ResNet-(8+N) (:func:`~common.resnet_sweep.sweep_configs`): the same epochs,
+- Scratch is the sweep's own run of ResNet-(8+N) (:func:`~common.experiments.shared.resnet_sweep.sweep_configs`): the same epochs,
   schedule, seed and batches; a finished sweep run is reused, a missing one trained here (under ``resnet_sweep/``).
 - The ablation (``ablation_depths``): the same growth run with the optimizer and the schedule restarted at every
   insertion (the earlier stage-by-stage recipe, in the engine), so the report shows what the restart alone costs.
@@ -21,7 +21,7 @@ Protocol (one growth run per final depth N and seed):
 Each growth run has its own directory (``<out>/growth_vs_scratch/<dataset>-grown-resnet<d>-n<N>-seed<s>-<hash>``,
 ``-restart`` for the ablation) and resumes from its checkpoint. :func:`growth_table` builds the comparison at equal
 steps (means over seeds, the paired reductions, the per-row winner, each side's training FLOPs, the last epochs'
-slope of the training loss, the paper's values from ``common/paper.py`` beside them); :func:`ablation_table` the
+slope of the training loss, the paper's values from ``common/presets/paper.py`` beside them); :func:`ablation_table` the
 restart's cost.
 """
 
@@ -40,11 +40,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from common import runs, tables
 from common.data.vision import VisionData
 from common.errors import ParamError, UserError
+from common.experiments.shared.resnet_sweep import (
+    build_resnet,
+    growth_hooks,
+    preset_seeds,
+    sweep_configs,
+    train_resnet_run,
+)
 from common.models.resnet import ResNet, depth_label, grow
-from common.paper import (
+from common.presets.growth_vs_scratch import growth_preset, insert_fractions
+from common.presets.paper import (
     GROWTH_DEPTHS,
     GROWTH_LOWER_TEST_LOSS,
     GROWTH_LOWER_TRAIN_LOSS,
@@ -53,10 +60,9 @@ from common.paper import (
     GROWTH_TEST_ABS_REDUCTION_RANGE,
     GROWTH_TEST_RELATIVE_REDUCTION,
 )
-from common.presets.growth import growth_preset, insert_fractions
-from common.resnet_sweep import build_resnet, growth_hooks, preset_seeds, sweep_configs, train_resnet_run
-from common.runs import RunSpec
-from common.train_growth import Insertion, RunGrowth
+from common.runs import atomic, run_store, tables
+from common.runs.run_store import RunSpec
+from common.training.growing import Insertion, RunGrowth
 
 log = logging.getLogger(__name__)
 
@@ -109,20 +115,20 @@ class GrowthPlan:
 
 
 def _state(out: str | Path, config: dict) -> str:
-    return "done" if runs.is_done(runs.run_dir(out, config)) else "todo"
+    return "done" if run_store.is_done(run_store.run_dir(out, config)) else "todo"
 
 
 def growth_plan(
     *, preset: str = "smoke", overrides: dict | None = None, seeds: Sequence[int] = (0,), **sweep_keywords: Any
 ) -> GrowthPlan:
     """Plan the growth, scratch and ablation runs (docs/decisions.md, section "Function-preserving growth").
-    ``sweep_keywords`` are :func:`~common.resnet_sweep.sweep_configs`'s others (``dataset``, ``data_root``,
+    ``sweep_keywords`` are :func:`~common.experiments.shared.resnet_sweep.sweep_configs`'s others (``dataset``, ``data_root``,
     ``device``, ``compile``, ``synthetic``): every run is one of the sweep's configs.
 
-    ``overrides``: fields of the preset's :class:`~common.presets.growth.GrowthPreset`, None meaning "the
+    ``overrides``: fields of the preset's :class:`~common.presets.growth_vs_scratch.GrowthPreset`, None meaning "the
     preset's": ``depths``, ``insert_at`` (fractions of the run, one per block), ``ablation_depths`` (left out with
     ``depths`` given: the preset's among them, else the deepest of them where the preset has an ablation),
-    ``train_subset`` (as in :func:`~common.resnet_sweep.sweep_configs`).
+    ``train_subset`` (as in :func:`~common.experiments.shared.resnet_sweep.sweep_configs`).
     """
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     if "insert_at" in given:
@@ -155,7 +161,7 @@ def growth_plan(
 
 def default_seeds(preset: str, seed: int) -> list[int]:
     """The seeds without ``--seeds``: the growth preset's count from ``seed`` (mini: the sweep's two), else the sweep
-    preset's growth seeds (:func:`~common.resnet_sweep.preset_seeds`)."""
+    preset's growth seeds (:func:`~common.experiments.shared.resnet_sweep.preset_seeds`)."""
     count = growth_preset(preset).seeds
     return [seed + i for i in range(count)] if count else preset_seeds(preset, seed, growth=True)
 
@@ -190,7 +196,7 @@ def is_restart(config: dict) -> bool:
 
 # ----------------------------------------------------------------------------- jobs
 def growth_vs_scratch_run(spec: RunSpec) -> dict:
-    """Job function of script 03: a growth run (the engine of :mod:`common.train_growth`) or a scratch run (the
+    """Job function of script 03: a growth run (the engine of :mod:`common.training.growing`) or a scratch run (the
     sweep's job)."""
     if not is_growth(spec.config):
         return train_resnet_run(spec)
@@ -214,7 +220,7 @@ def starting_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
 
 def run_growth(config: dict, data: VisionData, device: torch.device) -> RunGrowth:
     """The growth plan of one run: block ``k`` before ``growth.epochs[k - 1]``, drawn from :func:`block_seed`; the
-    float64 check and the FLOP count of :func:`~common.resnet_sweep.growth_hooks`."""
+    float64 check and the FLOP count of :func:`~common.experiments.shared.resnet_sweep.growth_hooks`."""
     plan = config["growth"]
     insertions = tuple(Insertion(e, block_seed(config["seed"], k)) for k, e in enumerate(plan["epochs"], start=1))
     return RunGrowth(
@@ -257,7 +263,7 @@ def collect_records(plan: GrowthPlan, out: str | Path, which: str = "growth") ->
                     "epochs": r["epochs"],
                     "total_epochs": r["epochs"],
                     "train_flops": float(flops),
-                    "train_loss_slope": tail_slope(history := runs.read_metrics(runs.run_dir(out, c))),
+                    "train_loss_slope": tail_slope(history := run_store.read_metrics(run_store.run_dir(out, c))),
                     "train_loss_tail_fall": tail_fall(history),
                     **{k: r[k] for k in METRICS},
                 }
@@ -295,10 +301,10 @@ def _tail_fit(history: Sequence[dict], tail: float) -> tuple[float, float, float
 
 
 def finished_result(out: str | Path, config: dict) -> dict:
-    path = runs.run_dir(out, config)
-    if not runs.is_done(path):
+    path = run_store.run_dir(out, config)
+    if not run_store.is_done(path):
         raise UserError(f"{path} is not finished; rerun 03_growth_vs_scratch.py with the same flags to run it")
-    return runs.read_run(path).result
+    return run_store.read_run(path).result
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -322,7 +328,7 @@ def growth_table(records: Iterable[dict]) -> list[dict]:
     winner (lower mean loss) for train and test loss, and each side's total epochs
     (``growth_epochs``, ``scratch_epochs``; None on the mean row). The mean row averages the
     architectures per seed first, then over seeds; its relative reduction is that of the mean test
-    losses (as the paper's 11.8%). Paper columns (``paper_*``, from common/paper.py) where the paper
+    losses (as the paper's 11.8%). Paper columns (``paper_*``, from common/presets/paper.py) where the paper
     reports a value. Records with ``train_flops`` and ``train_loss_slope`` (:func:`collect_records`) give each
     side's mean of those too (``growth_train_flops``, ...).
     """
@@ -412,10 +418,10 @@ def markdown_table(rows: Sequence[dict]) -> str:
     note = (
         f"Mean ± sample std over {_seeds(rows)} seed(s); reduction = scratch - growth test loss (%: of the scratch mean). "
         "Both sides train the same epochs and steps on one schedule; growth starts from a ResNet-8 and spends fewer "
-        "FLOPs (counted by common/flops.py at each epoch's depth). Slope: the running training loss's change per "
+        "FLOPs (counted by common/training/flops.py at each epoch's depth). Slope: the running training loss's change per "
         "epoch over the last 10% of the epochs (near 0: levelled off); fall: how much its least-squares line fell "
         "over those epochs, as a fraction of its last value. "
-        "In parentheses: the paper's CIFAR-10 values (common/paper.py; per architecture it reports only which "
+        "In parentheses: the paper's CIFAR-10 values (common/presets/paper.py; per architecture it reports only which "
         "method has the lower loss, and the smallest and largest test-loss reductions)."
     )
     return f"{tables.markdown_table(rows, TABLE_COLUMNS)}\n\n{note}"
@@ -543,7 +549,7 @@ def table_stem(dataset: str, plan: GrowthPlan, kind: str = "table") -> str:
 
 def write_table(rows: Sequence[dict], out: str | Path, stem: str, markdown: str | None = None) -> tuple[Path, Path]:
     """``<out>/growth_vs_scratch/<stem>.csv`` and ``.md`` (default: :func:`markdown_table`), written atomically."""
-    return runs.atomic_write_table(Path(out) / EXPERIMENT, stem, rows, markdown or markdown_table(rows))
+    return atomic.atomic_write_table(Path(out) / EXPERIMENT, stem, rows, markdown or markdown_table(rows))
 
 
 __all__ = [

@@ -1,17 +1,17 @@
 """Job module of ``08_make_figures.py``: every figure and table, and the claims report, from the run records alone.
 
-Nothing here trains or probes: :func:`common.experiments.records.load_records` reads the finished runs of scripts
-01-07 under ``--out`` and keeps those of one preset (which records, and why: :mod:`common.experiments.records`), and
-:func:`build` draws the figures (:mod:`common.plots`), writes the tables (:mod:`common.tables`) and the claims report
-under the figures folder (its rows: :mod:`common.experiments.claim_rows`, their rules: :mod:`common.claims`, its
-text: :mod:`common.experiments.claims_report`):
+Nothing here trains or probes: :func:`common.report.records.load_records` reads the finished runs of scripts
+01-07 under ``--out`` and keeps those of one preset (which records, and why: :mod:`common.report.records`), and
+:func:`build` draws the figures (:mod:`common.report.plots`), writes the tables (:mod:`common.runs.tables`) and the claims report
+under the figures folder (its rows: :mod:`common.report.claim_rows`, their rules: :mod:`common.report.rules`, its
+text: :mod:`common.report.claims_report`):
 
 - ``<figures>/figN_<name>.png`` and ``.pdf``, one per figure (figure 1 one per dataset);
 - ``<figures>/tables/<name>.md`` and ``.csv``;
 - ``<figures>/claims.md`` (and ``tables/claims.csv``): one row per quantitative claim of the paper
-  and of Cohen et al.: the claim, the paper's value (``common/paper.py`` only), the reproduced
+  and of Cohen et al.: the claim, the paper's value (``common/presets/paper.py`` only), the reproduced
   value, the records it came from (preset, dataset, seeds, number of runs), the verdict, its power at
-  the records' own design (``common/experiments/claim_power.csv``) and the rule that gave it.
+  the records' own design (``common/report/claim_power.csv``) and the rule that gave it.
 
 Each figure (or group of figures read from one experiment's records) is drawn by one function of
 :data:`FIGURE_GROUPS`, which says what it skipped and the command that makes the missing records.
@@ -26,18 +26,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from common import paper, plots, runs, tables
-from common.experiments import (
-    gpt2_ascend,
-    grow_rows,
-    growth_vs_scratch,
-    matched_insertion,
-    pythia_cpt,
-    weight_scaling,
-)
-from common.experiments.claim_rows import claim_rows
-from common.experiments.claims_report import claims_markdown, report_banner, verdict_counts
-from common.experiments.records import (
+from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, pythia_cpt, weight_scaling
+from common.models.resnet import BACKBONE_DEPTH
+from common.presets import paper
+from common.report import plots
+from common.report.claim_rows import claim_rows
+from common.report.claims_report import claims_markdown, report_banner, verdict_counts
+from common.report.records import (
     PROBE,
     PYTHIA,
     SWEEP,
@@ -48,10 +43,11 @@ from common.experiments.records import (
     records_preset,
     scan_records,
 )
-from common.experiments.report_rows import FIT_TARGET, IDENTITY, STEM_OUTPUT
-from common.models.resnet import BACKBONE_DEPTH
+from common.report.rows import grow_by_criterion
+from common.report.verdict_row import FIT_TARGET, IDENTITY, STEM_OUTPUT
+from common.runs import atomic, tables
 
-GROW = grow_rows.grow_by_criterion.EXPERIMENT  # script 09's folder
+GROW = grow_by_criterion.grow_by_criterion.EXPERIMENT  # script 09's folder
 
 FIGURES = "figures"  # default folder, under --out
 TABLES = "tables"
@@ -94,10 +90,10 @@ def skip_line(what: str, needs: str, command: str, rec: Records, experiments: Se
 
 # ----------------------------------------------------------------------------- tables
 def write_table(folder: Path, stem: str, rows: Sequence[dict], text: str | None = None) -> list[Path]:
-    """``<folder>/<stem>.csv`` and ``.md`` (``text``, or the rows' :func:`common.tables.markdown_table`), written atomically."""
+    """``<folder>/<stem>.csv`` and ``.md`` (``text``, or the rows' :func:`common.runs.tables.markdown_table`), written atomically."""
     csv_path, md_path = folder / f"{stem}.csv", folder / f"{stem}.md"
-    runs.atomic_write_csv(csv_path, rows)
-    runs.atomic_write_bytes(md_path, ((text if text is not None else tables.markdown_table(rows)) + "\n").encode())
+    atomic.atomic_write_csv(csv_path, rows)
+    atomic.atomic_write_bytes(md_path, ((text if text is not None else tables.markdown_table(rows)) + "\n").encode())
     return [csv_path, md_path]
 
 
@@ -254,26 +250,26 @@ def grow_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
     """Figures 10 and 11 (09, beyond the paper): training loss against cumulative FLOPs for every arm with the
     sweep's runs as points and the stop rule's statistic at each probe, and which candidate each policy chose; the
     tables at the budget, of the FLOPs to reach the sweep's loss at N*, and of the post-hoc stopping rules, per
-    dataset (:mod:`common.experiments.grow_rows`)."""
-    frame = grow_rows.grow_runs(rec)
+    dataset (:mod:`common.report.rows.grow_by_criterion`)."""
+    frame = grow_by_criterion.grow_runs(rec)
     if frame.empty:
-        command = grow_rows.grow_command(rec.preset, rec.out)
+        command = grow_by_criterion.grow_command(rec.preset, rec.out)
         report.skip("figures 10 and 11 (growth by the criterion)", "09 runs", command, rec, (GROW,))
         return
     for dataset, group in frame.groupby("dataset", sort=True):
         sweep = rec.sweep[rec.sweep["dataset"] == dataset] if len(rec.sweep) else pd.DataFrame()
-        probes, points = grow_rows.grow_by_criterion.probe_frame(group), grow_rows.curves(group)
-        figure = plots.grow_vs_compute(points, probes, grow_rows.sweep_flops(sweep), dataset=dataset)
+        probes, points = grow_by_criterion.grow_by_criterion.probe_frame(group), grow_by_criterion.curves(group)
+        figure = plots.grow_vs_compute(points, probes, grow_by_criterion.sweep_flops(sweep), dataset=dataset)
         report.figure(f"fig10_grow_vs_compute-{dataset}", figure)
         report.figure(f"fig11_grow_choices-{dataset}", plots.grow_choices(probes, dataset=dataset))
-        report.table(f"grow_at_budget-{dataset}", grow_rows.budget_rows(group))
-        report.table(f"grow_stops_post_hoc-{dataset}", grow_rows.stop_rows(group, sweep))
+        report.table(f"grow_at_budget-{dataset}", grow_by_criterion.budget_rows(group))
+        report.table(f"grow_stops_post_hoc-{dataset}", grow_by_criterion.stop_rows(group, sweep))
         if sweep.empty:
             report.skipped.append(
                 skip_line(f"09 against the sweep ({dataset})", "sweep runs", cmd["sweep"], rec, (SWEEP,))
             )
             continue
-        compute = grow_rows.compute_rows(points, sweep)
+        compute = grow_by_criterion.compute_rows(points, sweep)
         rows = [{"comparison": "compute", "result": compute}] if isinstance(compute, str) else compute
         report.table(f"grow_compute_to_reach-{dataset}", rows)
 
@@ -297,7 +293,7 @@ def write_claims(rec: Records, report: Report, preset: str) -> None:
     report.table("claims", report.claims)
     report.claims_path = report.figures_dir / CLAIMS
     banner = report_banner(rec, preset)
-    runs.atomic_write_bytes(
+    atomic.atomic_write_bytes(
         report.claims_path, (claims_markdown(report.claims, preset, rec.out, banner) + "\n").encode()
     )
     report.written.append(report.claims_path)

@@ -2,13 +2,13 @@
 
 Construction (our reading of H.1, docs/decisions.md, section "Matched insertion"): freeze a trained
 sweep model; at one candidate ``l``, fixed before any gradient is seen, take the protocol's standard
-zero-output block ``h(z) = V psi(z)`` (``common.tangent``, ``U_l`` seeded as in the probe) and fit
+zero-output block ``h(z) = V psi(z)`` (``common.science.tangent``, ``U_l`` seeded as in the probe) and fit
 its terminal projection ``V`` alone, ``psi`` fixed, by least squares so that the block's output
 matches ``-alpha g_i`` for every training example ``i``, where ``g_i = d loss_i / d z_i`` is the
 gradient of example ``i``'s own loss (per-example targets). The fit is ``W* = P^+ X`` of the
-streamed Gram statistics (:func:`common.probe.per_example_tangent_regression`, nothing of size
+streamed Gram statistics (:func:`common.science.probe.per_example_tangent_regression`, nothing of size
 ``n x d`` kept), so the block outputs ``-alpha Pi g`` with ``Pi`` the orthogonal projection onto the
-tangent space ``{Psi W}``. The block is then inserted for real (``common.growth.insert_zero_block``,
+tangent space ``{Psi W}``. The block is then inserted for real (``common.science.growth.insert_zero_block``,
 ``V = -alpha W*``) and the training loss is evaluated at once, in eval mode over the whole split,
 with no task-loss training.
 
@@ -48,28 +48,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import runs, tables
 from common.data.loader import TensorLoader
 from common.data.vision import warn_unused_data_root
-from common.device import resolve_device
 from common.errors import ParamError, UserError
-from common.growth import insert_zero_block
+from common.experiments.shared.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.experiments.shared.resnet_sweep import finished_sweep_runs, load_sweep_run, train_command
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
-from common.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
-from common.precision import float64_device, full_precision
 from common.presets.choose import choose_preset
-from common.presets.matched import FITS, PRESETS, MatchedPreset
-from common.presets.sweep import DEFAULT_DATASET
-from common.probe import (
+from common.presets.matched_insertion import FITS, PRESETS, MatchedPreset
+from common.presets.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
+from common.presets.train_resnet_sweep import DEFAULT_DATASET
+from common.runs import atomic, run_store, tables
+from common.science.growth import insert_zero_block
+from common.science.precision import float64_device, full_precision
+from common.science.probe import (
     TangentRegression,
     activation_gradients,
     mean_loss,
     per_example_tangent_regression,
     probe_mode,
 )
-from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.resnet_sweep import finished_sweep_runs, load_sweep_run, train_command
-from common.tangent import make_zero_block
+from common.science.tangent import make_zero_block
+from common.training.device import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def matched_insertion(
     not part of H.1's prediction, in float32.
     ``reordered_batches()`` is a second pass over the same training examples in another batch order
     (None: each batch of ``train_batches`` with its examples reversed). Everything runs under the
-    probe's precision guard (:func:`common.precision.full_precision`: no TF32 on GPUs), recorded as
+    probe's precision guard (:func:`common.science.precision.full_precision`: no TF32 on GPUs), recorded as
     ``math_mode`` in each row.
     """
     if fit not in FITS:
@@ -284,7 +284,7 @@ def measure_losses(
     batch orders), and after inserting the block with each terminal projection of ``weights``; the test split's
     before and after in float32 (docs/design.md, section "H.1: measured in float64, with a floor").
 
-    The float64 pass runs a float64 copy of ``model`` on :func:`common.precision.float64_device` (the CPU for MPS and
+    The float64 pass runs a float64 copy of ``model`` on :func:`common.science.precision.float64_device` (the CPU for MPS and
     NPU), the batches' images cast after the float32 normalisation (the same inputs in both precisions), in
     sub-batches of :data:`FLOAT64_CHUNK` examples; the float32 pass runs ``model`` itself (a float32 copy when it
     is not float32).
@@ -366,7 +366,7 @@ def resolve_candidates(rule: str | int, extra_blocks: int) -> list[int]:
         return [extra_block_position(extra_blocks)[1]]
     if rule == "all":
         return list(range(count))
-    index = int(rule)  # a rule the preset checked (common.presets.matched.MatchedPreset): an index now
+    index = int(rule)  # a rule the preset checked (common.presets.matched_insertion.MatchedPreset): an index now
     if not 0 <= index < count:
         raise ParamError("candidate", index, f"ResNet-{BACKBONE_DEPTH + extra_blocks} has candidates 0..{count - 1}")
     return [index]
@@ -385,7 +385,7 @@ def matched_configs(
 ) -> list[dict]:
     """One run per finished sweep run (depth N, seed): its candidates, alphas and fit.
 
-    ``preset``: a preset of :data:`common.presets.matched.PRESETS`, whose ``depths`` are the paper's four (N = 0, 6,
+    ``preset``: a preset of :data:`common.presets.matched_insertion.PRESETS`, whose ``depths`` are the paper's four (N = 0, 6,
     12, 26) with ``paper`` and every finished depth of the sweep (None) with ``smoke`` and ``mini``; ``overrides``: its
     fields set otherwise (None: the preset's). A missing depth is a :class:`UserError` naming the script-01 command
     that trains it. Seeds default to those with a run at every depth (mini's third seed, trained at 03's depths only,
@@ -396,7 +396,7 @@ def matched_configs(
     warn_unused_data_root(dataset, data_root)
     by_depth: dict[tuple[int, int], Path] = {}
     for directory in finished_sweep_runs(out, dataset):
-        config = runs.read_config(directory, SWEEP_CONFIG_KEYS)
+        config = run_store.read_config(directory, SWEEP_CONFIG_KEYS)
         by_depth.setdefault((config["depth_n"], config["seed"]), directory)
     wanted = list(p.depths) if p.depths is not None else sorted({n for n, _ in by_depth})
     balanced = sorted({s for _, s in by_depth if all((n, s) in by_depth for n in wanted)})
@@ -406,7 +406,7 @@ def matched_configs(
     for s in seed_list:
         for n in wanted:
             directory = by_depth[(n, s)]
-            sweep = runs.read_config(directory, SWEEP_CONFIG_KEYS)
+            sweep = run_store.read_config(directory, SWEEP_CONFIG_KEYS)
             configs.append(matched_config(p, directory, sweep, dataset, seed, device=device, data_root=data_root))
     return configs
 
@@ -460,10 +460,10 @@ def matched_config(
     }
 
 
-def matched_insertion_run(spec: runs.RunSpec) -> dict:
+def matched_insertion_run(spec: run_store.RunSpec) -> dict:
     """Job function of script 06: the matched insertion at every configured candidate of one trained model."""
     config = spec.config
-    path = runs.prepare_run(spec.out, config)
+    path = run_store.prepare_run(spec.out, config)
     runtime = config.get("runtime", {})
     device = resolve_device(runtime.get("device") or "auto")
     model, data = load_sweep_run(runtime["sweep_dir"], data_root=runtime.get("data_root"), device=device)
@@ -499,10 +499,10 @@ def matched_insertion_run(spec: runs.RunSpec) -> dict:
                     "paper_change": paper_change(config["depth_label"], row["alpha"]),
                 }
             )
-    runs.atomic_write_csv(path / "rows.csv", rows)
+    atomic.atomic_write_csv(path / "rows.csv", rows)
     result = {k: config[k] for k in ("dataset", "depth_n", "depth_label", "seed", "sweep_run", "fit")}
     result.update(rows=rows, device=device.type)
-    runs.write_result(path, result)
+    run_store.write_result(path, result)
     return result
 
 
@@ -566,7 +566,7 @@ def summary_markdown(rows: Sequence[dict]) -> str:
         "predicted: the first-order change -alpha ||Pi g||^2 / n with per-example targets g_i = d loss_i / d z_i (our reading); "
         "first-order predictions of other readings: pooled-target (the pooled-gradient rows as targets, -alpha V_S,l^2), "
         "exact-target (the block's output equal to -alpha g_i, no projection: -alpha ||g||^2 / n), unit-target (targets "
-        "-alpha g_i / rms(g), alpha a step length); residual: ||Pi g - g|| / ||g||; paper: H.1 (common/paper.py, at "
+        "-alpha g_i / rms(g), alpha a step length); residual: ||Pi g - g|| / ||g||; paper: H.1 (common/presets/paper.py, at "
         "alpha = 1e-3 only)."
     )
     return f"{tables.markdown_table(rows, SUMMARY_COLUMNS)}\n\n{note}"

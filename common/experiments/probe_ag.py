@@ -1,11 +1,11 @@
 """Job module of ``02_probe_ag.py``: probe every trained sweep model (paper B.1, App. G).
 
-Holds the probe's run configs (:func:`probe_configs`: a preset of :mod:`common.presets.probe` and the
+Holds the probe's run configs (:func:`probe_configs`: a preset of :mod:`common.presets.probe_ag` and the
 fields set otherwise; identity: the sweep run and every probe setting, the App. G statistic's name
 included) and the job function (:func:`probe_sweep_run`: the analysis batches through
-:func:`common.probe.probe_activation_gradients`, then the separated saturation test of App. G on an
+:func:`common.science.probe.probe_activation_gradients`, then the separated saturation test of App. G on an
 independent sample, :func:`app_g_sample_of`, recorded by :func:`saturation_record`). The summary rows
-and table the script prints and writes are in :mod:`common.experiments.probe_summary`.
+and table the script prints and writes are in :mod:`common.experiments.probe_ag_summary`.
 
 App. G (docs/decisions.md): the independent sample (every example of
 ``--saturation-split`` not in the analysis batches unless ``--saturation-n``; the default,
@@ -14,9 +14,9 @@ the test split, :func:`held_out_pool`) is split with a recorded seed into a cali
 per-example contributions estimate the traces ``tr Sigma_l``, and a test part of ``n_test``
 examples, whose pooled cross-gradients ``C_hat_l`` give ``Gamma_hat = max_l ||C_hat_l||``. The
 interval ``[max(0, Gamma_hat - t), Gamma_hat + t]`` uses ``t = sqrt(sum_l tr_l^cal / (n_test alpha))``
-(:func:`common.projection.saturation_interval`); its verdict is taken against ``delta`` when one is
+(:func:`common.science.projection.saturation_interval`); its verdict is taken against ``delta`` when one is
 given. Beside it, labelled and not used for the verdict, the asymptotic interval
-(:func:`common.projection.asymptotic_interval`): a Bonferroni-normal interval on each ``||C_l||^2``
+(:func:`common.science.projection.asymptotic_interval`): a Bonferroni-normal interval on each ``||C_l||^2``
 from the test part's ``U_l = ||C_hat_l||^2 - tr_l / n_test`` and ``tr(Sigma_l^2)``, and the variance of
 the calibration part's contributions along the test part's ``C_hat_l`` (so each part is streamed once);
 for both intervals the ``n_test`` at which each would exclude 0 (and delta) at the current estimates.
@@ -36,18 +36,16 @@ from pathlib import Path
 
 import torch
 
-from common import runs
 from common.data.loader import TensorLoader
 from common.data.vision import VisionData, class_balanced_indices, warn_unused_data_root
-from common.device import resolve_device
 from common.errors import ParamError
-from common.experiments.probe_summary import summary_rows, summary_table  # noqa: F401  (for 02: a script imports its job module only)
+from common.experiments.shared.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.experiments.shared.resnet_sweep import load_source, load_sweep_run, sweep_data_config
 from common.presets.choose import choose_preset
-from common.presets.probe import HELD_OUT, PRESETS, ProbePreset, app_g_sizes
-from common.probe import probe_activation_gradients
-from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.resnet_sweep import load_source, load_sweep_run, sweep_data_config
-from common.saturation import (
+from common.presets.probe_ag import HELD_OUT, PRESETS, ProbePreset, app_g_sizes
+from common.runs import atomic, run_store
+from common.science.probe import probe_activation_gradients
+from common.science.saturation import (
     LOWER_ABOVE_DELTA,
     NO_VERDICT,
     SATURATION_STATISTIC,
@@ -57,6 +55,7 @@ from common.saturation import (
     saturation_interval,
     theorem3_n_to_exclude,
 )
+from common.training.device import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +91,10 @@ def probe_configs(
 ) -> list[dict]:
     """One ``ag_probe`` run config per finished sweep run (identity: the sweep run and every probe setting).
 
-    ``preset``: a preset of :data:`common.presets.probe.PRESETS`; ``overrides``: its fields set otherwise (None: the
+    ``preset``: a preset of :data:`common.presets.probe_ag.PRESETS`; ``overrides``: its fields set otherwise (None: the
     preset's value). ``seed`` seeds the analysis batches' selection, App. G's split and the blocks' ``U_l``."""
     p = choose_preset(PRESETS, preset, overrides)
-    sweeps = {Path(d): runs.read_config(Path(d), SWEEP_CONFIG_KEYS) for d in sweep_dirs}
+    sweeps = {Path(d): run_store.read_config(Path(d), SWEEP_CONFIG_KEYS) for d in sweep_dirs}
     deepest = {}  # dataset -> the largest depth_n among the sweep runs probed (App. G's "deepest")
     for sweep in sweeps.values():
         deepest[sweep["dataset"]] = max(deepest.get(sweep["dataset"], 0), sweep["depth_n"])
@@ -159,7 +158,7 @@ def check_sample_sizes(
     The split sizes come from the sweep run's ``result.json`` (``train_size``, ``test_size``); a run without
     them is checked by the job itself, on the images it reads (:func:`check_batches_fit`).
     """
-    result = runs.read_result(sweep_dir)
+    result = run_store.read_result(sweep_dir)
     size = result.get(f"{split}_size")
     if not isinstance(size, int):
         return
@@ -296,7 +295,7 @@ def probe_sweep_run(spec) -> dict:
     the App. G sample), ``candidates.csv`` (one row per candidate) and ``result.json``.
     """
     config = spec.config
-    path = runs.prepare_run(spec.out, config)
+    path = run_store.prepare_run(spec.out, config)
     runtime = config.get("runtime", {})
     device = resolve_device(runtime.get("device") or "auto")
     model, data = load_sweep_run(runtime["sweep_dir"], data_root=runtime.get("data_root"), device=device)
@@ -314,7 +313,7 @@ def probe_sweep_run(spec) -> dict:
         model, analysis, bn_mode=config["bn_mode"], exact=config["exact"], seed=config["probe_seed"]
     )
     g = app_g_sample_of(examples, config, used) if app_g else None
-    runs.atomic_write_json(path / SAMPLES, samples_record(examples, sat["split"] if app_g else None, used, g, b))
+    atomic.atomic_write_json(path / SAMPLES, samples_record(examples, sat["split"] if app_g else None, used, g, b))
     saturation = app_g_test(model, config, examples, g) if app_g else None
     records = [
         {
@@ -326,7 +325,7 @@ def probe_sweep_run(spec) -> dict:
         }
         for r in result.records()
     ]
-    runs.atomic_write_csv(path / "candidates.csv", records)
+    atomic.atomic_write_csv(path / "candidates.csv", records)
     out = {
         **{k: config[k] for k in ("dataset", "depth_n", "depth_label", "seed", "sweep_run")},
         "split": used["split"],
@@ -335,7 +334,7 @@ def probe_sweep_run(spec) -> dict:
         "candidates": records,
         "saturation": saturation,
     }
-    runs.write_result(path, out)
+    run_store.write_result(path, out)
     return out
 
 
@@ -407,7 +406,7 @@ NO_PROJECTION = ("n_test_to_exclude_zero", "n_test_to_exclude_delta", "n_test_to
 
 def app_g_beside(test_scores, cal_scores, n_test: int, n_cal: int, sat: dict, names: list[str]):
     """The asymptotic interval (None below 4 test examples: no ``tr(Sigma^2)``) and, for Theorem 3's interval,
-    the projected ``n_test`` at which it would exclude 0 and delta (:func:`common.projection.theorem3_n_to_exclude`)."""
+    the projected ``n_test`` at which it would exclude 0 and delta (:func:`common.science.projection.theorem3_n_to_exclude`)."""
     u = [s.contribution_norm_sq for s in test_scores]
     test_traces = [s.contribution_cov_trace for s in test_scores]
     cal_traces = [s.contribution_cov_trace for s in cal_scores]
@@ -461,7 +460,7 @@ class HeldOutPool:
 
 def held_out_pool(sweep_dir, data_root, data) -> HeldOutPool:
     """App. G's default sample pool for one sweep run (:class:`HeldOutPool`): with a ``data.train_subset`` the
-    training images it left out, from the whole dataset (:func:`common.resnet_sweep.load_source`), then ``data``'s
+    training images it left out, from the whole dataset (:func:`common.experiments.shared.resnet_sweep.load_source`), then ``data``'s
     test split; without one, the test split alone."""
     config = sweep_data_config(sweep_dir, data_root)
     subset = config.get("data", {}).get("train_subset")
@@ -496,7 +495,7 @@ def app_g_split_seed(probe_seed: int) -> int:
 def app_g_split(n: int, cal_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Positions ``(calibration, test)`` in an App. G sample of ``n`` examples: a seeded random
     ``round(cal_fraction * n)`` of them (at least 2, for a sample covariance) calibrate the traces,
-    the other ``n_test`` (at least 1) give ``C_hat_l`` (:func:`common.presets.probe.app_g_sizes`)."""
+    the other ``n_test`` (at least 1) give ``C_hat_l`` (:func:`common.presets.probe_ag.app_g_sizes`)."""
     n_cal, _ = app_g_sizes(n, cal_fraction)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     return order[:n_cal], order[n_cal:]

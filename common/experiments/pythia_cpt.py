@@ -4,15 +4,15 @@ One run per (model, seed): load a causal LM with its own tokenizer (:func:`commo
 a Hub id at a revision, or a local directory; the run records the id, revision, resolved commit
 and the sha256 of every weight file), measure its validation loss, continue pretraining it on
 token shards made with that tokenizer (:mod:`common.data.token_shards`, the shard format of script 05)
-through :func:`common.train.train` (AdamW, warm-up + cosine by steps, gradient clipping,
+through :func:`common.training.loop.train` (AdamW, warm-up + cosine by steps, gradient clipping,
 accumulation, bf16 autocast on accelerators, gradient checkpointing where asked or where
-:mod:`common.decoder_memory`'s estimate says the run would not fit the device without it, DDP when several
-processes run it), then freeze it and probe it with :func:`common.probe.probe_activation_gradients` through
+:mod:`common.training.memory`'s estimate says the run would not fit the device without it, DDP when several
+processes run it), then freeze it and probe it with :func:`common.science.probe.probe_activation_gradients` through
 :class:`common.models.hf_decoder.HFDecoder`: ``AG_l`` at the ``n_layer + 1`` residual-stream
 candidates under script 02's keys, with ShortGPT's Block Influence of each layer recorded in the
 same forward passes.
 
-Presets (:data:`PRESETS`, the table of :mod:`common.presets.pythia`): ``paper`` is the six smallest
+Presets (:data:`PRESETS`, the table of :mod:`common.presets.pythia_cpt`): ``paper`` is the six smallest
 deduplicated Pythia models at revision ``step143000`` on FineWeb-Edu; ``smoke`` builds two tiny GPT-NeoX
 models, saves each with ``save_pretrained`` and loads it back from disk by path, then runs the same code on
 CPython's help texts with the byte tokenizer in well under two minutes on a CPU; ``mini`` probes the two
@@ -20,10 +20,10 @@ smallest Pythia models frozen on Tiny Shakespeare.
 
 Record (``result.json``, read by ``08_make_figures.py``): ``model``, ``revision``, ``commit_hash``,
 ``weight_files``, ``n_layer``, ``d_model``, ``val_loss_before``, ``val_loss_after``, ``cpt_tokens``,
-every key of :meth:`common.probe.ProbeResult.summary` and ``candidates`` (one dict per candidate
+every key of :meth:`common.science.probe.ProbeResult.summary` and ``candidates`` (one dict per candidate
 with ``index``, ``name``, ``ag_norm``, ``per_example_rms``, ``block_input``, ``block_influence``:
 None for the final stream). The steps script 05 shares (presets, data, training rounds, the probe) are
-in :mod:`common.experiments.decoder_runs`.
+in :mod:`common.experiments.shared.decoder_runs`.
 """
 
 from __future__ import annotations
@@ -39,14 +39,11 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
 
-from common import decoder_memory, runs
 from common.data.text_sources import FINEWEB_SUBSET, text_data_spec
 from common.data.token_shards import TokenBatches, TokenData, TokenLoader
 from common.data.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
-from common.device import autocast_dtype, cpu_threads, resolve_device, seed_everything
-from common.distributed import DistInfo, broadcast_from_main, env_info, wait_for_all
 from common.errors import ParamError
-from common.experiments import decoder_runs
+from common.experiments.shared import decoder_runs
 from common.models.hf_decoder import (
     BlockInfluence,
     HFDecoder,
@@ -56,12 +53,16 @@ from common.models.hf_decoder import (
     load_causal_lm,
     resolve_snapshot,
 )
-from common.placement import place_model
-from common.precision import full_precision
-from common.presets.pythia import DEFAULT_LR, MINI, PRESETS, PYTHIA_MODELS, ModelEntry
-from common.recipes import AdamWRecipe, TrainSettings
-from common.runs import RunSpec
-from common.train import evaluate, finish_run, load_weights
+from common.presets.pythia_cpt import DEFAULT_LR, MINI, PRESETS, PYTHIA_MODELS, ModelEntry
+from common.runs import atomic, record_io
+from common.runs.run_store import RunSpec
+from common.science.precision import full_precision
+from common.training import memory as memory_training
+from common.training.device import autocast_dtype, cpu_threads, resolve_device, seed_everything
+from common.training.distributed import DistInfo, broadcast_from_main, env_info, wait_for_all
+from common.training.loop import evaluate, finish_run, load_weights
+from common.training.parallel import place_model
+from common.training.recipes import AdamWRecipe, TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ def fetch_model(config: dict) -> None:
 def fetch_on_each_node(config: dict, info: DistInfo) -> None:
     """The run's Hub model downloaded by each node's first process (``LOCAL_RANK`` 0) while the others wait.
 
-    The waiting is :func:`common.distributed.wait_for_all` (no collective watchdog runs out during a
+    The waiting is :func:`common.training.distributed.wait_for_all` (no collective watchdog runs out during a
     download); afterwards every process loads the model from its node's cache (``local_only``). A
     single process has nothing to wait for (it fetched before the job, :func:`fetch_model`).
     """
@@ -284,8 +285,8 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
     """Every process: join, load, measure, train; rank 0 alone probes and records while the others wait.
 
     Rank-0-only work is kept short or waited for outside the collective watchdog: the validation
-    losses are split over the processes (:func:`common.train.evaluate`), the download happens once
-    per node, and the others wait for the probe in :func:`common.distributed.wait_for_all`.
+    losses are split over the processes (:func:`common.training.loop.evaluate`), the download happens once
+    per node, and the others wait for the probe in :func:`common.training.distributed.wait_for_all`.
     """
     config, path = spec.config, spec.dir
     runtime = config.get("runtime", {})
@@ -313,13 +314,13 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
     ):  # the loaded model's validation loss, once (float32, eval mode, split over the processes)
         loss = _val_loss(decoder, val, device)
         if info.is_main:
-            runs.atomic_write_json(before, {"val_loss_before": loss})
+            atomic.atomic_write_json(before, {"val_loss_before": loss})
     seed_everything(config["seed"])
     if loader is not None and settings is not None:
         summary = _train(decoder, config, loader, settings, val, path, device, info)
     else:  # no continued pretraining: the loaded model is the probed one
         summary = {
-            "val_loss_after": runs.read_json(before)["val_loss_before"],
+            "val_loss_after": record_io.read_json(before)["val_loss_before"],
             "steps": 0,
             "cpt_tokens": 0,
             "train_loss": None,
@@ -334,7 +335,7 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
 
     def probe_and_finish() -> dict:
         return _probe_and_finish(
-            decoder.to(device), loaded.record, config, data, path, device, {**runs.read_json(before), **summary}
+            decoder.to(device), loaded.record, config, data, path, device, {**record_io.read_json(before), **summary}
         )
 
     return decoder_runs.finish_on_main(info, device, path, probe_and_finish)
@@ -430,18 +431,18 @@ def _memory_choice(
     info: DistInfo,
 ) -> dict:
     """Gradient checkpointing of this run: ``runtime.gradient_checkpointing`` True / False (the flag or the preset;
-    configs from before the estimate: True), or ``"auto"``: on where :mod:`common.decoder_memory`'s estimate at the
+    configs from before the estimate: True), or ``"auto"``: on where :mod:`common.training.memory`'s estimate at the
     micro-batch does not fit the device's memory, off where it fits. The choice, why, and the estimate (bytes)."""
-    shape = decoder_memory.hf_shape(decoder.lm, decoder.n_layer, decoder.d_model)
-    estimate = decoder_memory.training_memory(
+    shape = memory_training.hf_shape(decoder.lm, decoder.n_layer, decoder.d_model)
+    estimate = memory_training.training_memory(
         shape,
         micro_batch=loader.micro_batch,
         block_size=block_size,
         amp=settings.amp and autocast_dtype(device) is not None,
         shards=info.world_size if settings.fsdp else 1,
     )
-    capacity = decoder_memory.device_memory(device)
-    wanted, by = decoder_memory.choose_checkpointing(runtime.get("gradient_checkpointing", True), estimate, capacity)
+    capacity = memory_training.device_memory(device)
+    wanted, by = memory_training.choose_checkpointing(runtime.get("gradient_checkpointing", True), estimate, capacity)
     if by == "memory estimate":
         log.info(
             "gradient checkpointing %s: %.1f GB estimated without it, %s of device memory",
@@ -449,7 +450,7 @@ def _memory_choice(
             estimate.total(False) / 1e9,
             f"{capacity / 1e9:.1f} GB" if capacity else "unknown",
         )
-    record = {**estimate.record(), "device_memory": capacity, "fit_fraction": decoder_memory.FIT_FRACTION}
+    record = {**estimate.record(), "device_memory": capacity, "fit_fraction": memory_training.FIT_FRACTION}
     return {"gradient_checkpointing": wanted, "by": by, "estimate": record}
 
 

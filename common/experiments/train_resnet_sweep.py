@@ -1,15 +1,15 @@
 """Job module of ``01_train_resnet_sweep.py``: the summary table of the ResNet depth sweep (paper B.1-B.3).
 
-The sweep itself (presets, run configs, the job function :func:`common.resnet_sweep.train_resnet_run`
+The sweep itself (presets, run configs, the job function :func:`common.experiments.shared.resnet_sweep.train_resnet_run`
 and the records API that scripts 02, 03, 06 and 07 read finished runs through) lives in
-``common/resnet_sweep.py``, below every job module; this module keeps what only script 01 uses.
+``common/experiments/shared/resnet_sweep.py``, below every job module; this module keeps what only script 01 uses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-# What every sweep run's result.json holds (common.resnet_sweep.train_resnet_run); the summary table reads them.
+# What every sweep run's result.json holds (common.experiments.shared.resnet_sweep.train_resnet_run); the summary table reads them.
 RESULT_KEYS = ("depth_n", "depth_label", "params", "train_loss", "train_acc", "test_loss", "test_acc", "epochs", "seed")
 
 

@@ -5,7 +5,7 @@ Families (``FAMILIES``):
 - ``fc-tanh`` / ``fc-relu``: their setting reproduced. One run per (family, depth L, seed) trains
   :class:`common.models.fc_resnet.FCResNet` (tanh with a shared delta; ReLU with a per-layer
   delta) on the synthetic neural-ODE regression data (:mod:`common.data.neural_ode`, d = 10,
-  generated from the run's seed) with the MSE loss through :func:`common.train.train`
+  generated from the run's seed) with the MSE loss through :func:`common.training.loop.train`
   (:func:`train_fc_run`), then computes the statistics of its trained weights.
 - ``sweep``: one analysis run per finished run of script 01 (:func:`analyse_sweep_run`). Each
   BatchNorm is folded into the conv before it (eval mode, ``W * gamma / sqrt(var + eps)``);
@@ -15,9 +15,9 @@ Families (``FAMILIES``):
   the run's ``layers.csv`` with ``downsample = True``.
 
 Fits (:func:`exponent_rows`): per (family, dataset, stage, tensor, norm) the exponents of
-:data:`common.scaling.STEPS` over the depths with at least :data:`MIN_BLOCKS` layers; with fewer
-than :data:`common.scaling.MIN_DEPTHS` such depths the row says "insufficient depths" and
-nothing is fitted. Cohen et al.'s reported exponents (:mod:`common.paper`) stand beside them.
+:data:`common.science.scaling.STEPS` over the depths with at least :data:`MIN_BLOCKS` layers; with fewer
+than :data:`common.science.scaling.MIN_DEPTHS` such depths the row says "insufficient depths" and
+nothing is fitted. Cohen et al.'s reported exponents (:mod:`common.presets.paper`) stand beside them.
 
 Records (plain CSV, one file per family and dataset, written by the script under
 ``<out>/weight_scaling/``):
@@ -31,7 +31,7 @@ Records (plain CSV, one file per family and dataset, written by the script under
   (FC: L; sweep: d of ResNet-d), ``depth_n`` (sweep: N), ``max_norm``, ``max_increment``
   (unscaled ``max_k ||A_k+1 - A_k||``; the beta-scaled norm is ``depth**beta`` times it),
   ``cumsum_norm``, ``root_sum_squares``, ``noise_max``, ``trend_max``, ``noise_fraction``,
-  ``trend_window`` (see :mod:`common.scaling`), ``input_size`` (sweep: feature-map size of the FFT
+  ``trend_window`` (see :mod:`common.science.scaling`), ``input_size`` (sweep: feature-map size of the FFT
   spectral norm), ``train_loss``, ``test_loss`` (FC: MSE; sweep: cross-entropy from script 01).
 
 ``layers.csv`` in every run directory, one row per (stage, tensor, layer k): ``stage``,
@@ -43,14 +43,14 @@ with its cumulative sum ``S_k+1`` split into ``entry_trend`` + ``entry_noise``, 
 ``path_norm``, ``trend_norm``, ``noise_norm`` of ``S_k+1`` and of its parts.
 
 ``exponents-<tag>.csv`` / ``.md``: one row per (stage, tensor, norm, exponent): ``estimator`` (which
-beta the exponent rests on: :data:`common.scaling.ESTIMATORS`; empty when none), ``estimate``,
+beta the exponent rests on: :data:`common.science.scaling.ESTIMATORS`; empty when none), ``estimate``,
 ``ci_low``, ``ci_high`` (``level``), ``stderr``, ``n``, ``n_depths``, ``depth_min``,
 ``depth_max``, ``r_squared``, ``status`` ("ok", "insufficient depths", "non-positive statistic",
 "needs beta"), ``rule``, ``paper`` (Cohen et al.'s value, where they report one) and ``interval``:
 "slope" (the statistic's own slope interval) or, for ``nu`` and ``nu_max_norm``, "joint fit (beta's
 uncertainty included)": their fit columns are then those of the regression of
 ``log(max_increment / S)`` on ``log L`` (``statistic`` names it; ``S`` the statistic beta is read
-from, :func:`common.scaling.joint_exponent`), and ``ci_low_beta_fixed`` / ``ci_high_beta_fixed``
+from, :func:`common.science.scaling.joint_exponent`), and ``ci_low_beta_fixed`` / ``ci_high_beta_fixed``
 give the interval with beta held at its estimate (the one reported before issue 29).
 """
 
@@ -68,17 +68,18 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common import runs, scaling, tables
 from common.data.neural_ode import BatchLoader, make_neural_ode_data
-from common.device import cpu_threads, resolve_device, seed_everything
 from common.errors import ParamError
+from common.experiments.shared.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
+from common.experiments.shared.resnet_sweep import load_trained_resnet
 from common.models.fc_resnet import FCResNet, FCResNetConfig
-from common.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
+from common.presets.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
 from common.presets.weight_scaling import COHEN_STOPPING, SCHEDULES, fc_preset
-from common.recipes import AdamRecipe, EarlyStopping, TrainSettings
-from common.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.resnet_sweep import load_trained_resnet
-from common.train import evaluate, finish_run, train
+from common.runs import atomic, run_store, tables
+from common.science import scaling
+from common.training.device import cpu_threads, resolve_device, seed_everything
+from common.training.loop import evaluate, finish_run, train
+from common.training.recipes import AdamRecipe, EarlyStopping, TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ RECORD_COLUMNS = (  # the per-depth records, in this order (module docstring)
     "test_loss",
 )
 
-# Which exponents each tensor gets (common.scaling.STEPS), and the name a row reports.
+# Which exponents each tensor gets (common.science.scaling.STEPS), and the name a row reports.
 TENSOR_EXPONENTS = {
     "A": ("beta", "max_norm_exponent", "nu", "nu_max_norm", "rss_slope", "noise_fraction_slope"),
     "b": ("beta", "max_norm_exponent", "nu", "nu_max_norm", "rss_slope", "noise_fraction_slope"),
@@ -120,10 +121,10 @@ TENSOR_EXPONENTS = {
     "delta_A": ("beta", "max_norm_exponent"),  # |delta_k| A_k: reported as alpha + beta
 }
 SLOPE_INTERVAL = "slope"  # the t interval of the statistic's own log-log slope
-JOINT_INTERVAL = "joint fit (beta's uncertainty included)"  # nu: common.scaling.joint_exponent
+JOINT_INTERVAL = "joint fit (beta's uncertainty included)"  # nu: common.science.scaling.joint_exponent
 RENAMED = {("delta_A", "beta"): "alpha_plus_beta", ("delta_A", "max_norm_exponent"): "alpha_plus_beta_max_norm"}
 
-# Cohen et al.'s reported exponents beside ours (side by side only; common/paper.py).
+# Cohen et al.'s reported exponents beside ours (side by side only; common/presets/paper.py).
 PAPER_EXPONENTS = {
     ("fc-tanh", "delta", "alpha"): COHEN_TANH_ALPHA,
     ("fc-tanh", "A", "beta"): COHEN_TANH_BETA,
@@ -185,7 +186,7 @@ def fc_configs(
 
 
 # ----------------------------------------------------------------------------- FC job
-def train_fc_run(spec: runs.RunSpec) -> dict:
+def train_fc_run(spec: run_store.RunSpec) -> dict:
     """Job function of script 07, FC families: train one (family, L, seed) run, then record its weight statistics.
 
     On the CPU the run uses one intra-op thread: its operations are d x d = 10 x 10 matrix products,
@@ -196,9 +197,9 @@ def train_fc_run(spec: runs.RunSpec) -> dict:
         return _train_fc_run(spec, device)
 
 
-def _train_fc_run(spec: runs.RunSpec, device: torch.device) -> dict:
+def _train_fc_run(spec: run_store.RunSpec, device: torch.device) -> dict:
     config = spec.config
-    path = runs.prepare_run(spec.out, config)
+    path = run_store.prepare_run(spec.out, config)
     hp = config["train"]
     seed_everything(config["seed"])
     d = config["data"]
@@ -243,7 +244,7 @@ def _train_fc_run(spec: runs.RunSpec, device: torch.device) -> dict:
         **losses,
     }
     records, layers = fc_statistics(model, base)
-    runs.atomic_write_csv(path / LAYERS, layers)
+    atomic.atomic_write_csv(path / LAYERS, layers)
     result = {
         "family": config["family"],
         "depth": config["depth"],
@@ -306,7 +307,7 @@ def sweep_analysis_configs(sweep_dirs: Iterable[Path], *, input_size: int | None
     """One analysis config per finished sweep run (identity: the sweep run and the FFT input size); runs on the CPU."""
     configs = []
     for sweep_dir in sweep_dirs:
-        sweep = runs.read_config(sweep_dir, SWEEP_CONFIG_KEYS)
+        sweep = run_store.read_config(sweep_dir, SWEEP_CONFIG_KEYS)
         size = input_size or sweep.get("data", {}).get("image_size") or 32
         configs.append(
             {
@@ -327,7 +328,7 @@ def sweep_analysis_configs(sweep_dirs: Iterable[Path], *, input_size: int | None
 
 
 def folded_conv(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> torch.Tensor:
-    """The kernel of ``bn(conv(.))`` in eval mode as one conv (:func:`common.scaling.fold_batchnorm`), float64."""
+    """The kernel of ``bn(conv(.))`` in eval mode as one conv (:func:`common.science.scaling.fold_batchnorm`), float64."""
     weight, _ = scaling.fold_batchnorm(
         conv.weight.detach().double(),
         running_mean=bn.running_mean.double(),
@@ -369,19 +370,19 @@ def stage_sequences(model: nn.Module, input_size: int) -> list[dict]:
     return blocks
 
 
-def analyse_sweep_run(spec: runs.RunSpec) -> dict:
+def analyse_sweep_run(spec: run_store.RunSpec) -> dict:
     """Job function of script 07, sweep family: per-stage statistics of one trained sweep model (on the CPU,
     one intra-op thread: one dummy forward of a single image, then numpy)."""
     with cpu_threads(1):
         return _analyse_sweep_run(spec)
 
 
-def _analyse_sweep_run(spec: runs.RunSpec) -> dict:
+def _analyse_sweep_run(spec: run_store.RunSpec) -> dict:
     config = spec.config
-    path = runs.prepare_run(spec.out, config)
+    path = run_store.prepare_run(spec.out, config)
     sweep_dir = Path(config["runtime"]["sweep_dir"])
     model = load_trained_resnet(sweep_dir).double()
-    sweep_result = runs.read_result(sweep_dir)
+    sweep_result = run_store.read_result(sweep_dir)
     blocks = stage_sequences(model, config["input_size"])
     base = {
         "family": "sweep",
@@ -426,11 +427,11 @@ def _analyse_sweep_run(spec: runs.RunSpec) -> dict:
                         **scaling.weight_statistics(seq, norm, size, trend_noise=norm == "fro"),
                     }
                 )
-    runs.atomic_write_csv(path / LAYERS, layers)
+    atomic.atomic_write_csv(path / LAYERS, layers)
     result = {k: config[k] for k in ("family", "dataset", "depth_n", "depth_label", "seed", "sweep_run", "input_size")}
     result["blocks_per_stage"] = [sum(1 for b in blocks if b["stage"] == s and not b["downsample"]) for s in (1, 2, 3)]
     result["records"] = records
-    runs.write_result(path, result)
+    run_store.write_result(path, result)
     return result
 
 
@@ -559,7 +560,7 @@ def exponent_markdown(rows: Sequence[dict]) -> str:
     note = (
         f"Intervals: {level:.0%} Student-t intervals of the log-log slope. Depths with fewer than {MIN_BLOCKS} layers "
         f"(blocks) are left out; with fewer than {scaling.MIN_DEPTHS} depths left a row says 'insufficient depths'. "
-        "Rules: common.scaling.STEPS; Cohen et al.'s values: common.paper (side by side only). 'beta from': the two "
+        "Rules: common.science.scaling.STEPS; Cohen et al.'s values: common.presets.paper (side by side only). 'beta from': the two "
         f"estimators of beta, '{scaling.STEP2_ESTIMATOR}' (beta = 1 - slope of the cumulative-sum norm) and "
         f"'{scaling.MAX_NORM_ESTIMATOR}' (beta = -slope of the max norm); they agree only for smooth weights. "
         "nu's interval is a joint fit (the slope of log(max_increment / S), S the statistic beta is read from), "

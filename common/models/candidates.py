@@ -20,8 +20,8 @@ class Candidate:
     """Candidate ``l``: the tensor entering ``module`` is the residual-stream state ``z_l``.
 
     ``family`` names the tangent family of the protocol's zero-output block at this candidate
-    (``common.tangent.TANGENT_FAMILIES``): the probe's exact projection and
-    ``common.growth.insert_zero_block`` both read it (``common.tangent.candidate_family``).
+    (``common.science.tangent.TANGENT_FAMILIES``): the probe's exact projection and
+    ``common.science.growth.insert_zero_block`` both read it (``common.science.tangent.candidate_family``).
     """
 
     index: int

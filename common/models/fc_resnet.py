@@ -11,7 +11,7 @@ Two families (their Section 3.1):
 
 The weights of all layers are stacked into one depth-indexed parameter per kind, ``A`` of shape
 ``(L, d, d)``, ``b`` of shape ``(L, d)`` and ``delta`` of shape ``(1,)`` (shared) or ``(L,)``
-(per layer), so the sequences ``A_0 .. A_{L-1}`` that :mod:`common.scaling` analyses are
+(per layer), so the sequences ``A_0 .. A_{L-1}`` that :mod:`common.science.scaling` analyses are
 ``model.A`` as it is. Initialisation ("xavier-depth" in their code): entries of ``A_k`` are
 ``N(0, (s / (L d))^2)`` and of ``b_k`` ``N(0, (s / (L sqrt(d)))^2)`` with ``s = init_scale``.
 """

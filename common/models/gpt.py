@@ -11,7 +11,7 @@ softmax and are pushed down by training.
 Candidates (docs/design.md, section "Insertion candidates"): the residual stream entering every
 block plus the stream leaving the last block, i.e. the input of the final LayerNorm: ``L + 1``
 states of width ``d``, one row per token. The LM head is an endpoint, never a candidate. Each
-candidate declares the ``linear`` tangent family (``common/tangent.py``:
+candidate declares the ``linear`` tangent family (``common/science/tangent.py``:
 ``psi = gelu(U(layer_norm(z)))``, ``V`` zero), the protocol's standard block for the probe's exact
 projection.
 
@@ -31,9 +31,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.models.candidates import Candidate
-from common.paper import GPT2_BASELINE_LAYERS, GPT2_HEADS, GPT2_WIDTH
+from common.presets.paper import GPT2_BASELINE_LAYERS, GPT2_HEADS, GPT2_WIDTH
 
-TANGENT_FAMILY = "linear"  # the protocol's zero-output block at every candidate (common/tangent.py)
+TANGENT_FAMILY = "linear"  # the protocol's zero-output block at every candidate (common/science/tangent.py)
 VOCAB_MULTIPLE = 64  # the embedding and LM head have a multiple of 64 rows (GPU-friendly matmuls)
 INIT_STD = 0.02
 

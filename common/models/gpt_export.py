@@ -26,7 +26,7 @@ EOT every training document starts with (GPT-2's convention: it is both BOS and 
 (``split_special_tokens``): the literal text ``<|endoftext|>`` encodes to its bytes, as in our shards.
 
 :func:`save_hf_gpt2` writes the model (config, safetensors weights) and that tokenizer into one folder
-with ``save_pretrained`` (a finished run of 05: :func:`common.gpt_runs.export_run`), through a temporary sibling folder renamed into place, so ``from_pretrained`` of
+with ``save_pretrained`` (a finished run of 05: :func:`common.experiments.shared.gpt2_runs.export_run`), through a temporary sibling folder renamed into place, so ``from_pretrained`` of
 ``AutoModelForCausalLM`` and ``AutoTokenizer`` loads it offline.
 """
 
@@ -46,9 +46,9 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from common.atomic import write_error
 from common.errors import UserError
 from common.models.gpt import GPT, GPTConfig
+from common.runs.atomic import write_error
 
 EOT_TOKEN = "<|endoftext|>"  # GPT-2's end-of-text, id ByteTokenizer.eot_id = 256
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")  # what an export holds

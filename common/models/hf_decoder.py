@@ -45,7 +45,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from common.errors import UserError
 from common.models.candidates import Candidate
-from common.precision import float64_device
+from common.science.precision import float64_device
 
 TANGENT_FAMILY = "linear"  # the protocol's zero-output block at every candidate, as for common/models/gpt.py
 # Residual output projections (the last Linear of attention and of the MLP), by attribute name:
@@ -200,7 +200,7 @@ def block_influence_per_token(x_in: torch.Tensor, x_out: torch.Tensor) -> torch.
     """``1 - cos(x_in, x_out)`` per token (float64; ``(..., d)`` in, ``(...)`` out): ShortGPT's Block Influence.
 
     In float64 where the states live, or on the CPU for a device without float64 (MPS, NPU:
-    :func:`common.precision.float64_device`).
+    :func:`common.science.precision.float64_device`).
     """
     f64 = float64_device(x_in.device)
     return 1.0 - F.cosine_similarity(x_in.to(f64, torch.float64), x_out.to(f64, torch.float64), dim=-1)

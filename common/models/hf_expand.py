@@ -15,9 +15,9 @@ other weight of the copy gets no first-order gradient (its effect passes through
 the tangent features of a token are ``psi = [a, h, 1]`` (``k = d_a + d_h``, plus one constant column where a
 zeroed projection has a bias: GPT-2, GPT-NeoX, Phi) and the growth value is the norm of the projection of
 the activation gradient ``G = dL_S/dz_l`` onto ``{Psi W}``: ``V_S,l = ||Psi (Psi^T Psi)^+ Psi^T G||_F``
-(:class:`common.projection.GramAccumulator`), with ``V_S,l <= AG_l = ||G||_F``. The features are read by
+(:class:`common.science.projection.GramAccumulator`), with ``V_S,l <= AG_l = ||G||_F``. The features are read by
 forward pre-hooks on the copy's zeroed projections while the copy runs on the arguments the source layer
-received (:func:`place_scores`); this is not the ``linear`` family of :mod:`common.tangent` (random ``U``
+received (:func:`place_scores`); this is not the ``linear`` family of :mod:`common.science.tangent` (random ``U``
 over the state), which 04 reads.
 
 ``L_S`` is the mean token cross-entropy over the probe sample (every batch weighted by its tokens), ``G``'s
@@ -56,10 +56,10 @@ from common.models.hf_decoder import (
     renumber_layers,
     zero_output_layer,
 )
-from common.presets.expand import POLICIES
-from common.probe import probe_mode
-from common.projection import GramAccumulator
-from common.train import classification_loss
+from common.presets.expand_decoder import POLICIES
+from common.science.probe import probe_mode
+from common.science.projection import GramAccumulator
+from common.training.loop import classification_loss
 
 FUNCTION_ATOL = 1e-5  # |logits difference| bound of the function check (float32; measured 0 on the CPU, see docs)
 GENERATE_TOKENS = 8  # greedy tokens compared by the function check

@@ -8,7 +8,7 @@ stride 2 and a parameter-free option-A shortcut (He et al. 2016, CIFAR ResNets):
 subsampled and zero-padded in channels.
 
 Blocks sit in one flat ``nn.ModuleList`` so that a zero-output block can be inserted at any
-candidate (``common/growth.py``) with ``model.blocks.insert(l, block)``.
+candidate (``common/science/growth.py``) with ``model.blocks.insert(l, block)``.
 
 Growth (script 03, "Function-preserving growth"): :func:`grow` turns a ResNet-(8+N) into a
 ResNet-(8+N+1) in place by inserting the architecture's own :class:`BasicBlock` where the
@@ -28,10 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.models.candidates import Candidate
-from common.paper import CIFAR_STAGE_WIDTHS, IMAGENET100_BASE_CHANNELS
+from common.presets.paper import CIFAR_STAGE_WIDTHS, IMAGENET100_BASE_CHANNELS
 
 BACKBONE_DEPTH = 8  # ResNet-8: stem conv + 3 blocks x 2 convs + head
-TANGENT_FAMILY = "conv3x3"  # the protocol's zero-output block at every candidate (common/tangent.py)
+TANGENT_FAMILY = "conv3x3"  # the protocol's zero-output block at every candidate (common/science/tangent.py)
 # B.3 gives only ImageNet-100's base width; doubling it per stage, as CIFAR's 16/32/64 do, is our reading.
 IMAGENET100_STAGE_WIDTHS = (IMAGENET100_BASE_CHANNELS, 2 * IMAGENET100_BASE_CHANNELS, 4 * IMAGENET100_BASE_CHANNELS)
 

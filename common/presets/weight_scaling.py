@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import ParamError, one_of
-from common.recipes import AdamRecipe, EarlyStopping
+from common.training.recipes import AdamRecipe, EarlyStopping
 
 
 def geometric_depths(lowest: int, highest: int, count: int) -> tuple[int, ...]:
@@ -43,7 +43,7 @@ class FCPreset:
 
 # The FC training schedules (--schedule): Cohen et al.'s protocol, or a cosine decay over every epoch.
 SCHEDULES = {
-    "constant": "Cohen et al.'s: Adam at a constant rate, early stopping (common.train.EarlyStopping)",
+    "constant": "Cohen et al.'s: Adam at a constant rate, early stopping (common.training.loop.EarlyStopping)",
     "cosine": "cosine decay of the rate to 0 over every epoch, no early stopping",
 }
 COHEN_STOPPING = EarlyStopping(below=1e-3, patience=5, min_improvement=0.01)  # scaling_experiments.train_final_net

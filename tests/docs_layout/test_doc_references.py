@@ -288,8 +288,11 @@ def test_the_checks_catch_made_up_references():
         github_anchor("Mini preset (`--preset mini`, `make mini`)".replace("`", ""))
         == "mini-preset---preset-mini-make-mini"
     )
-    assert dotted_name_problem("common.projection.GramAccumulator.growth_value") is None
-    assert dotted_name_problem("common.projection.no_such_function") == "common.projection defines no no_such_function"
+    assert dotted_name_problem("common.science.projection.GramAccumulator.growth_value") is None
+    assert (
+        dotted_name_problem("common.science.projection.no_such_function")
+        == "common.science.projection defines no no_such_function"
+    )
     assert dotted_name_problem("common.no_such_module.f") == "common defines no no_such_module"
     line = f'see {docs}design.md, section "Madeup" and {docs}nopage.md, {readme}, section "Nowhere", {tests}test_layout.py::test_madeup'
     assert [m.group("heading") for m in DOCS_SECTION.finditer(line)] == ["Madeup"]

@@ -7,42 +7,38 @@ with the module and the offending import named.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# common.precision (TF32/HF32 off, where float64 runs) is a leaf that the infrastructure uses too.
-SCIENCE = {
-    "common.probe",
-    "common.projection",
-    "common.saturation",
-    "common.tangent",
-    "common.growth",
-    "common.scaling",
-    "common.precision",
-    "common.terminal_value",
+# The layers are the folders of common/ (docs/design.md, section "Import layering"); errors.py is the one leaf beside
+# them (the one exception type for user mistakes, which every layer raises).
+LAYERS = {"science", "models", "data", "training", "runs", "launch", "presets", "experiments", "report", "power"}
+# What each layer may import of ours, besides itself and common.errors. Lower layers never import higher ones: the
+# science imports nothing else; training, runs and launch never import the report or a job module.
+MAY_IMPORT = {
+    "science": set(),
+    "runs": set(),
+    "training": {"science", "runs"},
+    "data": {"training", "runs"},
+    "models": {"science", "training", "runs", "presets"},
+    "presets": {"science", "training", "data", "models"},
+    "launch": {"training", "runs", "data", "models", "presets"},
+    "experiments": {"science", "training", "runs", "data", "models", "presets", "report"},
+    "report": {"science", "training", "runs", "data", "models", "presets", "experiments"},
+    "power": {"runs", "presets", "report"},
 }
-# The launcher and what it alone uses (cli loads SLURM profiles).
-LAUNCHING = {
-    "common.launch",
-    "common.local_pool",
-    "common.slurm",
-    "common.cli",
-    "common.decoder_flags",
-}
-# Below the job modules, imported by several of them: the ResNet sweep's run configs, its job function (pickled by
-# submitit, as the job modules' are) and the records API that scripts 02, 03, 06 and 07 read sweep runs through
-# (its presets are data in common/presets/sweep.py).
-SHARED_JOBS = {"common.resnet_sweep"}
-# Script 08's job module reads every experiment's records, so it may import the other scripts' job modules.
+# Job modules may import the report's modules only where they read every experiment (08's job).
 READS_EVERY_EXPERIMENT = {"common.experiments.make_figures"}
+SHARED_JOBS = "common.experiments.shared"  # what several job modules share, below all of them
 DECODER_JOBS = {"common.experiments.gpt2_ascend", "common.experiments.pythia_cpt"}  # scripts 05 and 04
-DECODER_SHARED = "common.experiments.decoder_runs"  # what both decoder experiments share
+DECODER_SHARED = "common.experiments.shared.decoder_runs"  # what both decoder experiments share
 # The one import allowed inside a function: torch_npu exists only on Ascend machines.
 FUNCTION_IMPORTS_ALLOWED = {
-    ("common.device", "torch_npu"),  # only where an Ascend NPU is
-    ("common.launch", "torch"),  # in a job process only: the launcher itself never needs torch
+    ("common.training.device", "torch_npu"),  # only where an Ascend NPU is
+    ("common.launch.launcher", "torch"),  # in a job process only: the launcher itself never needs torch
     ("benchmarks.gpu_throughput", "common.experiments.gpt2_ascend"),  # the text stack a bare GPU image may lack
 }
 
@@ -59,6 +55,7 @@ def common_modules() -> dict[str, Path]:
 MODULES = common_modules()
 
 
+@functools.cache
 def imports_of(path: Path) -> list[tuple[str, bool]]:
     """``(imported module, inside a function?)`` for every import statement of a file.
 
@@ -83,10 +80,12 @@ def imports_of(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
+@functools.cache
 def repo_imports(name: str) -> set[str]:
     return {m for m, _ in imports_of(MODULES[name]) if m == "common" or m.startswith("common.")}
 
 
+@functools.cache
 def closure(name: str) -> set[str]:
     """Every module of ours that importing ``name`` imports, directly or not."""
     seen, todo = set(), [name]
@@ -99,55 +98,82 @@ def closure(name: str) -> set[str]:
     return seen
 
 
-def is_experiment(name: str) -> bool:
-    return name.startswith("common.experiments.")
+def layer(name: str) -> str | None:
+    """The layer (folder of ``common/``) a module of ours belongs to; None for ``common`` and ``common.errors``."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else None
+
+
+def is_job_module(name: str) -> bool:
+    return name.startswith("common.experiments.") and not name.startswith(SHARED_JOBS)
 
 
 def script_job_modules() -> dict[str, str]:
-    """``NN_<name>.py`` -> its job module ``common.experiments.<name>``, for every numbered script."""
+    """``NN_<slug>.py`` -> its job module ``common.experiments.<slug>``, for every numbered script."""
     return {p.name: f"common.experiments.{p.stem[3:]}" for p in sorted(ROOT.glob("[0-9][0-9]_*.py"))}
 
 
-def test_science_modules_import_only_other_science_modules():
-    present = SCIENCE & set(MODULES)
-    assert {"common.probe", "common.projection", "common.tangent", "common.growth", "common.precision"} <= present
-    for name in sorted(present):
-        outside = {m for m in repo_imports(name) if m not in SCIENCE}
-        assert not outside, f"{name} imports {sorted(outside)}: science modules must stand alone"
+def own_modules(job: str) -> set[str]:
+    """A job module and its own helpers beside it, named by it (``<slug>_<what>``)."""
+    return {job} | {m for m in MODULES if m.startswith(job + "_")}
 
 
-def test_the_precision_module_is_a_leaf():
-    assert not repo_imports("common.precision"), "common.precision must import nothing of ours: everything imports it"
+def test_common_holds_only_the_layer_folders_and_the_one_leaf():
+    top = sorted(p.name for p in (ROOT / "common").iterdir() if p.name != "__pycache__")
+    assert top == sorted(["__init__.py", "errors.py", *LAYERS]), top
+    assert {m for m in MODULES if layer(m) is None} == {"common", "common.errors"}
 
 
-def test_nothing_below_the_experiments_imports_an_experiment():
-    for name in sorted(MODULES):
-        if is_experiment(name) or name == "common.experiments":
-            continue
-        upward = {m for m in repo_imports(name) if m.startswith("common.experiments")}
-        assert not upward, f"{name} imports the job modules {sorted(upward)}"
+@pytest.mark.parametrize("room", sorted(LAYERS))
+def test_each_layer_imports_only_the_layers_below_it(room):
+    allowed = MAY_IMPORT[room] | {room}
+    for name in sorted(m for m in MODULES if layer(m) == room):
+        bad = {m for m in repo_imports(name) if m in MODULES and layer(m) not in allowed and layer(m) is not None}
+        assert not bad, f"{name} ({room}) imports {sorted(bad)}: {room} may import {sorted(MAY_IMPORT[room])}"
+
+
+def test_the_errors_leaf_and_the_precision_module_import_nothing_of_ours():
+    assert not repo_imports("common.errors")
+    assert not repo_imports("common.science.precision"), "precision must import nothing of ours: everything uses it"
+
+
+def test_only_the_report_of_every_experiment_imports_the_report_among_the_job_modules():
+    for name in sorted(m for m in MODULES if m.startswith("common.experiments.")):
+        report = {m for m in repo_imports(name) if layer(m) == "report"}
+        assert not report or name in READS_EVERY_EXPERIMENT, f"{name} imports the report's {sorted(report)}"
+
+
+def test_the_shared_job_modules_import_no_job_module():
+    for name in sorted(m for m in MODULES if m.startswith(SHARED_JOBS + ".")):
+        jobs = {m for m in repo_imports(name) if is_job_module(m)}
+        assert not jobs, f"{name} imports the job modules {sorted(jobs)}"
+
+
+def test_no_script_reaches_the_power_simulation():
+    """The rules' simulation regenerates committed tables (``python -m common.power...``); no run path imports it."""
+    for script in sorted(ROOT.glob("[0-9][0-9]_*.py")):
+        reached = set().union(*(closure(m) | {m} for m, _ in imports_of(script) if m in MODULES))
+        assert not {m for m in reached if layer(m) == "power"}, f"{script.name} reaches the power simulation"
 
 
 def test_the_rules_simulation_reads_the_presets_not_the_job_modules():
-    reached = closure("common.claim_rates")
-    above = {m for m in reached if is_experiment(m)} | (reached & SHARED_JOBS)
-    assert not above, f"common.claim_rates reaches {sorted(above)}: its designs are read from common/presets/"
+    reached = closure("common.power.claim_rates")
+    assert not {m for m in reached if m.startswith("common.experiments")}, sorted(reached)
 
 
 def test_the_stopping_rules_read_only_the_saturation_verdicts_and_the_papers_line():
-    """common.growth_stopping (script 09's rules, read by the report) imports of ours only common.saturation and
-    common.paper: no job module, no launcher, so the report can read the rules without running anything."""
-    ours = repo_imports("common.growth_stopping") - {"common"}
-    assert ours <= {"common.saturation", "common.paper"}, f"common.growth_stopping imports {sorted(ours)}"
+    """09's post-hoc rules, read by the report, import of ours only the science's saturation and the papers' numbers."""
+    ours = repo_imports("common.report.grow_by_criterion_stopping") - {"common"}
+    assert ours <= {"common.science.saturation", "common.presets.paper"}, sorted(ours)
 
 
 def test_job_modules_never_reach_the_launcher_or_submitit():
-    experiments = [m for m in MODULES if is_experiment(m)]
-    assert experiments, "no job modules found under common/experiments/"
-    assert not SHARED_JOBS - set(MODULES), f"missing shared job modules: {sorted(SHARED_JOBS - set(MODULES))}"
-    for name in [*experiments, *sorted(SHARED_JOBS)]:
+    jobs = [m for m in MODULES if m.startswith("common.experiments.")]
+    assert len(jobs) > 10, "no job modules found under common/experiments/"
+    for name in jobs:
         reached = closure(name) | {name}
-        assert not reached & LAUNCHING, f"{name} reaches {sorted(reached & LAUNCHING)}"
+        launching = {m for m in reached if layer(m) == "launch"}
+        assert not launching, f"{name} reaches {sorted(launching)}"
         third_party = {m.split(".")[0] for r in reached for m, _ in imports_of(MODULES[r])}
         assert "submitit" not in third_party, f"{name} pulls in submitit through {sorted(reached)}"
 
@@ -160,8 +186,6 @@ def test_the_decoder_experiments_share_one_module_below_both_and_import_neither_
         assert not imported & DECODER_JOBS, (
             f"{name} imports the other decoder experiment {sorted(imported & DECODER_JOBS)}"
         )
-    above = {m for m in repo_imports(DECODER_SHARED) if is_experiment(m)}
-    assert not above, f"{DECODER_SHARED} imports the job modules {sorted(above)}"
 
 
 def test_no_import_hides_inside_a_function():
@@ -181,22 +205,26 @@ def test_no_import_hides_inside_a_function():
 
 
 @pytest.mark.parametrize("script", sorted(script_job_modules()))
-def test_each_numbered_script_has_exactly_its_own_job_module(script):
+def test_each_numbered_script_uses_its_own_job_module_and_no_other_scripts(script):
     job = script_job_modules()[script]
     assert job in MODULES, f"{script} has no job module {job}"
     imported = {m for m, _ in imports_of(ROOT / script)}
     assert job in imported, f"{script} does not use its job module {job}"
-    others = {m for m in imported if is_experiment(m)} - {job}
+    others = {m for m in imported if is_job_module(m)} - own_modules(job)
     assert not others, f"{script} imports other scripts' job modules {sorted(others)}: shared code belongs below them"
 
 
 def test_a_scripts_job_module_imports_no_other_scripts_job_module():
     jobs = set(script_job_modules().values())
     for name in sorted(jobs - READS_EVERY_EXPERIMENT):
-        peers = repo_imports(name) & jobs - {name}
-        assert not peers, (
-            f"{name} imports the job modules {sorted(peers)}: move what they share below them (e.g. common/resnet_sweep.py)"
-        )
+        peers = {m for m in repo_imports(name) if is_job_module(m)} - own_modules(name)
+        assert not peers, f"{name} imports {sorted(peers)}: move what they share to common/experiments/shared/"
+
+
+def test_every_job_module_is_a_scripts_or_its_helper():
+    jobs = set(script_job_modules().values())
+    for name in sorted(m for m in MODULES if is_job_module(m)):
+        assert any(name == j or name.startswith(j + "_") for j in jobs), f"{name} is named by no script's slug"
 
 
 def test_no_name_shadows_the_common_package():
@@ -217,7 +245,7 @@ def test_no_name_shadows_the_common_package():
 
 
 # The tests mirror the house (docs/design.md, section "Import layering"): one folder per room, helpers apart.
-TEST_ROOMS = {"science", "models", "data", "experiments", "launch_runs", "report", "docs_layout"}
+TEST_ROOMS = LAYERS | {"benchmarks", "docs_layout"}  # one folder per layer of common/, and the benchmarks' own
 
 
 def test_every_test_file_sits_in_its_rooms_folder_and_helpers_sit_apart():
@@ -234,32 +262,26 @@ def test_every_test_file_sits_in_its_rooms_folder_and_helpers_sit_apart():
         assert not strays, f"tests/{room}/ holds non-test modules {strays}: they belong in tests/helpers/"
 
 
-REPORT_PARTS = (  # the report's modules, below make_figures (script 08's job module)
-    "common.experiments.records",
-    "common.experiments.claim_rows",
-    "common.experiments.report_rows",
-    "common.experiments.ag_rows",
-    "common.experiments.growth_rows",
-    "common.experiments.insertion_rows",
-    "common.experiments.scaling_rows",
-    "common.experiments.claims_report",
-)
-
-
 def test_the_reports_records_have_one_home_below_the_figures_and_the_rows():
-    """records.py is imported by make_figures and claim_rows and imports neither; no report part imports
-    make_figures, not even for a type; the claim rules import nothing of the experiments."""
-    imports = {name: repo_imports(name) for name in (*REPORT_PARTS, "common.experiments.make_figures")}
-    assert "common.experiments.records" in imports["common.experiments.make_figures"]
-    assert "common.experiments.records" in imports["common.experiments.claim_rows"]
-    assert not imports["common.experiments.records"] & set(REPORT_PARTS), imports["common.experiments.records"]
-    for name in REPORT_PARTS:
-        assert "common.experiments.make_figures" not in imports[name], f"{name} imports make_figures"
-    rules = [m for m in MODULES if m == "common.claims" or m.startswith("common.claim_rules")]
+    """records.py is imported by 08's job and by claim_rows and imports neither; no report module imports 08's job;
+    the claim rules import nothing of the experiments."""
+    report = [m for m in MODULES if layer(m) == "report"]
+    assert "common.report.records" in repo_imports("common.experiments.make_figures")
+    assert "common.report.records" in repo_imports("common.report.claim_rows")
+    assert not {m for m in repo_imports("common.report.records") if "rows" in m}, repo_imports("common.report.records")
+    for name in report:
+        assert "common.experiments.make_figures" not in repo_imports(name), f"{name} imports 08's job"
+    rules = [m for m in report if m.startswith("common.report.rules")]
     assert len(rules) > 5
     for name in rules:
-        upward = {m for m in repo_imports(name) if m.startswith("common.experiments")}
-        assert not upward, f"{name} imports {sorted(upward)}: the claim rules are infrastructure"
+        upward = {
+            m
+            for m in repo_imports(name)
+            if layer(m) not in (None, "science")
+            and m != "common.presets.paper"
+            and not m.startswith("common.report.rules")
+        }
+        assert not upward, f"{name} imports {sorted(upward)}: the claim rules are functions of numbers"
 
 
 def test_no_import_circle_not_even_a_type_only_one():

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from common import runs
-from common.experiments import decoder_runs
+from common.experiments.shared import decoder_runs
+from common.runs import run_store
 
 script = importlib.import_module("05_gpt2_ascend")
 TINY = [
@@ -75,7 +75,7 @@ def test_a_run_records_both_mfus(rate, corpus, tmp_path, monkeypatch):
     args = [*TINY, "--text-file", str(corpus), "--data-root", str(tmp_path / "tok"), "--out", str(tmp_path / "runs")]
     assert script.main([*args, "--peak-tflops", "0.5"]) == 0
     [run] = (tmp_path / "runs" / "gpt2_ascend").glob("*-L1-*")
-    r = runs.read_result(run)
+    r = run_store.read_result(run)
     assert r["tokens_per_s"] > 0 and r["peak_flops_per_device"] == 0.5e12 and r["world_size"] == 1
     assert r["mfu"] == r["tokens_per_s"] * r["flops_per_token"] / (0.5e12 * 1)
     assert r["matmul_bf16_flops_per_device"] == rate

@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from common import runs
 from common.models.hf_decoder import HFDecoder
 from common.models.hf_expand import FUNCTION_ATOL, POLICIES, greedy_tokens
+from common.runs import run_store
 from tests.helpers import hf_tiny
 
 main = importlib.import_module("10_expand_decoder").main
@@ -39,8 +39,8 @@ def test_every_policy_saves_an_expansion_that_loads_and_computes_the_same_functi
     assert main([*argv, *FLAGS, "--train-steps", "2", "--n-evals", "2"]) == 0
     printed = capsys.readouterr().out
     assert "| place | copy of | V_S,l |" in printed and "held-out loss" in printed
-    [run] = runs.run_dirs(out / "expand_decoder")
-    result = runs.read_result(run)
+    [run] = run_store.run_dirs(out / "expand_decoder")
+    result = run_store.read_result(run)
     assert set(result["policies"]) == set(POLICIES) and len(result["ranking"]) == 4
     original = AutoModelForCausalLM.from_pretrained(model).eval()
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -70,12 +70,12 @@ def test_every_policy_saves_an_expansion_that_loads_and_computes_the_same_functi
 def test_smoke_preset_runs_and_a_killed_run_resumes_at_its_policy(tmp_path, capsys):
     out = tmp_path / "runs"
     assert main(["--preset", "smoke", "--device", "cpu", "--out", str(out)]) == 0
-    [run] = runs.run_dirs(out / "expand_decoder")
-    first = runs.read_result(run)
+    [run] = run_store.run_dirs(out / "expand_decoder")
+    first = run_store.read_result(run)
     assert first["model"]["model_class"] == "LlamaForCausalLM" and first["blocks"] == 2
-    lines = runs.read_metrics(run)
-    (run / runs.RESULT).unlink()  # killed after two policies: their lines stay, the rest is redone
-    (run / runs.METRICS).write_text("".join(json.dumps(line) + "\n" for line in lines[:2]))
+    lines = run_store.read_metrics(run)
+    (run / run_store.RESULT).unlink()  # killed after two policies: their lines stay, the rest is redone
+    (run / run_store.METRICS).write_text("".join(json.dumps(line) + "\n" for line in lines[:2]))
     assert main(["--preset", "smoke", "--device", "cpu", "--out", str(out)]) == 0
-    again = runs.read_result(run)
-    assert again["policies"] == first["policies"] and len(runs.read_metrics(run)) == len(POLICIES)
+    again = run_store.read_result(run)
+    assert again["policies"] == first["policies"] and len(run_store.read_metrics(run)) == len(POLICIES)

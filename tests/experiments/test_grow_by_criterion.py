@@ -12,18 +12,18 @@ import pytest
 import torch
 from torch import nn
 
-from common import resnet_sweep as sweep_module
-from common import runs
 from common.experiments import grow_by_criterion as gbc
-from common.experiments import grow_controller as gc
-from common.flops import training_flops, training_flops_per_image
-from common.growth import insert_zero_block
+from common.experiments import grow_by_criterion_controller as gc
+from common.experiments.shared import resnet_sweep as sweep_module
 from common.models.resnet import ResNet, ResNetConfig, extra_block_position
-from common.presets.grow import PRESETS
-from common.probe import probe_activation_gradients
-from common.recipes import Schedule
-from common.terminal_value import terminal_values
-from common.train_growth import BudgetSchedule, GrowthState
+from common.presets.grow_by_criterion import PRESETS
+from common.runs import run_store
+from common.science.growth import insert_zero_block
+from common.science.probe import probe_activation_gradients
+from common.science.terminal_value import terminal_values
+from common.training.flops import training_flops, training_flops_per_image
+from common.training.growing import BudgetSchedule, GrowthState
+from common.training.recipes import Schedule
 from tests.helpers.script_checks import one_error_line
 
 script = importlib.import_module("09_grow_by_criterion")
@@ -41,7 +41,7 @@ def tiny_plan(policies=("criterion", "none", "scratch"), **overrides) -> gbc.Gro
 
 
 def run_all(plan: gbc.GrowPlan, out) -> dict[str, dict]:
-    for spec in runs.make_specs(plan.jobs(), out):
+    for spec in run_store.make_specs(plan.jobs(), out):
         gbc.grow_run(spec)
     return {r["policy"]: r for r in gbc.collect_records(plan, out)}
 
@@ -84,7 +84,7 @@ def test_none_and_scratch_get_the_same_budget_and_schedule(grown):
         {"place": r["place"], "seed": r["seed"]} for r in records["criterion"]["growth"]["inserted"]
     ]
     for arm in ("none", "scratch"):  # the learning rate of every step: the one schedule at the FLOPs spent
-        lines = runs.read_metrics(runs.run_dir(out, plan.configs[(arm, 0)]))
+        lines = run_store.read_metrics(run_store.run_dir(out, plan.configs[(arm, 0)]))
         per_step = records[arm]["growth"]["flops_per_example"] * 64  # two steps of 64 images an epoch
         base = Schedule(0.05, 6 * 2, 2)  # the smoke recipe: lr 0.05, 1 warm-up epoch, over B's 6 epochs
         for line in lines:
@@ -98,7 +98,7 @@ def test_the_curve_and_the_table_read_back(grown):
     frame = gbc.read_runs(out)
     assert sorted(frame["policy"]) == ["criterion", "none", "scratch"] and set(gbc.RECORD_KEYS) <= set(frame.columns)
     for arm, r in records.items():
-        points = gbc.curve(runs.run_dir(out, plan.configs[(arm, 0)]), r)
+        points = gbc.curve(run_store.run_dir(out, plan.configs[(arm, 0)]), r)
         assert points[-1]["train_flops"] == r["train_flops"] and points[-1]["train_loss"] == r["train_loss"]
         assert [p["train_flops"] for p in points] == sorted(p["train_flops"] for p in points)
     rows = gbc.run_table(list(records.values()))
@@ -123,11 +123,11 @@ def test_a_run_killed_mid_growth_resumes_to_the_same_insertions_and_numbers(grow
         return train(*args, on_epoch_end=stop, **kwargs)
 
     monkeypatch.setattr(sweep_module, "train", killed)
-    (spec,) = runs.make_specs(plan.jobs(), tmp_path)
+    (spec,) = run_store.make_specs(plan.jobs(), tmp_path)
     with pytest.raises(Interrupted):
         gbc.grow_run(spec)
-    saved = runs.resume_state(spec.dir)
-    assert len(saved["growth"]["inserted"]) == 1 and not runs.is_done(spec.dir)
+    saved = run_store.resume_state(spec.dir)
+    assert len(saved["growth"]["inserted"]) == 1 and not run_store.is_done(spec.dir)
     monkeypatch.setattr(sweep_module, "train", train)
     resumed = gbc.grow_run(spec)
     whole = records["criterion"]

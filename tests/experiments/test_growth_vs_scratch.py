@@ -13,12 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common import cli, runs
-from common import resnet_sweep as sweep
 from common.errors import ParamError
 from common.experiments import growth_vs_scratch as gvs
-from common.flops import training_flops_per_image
-from common.growth import GrowthBrokeFunction, check_function_preserved, function_difference
+from common.experiments.shared import resnet_sweep as sweep
+from common.launch import cli
 from common.models.resnet import (
     BasicBlock,
     ResNet,
@@ -28,8 +26,11 @@ from common.models.resnet import (
     grow,
     zero_output_basic_block,
 )
-from common.paper import GROWTH_MEAN_TEST_LOSS, GROWTH_TEST_ABS_REDUCTION_RANGE, GROWTH_TEST_RELATIVE_REDUCTION
-from common.train import load_weights
+from common.presets.paper import GROWTH_MEAN_TEST_LOSS, GROWTH_TEST_ABS_REDUCTION_RANGE, GROWTH_TEST_RELATIVE_REDUCTION
+from common.runs import run_store
+from common.science.growth import GrowthBrokeFunction, check_function_preserved, function_difference
+from common.training.flops import training_flops_per_image
+from common.training.loop import load_weights
 from tests.helpers import tiny_resnet
 from tests.helpers.script_checks import one_error_line
 
@@ -174,8 +175,8 @@ def test_plan_pairs_each_growth_run_with_the_sweeps_own_run_and_restarts_only_at
         # 0.2, 0.5 and 0.8 of 6 epochs: blocks before (0-based) epochs 1, 3 and 5
         assert config["growth"]["epochs"] == [1, 3, 5][:n] and config["growth"]["insert_at"] == [0.2, 0.5, 0.8][:n]
         assert (config["growth"]["start_depth_n"], config["growth"]["schedule"]) == (0, "one")
-        assert runs.run_dir("r", config).parent.name == gvs.EXPERIMENT
-        assert runs.run_dir("r", scratch).parent.name == sweep.EXPERIMENT
+        assert run_store.run_dir("r", config).parent.name == gvs.EXPERIMENT
+        assert run_store.run_dir("r", scratch).parent.name == sweep.EXPERIMENT
     assert sorted(plan.ablation) == [(0, 3), (1, 3)]
     for key, restart in plan.ablation.items():
         assert restart["name"] == plan.growth[key]["name"] + "-restart" and gvs.is_restart(restart)
@@ -186,7 +187,7 @@ def test_plan_pairs_each_growth_run_with_the_sweeps_own_run_and_restarts_only_at
         }
     jobs = plan.jobs()
     assert jobs == [*plan.growth.values(), *plan.ablation.values(), *plan.scratch.values()]
-    assert len({runs.run_dir("r", c) for c in jobs}) == len(jobs) == 4 + 2 + 4
+    assert len({run_store.run_dir("r", c) for c in jobs}) == len(jobs) == 4 + 2 + 4
     assert "ResNet-11: blocks in before epochs 1, 3, 5; seed 0 growth todo / scratch todo / restart todo" in (
         plan.describe(tmp_path)
     )
@@ -240,7 +241,7 @@ def test_table_builder_computes_means_relative_reduction_and_winners():
     assert mean["scratch_test_loss"] == pytest.approx(0.35) and mean["scratch_test_loss_std"] == 0.0
     assert mean["test_loss_reduction_rel"] == pytest.approx(0.05 / 0.35)
     assert mean["growth_train_loss"] == pytest.approx(0.06) and mean["train_winner"] == "scratch"
-    # Paper columns: only what the paper reports, from common/paper.py.
+    # Paper columns: only what the paper reports, from common/presets/paper.py.
     assert r10["paper_test_loss_reduction"] == GROWTH_TEST_ABS_REDUCTION_RANGE["ResNet-10"]
     assert (r12["paper_train_winner"], r12["paper_test_winner"]) == ("scratch", "growth")
     assert r10["paper_growth_test_loss"] is None and mean["paper_growth_test_loss"] == GROWTH_MEAN_TEST_LOSS["growth"]
@@ -346,19 +347,19 @@ def test_script_grows_inside_one_run_against_the_sweeps_run_and_skips_finished_r
     assert (float(rows[0]["growth_epochs"]), float(rows[0]["scratch_epochs"])) == (6, 6)
 
     plan = gvs.growth_plan(preset="smoke", overrides={"depths": [2]}, dataset="npz", data_root=str(data), device="cpu")
-    grown, restarted, scratch = (runs.run_dir(out, c) for c in plan.jobs())
-    assert all(runs.is_done(d) for d in (grown, restarted, scratch)) and restarted.name.startswith(
+    grown, restarted, scratch = (run_store.run_dir(out, c) for c in plan.jobs())
+    assert all(run_store.is_done(d) for d in (grown, restarted, scratch)) and restarted.name.startswith(
         "npz-grown-resnet10-n2-seed0-restart-"
     )
     assert sweep.finished_sweep_runs(out, "npz") == [scratch]  # scratch: the sweep's run, by the sweep's job
-    result = runs.read_result(grown)
+    result = run_store.read_result(grown)
     inserted = result["growth"]["inserted"]
     assert [(r["epoch"], r["place"], r["seed"]) for r in inserted] == [
         (1, EXPECTED_INDEX[0], gvs.block_seed(0, 1)),
         (2, EXPECTED_INDEX[1], gvs.block_seed(0, 2)),
     ]
     assert all(r["function_check"] == {"train": 0.0, "eval": 0.0} for r in inserted)
-    assert result["growth"]["restart"] is False and runs.read_result(restarted)["growth"]["restart"] is True
+    assert result["growth"]["restart"] is False and run_store.read_result(restarted)["growth"]["restart"] is True
 
     model = sweep.load_trained_resnet(grown)  # as the sweep's ResNet-10: its config, strict state_dict
     assert model.config.extra_blocks == 2 and len(model.blocks) == 5
@@ -378,10 +379,10 @@ def test_script_grows_inside_one_run_against_the_sweeps_run_and_skips_finished_r
     assert records["growth"]["train_flops"] == result["train_flops"] < records["scratch"]["train_flops"]
     assert float(rows[0]["growth_train_flops"]) < float(rows[0]["scratch_train_flops"])
 
-    metrics = {p: runs.read_metrics(p) for p in (grown, restarted, scratch)}
+    metrics = {p: run_store.read_metrics(p) for p in (grown, restarted, scratch)}
     assert [r["insertions"] for r in metrics[grown]] == [0, 1, 2, 2, 2, 2]
     assert script.main([*argv, "--out", str(out)]) == 0  # everything finished: only the tables again
-    assert {p: runs.read_metrics(p) for p in metrics} == metrics
+    assert {p: run_store.read_metrics(p) for p in metrics} == metrics
 
 
 def test_paper_preset_dry_run_plans_resnet10_to_13_and_creates_nothing(tmp_path, capsys):

@@ -28,10 +28,10 @@ from common.experiments.matched_insertion import (
 )
 from common.models.candidates import Candidate
 from common.models.resnet import ResNet, ResNetConfig, extra_block_position
-from common.precision import math_mode
-from common.presets.matched import PAPER_DEPTHS
-from common.probe import activation_gradients, per_example_tangent_regression, probe_mode
-from common.tangent import make_zero_block
+from common.presets.matched_insertion import PAPER_DEPTHS
+from common.science.precision import math_mode
+from common.science.probe import activation_gradients, per_example_tangent_regression, probe_mode
+from common.science.tangent import make_zero_block
 from tests.helpers import CASES, MLPBlock, precision_flags
 
 ROOT = Path(__file__).resolve().parents[2]

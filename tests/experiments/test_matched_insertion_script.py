@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from common import runs
-from common.launch import launch
-from common.resnet_sweep import sweep_configs, train_resnet_run
-from common.runs import make_specs
+from common.experiments.shared.resnet_sweep import sweep_configs, train_resnet_run
+from common.launch.launcher import launch
+from common.runs import run_store
+from common.runs.run_store import make_specs
 
 script = importlib.import_module("06_matched_insertion")
 ARGS = ["--dataset", "synthetic", "--device", "cpu", "--depths", "0,1"]
@@ -50,12 +50,12 @@ def test_matched_insertion_table_has_every_candidate_and_alpha_with_the_paper_be
     ratio = table["measured_change"] / table["predicted_change"]
     assert ratio.to_numpy() == pytest.approx(table["ratio"].to_numpy())
     run_dirs = sorted(p for p in (sweep_out / "matched_insertion").iterdir() if p.is_dir())
-    assert len(run_dirs) == 2 and all((d / "rows.csv").is_file() and runs.is_done(d) for d in run_dirs)
+    assert len(run_dirs) == 2 and all((d / "rows.csv").is_file() and run_store.is_done(d) for d in run_dirs)
 
 
 def test_default_candidate_is_the_end_of_stage_1_at_every_depth_and_the_summary_keeps_every_finished_run(sweep_out):
     assert script.main([*ARGS, "--out", str(sweep_out)]) == 0
-    found = runs.collect(str(sweep_out / "matched_insertion" / "*"))
+    found = run_store.collect(str(sweep_out / "matched_insertion" / "*"))
     chosen = found[found["candidate_rule"] == "stage1-end"].set_index("depth_n")["candidates"].to_dict()
     # ResNet-8 has one stage-1 block, ResNet-9 two (the first extra block goes to stage 1): the input of stage 2.
     assert chosen == {0: [1], 1: [2]}

@@ -21,11 +21,11 @@ from transformers import (
     PreTrainedModel,
 )
 
-from common import runs
 from common.errors import ParamError
 from common.experiments.pythia_cpt import cpt_configs
-from common.presets.pythia import PRESETS, PYTHIA_MODELS
-from common.train import load_weights
+from common.presets.pythia_cpt import PRESETS, PYTHIA_MODELS
+from common.runs import run_store
+from common.training.loop import load_weights
 from tests.helpers.hf_jobs import torchrun_runs_worker
 from tests.helpers.script_checks import free_port, one_error_line
 
@@ -125,7 +125,7 @@ def test_a_cached_hub_model_is_trained_probed_and_recorded_with_its_revision_and
     assert script.main(args) == 0
     printed = capsys.readouterr().out.strip().splitlines()
     [run] = (out / "pythia_cpt").glob("tiny-neox-step7-*")
-    result = runs.read_result(run)
+    result = run_store.read_result(run)
     assert set(result) >= RESULT_KEYS
     weights = offline / "models--tests--tiny-neox" / "snapshots" / COMMIT / "model.safetensors"
     assert (result["model"], result["revision"], result["commit_hash"]) == ("tests/tiny-neox", "step7", COMMIT)
@@ -244,11 +244,14 @@ def test_two_ranks_under_torchrun_train_each_run_like_one_process_with_ddp_and_w
         ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
         assert [r["code"] for r in ranks] == [0, 0] and ranks[1]["stdout"] == "", out.name
         [two] = (out / "pythia_cpt").glob("neox-*")
-        assert one.name == two.name and runs.read_result(two)["world_size"] == 2
-        assert runs.read_result(two)["settings"]["fsdp"] == (out.name == "fsdp")
+        assert one.name == two.name and run_store.read_result(two)["world_size"] == 2
+        assert run_store.read_result(two)["settings"]["fsdp"] == (out.name == "fsdp")
         # Same global batch, same mean gradient (all-reduce or reduce-scatter vs accumulation): float32 summation order only.
         for key in ("val_loss_after", "train_loss", "val_loss_before", "ag_max"):
-            assert runs.read_result(two)[key] == pytest.approx(runs.read_result(one)[key], rel=1e-5), (out.name, key)
+            assert run_store.read_result(two)[key] == pytest.approx(run_store.read_result(one)[key], rel=1e-5), (
+                out.name,
+                key,
+            )
         b = load_weights(two)
         assert a.keys() == b.keys()
         # ~1e-7 everywhere but where a true gradient is 0 or nearly so, where Adam scales the rounding noise up to
@@ -273,7 +276,7 @@ def test_the_paper_preset_plans_six_pythia_models_at_step143000_without_touching
     assert not (tmp_path / "never").exists() and not (tmp_path / "no-data").exists()
 
 
-# Run directories the presets planned before scripts 04 and 05 shared common/experiments/decoder_runs.py: a refactor
+# Run directories the presets planned before scripts 04 and 05 shared common/experiments/shared/decoder_runs.py: a refactor
 # must not move them (finished runs would train again).
 PINNED_RUN_DIRS = {
     "smoke": ["tiny-neox-L2-d32-local-seed0-91696590", "tiny-neox-L4-d64-local-seed0-2a4f5676"],
@@ -290,7 +293,7 @@ PINNED_RUN_DIRS = {
 
 @pytest.mark.parametrize("preset", sorted(PINNED_RUN_DIRS))
 def test_the_run_identities_of_the_presets_are_pinned(preset):
-    assert [runs.run_dir("runs", c).name for c in cpt_configs(preset=preset)] == PINNED_RUN_DIRS[preset]
+    assert [run_store.run_dir("runs", c).name for c in cpt_configs(preset=preset)] == PINNED_RUN_DIRS[preset]
 
 
 def test_a_bad_value_from_python_names_the_parameter_and_the_command_line_names_its_flag(tmp_path, capsys):

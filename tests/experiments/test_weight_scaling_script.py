@@ -15,14 +15,15 @@ import pytest
 import torch
 from torch import nn
 
-from common import runs, scaling
 from common.data.neural_ode import make_neural_ode_data
+from common.experiments.shared.resnet_sweep import build_resnet, sweep_configs
 from common.experiments.weight_scaling import FC_FAMILIES, JOINT_INTERVAL, fc_configs
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.models.resnet import blocks_per_stage
 from common.presets.weight_scaling import FC_PRESETS
-from common.resnet_sweep import build_resnet, sweep_configs
-from common.train import WEIGHTS, load_weights
+from common.runs import record_io, run_store
+from common.science import scaling
+from common.training.loop import WEIGHTS, load_weights
 
 script = importlib.import_module("07_weight_scaling")
 
@@ -36,18 +37,18 @@ def fc_tanh_out(tmp_path_factory) -> Path:
 
 def fc_runs(out: Path) -> list[Path]:
     return sorted(
-        (p for p in (out / "weight_scaling").iterdir() if p.is_dir()), key=lambda p: runs.read_result(p)["depth"]
+        (p for p in (out / "weight_scaling").iterdir() if p.is_dir()), key=lambda p: run_store.read_result(p)["depth"]
     )
 
 
 def test_fc_tanh_smoke_training_lowers_the_loss_at_every_depth(fc_tanh_out):
     found = fc_runs(fc_tanh_out)
-    results = [runs.read_result(p) for p in found]
+    results = [run_store.read_result(p) for p in found]
     assert [r["depth"] for r in results] == list(FC_PRESETS["smoke"].depths) == [4, 8, 16, 32, 64]
     for r in results:
         assert r["train_loss"] < r["initial_train_loss"], r
     # The recorded initial loss is that of the run's fresh initialisation (an independent evaluation).
-    config = runs.read_json(found[0] / runs.CONFIG)
+    config = record_io.read_json(found[0] / run_store.CONFIG)
     torch.manual_seed(config["seed"])
     fresh = FCResNet(FCResNetConfig(**config["model"]))
     d = config["data"]
@@ -56,12 +57,12 @@ def test_fc_tanh_smoke_training_lowers_the_loss_at_every_depth(fc_tanh_out):
         assert torch.nn.functional.mse_loss(fresh(data.x_train), data.y_train).item() == pytest.approx(
             results[0]["initial_train_loss"], rel=1e-5
         )
-        # The regression hook of common.train: the recorded test loss is the MSE of the saved weights.
+        # The regression hook of common.training.loop: the recorded test loss is the MSE of the saved weights.
         fresh.load_state_dict(load_weights(found[0]))
         assert torch.nn.functional.mse_loss(fresh(data.x_test), data.y_test).item() == pytest.approx(
             results[0]["test_loss"], rel=1e-5
         )
-    metrics = runs.read_metrics(found[0])
+    metrics = run_store.read_metrics(found[0])
     assert len(metrics) == FC_PRESETS["smoke"].recipe.epochs and all(
         m["train_acc"] is None and "test_acc" not in m for m in metrics
     )
@@ -154,7 +155,7 @@ def test_paper_preset_is_cohen_et_al_protocol_and_smoke_run_identities_stay():
     assert "decay" not in cosine and "early_stopping" not in cosine  # the option: cosine to 0, every epoch
     # The smoke preset stays on the cosine schedule, with the run directories it had before the option existed.
     hashes = {
-        family: runs.config_hash(fc_configs(family, preset="smoke", overrides={"depths": [4]})[0])
+        family: run_store.config_hash(fc_configs(family, preset="smoke", overrides={"depths": [4]})[0])
         for family in ("fc-tanh", "fc-relu")
     }
     assert hashes == {"fc-tanh": "583057bd", "fc-relu": "d66707d2"}
@@ -180,7 +181,7 @@ def test_constant_schedule_records_the_schedule_and_the_stopping_state(tmp_path,
     assert script.main(argv) == 0
     printed = capsys.readouterr().out
     for run in fc_runs(tmp_path):
-        result, metrics = runs.read_result(run), runs.read_metrics(run)
+        result, metrics = run_store.read_result(run), run_store.read_metrics(run)
         assert result["schedule"] == "constant" and result["epochs"] == len(metrics) <= 4
         assert result["stopping"]["best"] == min(m["train_loss"] for m in metrics if m["stopping"]["bad_epochs"] == 0)
         assert result["stopping"]["stopped"] in ("converged", "no improvement", "epoch limit")
@@ -194,7 +195,7 @@ def store_sweep_runs(out: Path, depths: list[int]) -> None:
     for config in sweep_configs(
         preset="smoke", dataset="synthetic", device="cpu", synthetic={"image_size": 8}, overrides={"depths": depths}
     ):
-        path = runs.prepare_run(out, config)
+        path = run_store.prepare_run(out, config)
         torch.manual_seed(config["depth_n"])
         model = build_resnet(config, num_classes=10)
         for m in model.modules():
@@ -202,8 +203,8 @@ def store_sweep_runs(out: Path, depths: list[int]) -> None:
                 m.running_var.uniform_(0.2, 3.0)
                 m.running_mean.normal_(0, 0.3)
                 m.weight.data.uniform_(0.3, 2.0)
-        runs.save_checkpoint(path / WEIGHTS, {"model": model.state_dict()})
-        runs.write_result(path, {"depth_n": config["depth_n"], "train_loss": 2.0, "test_loss": 2.1})
+        run_store.save_checkpoint(path / WEIGHTS, {"model": model.state_dict()})
+        run_store.write_result(path, {"depth_n": config["depth_n"], "train_loss": 2.0, "test_loss": 2.1})
 
 
 SWEEP = ["--family", "sweep", "--dataset", "synthetic", "--device", "cpu"]
@@ -223,7 +224,7 @@ def test_sweep_statistics_fold_batchnorm_per_stage_without_the_downsampling_bloc
     # Stage 2's A statistics by hand: first conv of each non-downsampling block, times gamma / sqrt(var + eps).
     sweep_dir = next(p for p in (tmp_path / "resnet_sweep").iterdir() if "-n12-" in p.name)
     state = load_weights(sweep_dir)
-    model = build_resnet(runs.read_json(sweep_dir / runs.CONFIG), num_classes=10)
+    model = build_resnet(record_io.read_json(sweep_dir / run_store.CONFIG), num_classes=10)
     model.load_state_dict(state)
     stage2 = [b for b, s in zip(model.blocks, model.stage_of_block, strict=True) if s == 1][1:]
     folded = torch.stack(
@@ -269,7 +270,7 @@ def test_mini_fc_families_reach_cohen_et_als_deepest_depth_and_keep_the_committe
     # Issue 29: L = 512 and 1,024 added; the depths run before keep their configs (results/mini's run hashes).
     assert FC_PRESETS["mini"].depths == (4, 8, 16, 32, 64, 128, 256, 512, 1024)
     hashes = {
-        family: runs.config_hash(fc_configs(family, preset="mini", overrides={"depths": [256]})[0])
+        family: run_store.config_hash(fc_configs(family, preset="mini", overrides={"depths": [256]})[0])
         for family in FC_FAMILIES
     }
     assert hashes == {"fc-tanh": "b1b8b346", "fc-relu": "184fdae7"}

@@ -1,4 +1,4 @@
-"""Two-process (gloo) scenarios for tests/launch_runs/test_gpu_cluster_paths.py: what a GPU cluster's multi-process jobs do, on the CPU.
+"""Two-process (gloo) scenarios for tests/launch/test_gpu_cluster_paths.py: what a GPU cluster's multi-process jobs do, on the CPU.
 
 In an importable module: ``torch.multiprocessing`` starts a fresh interpreter for each process,
 which imports it again. :func:`scenarios_worker` runs every scenario of
@@ -22,13 +22,14 @@ import huggingface_hub
 import torch
 from torch import nn
 
-from common import device as devices
-from common import placement, runs
-from common.distributed import destroy_distributed, env_info, init_distributed
 from common.experiments import pythia_cpt
-from common.placement import is_sharded, place_model, resume
-from common.recipes import AdamWRecipe, TrainSettings
-from common.train import NonFiniteLossError, evaluate, load_weights, train
+from common.runs import run_store
+from common.training import device as devices
+from common.training import parallel
+from common.training.distributed import destroy_distributed, env_info, init_distributed
+from common.training.loop import NonFiniteLossError, evaluate, load_weights, train
+from common.training.parallel import is_sharded, place_model, resume
+from common.training.recipes import AdamWRecipe, TrainSettings
 
 CPU = torch.device("cpu")
 VOCAB = 11
@@ -153,7 +154,7 @@ def resume_reads_once(rank: int, out: Path, fsdp: bool) -> dict:
     original = torch.load
 
     def spy(f, *args, **kwargs):
-        if Path(str(f)).name == runs.CHECKPOINT:
+        if Path(str(f)).name == run_store.CHECKPOINT:
             loads.append(kwargs.get("mmap", False))
         return original(f, *args, **kwargs)
 
@@ -177,7 +178,7 @@ def resume_reads_once(rank: int, out: Path, fsdp: bool) -> dict:
         )
 
     wrapped = []
-    original_ddp = placement.DistributedDataParallel
+    original_ddp = parallel.DistributedDataParallel
 
     class RecordingDDP(original_ddp):
         def __init__(self, *args, **kwargs):
@@ -185,11 +186,11 @@ def resume_reads_once(rank: int, out: Path, fsdp: bool) -> dict:
             super().__init__(*args, **kwargs)
 
     tag = "fsdp" if fsdp else "ddp"
-    placement.DistributedDataParallel = RecordingDDP
+    parallel.DistributedDataParallel = RecordingDDP
     try:
         whole = run(f"{tag}-whole", 0)
     finally:
-        placement.DistributedDataParallel = original_ddp
+        parallel.DistributedDataParallel = original_ddp
     with contextlib.suppress(KeyboardInterrupt):
         run(f"{tag}-resumed", 0, kill_after=1)
     torch.load = spy
@@ -287,7 +288,7 @@ def reset_peak() -> None:
 
 
 def resume_memory(rank: int, out: Path) -> dict:
-    """Peak RSS while :func:`common.placement.resume` applies ``<out>/big``'s checkpoint (written by one process), above the RSS before.
+    """Peak RSS while :func:`common.training.parallel.resume` applies ``<out>/big``'s checkpoint (written by one process), above the RSS before.
 
     Also whether any tensor of the loaded checkpoint's model state outlives the resume.
     """
@@ -295,7 +296,7 @@ def resume_memory(rank: int, out: Path) -> dict:
     model = big_blocks()
     optimizer = BIG_SETTINGS.recipe.make_optimizer(model)
     alive = []
-    original = runs.load_checkpoint
+    original = run_store.load_checkpoint
 
     def spy(*args, **kwargs):
         state = original(*args, **kwargs)
@@ -303,14 +304,14 @@ def resume_memory(rank: int, out: Path) -> dict:
         return state
 
     gc.collect()
-    runs.load_checkpoint = spy
+    run_store.load_checkpoint = spy
     try:
         reset_peak()
         before = kib("VmRSS")
         info = resume(out / "big", model, optimizer, shard=False, device=CPU)
         peak = kib("VmHWM")
     finally:
-        runs.load_checkpoint = original
+        run_store.load_checkpoint = original
     gc.collect()
     return {
         "extra_kib": peak - before,

@@ -10,19 +10,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from common import resnet_sweep as sweep
-from common import runs
 from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, probe_ag, pythia_cpt, weight_scaling
-from common.saturation import saturation_interval
+from common.experiments.shared import resnet_sweep as sweep
+from common.runs import atomic, run_store
+from common.science.saturation import saturation_interval
 
 ALL = ("sweep", "probe", "gpt2", "pythia", "growth", "matched", "scaling")
 
 
 def write_run(out: Path, experiment: str, name: str, config: dict, result: dict) -> Path:
     """``<out>/<experiment>/<name>-<hash8>`` holding ``config`` and ``result``; the hash is the config's own, as the
-    real jobs name their directories (common.runs.read_run refuses a config that does not hash to its directory)."""
+    real jobs name their directories (common.runs.run_store.read_run refuses a config that does not hash to its directory)."""
     config = {"experiment": experiment, "name": name, **config}
-    path = Path(out) / experiment / f"{name}-{runs.config_hash(config)}"
+    path = Path(out) / experiment / f"{name}-{run_store.config_hash(config)}"
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config))
     (path / "result.json").write_text(json.dumps(result))
@@ -240,10 +240,10 @@ def growth(
     folder = Path(out) / growth_vs_scratch.EXPERIMENT
     tag = f"e{epochs}-at15-30-50-65-seeds{'-'.join(map(str, seeds))}"
     path = folder / f"table-{dataset}-{tag}.csv"
-    runs.atomic_write_csv(path, growth_vs_scratch.growth_table(records))
+    atomic.atomic_write_csv(path, growth_vs_scratch.growth_table(records))
     if ablation:
         rows = growth_vs_scratch.ablation_table([r for r in records if r["depth_n"] == 5], restart)
-        runs.atomic_write_csv(folder / f"ablation-{dataset}-{tag}.csv", rows)
+        atomic.atomic_write_csv(folder / f"ablation-{dataset}-{tag}.csv", rows)
     return path
 
 

@@ -1,4 +1,4 @@
-"""A tiny decoder trained through common.train on prepared token shards, for the training and DDP tests.
+"""A tiny decoder trained through common.training.loop on prepared token shards, for the training and DDP tests.
 
 In an importable module with few imports: ``torch.multiprocessing.spawn`` imports it again in
 every worker process.
@@ -18,8 +18,8 @@ import torch
 from common.data.text_sources import prepare_tokens, text_data_spec
 from common.data.token_shards import TokenData, TokenLoader, TokenWindows
 from common.models.gpt import GPT, GPTConfig
-from common.recipes import AdamWRecipe, TrainSettings
-from common.train import train
+from common.training.loop import train
+from common.training.recipes import AdamWRecipe, TrainSettings
 
 RECIPE = AdamWRecipe(steps=6, lr=0.01, eval_interval=2, warmup_steps=2, grad_clip=0.5)
 

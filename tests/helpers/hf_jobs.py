@@ -19,9 +19,9 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from common.models.hf_decoder import BlockInfluence, HFDecoder, load_causal_lm
-from common.probe import probe_activation_gradients
-from common.recipes import AdamWRecipe, Schedule, TrainSettings
-from common.train import classification_loss, train_epoch
+from common.science.probe import probe_activation_gradients
+from common.training.loop import classification_loss, train_epoch
+from common.training.recipes import AdamWRecipe, Schedule, TrainSettings
 from tests.helpers.gpt_jobs import torchrun_script_worker
 
 VOCAB = 61

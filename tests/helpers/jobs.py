@@ -11,11 +11,11 @@ import time
 
 import torch
 
-from common import runs
-from common.cli import comma_ints, entry_point, make_parser, parse_args
-from common.distributed import destroy_distributed, init_distributed
-from common.launch import launch_from_args
-from common.runs import make_specs
+from common.launch.cli import comma_ints, entry_point, make_parser, parse_args
+from common.launch.launcher import launch_from_args
+from common.runs import run_store
+from common.runs.run_store import make_specs
+from common.training.distributed import destroy_distributed, init_distributed
 
 
 def square_job(spec) -> dict:
@@ -23,16 +23,16 @@ def square_job(spec) -> dict:
 
     ``config["runtime"]["sleep_s"]`` (optional) keeps the job busy that long first.
     """
-    path = runs.prepare_run(spec.out, spec.config)
-    runs.append_metrics(path, {"x": spec.config["x"], "pid": os.getpid()})
+    path = run_store.prepare_run(spec.out, spec.config)
+    run_store.append_metrics(path, {"x": spec.config["x"], "pid": os.getpid()})
     time.sleep(spec.config.get("runtime", {}).get("sleep_s", 0))
     result = {"x": spec.config["x"], "y": spec.config["x"] ** 2}
-    runs.write_result(path, result)
+    run_store.write_result(path, result)
     return result
 
 
 def failing_job(spec) -> dict:
-    runs.prepare_run(spec.out, spec.config)
+    run_store.prepare_run(spec.out, spec.config)
     raise RuntimeError(f"deliberate failure in {spec.config['name']}")
 
 
@@ -51,7 +51,7 @@ def device_report_job(spec) -> dict:
         "end": time.time(),
     }
     if os.environ.get("RANK", "0") == "0":
-        runs.write_result(runs.prepare_run(spec.out, spec.config), result)
+        run_store.write_result(run_store.prepare_run(spec.out, spec.config), result)
     return result
 
 
@@ -100,7 +100,7 @@ def epoch_train_job(spec) -> dict:
 
 def _epoch_train(spec) -> dict:
     cfg = spec.config
-    path = runs.prepare_run(spec.out, cfg)
+    path = run_store.prepare_run(spec.out, cfg)
     torch.manual_seed(cfg["seed"])
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -108,7 +108,7 @@ def _epoch_train(spec) -> dict:
     x = torch.randn(256, 8, generator=data)
     y = torch.sin(x.sum(dim=1, keepdim=True))
     start, loss = 0, float("nan")
-    state = runs.resume_state(path)
+    state = run_store.resume_state(path)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -124,11 +124,11 @@ def _epoch_train(spec) -> dict:
             optimizer.step()
             loss = batch_loss.item()
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1, "loss": loss}
-        runs.save_checkpoint(runs.checkpoint_path(path), state)
-        runs.append_metrics(path, {"epoch": epoch + 1, "loss": loss, "pid": os.getpid()})
+        run_store.save_checkpoint(run_store.checkpoint_path(path), state)
+        run_store.append_metrics(path, {"epoch": epoch + 1, "loss": loss, "pid": os.getpid()})
         print(f"epoch {epoch + 1} of {cfg['epochs']} done", flush=True)
     result = {"epochs": cfg["epochs"], "loss": loss, "weights_sha256": weights_digest(model.state_dict())}
-    runs.write_result(path, result)
+    run_store.write_result(path, result)
     return result
 
 
@@ -150,7 +150,7 @@ def distributed_job(spec) -> dict:
         torch.distributed.all_reduce(value)
     result = {"world_size": info.world_size, "sum": value.item(), "backend": info.backend}
     if info.is_main:
-        runs.write_result(runs.prepare_run(spec.out, spec.config), result)
+        run_store.write_result(run_store.prepare_run(spec.out, spec.config), result)
     destroy_distributed()
     return result
 
@@ -162,5 +162,5 @@ def rank_failure_job(spec) -> dict:
         raise RuntimeError(f"deliberate failure on rank {os.environ['RANK']}")
     time.sleep(spec.config["hang_s"])
     result = {"hung": spec.config["hang_s"]}
-    runs.write_result(runs.prepare_run(spec.out, spec.config), result)
+    run_store.write_result(run_store.prepare_run(spec.out, spec.config), result)
     return result

@@ -16,8 +16,8 @@ import resource
 import torch
 
 from common.models.gpt import GPT, GPTConfig
-from common.probe import probe_activation_gradients
-from common.train import classification_loss
+from common.science.probe import probe_activation_gradients
+from common.training.loop import classification_loss
 
 BATCH, LENGTH = 16, 256
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 import time
 
-from common import resnet_sweep as sweep
+from common.experiments.shared import resnet_sweep as sweep
 
 
 def paced_resnet_run(spec) -> dict:
-    """:func:`common.resnet_sweep.train_resnet_run` unchanged, pausing ``runtime.pause_s`` after each
+    """:func:`common.experiments.shared.resnet_sweep.train_resnet_run` unchanged, pausing ``runtime.pause_s`` after each
     epoch's checkpoint, so a test can interrupt it mid-run even when epochs take milliseconds.
 
     The pause is runtime (not identity): the run directory and the weights are those of an

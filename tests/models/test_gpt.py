@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from common.growth import function_preserved, insert_zero_block
 from common.models.gpt import GPT, GPTConfig, insert_decoder_block, padded_vocab_size
-from common.probe import activation_gradients, probe_activation_gradients, probe_mode
-from common.projection import GramAccumulator
-from common.tangent import make_zero_block
-from common.train import classification_loss
+from common.science.growth import function_preserved, insert_zero_block
+from common.science.probe import activation_gradients, probe_activation_gradients, probe_mode
+from common.science.projection import GramAccumulator
+from common.science.tangent import make_zero_block
+from common.training.loop import classification_loss
 from tests.helpers import terminal_weight_from_rows
 
 TINY = GPTConfig(n_layer=3, n_embd=16, n_head=2, block_size=8, vocab_size=61)

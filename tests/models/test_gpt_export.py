@@ -12,13 +12,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from common import runs
 from common.data.tokenizers import ByteTokenizer
 from common.errors import UserError
-from common.gpt_runs import export_run, load_run_model
+from common.experiments.shared.gpt2_runs import export_run, load_run_model
 from common.models.gpt import GPT, GPTConfig
 from common.models.gpt_export import byte_tokenizer, hf_config, to_hf_gpt2
-from common.train import WEIGHTS
+from common.runs import run_store
+from common.training.loop import WEIGHTS
 
 script = importlib.import_module("05_gpt2_ascend")
 TEXT = 'Größe: 日本語 🙂 naïve café, "a ." it \'s\n\t<|endoftext|> end'  # 1-4 byte characters, the literal EOT text
@@ -117,9 +117,9 @@ def sweep(tmp_path_factory) -> tuple[Path, Path]:
     assert script.main([*TINY, *where, "--probe-batches", "1"]) == 0
     assert script.main([*TINY, *where, "--probe-batches", "2"]) == 0  # other probe settings: training reused
     trained, twin = sorted(
-        runs.run_dirs(root / "runs" / "gpt2_ascend"), key=lambda d: "trained_in" in runs.read_result(d)
+        run_store.run_dirs(root / "runs" / "gpt2_ascend"), key=lambda d: "trained_in" in run_store.read_result(d)
     )
-    assert runs.read_result(twin)["trained_in"] == trained.name and not (twin / WEIGHTS).exists()
+    assert run_store.read_result(twin)["trained_in"] == trained.name and not (twin / WEIGHTS).exists()
     return trained, twin
 
 

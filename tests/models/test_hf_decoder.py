@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import MistralConfig, MistralForCausalLM, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from common.device import cpu_threads
 from common.errors import UserError
 from common.models.hf_decoder import BlockInfluence, HFDecoder, find_decoder_layers, insert_zero_layer
-from common.probe import probe_activation_gradients
-from common.recipes import AdamWRecipe, Schedule, TrainSettings
-from common.train import classification_loss, train_epoch
+from common.science.probe import probe_activation_gradients
+from common.training.device import cpu_threads
+from common.training.loop import classification_loss, train_epoch
+from common.training.recipes import AdamWRecipe, Schedule, TrainSettings
 from tests.conftest import ROOT
 from tests.helpers.hf_jobs import CONFIGS, VOCAB, from_config, save_memory_model
 

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from common.errors import UserError
-from common.experiments import expand_training as training
+from common.experiments import expand_decoder_training as training
 from common.models.hf_decoder import HFDecoder
 from common.models.hf_expand import (
     FUNCTION_ATOL,
@@ -22,7 +22,7 @@ from common.models.hf_expand import (
     place_scores,
     zeroed_projections,
 )
-from common.train import classification_loss
+from common.training.loop import classification_loss
 from tests.helpers import hf_tiny
 
 
@@ -61,7 +61,7 @@ def explicit_place(decoder: HFDecoder, place: int, x, y):
     return psi, g, rows, [m.weight.grad for m in projections], projections
 
 
-RTOL = np.finfo(np.float64).eps  # common.projection: eigenvalues of Psi^T Psi <= k * eps * max count as zero
+RTOL = np.finfo(np.float64).eps  # common.science.projection: eigenvalues of Psi^T Psi <= k * eps * max count as zero
 
 
 def projection_norm(psi: np.ndarray, g: np.ndarray) -> tuple[float, float]:

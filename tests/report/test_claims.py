@@ -1,8 +1,8 @@
 """Each claim rule of the report gives "holds", "does not hold" and "not decidable" on hand-made inputs.
 
-The rules are pure functions of numbers (common/claims.py); their error rates are measured by
-simulation in tests/report/test_claim_rates.py. The last tests check that the claim rows
-(common/experiments/claim_rows.py) feed them the records of scripts 01-07 (hand-made,
+The rules are pure functions of numbers (common/report/rules/); their error rates are measured by
+simulation in tests/power/test_claim_rates.py. The last tests check that the claim rows
+(common/report/claim_rows.py) feed them the records of scripts 01-07 (hand-made,
 tests/helpers/figure_records.py), show both sides' growth budgets, and keep the identity checks apart
 from the claims.
 """
@@ -19,21 +19,19 @@ import pytest
 import torch
 from scipy import stats
 
-from common import claim_rates, claims
-from common.claims import FAILS, HOLDS, UNDECIDABLE, Estimate
-from common.experiments import (
-    claim_rows,
-    claims_report,
-    make_figures,
-    matched_insertion,
-    probe_ag,
-    records,
-    report_rows,
-    scaling_rows,
-)
-from common.presets.report import SMOKE_NOTE
-from common.saturation import saturation_interval
+from common.experiments import make_figures, matched_insertion, probe_ag
+from common.presets.make_figures import SMOKE_NOTE
+from common.report import claim_power, claim_rows, claims_report, records, verdict_row
+from common.report.rows import weight_scaling
+from common.report.rules import app_g, depth, growth_vs_scratch, identities, margins, statistics
+from common.report.rules import matched_insertion as matched_insertion_rules
+from common.report.rules import verdicts as verdicts_rules
+from common.report.rules import weight_scaling as weight_scaling_rules
+from common.report.rules.statistics import Estimate
+from common.report.rules.verdicts import FAILS, HOLDS, UNDECIDABLE
+from common.science.saturation import saturation_interval
 from tests.helpers import figure_records
+from tests.helpers.rules import claim_rules, identity_checks
 
 LINE = 5e-3
 
@@ -46,7 +44,7 @@ def test_partial_spearman_equals_the_first_order_partial_correlation_formula_on_
     x, y = z + rng.normal(size=30), z + 0.5 * rng.normal(size=30)
     r_xy, r_xz, r_yz = (stats.spearmanr(a, b).statistic for a, b in ((x, y), (x, z), (y, z)))
     expected = (r_xy - r_xz * r_yz) / math.sqrt((1 - r_xz**2) * (1 - r_yz**2))
-    r, p = claims.partial_spearman(x, y, z)
+    r, p = statistics.partial_spearman(x, y, z)
     assert r == pytest.approx(expected, abs=1e-10)  # |r| <= 1; residuals of a least-squares line: not a summation bound
     t = expected * math.sqrt(27 / (1 - expected**2))
     assert p == pytest.approx(2 * stats.t.sf(abs(t), 27), rel=1e-9)
@@ -58,34 +56,34 @@ def test_spearman_above_eight_points_equals_scipys_spearmanr(n):
     rng = np.random.default_rng(n)
     x = np.repeat(np.arange(n), 1)[:n] // 3  # ties, as depths with seeds
     y = rng.normal(size=n) - 0.02 * x
-    rho, p = claims.spearman(x, y)
+    rho, p = statistics.spearman(x, y)
     expected = stats.spearmanr(x, y)
     assert rho == pytest.approx(expected.statistic, abs=1e-12) and p == pytest.approx(expected.pvalue, rel=1e-9)
 
 
 def test_estimate_interval_is_the_student_t_interval_and_pooling_weights_by_degrees_of_freedom():
-    e = claims.over_seeds(1.0, 0.3, 3)
+    e = statistics.over_seeds(1.0, 0.3, 3)
     assert e.interval() == pytest.approx(
         (1.0 - stats.t.ppf(0.975, 2) * 0.3 / math.sqrt(3), 1.0 + stats.t.ppf(0.975, 2) * 0.3 / math.sqrt(3))
     )
-    assert claims.over_seeds(1.0, math.nan, 1) is None
-    s, dof = claims.pooled_spread([(0.1, 3), (0.3, 5), (math.nan, 1)])
+    assert statistics.over_seeds(1.0, math.nan, 1) is None
+    s, dof = statistics.pooled_spread([(0.1, 3), (0.3, 5), (math.nan, 1)])
     assert dof == 6 and s == pytest.approx(math.sqrt((2 * 0.01 + 4 * 0.09) / 6))
     groups = [[1.0, 2.0, 4.0], [3.0, 3.5]]
-    assert claims.group_spread(groups) == pytest.approx(
-        claims.pooled_spread([(np.std(g, ddof=1), len(g)) for g in groups])
+    assert statistics.group_spread(groups) == pytest.approx(
+        statistics.pooled_spread([(np.std(g, ddof=1), len(g)) for g in groups])
     )
 
 
 # ----------------------------------------------------------------------------- AG across depth
 def test_falls_with_depth():
     depths = [0, 1, 2, 3, 4, 5, 6]
-    assert claims.falls_with_depth(depths, [0.1 / (1 + n) for n in depths]).verdict == HOLDS
-    assert claims.falls_with_depth(depths, [0.1 * (1 + n) for n in depths]).verdict == FAILS  # a significant rise
-    assert claims.falls_with_depth(depths, [0.1, 0.3, 0.15, 0.25, 0.12, 0.28, 0.2]).verdict == UNDECIDABLE  # no trend
+    assert depth.falls_with_depth(depths, [0.1 / (1 + n) for n in depths]).verdict == HOLDS
+    assert depth.falls_with_depth(depths, [0.1 * (1 + n) for n in depths]).verdict == FAILS  # a significant rise
+    assert depth.falls_with_depth(depths, [0.1, 0.3, 0.15, 0.25, 0.12, 0.28, 0.2]).verdict == UNDECIDABLE  # no trend
     # Four depths in perfect order: the exact p is 2/4! = 1/12 (scipy's t approximation says 0): no power to decide.
-    assert claims.spearman([0, 1, 2, 4], [4, 3, 2, 1]) == (-1.0, pytest.approx(1 / 12))
-    assert claims.falls_with_depth([0, 1, 2, 4], [4, 3, 2, 1]).verdict == UNDECIDABLE
+    assert statistics.spearman([0, 1, 2, 4], [4, 3, 2, 1]) == (-1.0, pytest.approx(1 / 12))
+    assert depth.falls_with_depth([0, 1, 2, 4], [4, 3, 2, 1]).verdict == UNDECIDABLE
 
 
 def seeds_of(depths, values, spread=(0.98, 1.0, 1.02)):
@@ -95,16 +93,16 @@ def seeds_of(depths, values, spread=(0.98, 1.0, 1.02)):
 
 def test_stays_below_line_allows_the_papers_approximately_and_shows_the_strict_verdict_beside_it():
     depths = [0, 2, 4, 6, 8]
-    below = claims.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.004, 0.003, 0.002]), LINE)
+    below = depth.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.004, 0.003, 0.002]), LINE)
     assert below.verdict == HOLDS and "at 1x the line: holds" in below.value
     # 6e-3 is above the line but below 1.5x it: holds at the factor, not at 1x.
-    approx = claims.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.004, 0.006, 0.002]), LINE)
+    approx = depth.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.004, 0.006, 0.002]), LINE)
     assert approx.verdict == HOLDS and "at 1x the line: does not hold" in approx.value
-    assert claims.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.004, 0.009, 0.002]), LINE).verdict == FAILS
+    assert depth.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.004, 0.009, 0.002]), LINE).verdict == FAILS
     assert (
-        claims.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.009, 0.008, 0.007]), LINE).verdict == UNDECIDABLE
+        depth.stays_below_line(*seeds_of(depths, [0.02, 0.01, 0.009, 0.008, 0.007]), LINE).verdict == UNDECIDABLE
     )  # no N*
-    one_seed = claims.stays_below_line(depths, [0.02, 0.01, 0.004, 0.003, 0.002], LINE)
+    one_seed = depth.stays_below_line(depths, [0.02, 0.01, 0.004, 0.003, 0.002], LINE)
     assert one_seed.verdict == UNDECIDABLE and "single seed" in one_seed.value
 
 
@@ -120,22 +118,22 @@ def plateau_records(loss_after, seeds=3, noise=0.002, star=4, deepest=40):
 
 
 def test_plateau_holds_on_a_flat_loss_and_not_on_one_still_falling_by_more_than_the_margin():
-    flat = claims.plateau_within_margin(*plateau_records(lambda n: 0.5), LINE)
+    flat = depth.plateau_within_margin(*plateau_records(lambda n: 0.5), LINE)
     assert flat.verdict == HOLDS
-    falling = claims.plateau_within_margin(
+    falling = depth.plateau_within_margin(
         *plateau_records(lambda n: 0.5 - 0.001 * n), LINE
     )  # 0.036 over the range: > 2%
     assert falling.verdict == FAILS
     # Noise as large as the margin with 2 seeds: failing to reject a gain must not give "holds".
-    noisy = claims.plateau_within_margin(*plateau_records(lambda n: 0.5, seeds=2, noise=0.1, deepest=8), LINE)
+    noisy = depth.plateau_within_margin(*plateau_records(lambda n: 0.5, seeds=2, noise=0.1, deepest=8), LINE)
     assert noisy.verdict == UNDECIDABLE
-    one_seed = claims.plateau_within_margin([0, 4, 8], [0.02, 0.004, 0.003], [0.5, 0.4, 0.3], LINE)
+    one_seed = depth.plateau_within_margin([0, 4, 8], [0.02, 0.004, 0.003], [0.5, 0.4, 0.3], LINE)
     assert one_seed.verdict == UNDECIDABLE and "single seed" in one_seed.value
 
 
 def test_plateau_blocks_are_consecutive_quarters():
-    assert claims.plateau_blocks([4, 5, 6, 7, 8, 9, 10, 11]) == [[4, 5], [6, 7], [8, 9], [10, 11]]
-    assert claims.plateau_blocks([4, 8]) == [[4], [8]]
+    assert depth.plateau_blocks([4, 5, 6, 7, 8, 9, 10, 11]) == [[4, 5], [6, 7], [8, 9], [10, 11]]
+    assert depth.plateau_blocks([4, 8]) == [[4], [8]]
 
 
 def test_explained_by_training_loss_needs_positive_evidence():
@@ -143,38 +141,44 @@ def test_explained_by_training_loss_needs_positive_evidence():
     depths = np.repeat(np.arange(40), 3)
     train = rng.uniform(0.01, 1.0, size=len(depths))  # unrelated to depth
     ag_from_loss = 0.1 * train * (1 + 0.01 * rng.normal(size=len(depths)))
-    assert claims.explained_by_training_loss(depths, ag_from_loss, train).verdict == HOLDS
+    assert depth.explained_by_training_loss(depths, ag_from_loss, train).verdict == HOLDS
     # AGmax follows depth, and the training loss falls with depth too: rho(AGmax, train loss) is significant,
     # so only the partial correlation with depth given the training loss can make the rule fail.
     train_by_depth = 0.5 * 0.95**depths * (1 + 0.3 * rng.uniform(size=len(depths)))
     ag_from_depth = 0.1 * 0.9**depths * (1 + 0.01 * rng.normal(size=len(depths)))
     assert stats.spearmanr(ag_from_depth, train_by_depth).pvalue < 0.05
-    assert claims.explained_by_training_loss(depths, ag_from_depth, train_by_depth).verdict == FAILS
+    assert depth.explained_by_training_loss(depths, ag_from_depth, train_by_depth).verdict == FAILS
     # Twelve runs: AGmax follows the training loss, and the partial correlation with depth is not significant, but
     # its interval is far wider than the margin: no evidence that depth adds nothing (the old rule said "holds").
     few = rng.permutation(12)
     loss = rng.uniform(0.1, 1.0, size=12)
-    small = claims.explained_by_training_loss(few, loss * (1 + 0.05 * rng.normal(size=12)), loss)
+    small = depth.explained_by_training_loss(few, loss * (1 + 0.05 * rng.normal(size=12)), loss)
     assert small.verdict == UNDECIDABLE and "interval" in small.value
 
 
 # ----------------------------------------------------------------------------- growth vs scratch
 def test_growth_lower_mean_is_a_significance_statement_over_seeds():
-    assert claims.growth_lower_mean(0.25, 0.29, claims.over_seeds(0.04, 0.005, 3)).verdict == HOLDS
-    assert claims.growth_lower_mean(0.30, 0.29, claims.over_seeds(-0.01, 0.001, 3)).verdict == FAILS
-    assert claims.growth_lower_mean(0.289, 0.29, claims.over_seeds(0.001, 0.02, 3)).verdict == UNDECIDABLE  # noise
-    assert claims.growth_lower_mean(0.25, 0.29, None).verdict == UNDECIDABLE  # one seed
+    assert growth_vs_scratch.growth_lower_mean(0.25, 0.29, statistics.over_seeds(0.04, 0.005, 3)).verdict == HOLDS
+    assert growth_vs_scratch.growth_lower_mean(0.30, 0.29, statistics.over_seeds(-0.01, 0.001, 3)).verdict == FAILS
+    assert (
+        growth_vs_scratch.growth_lower_mean(0.289, 0.29, statistics.over_seeds(0.001, 0.02, 3)).verdict == UNDECIDABLE
+    )  # noise
+    assert growth_vs_scratch.growth_lower_mean(0.25, 0.29, None).verdict == UNDECIDABLE  # one seed
 
 
 def test_growth_wins_everywhere_needs_every_architecture_significant():
     four = ("ResNet-10", "ResNet-11", "ResNet-12", "ResNet-13")
     wins = {m: (0.03, 0.005, 3) for m in four}
-    assert claims.growth_wins_everywhere(wins, four).verdict == HOLDS
-    assert claims.growth_wins_everywhere({**wins, "ResNet-12": (-0.03, 0.005, 3)}, four).verdict == FAILS
-    assert claims.growth_wins_everywhere({**wins, "ResNet-12": (0.001, 0.005, 3)}, four).verdict == UNDECIDABLE
-    assert claims.growth_wins_everywhere({"ResNet-10": (0.03, 0.005, 3)}, four).verdict == UNDECIDABLE  # not run
+    assert growth_vs_scratch.growth_wins_everywhere(wins, four).verdict == HOLDS
+    assert growth_vs_scratch.growth_wins_everywhere({**wins, "ResNet-12": (-0.03, 0.005, 3)}, four).verdict == FAILS
     assert (
-        claims.growth_wins_everywhere({m: (0.03, math.nan, 1) for m in four}, four).verdict == UNDECIDABLE
+        growth_vs_scratch.growth_wins_everywhere({**wins, "ResNet-12": (0.001, 0.005, 3)}, four).verdict == UNDECIDABLE
+    )
+    assert (
+        growth_vs_scratch.growth_wins_everywhere({"ResNet-10": (0.03, 0.005, 3)}, four).verdict == UNDECIDABLE
+    )  # not run
+    assert (
+        growth_vs_scratch.growth_wins_everywhere({m: (0.03, math.nan, 1) for m in four}, four).verdict == UNDECIDABLE
     )  # one seed
 
 
@@ -182,16 +186,20 @@ def test_paper_value_is_two_rules_direction_and_size():
     paper = 0.118
     # The issue's cases of the old interval rule: zero true effect with noisy seeds, growth 5% worse, a precise 10%.
     noisy_zero = Estimate(0.01, 0.05, 2)
-    assert claims.paper_direction(noisy_zero, paper).verdict == UNDECIDABLE
-    assert claims.paper_size(noisy_zero, paper).verdict == UNDECIDABLE
+    assert growth_vs_scratch.paper_direction(noisy_zero, paper).verdict == UNDECIDABLE
+    assert growth_vs_scratch.paper_size(noisy_zero, paper).verdict == UNDECIDABLE
     worse = Estimate(-0.05, 0.005, 2)
-    assert claims.paper_direction(worse, paper).verdict == FAILS and claims.paper_size(worse, paper).verdict == FAILS
+    assert (
+        growth_vs_scratch.paper_direction(worse, paper).verdict == FAILS
+        and growth_vs_scratch.paper_size(worse, paper).verdict == FAILS
+    )
     precise = Estimate(0.10, 0.005 / math.sqrt(3), 2)
     assert (
-        claims.paper_direction(precise, paper).verdict == HOLDS and claims.paper_size(precise, paper).verdict == HOLDS
+        growth_vs_scratch.paper_direction(precise, paper).verdict == HOLDS
+        and growth_vs_scratch.paper_size(precise, paper).verdict == HOLDS
     )
-    assert claims.paper_size(Estimate(0.5, 0.01, 2), paper).verdict == FAILS  # 4x the paper's
-    assert claims.paper_direction(None, paper).verdict == UNDECIDABLE
+    assert growth_vs_scratch.paper_size(Estimate(0.5, 0.01, 2), paper).verdict == FAILS  # 4x the paper's
+    assert growth_vs_scratch.paper_direction(None, paper).verdict == UNDECIDABLE
 
 
 # ----------------------------------------------------------------------------- matched insertion
@@ -199,27 +207,33 @@ def test_drop_not_increasing_agrees_with_the_papers_precision():
     paper = {8: 7e-4, 14: 4e-4, 20: 2e-4, 34: 2e-4}
     as_changes = {d: -v for d, v in paper.items()}
     # The paper's own drops, and the issue's 7, 4, 1.9, 2.1 (x1e-4): equal at the paper's precision, no rise.
-    assert claims.drop_not_increasing(as_changes).verdict == HOLDS
+    assert matched_insertion_rules.drop_not_increasing(as_changes).verdict == HOLDS
     near = {8: -7e-4, 14: -4e-4, 20: -1.9e-4, 34: -2.1e-4}
-    assert claims.drop_not_increasing(near).verdict == HOLDS
-    assert claims.matches_paper_precision(near, paper).verdict == HOLDS
-    assert claims.drop_not_increasing({8: -7e-4, 14: -9e-4}).verdict == FAILS
+    assert matched_insertion_rules.drop_not_increasing(near).verdict == HOLDS
+    assert matched_insertion_rules.matches_paper_precision(near, paper).verdict == HOLDS
+    assert matched_insertion_rules.drop_not_increasing({8: -7e-4, 14: -9e-4}).verdict == FAILS
     # With seeds: a rise within the seed spread cannot be called either way; a clear one fails.
     spread = {8: [-7e-4, -7.2e-4], 14: [-4e-4, -4.1e-4], 20: [-2.2e-4, -1.6e-4], 34: [-2.6e-4, -1.8e-4]}
-    assert claims.drop_not_increasing(spread).verdict == UNDECIDABLE
+    assert matched_insertion_rules.drop_not_increasing(spread).verdict == UNDECIDABLE
     tight = {8: [-7e-4, -7.02e-4], 14: [-4e-4, -4.02e-4], 20: [-2e-4, -2.02e-4], 34: [-2.1e-4, -2.12e-4]}
-    assert claims.drop_not_increasing(tight).verdict == HOLDS
+    assert matched_insertion_rules.drop_not_increasing(tight).verdict == HOLDS
     rising = {8: [-2e-4, -2.02e-4], 14: [-4e-4, -4.02e-4]}
-    assert claims.drop_not_increasing(rising).verdict == FAILS
+    assert matched_insertion_rules.drop_not_increasing(rising).verdict == FAILS
 
 
 def test_matches_paper_precision():
     paper = {8: 7e-4, 14: 4e-4, 20: 2e-4, 34: 2e-4}
-    assert claims.matches_paper_precision({8: -7.2e-4, 14: -3.8e-4}, paper).verdict == HOLDS
-    assert claims.matches_paper_precision({8: -7.2e-4, 14: -1e-4}, paper).verdict == FAILS
-    assert claims.matches_paper_precision({8: [-7.1e-4, -7.0e-4], 14: [-3.9e-4, -4.0e-4]}, paper).verdict == HOLDS
-    assert claims.matches_paper_precision({8: [-7.1e-4, -6.0e-4], 14: [-3.9e-4, -4.0e-4]}, paper).verdict == UNDECIDABLE
-    assert claims.matches_paper_precision({9: -1e-4}, paper).verdict == UNDECIDABLE
+    assert matched_insertion_rules.matches_paper_precision({8: -7.2e-4, 14: -3.8e-4}, paper).verdict == HOLDS
+    assert matched_insertion_rules.matches_paper_precision({8: -7.2e-4, 14: -1e-4}, paper).verdict == FAILS
+    assert (
+        matched_insertion_rules.matches_paper_precision({8: [-7.1e-4, -7.0e-4], 14: [-3.9e-4, -4.0e-4]}, paper).verdict
+        == HOLDS
+    )
+    assert (
+        matched_insertion_rules.matches_paper_precision({8: [-7.1e-4, -6.0e-4], 14: [-3.9e-4, -4.0e-4]}, paper).verdict
+        == UNDECIDABLE
+    )
+    assert matched_insertion_rules.matches_paper_precision({9: -1e-4}, paper).verdict == UNDECIDABLE
 
 
 def test_the_h1_rules_pool_log_drops_so_a_spread_at_one_magnitude_does_not_swamp_another():
@@ -227,27 +241,27 @@ def test_the_h1_rules_pool_log_drops_so_a_spread_at_one_magnitude_does_not_swamp
     # spread is 5% at every depth, so a rise of x20 between the two smallest drops is shown; pooled in absolute units
     # the ResNet-8 seeds (a spread of 3e-8) would have hidden a rise of 2e-8.
     changes = {8: [-6e-7, -6.3e-7], 14: [-1.0e-9, -1.05e-9], 20: [-2.0e-8, -2.1e-8]}
-    rise = claims.drop_not_increasing(changes)
+    rise = matched_insertion_rules.drop_not_increasing(changes)
     assert rise.verdict == FAILS and "largest rise ResNet-14 -> 20: x20" in rise.value, rise.value
     falling = {8: [-6e-7, -6.3e-7], 14: [-2.0e-8, -2.1e-8], 20: [-1.0e-9, -1.05e-9]}
-    assert claims.drop_not_increasing(falling).verdict == HOLDS
+    assert matched_insertion_rules.drop_not_increasing(falling).verdict == HOLDS
     # Half a unit of the leading digit is the same band on both scales: 7e-4's [6.5e-4, 7.5e-4] as logs.
-    low, high = claims.log_band(7e-4)
+    low, high = matched_insertion_rules.log_band(7e-4)
     assert (math.exp(low), math.exp(high)) == (pytest.approx(6.5e-4), pytest.approx(7.5e-4))
     near = {8: [-7.05e-4, -7.1e-4], 20: [-1.98e-4, -2.02e-4]}
-    assert claims.matches_paper_precision(near, {8: 7e-4, 20: 2e-4}).verdict == HOLDS
+    assert matched_insertion_rules.matches_paper_precision(near, {8: 7e-4, 20: 2e-4}).verdict == HOLDS
 
 
 def test_drops_below_the_floor_or_of_the_wrong_sign_leave_the_log_pool_and_are_named():
     changes = {8: {0: -6e-7, 1: -6.3e-7}, 17: {0: -1.3e-9, 1: 1.3e-10}, 20: {0: -2e-9, 1: -2.1e-9}}
     floor = {8: {0: False, 1: False}, 17: {0: True, 1: False}, 20: {0: False, 1: False}}
-    out = claims.drop_not_increasing(changes, floor)
+    out = matched_insertion_rules.drop_not_increasing(changes, floor)
     assert "ResNet-17 seed 0: below measurement precision (change -1.3e-09)" in out.value
     assert "ResNet-17 seed 1: wrong sign (change +1.3e-10)" in out.value
     assert "ResNet-17:" not in out.value.split("; left out")[0]  # no drop left there: skipped, not compared
     assert out.verdict == HOLDS  # 6e-7 -> 2e-9, the depths that have drops
     paper = {8: 7e-4, 17: 3e-4}
-    gone = claims.matches_paper_precision({8: [-7e-4, -7.02e-4], 17: [1e-10, 2e-10]}, paper)
+    gone = matched_insertion_rules.matches_paper_precision({8: [-7e-4, -7.02e-4], 17: [1e-10, 2e-10]}, paper)
     assert (
         gone.verdict == UNDECIDABLE and "no usable drop at ResNet-17" in gone.value
     )  # a paper depth left without a drop
@@ -255,68 +269,79 @@ def test_drops_below_the_floor_or_of_the_wrong_sign_leave_the_log_pool_and_are_n
 
 def test_fisher_interval_cannot_fit_the_margin_below_47_runs():
     # Issue 29: at 16 runs the half-width in z is 0.58 against atanh(0.3) = 0.31; no record could give "holds".
-    assert claims.partial_half_width(16) == pytest.approx(0.58, abs=0.005)
-    assert claims.partial_min_runs(claims.EXPLAINED_MARGIN) == 47
-    assert claims.partial_half_width(46) > math.atanh(0.3) > claims.partial_half_width(47)
+    assert statistics.partial_half_width(16) == pytest.approx(0.58, abs=0.005)
+    assert statistics.partial_min_runs(margins.EXPLAINED_MARGIN) == 47
+    assert statistics.partial_half_width(46) > math.atanh(0.3) > statistics.partial_half_width(47)
     rng = np.random.default_rng(0)
     depths = np.repeat(np.arange(8), 2)
     train = -depths + rng.normal(size=16)
-    out = claims.explained_by_training_loss(depths, np.exp(train + 0.3 * rng.normal(size=16)), np.exp(train))
+    out = depth.explained_by_training_loss(depths, np.exp(train + 0.3 * rng.normal(size=16)), np.exp(train))
     assert "'holds' cannot occur below 47 runs" in out.value
 
 
 def test_report_cells_join_sentences_and_verdict_kinds_are_read_by_their_longest_prefix():
     # Issue 28, case 19: a rule and the text after it never run together ("...not decidable Cannot reach...").
-    assert claims.sentences("a: not decidable", "Cannot reach it.") == "a: not decidable. Cannot reach it."
-    assert claims.sentences("done.", "", "next") == "done. next."
-    assert claims.verdict_kind("not decidable at this design (needs about 3 seeds) (mini scale)") == (
-        claims.UNDECIDABLE_AT_DESIGN
+    assert verdicts_rules.sentences("a: not decidable", "Cannot reach it.") == "a: not decidable. Cannot reach it."
+    assert verdicts_rules.sentences("done.", "", "next") == "done. next."
+    assert verdicts_rules.verdict_kind("not decidable at this design (needs about 3 seeds) (mini scale)") == (
+        verdicts_rules.UNDECIDABLE_AT_DESIGN
     )
-    assert claims.verdict_kind("not decidable (mini scale)") == UNDECIDABLE
-    assert claims.verdict_kind("not comparable: the paper's normalisation is not given") == claims.NOT_COMPARABLE
+    assert verdicts_rules.verdict_kind("not decidable (mini scale)") == UNDECIDABLE
+    assert (
+        verdicts_rules.verdict_kind("not comparable: the paper's normalisation is not given")
+        == verdicts_rules.NOT_COMPARABLE
+    )
     with pytest.raises(ValueError):
-        claims.verdict_kind("maybe")
+        verdicts_rules.verdict_kind("maybe")
     # The rule text is the same wherever the rule is used: no design-specific example in it (the GPT-2 rows carried
     # the ResNet rows' "4 distinct depths: p = 1/12").
-    assert "1/12" not in claims.falls_with_depth.rule
+    assert "1/12" not in depth.falls_with_depth.rule
 
 
 # ----------------------------------------------------------------------------- weight scaling
 def test_exponent_rules_read_the_fits_intervals():
-    assert claims.exponent_within_tolerance({"": (0.35, 0.3, 0.38)}, 0.3).verdict == HOLDS
-    assert claims.exponent_within_tolerance({"": (0.35, 0.25, 0.45)}, 0.3).verdict == UNDECIDABLE  # interval too wide
-    assert claims.exponent_within_tolerance({"": (0.45, 0.42, 0.5)}, 0.3).verdict == FAILS
-    assert claims.exponent_within_tolerance({"": (math.nan, math.nan, math.nan)}, 0.3).verdict == UNDECIDABLE
+    assert weight_scaling_rules.exponent_within_tolerance({"": (0.35, 0.3, 0.38)}, 0.3).verdict == HOLDS
     assert (
-        claims.sign_within_tolerance({"stage 1": (0.05, 0.0, 0.08), "stage 2": (-0.3, -0.4, -0.2)}, "<= 0").verdict
+        weight_scaling_rules.exponent_within_tolerance({"": (0.35, 0.25, 0.45)}, 0.3).verdict == UNDECIDABLE
+    )  # interval too wide
+    assert weight_scaling_rules.exponent_within_tolerance({"": (0.45, 0.42, 0.5)}, 0.3).verdict == FAILS
+    assert (
+        weight_scaling_rules.exponent_within_tolerance({"": (math.nan, math.nan, math.nan)}, 0.3).verdict == UNDECIDABLE
+    )
+    assert (
+        weight_scaling_rules.sign_within_tolerance(
+            {"stage 1": (0.05, 0.0, 0.08), "stage 2": (-0.3, -0.4, -0.2)}, "<= 0"
+        ).verdict
         == HOLDS
     )
-    assert claims.sign_within_tolerance({"stage 1": (0.05, -0.1, 0.2)}, "<= 0").verdict == UNDECIDABLE
-    assert claims.sign_within_tolerance({"stage 1": (0.25, 0.2, 0.3)}, "<= 0").verdict == FAILS
-    assert claims.sign_within_tolerance({"stage 1": (-0.05, -0.08, -0.02)}, ">= 0").verdict == HOLDS
-    assert claims.sign_within_tolerance({"stage 1": (-0.25, -0.3, -0.2)}, ">= 0").verdict == FAILS
-    bare = claims.sign_within_tolerance({"stage 1": -0.05}, ">= 0")  # estimates without intervals: the point comparison
+    assert weight_scaling_rules.sign_within_tolerance({"stage 1": (0.05, -0.1, 0.2)}, "<= 0").verdict == UNDECIDABLE
+    assert weight_scaling_rules.sign_within_tolerance({"stage 1": (0.25, 0.2, 0.3)}, "<= 0").verdict == FAILS
+    assert weight_scaling_rules.sign_within_tolerance({"stage 1": (-0.05, -0.08, -0.02)}, ">= 0").verdict == HOLDS
+    assert weight_scaling_rules.sign_within_tolerance({"stage 1": (-0.25, -0.3, -0.2)}, ">= 0").verdict == FAILS
+    bare = weight_scaling_rules.sign_within_tolerance(
+        {"stage 1": -0.05}, ">= 0"
+    )  # estimates without intervals: the point comparison
     assert bare.verdict == HOLDS and "point estimates only" in bare.value
 
 
 def test_every_rule_carries_its_text_and_identity_checks_are_not_rules():
-    assert all(isinstance(fn.rule, str) and len(fn.rule) > 20 for fn in (*claims.RULES, *claims.IDENTITY_CHECKS))
-    assert not set(claims.RULES) & set(claims.IDENTITY_CHECKS)
-    assert all(not fn.rule.endswith(".") for fn in claims.RULES)  # the report adds the full stop (claims.sentences)
+    assert all(isinstance(fn.rule, str) and len(fn.rule) > 20 for fn in (*claim_rules(), *identity_checks()))
+    assert not set(claim_rules()) & set(identity_checks())
+    assert all(not fn.rule.endswith(".") for fn in claim_rules())  # the report adds the full stop (claims.sentences)
 
 
 def test_projection_check_holds_where_v_equals_ag_up_to_the_float32_rounding_of_ag():
     # A realizable candidate: V_S,l = ||G||_F exactly, computed in float64 from the float32 gradient; AG_l as the probe
-    # takes it, from per-example norms in float32 (common.probe). Rounding alone puts V_S,l above AG_l on some batches.
+    # takes it, from per-example norms in float32 (common.science.probe). Rounding alone puts V_S,l above AG_l on some batches.
     batches = torch.randn(100, 32, 1024, generator=torch.Generator().manual_seed(0))
     ag = [float(torch.linalg.vector_norm(g, dim=1).double().square().sum().sqrt()) for g in batches]
     v = [float(torch.linalg.vector_norm(g.double())) for g in batches]
     assert (
         max(a / b for a, b in zip(v, ag, strict=True)) - 1 > 1e-9
     )  # a float64-only slack would report the theorem broken
-    assert claims.projection_never_exceeds(v, ag).verdict == HOLDS
+    assert identities.projection_never_exceeds(v, ag).verdict == HOLDS
     assert (
-        claims.projection_never_exceeds([1.001 * a for a in ag], ag).verdict == FAILS
+        identities.projection_never_exceeds([1.001 * a for a in ag], ag).verdict == FAILS
     )  # a projection adding norm is caught
 
 
@@ -413,13 +438,13 @@ def test_identity_checks_are_reported_apart_and_not_counted(tmp_path):
     out = figure_records.everything(tmp_path, seeds=(0, 1))
     rows = claim_rows.claim_rows(records.load_records(out, "smoke"))
     kinds = {r["claim"]: r["kind"] for r in rows}
-    assert kinds["the exact growth value never exceeds AG_l at any candidate"] == report_rows.IDENTITY
-    assert kinds["matched insertion lowers the training loss at every depth (digits)"] == report_rows.IDENTITY
-    assert {r["kind"] for r in rows} == {report_rows.CLAIM, report_rows.IDENTITY}
+    assert kinds["the exact growth value never exceeds AG_l at any candidate"] == verdict_row.IDENTITY
+    assert kinds["matched insertion lowers the training loss at every depth (digits)"] == verdict_row.IDENTITY
+    assert {r["kind"] for r in rows} == {verdict_row.CLAIM, verdict_row.IDENTITY}
     text = claims_report.claims_markdown(rows, "smoke", out)
     claims_part, checks_part = text.split("## Identity checks")
     assert "never exceeds AG_l" in checks_part and "never exceeds AG_l" not in claims_part
-    counted = sum(1 for r in rows if r["kind"] == report_rows.CLAIM)
+    counted = sum(1 for r in rows if r["kind"] == verdict_row.CLAIM)
     counts = claims_report.verdict_counts(rows)
     assert sum(int(re.match(r"[^:]+: (\d+)", part)[1]) for part in counts.split(", ")) == counted
 
@@ -434,7 +459,9 @@ def test_app_g_row_shows_interval_t_candidates_and_verdict_of_new_and_older_reco
         tmp_path / "good", seeds=(0, 1)
     )  # deepest N = 8: Gamma_hat = 4e-5, t = 0.005 <= 0.02
     good = row(tmp_path / "good")
-    assert good["verdict"].startswith(HOLDS) and good["rule"] == claims.sentences(claims.saturated_within_delta.rule)
+    assert good["verdict"].startswith(HOLDS) and good["rule"] == verdicts_rules.sentences(
+        app_g.saturated_within_delta.rule
+    )
     assert (
         good["reproduced"].count("t = 0.005, 1 candidates, delta = 0.02: saturated within delta") == 2
     )  # one per seed
@@ -495,7 +522,7 @@ def test_fc_tanh_rows_say_what_the_authors_code_gives_when_a_peer_check_record_i
     alpha_claim = "fc-tanh: alpha from max |delta_k| (synthetic)"
     before = rows_of(tmp_path)
     assert not any("authors' code" in before[c]["reproduced"] for c in (beta_claim, alpha_claim))
-    path = scaling_rows.peer_check_path(tmp_path, "fc-tanh", "smoke")
+    path = weight_scaling.peer_check_path(tmp_path, "fc-tanh", "smoke")
     path.write_text(json.dumps(peer_record([0.43, 0.42, 0.44], [0.55, 0.54, 0.56])))
     after = rows_of(tmp_path)
     for claim in (beta_claim, alpha_claim):
@@ -514,17 +541,17 @@ def test_fc_tanh_rows_say_what_the_authors_code_gives_when_a_peer_check_record_i
 
 
 def test_peer_words_name_the_side_the_authors_code_falls_on():
-    near = scaling_rows.peer_words(peer_record([0.31, 0.28, 0.34], [0.7, 0.69, 0.71]), "beta_max_norm", 0.3)
+    near = weight_scaling.peer_words(peer_record([0.31, 0.28, 0.34], [0.7, 0.69, 0.71]), "beta_max_norm", 0.3)
     assert near is not None and near.endswith("the difference lies in 07's implementation")
-    wide = scaling_rows.peer_words(peer_record([0.35, 0.1, 0.6], [0.7, 0.69, 0.71]), "beta_max_norm", 0.3)
+    wide = weight_scaling.peer_words(peer_record([0.35, 0.1, 0.6], [0.7, 0.69, 0.71]), "beta_max_norm", 0.3)
     assert wide is not None and wide.endswith("0.350 [0.100, 0.600]")  # undecided: the numbers only
-    assert scaling_rows.peer_words(peer_record([0.3, 0.2, 0.4], [0.7, 0.6, 0.8]), "nu", 0.3) is None
+    assert weight_scaling.peer_words(peer_record([0.3, 0.2, 0.4], [0.7, 0.6, 0.8]), "nu", 0.3) is None
 
 
 def test_records_of_the_other_preset_are_not_run(tmp_path):
     figure_records.sweep_and_probe(tmp_path, preset="smoke")
     rows = claim_rows.claim_rows(records.load_records(tmp_path, "paper"))
-    assert rows and all(r["verdict"] == claims.NOT_RUN for r in rows)
+    assert rows and all(r["verdict"] == verdicts_rules.NOT_RUN for r in rows)
     assert "python 02_probe_ag.py" in rows[0]["records"]
 
 
@@ -568,28 +595,28 @@ def test_the_line_rows_are_not_comparable_and_give_the_lines_per_example_value_a
     rows = rows_of(tmp_path)
     for start in ("once below 0.005, AGmax stays below it", "low-signal plateau"):
         for row in trend_rows(rows, start):
-            assert row["verdict"].startswith(f"{claims.NOT_COMPARABLE}: the paper's normalisation is not given")
-            assert claims.verdict_kind(row["verdict"]) == claims.NOT_COMPARABLE
+            assert row["verdict"].startswith(f"{verdicts_rules.NOT_COMPARABLE}: the paper's normalisation is not given")
+            assert verdicts_rules.verdict_kind(row["verdict"]) == verdicts_rules.NOT_COMPARABLE
             assert "b = 128: 0.005 x sqrt(128) = 0.0566" in row["reproduced"]
             assert "the rule at 0.005 as read: " in row["reproduced"]
     stays = next(r for c, r in rows.items() if c.startswith("once below 0.005") and "batch-mean" in c)
     assert "as read: holds: N* = 4" in stays["reproduced"]  # the rule's own verdict beside the report's
     counts = claims_report.verdict_counts(list(rows.values()))
-    assert f"{claims.NOT_COMPARABLE}: 4" in counts
+    assert f"{verdicts_rules.NOT_COMPARABLE}: 4" in counts
 
 
-def table_with(rows: dict[str, dict], case: str, power: float, seeds: int | None) -> claim_rates.PowerTable:
+def table_with(rows: dict[str, dict], case: str, power: float, seeds: int | None) -> claim_power.PowerTable:
     """A power table holding ``power`` for the design the row of ``case`` asked for (what power_table computes)."""
-    return claim_rates.PowerTable(
+    return claim_power.PowerTable(
         [
-            claim_rates.Power(case, key, power, 0.0, seeds, None if seeds is None else 8 * seeds, 10, 0, 0.5)
+            claim_power.Power(case, key, power, 0.0, seeds, None if seeds is None else 8 * seeds, 10, 0, 0.5)
             for key in rows
         ]
     )
 
 
-def designs_asked(out, preset="smoke") -> claim_rates.PowerTable:
-    asked = claim_rates.PowerTable()
+def designs_asked(out, preset="smoke") -> claim_power.PowerTable:
+    asked = claim_power.PowerTable()
     claim_rows.claim_rows(records.load_records(out, preset), power=asked)
     return asked
 
@@ -601,10 +628,10 @@ def test_power_at_the_records_design_marks_an_undecided_row_and_leaves_a_decided
     keys = {case: [k for c, k in asked.requested if c == case] for case, _ in asked.requested}
     falls = "falls_with_depth"
     growth_mean = "growth_lower_mean (mean over the architectures)"
-    low = claim_rates.PowerTable(
+    low = claim_power.PowerTable(
         [
-            claim_rates.Power(falls, keys[falls][0], 0.4, 0.0, 6, 48, 10, 0, 0.5),
-            *(claim_rates.Power(growth_mean, k, 0.3, 0.0, 4, 32, 10, 0, 0.5) for k in keys[growth_mean]),
+            claim_power.Power(falls, keys[falls][0], 0.4, 0.0, 6, 48, 10, 0, 0.5),
+            *(claim_power.Power(growth_mean, k, 0.3, 0.0, 4, 32, 10, 0, 0.5) for k in keys[growth_mean]),
         ]
     )
     rows = {r["claim"]: r for r in claim_rows.claim_rows(records.load_records(tmp_path, "smoke"), power=low)}
@@ -613,26 +640,28 @@ def test_power_at_the_records_design_marks_an_undecided_row_and_leaves_a_decided
     assert trend["power"] == "0.40 (< 0.8: needs about 6 seeds per depth, 48 runs)"
     test_mean = rows["growth's mean test loss is below scratch's (digits)"]
     assert test_mean["verdict"].startswith("not decidable at this design (needs about 4 seeds, 32 runs)")
-    assert claims.verdict_kind(test_mean["verdict"]) == claims.UNDECIDABLE_AT_DESIGN
+    assert verdicts_rules.verdict_kind(test_mean["verdict"]) == verdicts_rules.UNDECIDABLE_AT_DESIGN
     assert test_mean["power"] == "0.30 (< 0.8)"
-    high = claim_rates.PowerTable(
-        [claim_rates.Power(growth_mean, k, 0.9, 0.0, None, None, 10, 0, 0.5) for k in keys[growth_mean]]
+    high = claim_power.PowerTable(
+        [claim_power.Power(growth_mean, k, 0.9, 0.0, None, None, 10, 0, 0.5) for k in keys[growth_mean]]
     )
     rows = {r["claim"]: r for r in claim_rows.claim_rows(records.load_records(tmp_path, "smoke"), power=high)}
     test_mean = rows["growth's mean test loss is below scratch's (digits)"]
-    assert claims.verdict_kind(test_mean["verdict"]) == UNDECIDABLE and test_mean["power"] == "0.90"
+    assert verdicts_rules.verdict_kind(test_mean["verdict"]) == UNDECIDABLE and test_mean["power"] == "0.90"
 
 
 def test_a_design_missing_from_the_power_table_is_said_to_be_so_and_never_guessed(tmp_path):
     # 5 seeds: a design no committed record set has (the committed table holds results/mini's designs)
     figure_records.growth(tmp_path, seeds=(0, 1, 2, 3, 4), test_gap=lambda n, s: 0.03 if s % 2 else -0.03)
-    rows = claim_rows.claim_rows(records.load_records(tmp_path, "smoke"), power=claim_rates.PowerTable())
+    rows = claim_rows.claim_rows(records.load_records(tmp_path, "smoke"), power=claim_power.PowerTable())
     test_mean = next(r for r in rows if r["claim"] == "growth's mean test loss is below scratch's (digits)")
-    assert test_mean["power"].startswith(report_rows.POWER_NOT_COMPUTED)
-    assert claim_rates.POWER_COMMAND in test_mean["power"]
-    assert claims.verdict_kind(test_mean["verdict"]) == UNDECIDABLE  # not "at this design": no power was computed
+    assert test_mean["power"].startswith(verdict_row.POWER_NOT_COMPUTED)
+    assert claim_power.POWER_COMMAND in test_mean["power"]
+    assert (
+        verdicts_rules.verdict_kind(test_mean["verdict"]) == UNDECIDABLE
+    )  # not "at this design": no power was computed
     counts = claims_report.verdict_counts(rows)
-    assert f"with {report_rows.POWER_NOT_COMPUTED})" in counts
+    assert f"with {verdict_row.POWER_NOT_COMPUTED})" in counts
     # 08 reads the committed table, which does not hold this design either: the same fallback
     committed = claim_rows.claim_rows(records.load_records(tmp_path, "smoke"))
     assert next(r for r in committed if r["claim"] == test_mean["claim"])["power"] == test_mean["power"]
@@ -691,7 +720,7 @@ def test_the_matched_rows_leave_drops_below_the_measurement_floor_out_and_name_t
     def floor(config, result):
         for row in result["rows"]:
             below = row["depth_label"] == 20 and row["seed"] == 1
-            row["measured_change_precision"] = claims.BELOW_FLOOR if below else "measured"
+            row["measured_change_precision"] = matched_insertion_rules.BELOW_FLOOR if below else "measured"
             row["measurement_floor"] = 1e-12
 
     rewrite(tmp_path, matched_insertion.EXPERIMENT, floor)

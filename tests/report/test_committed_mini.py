@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from common import runs
 from common.data import text_sources
-from common.experiments import claims_report, grow_by_criterion, make_figures
+from common.experiments import grow_by_criterion, make_figures
+from common.report import claims_report
+from common.runs import record_io, run_store
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path("results") / "mini"  # relative to the repository root, as make mini writes it
@@ -50,7 +51,8 @@ def at_root(monkeypatch):
 def committed_configs() -> dict[str, dict]:
     """``<experiment>/<run directory>`` -> config of every committed run."""
     return {
-        p.parent.relative_to(RESULTS).as_posix(): runs.read_json(p) for p in sorted(RESULTS.glob(f"*/*/{runs.CONFIG}"))
+        p.parent.relative_to(RESULTS).as_posix(): record_io.read_json(p)
+        for p in sorted(RESULTS.glob(f"*/*/{run_store.CONFIG}"))
     }
 
 
@@ -96,7 +98,7 @@ def planned_runs(monkeypatch, images: list[str], texts: list[str]) -> set[str]:
     def record(fn, specs, args, **kwargs):
         for spec in specs:
             for config in [*_scratch_source(spec.config), spec.config]:  # a scratch run's criterion run
-                planned.add(runs.run_dir("", config).as_posix())
+                planned.add(run_store.run_dir("", config).as_posix())
         return None
 
     for name in PLANNERS:
@@ -161,7 +163,7 @@ def test_committed_records_hold_no_weights_and_no_machine_paths(at_root):
             return [p for v in value for p in absolute(v)]
         return [value] if isinstance(value, str) and os.path.isabs(value) else []
 
-    paths = {run: absolute(c.get(runs.RUNTIME_KEY, {})) for run, c in committed_configs().items()}
+    paths = {run: absolute(c.get(run_store.RUNTIME_KEY, {})) for run, c in committed_configs().items()}
     assert not {r: p for r, p in paths.items() if p}, (
-        "machine paths in runtime: run make mini's portable step (common.runs.make_portable)"
+        "machine paths in runtime: run make mini's portable step (common.runs.run_store.make_portable)"
     )

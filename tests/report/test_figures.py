@@ -6,8 +6,8 @@ import importlib
 
 import pandas as pd
 
-from common import plots
 from common.experiments import make_figures
+from common.report import plots
 from tests.helpers import figure_records
 
 script = importlib.import_module("08_make_figures")
@@ -33,7 +33,7 @@ def test_every_figure_table_and_the_claims_report_appear(tmp_path, capsys):
     for stem in FIGURES:
         for ext in ("png", "pdf"):
             assert (folder / f"{stem}.{ext}").stat().st_size > 1000, f"{stem}.{ext}"
-    # figures 10 and 11 read 09's trajectories, which figure_records does not write (tests/report/test_grow_report.py)
+    # figures 10 and 11 read 09's trajectories, which figure_records does not write (tests/report/test_grow_by_criterion_report.py)
     assert "1 skipped" in printed and "figures 10 and 11 (growth by the criterion): skipped" in printed
     tables = folder / "tables"
     for stem in (

@@ -26,21 +26,22 @@ import torch
 from scipy import stats
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from common import claims, paper, resnet_sweep
 from common.data.vision import make_synthetic
 from common.experiments import (
-    claims_report,
     gpt2_ascend,
     growth_vs_scratch,
     make_figures,
     matched_insertion,
     probe_ag,
     pythia_cpt,
-    report_rows,
     weight_scaling,
 )
+from common.experiments.shared import resnet_sweep
 from common.models.resnet import depth_label
-from common.presets.report import SMOKE_NOTE
+from common.presets import paper
+from common.presets.make_figures import SMOKE_NOTE
+from common.report import claims_report, verdict_row
+from common.report.rules import verdicts
 
 pytestmark = pytest.mark.slow  # the fixture trains and probes every experiment once: about half a minute
 
@@ -178,18 +179,20 @@ def test_every_experiment_that_ran_has_its_claim_rows_run_and_nothing_is_skipped
     for experiment, fragment in CLAIMS_OF.items():
         rows = [r for text, r in pipeline.claims.items() if fragment in text]
         assert rows, f"{experiment}: no claim row"
-        not_run = [r["claim"] for r in rows if r["verdict"] == claims.NOT_RUN]
+        not_run = [r["claim"] for r in rows if r["verdict"] == verdicts.NOT_RUN]
         assert not not_run, f"{experiment}: reported not run: {not_run}"
     # 09 does not run here (its real records: tests/experiments/test_grow_by_criterion.py; its rows and figures 10 and
-    # 11 from 09-format records: tests/report/test_grow_report.py): its six rows and one figure group are not run;
-    # nor does 10 (its rows from 10-format records: tests/report/test_expand_report.py): its three rows are not run
+    # 11 from 09-format records: tests/report/test_grow_by_criterion_report.py): its six rows and one figure group are not run;
+    # nor does 10 (its rows from 10-format records: tests/report/test_expand_decoder_report.py): its three rows are not run
     grow = [r for text, r in pipeline.claims.items() if text.startswith(GROW_ROWS)]
-    assert len(grow) == 6 and all(r["verdict"] == claims.NOT_RUN for r in grow)
+    assert len(grow) == 6 and all(r["verdict"] == verdicts.NOT_RUN for r in grow)
     expand = [r for text, r in pipeline.claims.items() if text.startswith(EXPAND_ROWS)]
-    assert len(expand) == 3 and all(r["verdict"] == claims.NOT_RUN for r in expand)
-    assert all(r["verdict"] != claims.NOT_RUN for text, r in pipeline.claims.items() if not text.startswith(UNRUN_ROWS))
+    assert len(expand) == 3 and all(r["verdict"] == verdicts.NOT_RUN for r in expand)
+    assert all(
+        r["verdict"] != verdicts.NOT_RUN for text, r in pipeline.claims.items() if not text.startswith(UNRUN_ROWS)
+    )
     assert f"{len(FIGURES)} figures" in pipeline.printed and ", 1 skipped" in pipeline.printed
-    assert f"{claims.NOT_RUN}: {len(grow) + len(expand)};" in pipeline.printed
+    assert f"{verdicts.NOT_RUN}: {len(grow) + len(expand)};" in pipeline.printed
     assert "0 finished runs left out" in pipeline.printed  # the one reader accepts every record the real jobs write
 
 
@@ -219,7 +222,7 @@ def test_the_app_g_row_shows_each_seeds_interval_at_the_deepest_depth_probed(pip
     deepest = [p for p in records(pipeline.out, probe_ag.EXPERIMENT) if p["depth_label"] == DEEPEST]
     assert sorted(p["seed"] for p in deepest) == list(SEEDS)
     for p in deepest:
-        s, fmt = p["saturation"], claims.fmt
+        s, fmt = p["saturation"], verdicts.fmt
         interval = f"Gamma in [{fmt(s['lower'])}, {fmt(s['upper'])}], t = {fmt(s['t'])}, {s['n_candidates']} candidates"
         assert f"ResNet-{DEEPEST} seed {p['seed']}: {interval}" in value
 
@@ -233,9 +236,9 @@ def test_the_projection_check_covers_every_exact_candidate_of_02_and_05_and_hold
     assert every and all(c["growth_value"] is not None for c in every)  # smoke probes are exact
     ratio = max(c["growth_value"] / c["ag_norm"] for c in every)
     row = claim(pipeline, "the exact growth value never exceeds AG_l")
-    assert row["kind"] == report_rows.IDENTITY
+    assert row["kind"] == verdict_row.IDENTITY
     assert row["reproduced"] == f"max V_S,l / AG_l = {ratio:.4f} over {len(every)} candidates; 0 above"
-    assert row["verdict"].startswith(claims.HOLDS)
+    assert row["verdict"].startswith(verdicts.HOLDS)
     for source, found in candidates.items():
         assert f"{source} ({len(found)} candidates)" in row["records"]
 
@@ -328,5 +331,5 @@ def test_the_claims_report_and_its_csv_hold_the_same_rows(pipeline):
         return sorted((int(r["id"]), r["claim"], r["verdict"]) for r in rows)
 
     assert keys(shown) == keys(written)
-    ran = [r for r in written if r["verdict"] != claims.NOT_RUN]  # 09's and 10's rows: not run here
+    ran = [r for r in written if r["verdict"] != verdicts.NOT_RUN]  # 09's and 10's rows: not run here
     assert len(ran) == len(written) - 9 and all(r["verdict"].endswith(f"({SMOKE_NOTE})") for r in ran)  # smoke records

@@ -1,4 +1,4 @@
-"""The one markdown-table writer (common/tables.py): cells, formats, escaping, alignment, and a table read back."""
+"""The one markdown-table writer (common/runs/tables.py): cells, formats, escaping, alignment, and a table read back."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from common.experiments.claims_report import claims_cells
-from common.tables import Column, cell_text, markdown_table
+from common.report.claims_report import claims_cells
+from common.runs.tables import Column, cell_text, markdown_table
 
 
 def test_a_missing_value_is_an_empty_cell_unless_its_column_names_one():

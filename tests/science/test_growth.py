@@ -1,4 +1,4 @@
-"""common/growth.py: zero-output insertion preserves the function bit for bit; dL/dV_l = C_l."""
+"""common/science/growth.py: zero-output insertion preserves the function bit for bit; dL/dV_l = C_l."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.growth import candidate_width, function_preserved, insert_zero_block, insert_zero_blocks
 from common.models.resnet import ResNet, ResNetConfig
-from common.probe import probe_activation_gradients
-from common.projection import GramAccumulator
-from common.tangent import ZeroOutputBlock, candidate_family, protocol_seed
+from common.science.growth import candidate_width, function_preserved, insert_zero_block, insert_zero_blocks
+from common.science.probe import probe_activation_gradients
+from common.science.projection import GramAccumulator
+from common.science.tangent import ZeroOutputBlock, candidate_family, protocol_seed
 from tests.helpers import CASES, tangent_rows, terminal_weight_from_rows
 
 SEEDS = [0, 1, 2]
@@ -94,7 +94,7 @@ class RelabelledResNet(ResNet):
 
 @pytest.mark.parametrize("kind", [*sorted(CASES), "relabelled"])
 def test_probe_and_insertion_choose_the_family_by_the_same_rule(kind):
-    # The rule is common.tangent.candidate_family: the family the model declares per candidate.
+    # The rule is common.science.tangent.candidate_family: the family the model declares per candidate.
     if kind == "relabelled":
         torch.manual_seed(0)
         model = RelabelledResNet(ResNetConfig(extra_blocks=1, widths=(4, 8, 16), num_classes=5)).double().eval()

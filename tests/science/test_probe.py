@@ -1,4 +1,4 @@
-"""common/probe.py: AG_l, AG~_l, per-example RMS, AGmax's readings, the exact values and App. G's pooled C_l
+"""common/science/probe.py: AG_l, AG~_l, per-example RMS, AGmax's readings, the exact values and App. G's pooled C_l
 with its per-example contributions, checked by independent routes."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.growth import insert_zero_block
 from common.models.gpt import GPT, GPTConfig
-from common.probe import ag_maxima, probe_activation_gradients
-from common.projection import ContributionMoments
-from common.runs import atomic_write_csv
-from common.train import classification_loss
+from common.runs.atomic import atomic_write_csv
+from common.science.growth import insert_zero_block
+from common.science.probe import ag_maxima, probe_activation_gradients
+from common.science.projection import ContributionMoments
+from common.training.loop import classification_loss
 from tests.helpers import CASES, ResidualMLP, explicit_states_grads, mlp_case, resnet_case, tangent_rows
 
 ROOT = Path(__file__).resolve().parents[2]

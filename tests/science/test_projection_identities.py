@@ -3,8 +3,8 @@ random models and inputs.
 
 Models: a tiny ResNet-8+N (conv3x3 family, rows = image-position pairs) and a smooth residual
 MLP (linear family, rows = examples). ``Psi`` and ``G`` always come from the real pipeline:
-:func:`common.probe.activation_gradients` for ``G = dL/dz_l`` and the protocol's seeded block
-(:func:`common.tangent.make_zero_block`) for ``Psi``.
+:func:`common.science.probe.activation_gradients` for ``G = dL/dz_l`` and the protocol's seeded block
+(:func:`common.science.tangent.make_zero_block`) for ``Psi``.
 
 Tolerances (float64, eps = 2.2e-16): identities computed by two routes of O(k) to O(n) summed
 products agree to ~1e-13 relative; we allow rtol 1e-10. Routes through the normal equations
@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.growth import insert_zero_block, insert_zero_blocks
-from common.projection import GramAccumulator, growth_value
-from common.tangent import get_family
+from common.science.growth import insert_zero_block, insert_zero_blocks
+from common.science.projection import GramAccumulator, growth_value
+from common.science.tangent import get_family
 from tests.helpers import CASES, loss_of, mlp_case, resnet_case, rows_to_state, tangent_rows, terminal_weight_from_rows
 
 SEEDS = [0, 1, 2]

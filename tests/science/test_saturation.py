@@ -4,8 +4,8 @@ Part 1, a tiny float64 residual MLP under two data laws for the same model: inpu
 own softmax (then ``E[d loss/d logits | x] = E[p - e_y | x] = 0``, so the population gradient
 of every zero block's ``V_l`` is exactly zero: saturated at every candidate), or a fixed rule
 of ``x`` that the random model does not fit (a non-zero population gradient). The statistic
-``max_l ||C_l||`` comes from :func:`common.probe.probe_activation_gradients` with
-``contributions=True``; the interval and verdicts from :func:`common.projection.saturation_interval`,
+``max_l ||C_l||`` comes from :func:`common.science.probe.probe_activation_gradients` with
+``contributions=True``; the interval and verdicts from :func:`common.science.projection.saturation_interval`,
 with the traces from a separate calibration sample and ``C_l`` from the test sample (App. G's split).
 
 Noise scale used in the tolerances: for ``n`` i.i.d. examples ``E ||C_l - g(l)||^2 =
@@ -17,13 +17,13 @@ form: per-example contributions ``c_i(l) = C_l + sigma_l eps_i(l)`` in ``R^(k_l)
 i.i.d. unit-variance Gaussian or Student-t(3) / sqrt(3) (finite variance, infinite fourth moment:
 the calibration traces are then often underestimated), so ``tr Sigma_l = k_l sigma_l^2`` exactly.
 Each repetition draws a calibration part (traces) and a test part of ``n_test`` examples
-(``C_hat_l``) and goes through :func:`common.projection.separation_margin`,
-:func:`~common.projection.gamma_interval` and :func:`~common.projection.saturation_verdict`, the
-functions :func:`~common.projection.saturation_interval` is made of, vectorised over the
+(``C_hat_l``) and goes through :func:`common.science.projection.separation_margin`,
+:func:`~common.science.projection.gamma_interval` and :func:`~common.science.projection.saturation_verdict`, the
+functions :func:`~common.science.projection.saturation_interval` is made of, vectorised over the
 repetitions.
 
 Part 3, the asymptotic interval beside Theorem 3's (issue 29): the streamed moments of
-:class:`common.projection.ContributionMoments` against direct formulas, Hoeffding's variance of
+:class:`common.science.projection.ContributionMoments` against direct formulas, Hoeffding's variance of
 ``U_l = ||C_hat_l||^2 - tr_hat_l / n`` against a simulation, and the interval's coverage over 1,000
 simulated draws of 1,000-dimensional contributions at ``Gamma = 0``, ``sqrt(tr / n)`` and
 ``5 sqrt(tr / n)``, run through the class exactly as the probe streams the two parts.
@@ -40,9 +40,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.probe import probe_activation_gradients
-from common.projection import ContributionMoments
-from common.saturation import (
+from common.science.probe import probe_activation_gradients
+from common.science.projection import ContributionMoments
+from common.science.saturation import (
     LOWER_ABOVE_DELTA,
     NOT_SATURATED,
     SATURATED,

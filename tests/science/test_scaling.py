@@ -1,4 +1,4 @@
-"""The weight-scaling statistics of common.scaling on hand-built weight sequences with known answers.
+"""The weight-scaling statistics of common.science.scaling on hand-built weight sequences with known answers.
 
 Each exponent is recovered within a tolerance derived here: if every ``log statistic`` lies within
 ``b_i`` of the exact line ``c + p log L_i``, the least-squares slope lies within
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from scipy import integrate, special
 from torch import nn
 
-from common import scaling
+from common.science import scaling
 
 DEPTHS = [2**i for i in range(4, 13)]  # 16 .. 4096
 

@@ -1,0 +1,604 @@
+"""Activation-gradient scores at every insertion candidate: one forward, one backward (B.1; docs/design.md).
+
+For analysis batch ``b`` with batch-mean loss ``L_b``, :func:`activation_gradients` captures
+``z_l`` and ``G_l = dL_b/dz_l`` at every candidate ``l`` (the input of ``candidate.module``,
+read by a forward pre-hook) in one forward and one backward pass (``torch.autograd.grad`` on
+the captured states, no full-backward module hooks). Parameters are frozen for the pass: the
+backward computes input gradients only, from the loss down to the first candidate (whose state
+is made a leaf that requires grad), never a parameter gradient.
+
+:func:`probe_activation_gradients` turns B batches into, per candidate,
+
+- ``ag_norm``: ``AG_l``, the Frobenius norm of the whole ``dL_b/dz_l`` (flattened per batch), averaged over the B
+  batches (B.1). Under the batch-mean loss it scales like ``1 / sqrt(batch size)``: batch size and B are stored too;
+- ``ag_norm_normalised``: ``AG~_l = AG_l / sqrt(d)``, ``d`` = coordinates of ``z_l`` per row
+  unit (channels of a feature map, width of a token): descriptive only (App. A);
+- ``per_example_rms``: ``sqrt(mean_i ||d loss_i / d z_l,i||^2)`` over all probed examples, with
+  ``d loss_i / d z_l,i = b * (row i of dL_b/dz_l)``: exact when examples do not interact (eval-mode
+  BatchNorm); in train mode it is the batch-gradient row rescaled;
+- ``ag_norm_pooled``: ``||dL_S/dz_l||_F`` for ``S`` = all probed examples, ``L_S`` their mean loss
+  (``= per_example_rms / sqrt(n)``), the normalisation of the pooled exact values below;
+- ``block_input``: False for the tensor entering the head (the last candidate, not in ``model.blocks``), True for
+  the input of a residual block;
+
+:func:`ag_maxima` reads AGmax from these in the three readings the paper's words allow
+(docs/decisions.md): ``ag_max`` (batch-mean ``AG_l``), ``ag_max_per_example`` (per-example
+RMS; ``ag_max ~ ag_max_per_example / sqrt(batch size)``) and ``ag_max_blocks`` (``AG_l`` over
+block inputs only, the head's input left out), each with the candidate attaining it.
+
+With ``contributions=True`` (App. G, no Gram matrix or eigendecomposition), per candidate the
+per-example contributions ``c_i(l) = Psi_i^T g_i`` (``Psi_i`` the tangent-feature rows of
+example ``i``, ``g_i = b * (its rows of dL_b/dz_l)`` its own loss gradient, exact in eval-mode
+BatchNorm) stream into :class:`common.science.projection.ContributionMoments`:
+
+- ``cross_gradient_norm_pooled``: ``||C_l||`` with ``C_l = mean_i c_i(l)``, the gradient of the
+  mean loss over all probed examples w.r.t. ``V_l`` at 0 (Theorem 3's statistic);
+- ``contribution_cov_trace``: ``tr(Sigma_hat_l)``, the traced sample covariance of ``c_i(l)``;
+- ``contribution_norm_sq``: ``U_l = ||C_l||^2 - tr(Sigma_hat_l) / n``, unbiased for the population ``||C_l||^2``,
+  and ``contribution_cov_sq_trace``, an unbiased ``tr(Sigma_l^2)`` (App. G's asymptotic interval);
+- with ``contribution_directions`` (one ``k x d`` tensor per candidate, e.g. an independent sample's
+  ``C_l``), ``contribution_direction_variance``: the variance of ``<c_i(l), direction_l>``;
+
+and with ``exact=True`` the tangent-space quantities of :mod:`common.science.projection` for the
+protocol's standard zero-output block (:mod:`common.science.tangent`, ``U_l`` seeded by ``(seed, l)``):
+
+- ``growth_value``: ``V_S,l`` on each analysis batch (``S`` = that batch, same normalisation as ``AG_l``, so
+  ``growth_value <= ag_norm``), averaged over the batches; ``cross_gradient_norm`` likewise ``||C_l||_F``;
+- ``growth_value_pooled`` / ``cross_gradient_norm_pooled``: the same on the pooled sample ``S``
+  (Gram statistics streamed over all batches), with ``growth_fraction_pooled =
+  V_S,l / ||G_S||_F`` in ``[0, 1]`` (1 under realizability), ``tangent_dim`` k and ``tangent_rank``.
+
+BatchNorm runs in eval mode (running statistics) unless ``bn_mode="train"``; train mode uses
+batch statistics and the running buffers are restored afterwards.
+
+Precision: the probe runs under :func:`common.science.precision.full_precision` (TF32, and an Ascend NPU's HF32, off for
+float32 matrix products and convolutions, restored afterwards), because TF32, which cuDNN convolutions use by default
+on Ampere and later GPUs, and HF32, which torch_npu allows for convolutions by default, compute ``z``, ``G`` and
+``Psi`` to only ~1e-3 relative precision. The math mode it ran in (:func:`common.science.precision.math_mode`) and the device
+of its float64 statistics (:func:`common.science.precision.float64_device`: the CPU for MPS and NPU) are part of the result.
+
+One shared pass (:func:`sub_batch_passes`, by sub-batches with ``sub_batch``) feeds each candidate's sums, whose
+``exact`` and ``contributions`` modes (``_CandidateSums.add_exact``, ``add_contributions``) read the same states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.science.precision import float64_device, full_precision
+from common.science.projection import ContributionMoments, GramAccumulator
+from common.science.tangent import ZeroOutputBlock, candidate_family, make_zero_block
+
+BN_MODES = ("eval", "train")
+CHUNK_ELEMENTS = 1 << 20  # float64 elements per chunk of tangent features or padded maps (8 MiB)
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+# ----------------------------------------------------------------------------- one pass
+@contextlib.contextmanager
+def probe_mode(model: nn.Module, bn_mode: str = "eval") -> Iterator[nn.Module]:
+    """Eval mode (or BatchNorm in train mode), frozen parameters; everything restored on exit.
+
+    In ``bn_mode="train"`` the BatchNorm running statistics that the forward updates are put
+    back afterwards, so probing never changes the model.
+    """
+    if bn_mode not in BN_MODES:
+        raise ValueError(f"bn_mode must be one of {BN_MODES}, got {bn_mode!r}")
+    modes = {m: m.training for m in model.modules()}
+    grads = {p: p.requires_grad for p in model.parameters()}
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    buffers = {b: b.clone() for m in norms for b in m.buffers(recurse=False)} if bn_mode == "train" else {}
+    try:
+        model.eval()
+        if bn_mode == "train":
+            for m in norms:
+                m.train()
+        for p in grads:
+            p.requires_grad_(False)
+        yield model
+    finally:
+        for m, training in modes.items():
+            m.training = training
+        for p, flag in grads.items():
+            p.requires_grad_(flag)
+        with torch.no_grad():  # train mode: the running statistics its forward passes updated in place, put back
+            for b, saved in buffers.items():
+                b.copy_(saved)
+
+
+def activation_gradients(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: LossFn = F.cross_entropy,
+    candidates: list | None = None,
+) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """``(L_b, [z_l], [dL_b/dz_l])`` for every candidate, from one forward and one backward pass.
+
+    A forward pre-hook on each candidate's module reads ``z_l``; a state that does not require
+    grad (the first one, with frozen parameters) is replaced by a detached leaf view that does,
+    so the backward stops there. Call under :func:`probe_mode` (frozen parameters) to compute nothing
+    but input gradients.
+    """
+    candidates = candidates if candidates is not None else model.candidates()
+    states: list[torch.Tensor | None] = [None] * len(candidates)
+
+    def pre_hook(i: int):
+        def hook(module: nn.Module, args: tuple):
+            if states[i] is not None:
+                raise RuntimeError(f"candidate {candidates[i].name} was entered twice in one forward pass")
+            z, *rest = args
+            if not z.requires_grad:
+                z = z.detach().requires_grad_(True)
+            states[i] = z
+            return (z, *rest)
+
+        return hook
+
+    handles = [c.module.register_forward_pre_hook(pre_hook(i)) for i, c in enumerate(candidates)]
+    try:
+        with torch.enable_grad():
+            loss = loss_fn(model(x), y)
+    finally:
+        for h in handles:
+            h.remove()
+    missing = [c.name for c, z in zip(candidates, states, strict=True) if z is None]
+    if missing:
+        raise RuntimeError(f"the forward pass never entered candidates {missing}")
+    grads = torch.autograd.grad(loss, states)
+    return loss.detach(), [z.detach() for z in states], list(grads)
+
+
+# ----------------------------------------------------------------------------- scores
+@dataclass
+class CandidateScore:
+    """Scores of candidate ``index`` (``name``) over the probed batches (see the module docstring)."""
+
+    index: int
+    name: str
+    family: str
+    width: int  # d: coordinates of z_l per row unit
+    rows_per_example: int
+    block_input: bool  # False for the tensor entering the head
+    ag_norm: float  # AG_l
+    ag_norm_normalised: float  # AG~_l
+    per_example_rms: float
+    ag_norm_pooled: float
+    growth_value: float | None = None  # V_S,l per batch, averaged
+    cross_gradient_norm: float | None = None  # ||C_l||_F per batch, averaged
+    growth_value_pooled: float | None = None
+    cross_gradient_norm_pooled: float | None = None
+    growth_fraction_pooled: float | None = None
+    tangent_dim: int | None = None
+    tangent_rank: int | None = None
+    rows_pooled: int | None = None
+    contribution_cov_trace: float | None = None  # tr(Sigma_hat_l) of c_i(l), with contributions=True
+    contribution_norm_sq: float | None = None  # U_l = ||C_l||^2 - tr(Sigma_hat_l) / n, with contributions=True
+    contribution_cov_sq_trace: float | None = None  # unbiased tr(Sigma_l^2), with contributions=True (n >= 4)
+    contribution_direction_variance: float | None = None  # Var <c_i(l), direction_l>, with contribution_directions
+
+
+def ag_maxima(rows: Iterable[Mapping]) -> dict:
+    """AGmax in its three readings, each with the candidate attaining it (docs/decisions.md).
+
+    ``rows``: one mapping per candidate with ``name``, ``ag_norm``, ``per_example_rms`` and
+    ``block_input`` (:class:`CandidateScore` fields, or the rows of a ``candidates.csv``).
+    ``ag_max_blocks`` leaves out the tensor entering the head (None when no row is a block input).
+    """
+    rows = list(rows)
+    if not rows:
+        raise ValueError("ag_maxima needs at least one candidate")
+    blocks = [r for r in rows if bool(r["block_input"])]
+    out = {}
+    for key, column, among in (
+        ("ag_max", "ag_norm", rows),
+        ("ag_max_per_example", "per_example_rms", rows),
+        ("ag_max_blocks", "ag_norm", blocks),
+    ):
+        best = max(among, key=lambda r: float(r[column])) if among else None
+        out[key] = float(best[column]) if best is not None else None
+        out[f"{key}_candidate"] = str(best["name"]) if best is not None else None
+    return out
+
+
+@dataclass
+class ProbeResult:
+    """Per-candidate scores of one model over B analysis batches, and how they were measured."""
+
+    scores: list[CandidateScore]
+    batch_size: int
+    n_batches: int
+    n_examples: int
+    bn_mode: str
+    exact: bool
+    mean_loss: float
+    seed: int
+    contributions: bool = False
+    math_mode: dict = field(
+        default_factory=dict
+    )  # float32 math inside the probe (:func:`common.science.precision.math_mode`)
+    float64_device: str = "cpu"  # where the float64 statistics ran (:func:`common.science.precision.float64_device`)
+    sub_batch: int | None = None  # examples per forward/backward pass (None: the whole batch); scores are alike
+    cross_gradients: list[torch.Tensor] | None = field(default=None, repr=False)  # C_l (k x d), with contributions
+
+    @property
+    def ag_max(self) -> float:
+        """``AGmax = max_l AG_l``."""
+        return max(s.ag_norm for s in self.scores)
+
+    @property
+    def ag_max_score(self) -> CandidateScore:
+        return max(self.scores, key=lambda s: s.ag_norm)
+
+    @property
+    def growth_value_max(self) -> float | None:
+        """``V_S,max = max_l V_S,l`` (per-batch normalisation, comparable with ``AGmax``)."""
+        return max(s.growth_value for s in self.scores) if self.exact else None
+
+    def summary(self) -> dict:
+        best = self.ag_max_score
+        out = {
+            **ag_maxima(asdict(s) for s in self.scores),
+            "ag_max_index": best.index,
+            "batch_size": self.batch_size,
+            "n_batches": self.n_batches,
+            "n_examples": self.n_examples,
+            "bn_mode": self.bn_mode,
+            "exact": self.exact,
+            "mean_loss": self.mean_loss,
+            "math_mode": self.math_mode,
+            "float64_device": self.float64_device,
+        }
+        if self.sub_batch is not None:
+            out["sub_batch"] = self.sub_batch
+        if self.exact:  # record keys v_max*: V_S,max, as ag_max is AGmax
+            vbest = max(self.scores, key=lambda s: s.growth_value)
+            out.update(
+                v_max=self.growth_value_max,
+                v_max_candidate=vbest.name,
+                v_max_pooled=max(s.growth_value_pooled for s in self.scores),
+            )
+        return out
+
+    def records(self) -> list[dict]:
+        """One plain dict per candidate, with how it was measured (batch size, B, BN mode)."""
+        measured = {
+            "batch_size": self.batch_size,
+            "n_batches": self.n_batches,
+            "bn_mode": self.bn_mode,
+            "exact": self.exact,
+        }
+        return [{**asdict(s), **measured} for s in self.scores]
+
+
+def sub_batches(b: int, size: int | None) -> list[slice]:
+    """The examples of a batch of ``b`` in consecutive slices of ``size`` (the last may be shorter); None: one slice."""
+    step = b if size is None else int(size)
+    if step < 1:
+        raise ValueError(f"sub-batch size must be positive, got {size}")
+    return [slice(start, min(start + step, b)) for start in range(0, b, step)]
+
+
+# ----------------------------------------------------------------------------- the shared pass and its three modes
+def sub_batch_passes(model: nn.Module, x, y, loss_fn: LossFn, candidates: list, sub_batch: int | None) -> Iterator:
+    """The ``sub_batch`` mode of the shared pass (:func:`probe_activation_gradients`): one batch's
+    :func:`activation_gradients` per sub-batch, its loss weighted ``s / b``; nothing of a sub-batch is kept here."""
+    b = int(x.shape[0])
+    for part in sub_batches(b, sub_batch):  # a sub-batch of s of b examples contributes (s / b) L_s to L_b
+        w = (part.stop - part.start) / b
+        weighted = loss_fn if w == 1.0 else (lambda outputs, targets, w=w: loss_fn(outputs, targets) * w)
+        yield activation_gradients(model, x[part], y[part], weighted, candidates)
+
+
+class _CandidateSums:
+    """One candidate's sums over the probed batches: ``AG_l`` and the per-example norms (every probe), with ``exact``
+    the tangent regression's Gram statistics (:meth:`add_exact`), with ``contributions`` the per-example ``c_i(l)``
+    (:meth:`add_contributions`); both on the protocol's zero-output block, made on first use."""
+
+    def __init__(self, candidate, family, seed: int, bn_mode: str, exact: bool, contributions: bool, direction, chunk):
+        self.candidate, self.fam = candidate, candidate_family(candidate, family)
+        self.direction, self.chunk = direction, chunk
+        self.seed, self.bn_mode, self.exact, self.contributions = seed, bn_mode, exact, contributions
+        self.shape = self.block = self.gram = self.pooled = self.moments = None  # gram: this batch's; pooled: all's
+        self.grad_sq = self.ag_sum = self.example_sq = self.growth_value_sum = self.cross_gradient_sum = 0.0
+
+    def add(self, z: torch.Tensor, g: torch.Tensor, b: int, f64: torch.device) -> None:
+        """One sub-batch: its states ``z`` and its rows ``g`` of ``dL_b/dz_l``, of a batch of ``b`` examples."""
+        width = self.fam.width(z)
+        self.shape = self.shape or (width, self.fam.rows_per_example(z))
+        # Per-example norms in g's dtype (cascade-summed; ~1e-7 relative in float32), then float64.
+        self.grad_sq += float(torch.linalg.vector_norm(g.reshape(len(g), -1), dim=1).to(f64).double().square().sum())
+        if (self.exact or self.contributions) and self.block is None:
+            self.block = make_zero_block(self.fam.name, width, self.seed, self.candidate.index, like=z)
+            self.block.train(self.bn_mode == "train")
+        if self.contributions:
+            self.add_contributions(z, g, b, f64)
+        if self.exact:
+            self.add_exact(z, g)
+
+    def add_contributions(self, z: torch.Tensor, g: torch.Tensor, b: int, f64: torch.device) -> None:
+        """The ``contributions`` mode: ``c_i(l) = Psi_i^T (b G_i)`` of the sub-batch's examples into the moments."""
+        if self.moments is None:
+            width = self.fam.width(z)
+            self.moments = ContributionMoments(self.fam.feature_dim(width), width, device=f64, direction=self.direction)
+        for c_i in example_contributions(self.block, self.fam, z, g, b, self.chunk):
+            self.moments.update(c_i)
+
+    def add_exact(self, z: torch.Tensor, g: torch.Tensor) -> None:
+        """The ``exact`` mode: ``P = Psi^T Psi`` and ``X = Psi^T G`` of the sub-batch, merged into its batch's."""
+        acc = _tangent_gram(self.block, self.fam, z, g, self.chunk)
+        if self.gram is None:
+            self.gram = acc
+        else:
+            self.gram.merge(acc)
+
+    def end_batch(self, b: int) -> None:
+        self.ag_sum += math.sqrt(self.grad_sq)  # ||dL_b/dz_l||_F
+        self.example_sq += self.grad_sq * b * b  # sum_i ||d loss_i/dz_l,i||^2
+        self.grad_sq = 0.0
+        if self.gram is None:
+            return
+        self.growth_value_sum += self.gram.growth_value()
+        self.cross_gradient_sum += self.gram.cross_gradient_norm()
+        # Rows of dL_S/dz are (b / n) dL_b/dz: scale by b now, by 1/n at the end.
+        if self.pooled is None:
+            self.pooled = self.gram.scaled(b)  # keeps the eigendecomposition: free with one batch
+        else:
+            self.pooled.merge(self.gram, grad_scale=b)
+        self.gram = None
+
+    def score(self, n: int, nb: int, block_input: bool) -> CandidateScore:
+        c, (width, rows), ag, rms = self.candidate, self.shape, self.ag_sum / nb, math.sqrt(self.example_sq / n)
+        s = CandidateScore(
+            c.index, c.name, self.fam.name, width, rows, block_input, ag, ag / math.sqrt(width), rms, 0.0
+        )
+        s.ag_norm_pooled = rms / math.sqrt(n)
+        if self.exact:
+            pooled = self.pooled.scaled(1.0 / n)
+            vp, gp = pooled.growth_value(), pooled.grad_norm()
+            s.growth_value, s.cross_gradient_norm = self.growth_value_sum / nb, self.cross_gradient_sum / nb
+            s.growth_value_pooled, s.cross_gradient_norm_pooled = vp, pooled.cross_gradient_norm()
+            s.growth_fraction_pooled = vp / gp if gp > 0 else 0.0
+            s.tangent_dim, s.tangent_rank, s.rows_pooled = pooled.k, pooled.rank(), pooled.rows
+        if self.contributions:  # with exact too, the pooled ||C_l|| is the contributions'
+            m = self.moments
+            s.cross_gradient_norm_pooled = m.cross_gradient_norm()
+            s.contribution_cov_trace = m.covariance_trace() if n > 1 else None
+            s.contribution_norm_sq = m.norm_sq_unbiased() if n > 1 else None
+            s.contribution_cov_sq_trace = m.covariance_square_trace() if n > 3 else None
+            if self.direction is not None and n > 1:
+                s.contribution_direction_variance = m.direction_variance()
+        return s
+
+
+def _probe_batch(model, x, y, loss_fn: LossFn, sub_batch: int | None, sums: list[_CandidateSums], f64) -> float:
+    """The shared pass over one analysis batch: each sub-batch's states and rows of ``dL_b/dz_l`` at every candidate
+    into that candidate's sums, dropped before the next sub-batch's forward; returns ``L_b``."""
+    b, batch_loss = int(x.shape[0]), 0.0
+    for loss, states, grads in sub_batch_passes(model, x, y, loss_fn, [s.candidate for s in sums], sub_batch):
+        batch_loss += float(loss)
+        for candidate, z, g in zip(sums, states, grads, strict=True):  # g: these examples' rows of dL_b/dz_l
+            candidate.add(z, g, b, f64)
+        del states, grads, z, g  # this sub-batch's activations and gradients, before the next forward
+    for candidate in sums:
+        candidate.end_batch(b)
+    return batch_loss
+
+
+def probe_activation_gradients(
+    model: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    loss_fn: LossFn = F.cross_entropy,
+    bn_mode: str = "eval",
+    exact: bool = False,
+    family: str | None = None,
+    seed: int = 0,
+    chunk_elements: int = CHUNK_ELEMENTS,
+    contributions: bool = False,
+    contribution_directions: list[torch.Tensor] | None = None,
+    sub_batch: int | None = None,
+) -> ProbeResult:
+    """``AG_l``, ``AG~_l``, per-example RMS (with ``exact`` ``V_S,l``; with ``contributions`` the pooled
+    ``C_l`` and ``tr(Sigma_hat_l)`` of App. G) for every candidate.
+
+    ``batches`` yields ``(x, y)`` analysis batches, each used for one forward and one backward pass. ``family``
+    (default: each candidate's own, :func:`common.science.tangent.candidate_family`) and ``seed`` define the standard
+    zero-output block whose tangent space the exact values use (:func:`common.science.growth.insert_zero_block` inserts it).
+    Runs under :func:`common.science.precision.full_precision`; float64 sums on :func:`common.science.precision.float64_device`.
+
+    ``sub_batch``: each analysis batch of ``b`` examples as passes over sub-batches of ``sub_batch`` (memory:
+    activations of ``sub_batch`` examples, not ``b``), each loss weighted ``s / b``, so its rows of ``dL_b/dz_l`` come
+    out as in one pass (the examples do not interact: a decoder, or eval-mode BatchNorm): every score is the batch's.
+
+    ``contribution_directions`` (with ``contributions``): per candidate a fixed ``k x d`` direction along which the
+    variance of ``c_i(l)`` is streamed (App. G's asymptotic interval: the calibration part's ``C_l``,
+    :attr:`ProbeResult.cross_gradients`).
+    """
+    if contribution_directions is not None and not contributions:
+        raise ValueError("contribution_directions need contributions=True")
+    if sub_batch is not None and bn_mode != "eval":
+        raise ValueError("sub-batches need examples that do not interact (train-mode BatchNorm): use bn_mode='eval'")
+    candidates = model.candidates()
+    directions = contribution_directions or [None] * len(candidates)
+    sums = [
+        _CandidateSums(c, family, seed, bn_mode, exact, contributions, d, chunk_elements)
+        for c, d in zip(candidates, directions, strict=True)
+    ]
+    sizes, losses, f64 = [], [], torch.device("cpu")
+    with probe_mode(model, bn_mode), full_precision() as mode:
+        for x, y in batches:
+            f64 = float64_device(x.device)
+            losses.append(_probe_batch(model, x, y, loss_fn, sub_batch, sums, f64))
+            sizes.append(int(x.shape[0]))
+    if not sizes:
+        raise ValueError("probe_activation_gradients got no batches")
+    n, nb = sum(sizes), len(sizes)
+    block_modules = {id(m) for m in getattr(model, "blocks", ())}
+    return ProbeResult(
+        scores=[s.score(n, nb, id(s.candidate.module) in block_modules) for s in sums],
+        batch_size=sizes[0],
+        n_batches=nb,
+        n_examples=n,
+        bn_mode=bn_mode,
+        exact=exact,
+        mean_loss=sum(losses) / nb,
+        seed=seed,
+        contributions=contributions,
+        math_mode=mode,
+        float64_device=str(f64),
+        sub_batch=sub_batch,
+        cross_gradients=[s.moments.cross_gradient() for s in sums] if contributions else None,
+    )
+
+
+@torch.no_grad()
+def example_contributions(
+    block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor, scale: float, chunk_elements: int = CHUNK_ELEMENTS
+) -> Iterator[torch.Tensor]:
+    """Per-example ``c_i = Psi_i^T (scale * G_i)`` (float64, ``(m, k, d)`` per chunk of examples).
+
+    ``Psi_i`` and ``G_i`` are example ``i``'s rows of the tangent features and of ``g``; with
+    ``g = dL_b/dz_l`` of a batch-mean loss and ``scale = b``, ``scale * G_i`` is the gradient of
+    example ``i``'s own loss (eval-mode BatchNorm: examples do not interact), and the mean of
+    the ``c_i`` is the cross-gradient of the mean loss over the examples.
+    """
+    psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
+    rows, d = fam.rows_per_example(z), fam.width(z)
+    k = fam.feature_dim(d)
+    per_chunk = max(1, chunk_elements // max(1, rows * max(k, d)))
+    for start in range(0, z.shape[0], per_chunk):
+        sl = slice(start, start + per_chunk)
+        m = int(psi[sl].shape[0])
+        f64 = float64_device(z.device)  # float64 only where the device has it (the CPU for MPS, NPU)
+        features = fam.feature_rows(psi[sl]).to(f64).to(torch.float64).reshape(m, rows, k)
+        grads = fam.state_rows(g[sl]).to(f64).to(torch.float64).reshape(m, rows, d)
+        yield torch.bmm(features.transpose(1, 2), grads).mul_(scale)
+
+
+@torch.no_grad()
+def _tangent_gram(
+    block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor, chunk_elements: int
+) -> GramAccumulator:
+    """``P = Psi^T Psi`` and ``X = Psi^T G`` of one batch, streamed over example chunks (float64)."""
+    psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
+    return features_gram(fam, psi, g, chunk_elements)
+
+
+def features_gram(fam, psi: torch.Tensor, g: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS) -> GramAccumulator:
+    """``P = Psi^T Psi`` and ``X = Psi^T G`` (float64) of the tangent features of ``psi`` (the map a terminal layer
+    of family ``fam`` reads) and the state-shaped gradient ``g`` at its output: the family's structured route where
+    it has one, else the rows, streamed over example chunks."""
+    d, k = fam.width(g), int(fam.feature_rows(psi[:1]).shape[1])  # k: the features' columns (one example's rows)
+    acc = GramAccumulator(k, d, device=psi.device)
+    psi, g = psi.to(acc.device), g.to(acc.device)  # float64 only where the device has it (the CPU for MPS, NPU)
+    if fam.gram is not None and fam.gram_supported(psi):  # structured route, chunked inside
+        P, X = fam.gram(psi, g, chunk_elements=chunk_elements)
+        acc.update_statistics(P, X, float(torch.linalg.vector_norm(g, dtype=torch.float64)) ** 2, g.numel() // d)
+        return acc
+    per_chunk = max(1, chunk_elements // max(1, fam.rows_per_example(psi) * k))  # rows x k float64 features
+    for start in range(0, psi.shape[0], per_chunk):
+        sl = slice(start, start + per_chunk)
+        acc.update(fam.feature_rows(psi[sl]), fam.state_rows(g[sl]))
+    return acc
+
+
+# ----------------------------------------------------------------------------- per-example tangent regression (H.1)
+@dataclass
+class TangentRegression:
+    """Streamed statistics of the regression ``Psi W ~ G`` at one candidate, ``G`` the per-example gradients.
+
+    ``gram`` holds ``P = Psi^T Psi`` and ``X = Psi^T G`` where row ``r`` of ``G`` is the row of
+    ``g_i = d loss_i / d z_i`` (example ``i``'s own loss; exact with eval-mode BatchNorm, where
+    examples do not interact) and row ``r`` of ``Psi`` the protocol block's tangent features.
+    ``gram.solution()`` is the least-squares ``W* = P^+ X``, ``gram.growth_value()`` is
+    ``||Pi G||_F`` and ``gram.grad_norm()`` is ``||G||_F``; ``examples`` is ``n``.
+    """
+
+    gram: GramAccumulator
+    examples: int
+    index: int
+    family: str
+
+    def first_order_change(self, alpha: float) -> float:
+        """The first-order change of the mean loss when the block outputs ``-alpha Pi g``: ``-alpha ||Pi G||^2 / n``."""
+        return -alpha * self.gram.growth_value() ** 2 / self.examples
+
+    def pooled_growth_value(self) -> float:
+        """``V_S,l`` in the pooled mean-loss normalisation (rows ``G / n``): ``||Pi G||_F / n``."""
+        return self.gram.growth_value() / self.examples
+
+    def relative_residual(self) -> float:
+        """``||Pi G - G||_F / ||G||_F`` (0 under realizability, 1 when ``G`` is orthogonal to the tangent space)."""
+        g_sq, pi_sq = self.gram.grad_norm() ** 2, self.gram.growth_value() ** 2
+        return math.sqrt(max(g_sq - pi_sq, 0.0) / g_sq) if g_sq > 0 else 0.0
+
+
+def per_example_tangent_regression(
+    model: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    index: int,
+    *,
+    loss_fn: LossFn = F.cross_entropy,
+    family: str | None = None,
+    seed: int = 0,
+    chunk_elements: int = CHUNK_ELEMENTS,
+) -> TangentRegression:
+    """Stream ``P`` and ``X`` of candidate ``index`` over ``batches``, nothing of size ``n x d`` kept (App. H.1).
+
+    Each batch is one forward and one backward pass of the frozen model in eval mode with the
+    batch-mean loss ``loss_fn``; the per-example gradients are ``b`` times the rows of the batch
+    gradient. ``family`` and ``seed`` define the standard zero-output block exactly as in
+    :func:`probe_activation_gradients` and :func:`common.science.growth.insert_zero_block`.
+    """
+    candidate = model.candidates()[index]
+    fam = candidate_family(candidate, family)
+    block: ZeroOutputBlock | None = None
+    total: GramAccumulator | None = None
+    n = 0
+    with probe_mode(model, "eval"):
+        for x, y in batches:
+            _, (z,), (g,) = activation_gradients(model, x, y, loss_fn, [candidate])
+            b = int(x.shape[0])
+            if block is None:
+                block = make_zero_block(fam.name, fam.width(z), seed, candidate.index, like=z).eval()
+            acc = _tangent_gram(block, fam, z, g * b, chunk_elements)
+            if total is None:
+                total = acc
+            else:
+                total.merge(acc)
+            n += b
+    if total is None:
+        raise ValueError("per_example_tangent_regression got no batches")
+    return TangentRegression(gram=total, examples=n, index=candidate.index, family=fam.name)
+
+
+@torch.no_grad()
+def mean_loss(
+    model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], loss_fn: LossFn = F.cross_entropy
+) -> float:
+    """The mean per-example loss over ``batches`` in eval mode, the loss taken in float64 of the model's output.
+
+    ``loss_fn`` is a batch-mean loss; each batch contributes ``b`` times its value, so the result is
+    the mean over all examples whatever the batch sizes. Float64 here keeps a float32 model's loss
+    changes of ~1e-6 (a matched insertion at small ``alpha``) above the float32 rounding of the mean.
+    """
+    total, n = 0.0, 0
+    with probe_mode(model, "eval"):
+        for x, y in batches:
+            b = int(x.shape[0])
+            outputs = model(x)
+            f64 = float64_device(outputs.device)  # float64 only where the device has it (the CPU for MPS, NPU)
+            total += float(loss_fn(outputs.to(f64, torch.float64), y.to(f64))) * b  # float64 loss of the model's logits
+            n += b
+    if n == 0:
+        raise ValueError("mean_loss got no batches")
+    return total / n
