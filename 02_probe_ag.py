@@ -44,7 +44,7 @@ from common.experiments.probe_ag import (
     summary_stem,
 )
 from common.experiments.probe_ag_summary import summary_rows, summary_table
-from common.experiments.shared.resnet_sweep import check_sweep_inputs, require_sweep_runs
+from common.experiments.shared.resnet_sweep_records import check_sweep_inputs, require_sweep_runs
 from common.launch.cli import (
     check_flag_use,
     comma_ints,
@@ -63,7 +63,7 @@ from common.presets.probe_ag import PRESETS, SATURATION_DEPTHS, SATURATION_SPLIT
 from common.presets.train_resnet_sweep import DEFAULT_DATASET
 from common.runs import atomic, run_store
 from common.runs.run_store import make_specs
-from common.science.probe import BN_MODES
+from common.science.activations import BN_MODES
 
 PAPER, MINI = PRESETS["paper"], PRESETS["mini"]
 PROBE_FLAGS: dict[str, PresetFlag] = {  # each sets the field of common.presets.probe_ag.ProbePreset of its dest

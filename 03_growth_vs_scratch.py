@@ -21,16 +21,15 @@ import argparse
 from common.data.vision import DATASETS
 from common.experiments.growth_vs_scratch import (
     ablation_markdown,
-    ablation_table,
     collect_records,
     default_seeds,
     growth_plan,
-    growth_table,
     growth_vs_scratch_run,
     markdown_table,
     table_stem,
     write_table,
 )
+from common.experiments.growth_vs_scratch_rows import ablation_table, growth_table
 from common.experiments.shared.resnet_sweep import check_sweep_data
 from common.launch.cli import add_training_data_flags, check_flag_use, comma_ints, entry_point, make_parser, parse_args
 from common.launch.launcher import launch_from_args

@@ -32,8 +32,6 @@ from common.data.token_shards import DEFAULT_DATA_ROOT
 from common.experiments.pythia_cpt import (
     EXPERIMENT,
     cpt_configs,
-    fetch_model,
-    mini_hub_check,
     prepare_data,
     pythia_cpt_run,
     require_prepared,
@@ -42,6 +40,7 @@ from common.experiments.pythia_cpt import (
     summary_rows,
     summary_table,
 )
+from common.experiments.pythia_cpt_models import fetch_model, mini_hub_check
 from common.launch.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
 from common.launch.decoder_flags import (
     add_preset_flags,

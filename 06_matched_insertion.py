@@ -24,7 +24,7 @@ from common.experiments.matched_insertion import (
     summary_rows,
     summary_stem,
 )
-from common.experiments.shared.resnet_sweep import check_sweep_inputs
+from common.experiments.shared.resnet_sweep_records import check_sweep_inputs
 from common.launch.cli import (
     check_flag_use,
     comma_ints,

@@ -28,7 +28,7 @@ import logging
 
 from common.data.vision import DATASETS
 from common.experiments.shared.resnet_sweep import EXPERIMENT as SWEEP_EXPERIMENT
-from common.experiments.shared.resnet_sweep import (
+from common.experiments.shared.resnet_sweep_records import (
     check_sweep_inputs,
     finished_sweep_runs,
     require_sweep_runs,
@@ -40,7 +40,6 @@ from common.experiments.weight_scaling import (
     FC_FAMILIES,
     analyse_sweep_run,
     exponent_markdown,
-    exponent_rows,
     fc_configs,
     fc_training_table,
     record_rows,
@@ -49,6 +48,7 @@ from common.experiments.weight_scaling import (
     sweep_analysis_configs,
     train_fc_run,
 )
+from common.experiments.weight_scaling_fits import exponent_rows
 from common.launch.cli import (
     check_flag_use,
     comma_ints,

@@ -55,7 +55,7 @@ mini: $(STAMP)
 	step 07_weight_scaling.py $$images07 $(MINI_LAUNCH); \
 	step 09_grow_by_criterion.py $(IMAGES) $(MINI_LAUNCH); \
 	step 10_expand_decoder.py $(TEXT) $(MINI_LAUNCH); \
-	$(PY) -c 'import sys; from common.runs import make_portable; print(f"mini: {len(make_portable(sys.argv[1]))} configs made portable")' $(OUT); \
+	$(PY) -c 'import sys; from common.runs.run_store import make_portable; print(f"mini: {len(make_portable(sys.argv[1]))} configs made portable")' $(OUT); \
 	t=$$(date +%s); $(PY) -m common.power.power_table --out $(OUT) --preset mini --fresh; \
 	echo "mini: the power table at the records' design took $$(( $$(date +%s) - t )) s"; \
 	step 08_make_figures.py --figures-dir $(OUT)/figures; \
@@ -64,7 +64,7 @@ mini: $(STAMP)
 
 ## mini-readme: copy the claims table of results/mini into the README's Results block (after committing a new make mini)
 mini-readme: $(STAMP)
-	$(PY) -c 'from common.experiments.claims_report import update_readme; update_readme("README.md", "results/mini/figures/claims.md")'
+	$(PY) -c 'from common.report.claims_report import update_readme; update_readme("README.md", "results/mini/figures/claims.md")'
 
 ## claim-tables: after a new make mini, regenerate the claims report's power table at results/mini's own design
 ## and the generated tables of docs/claim-rules.md (then rebuild the report with 08); about a minute on 2 cores

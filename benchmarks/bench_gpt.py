@@ -38,7 +38,7 @@ from common.models.gpt_export import hf_config
 from common.science.probe import probe_activation_gradients
 from common.training import device as devices
 from common.training.device import cpu_count, device_name
-from common.training.loop import classification_loss
+from common.training.epoch import classification_loss
 from common.training.recipes import AdamWRecipe
 
 TARGET_SPEED, TARGET_PROBE, TARGET_MFU = 1.0, 0.90, 0.45

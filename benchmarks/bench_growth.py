@@ -2,7 +2,7 @@
 
 A grown ResNet-(8+N) (ResNet-8 grown N times by ``common.models.resnet.grow``, zero-gamma blocks)
 and a freshly initialised ResNet-(8+N) have the same architecture, so an epoch of either should
-cost the same. Both train with the code every run uses, ``common.training.loop.train_epoch`` (SGD recipe,
+cost the same. Both train with the code every run uses, ``common.training.epoch.train_epoch`` (SGD recipe,
 channels_last, the tensor-resident augmenting loader), on the same synthetic 32x32 images,
 interleaved (grown, scratch, grown, ...) so machine load hits both alike. Prints per-epoch
 seconds (median and spread over ``--repeats``) and the ratio grown / scratch from this one run,
@@ -29,7 +29,7 @@ from common.data.vision import CIFAR10_STATS
 from common.models.resnet import ResNet, ResNetConfig, depth_label, grow
 from common.science.growth import check_function_preserved
 from common.training import device as devices
-from common.training.loop import train_epoch
+from common.training.epoch import train_epoch
 from common.training.recipes import Schedule, SGDRecipe, TrainSettings
 
 
@@ -48,7 +48,7 @@ def grown_resnet(n: int) -> tuple[ResNet, float]:
     return model, statistics.median(seconds)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--depth", type=int, default=2, help="N: compare grown and scratch ResNet-(8+N)")
     parser.add_argument("--images", type=int, default=2048, help="training images per epoch (synthetic 32x32)")
@@ -56,7 +56,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed epochs per model, interleaved")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     dev = devices.resolve_device(args.device)

@@ -33,7 +33,7 @@ from bench_gpt import fwd_bwd, interleaved, spread
 from common.models.hf_decoder import BlockInfluence, HFDecoder
 from common.science.probe import probe_activation_gradients
 from common.training.device import cpu_count
-from common.training.loop import classification_loss
+from common.training.epoch import classification_loss
 
 TARGET_PROBE = 1.0
 

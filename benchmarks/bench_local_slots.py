@@ -1,7 +1,7 @@
 """Several runs at once on a CPU (``--launcher local``, what ``make mini`` uses): images/s of K processes with
 one thread each against one process with K threads, the same training code and shapes.
 
-Each round times :func:`common.training.loop.train_epoch` (the loop every sweep run trains with) over the sweep's own
+Each round times :func:`common.training.epoch.train_epoch` (the loop every sweep run trains with) over the sweep's own
 augmenting loader at the mini preset's shape (1,000 random uint8 CIFAR-shaped images, batch 100, 10 steps per
 epoch), first as one process with ``--slots`` threads, then as ``--slots`` processes started together with
 :data:`common.launch.local_pool.CPU_THREADS` thread(s) each (``OMP_NUM_THREADS`` set as the local launcher sets it).

@@ -1,6 +1,6 @@
 """Training throughput of the sweep's ResNets (paper B.1): ResNet-8 and ResNet-20, images/s.
 
-Times :func:`common.training.loop.train_epoch`, the loop every sweep run trains with (per-step cosine
+Times :func:`common.training.epoch.train_epoch`, the loop every sweep run trains with (per-step cosine
 learning rate, autocast, the periodic non-finite-loss check, the optimizer step), over the
 sweep's own tensor-resident augmenting loader (``common.data.vision.TensorLoader``, 4-pixel crop
 and flip) on random uint8 CIFAR-shaped images. Each setting runs ``--reps`` passes of
@@ -29,7 +29,7 @@ from common.data.loader import TensorLoader
 from common.data.vision import CIFAR10_STATS
 from common.models.resnet import ResNet, ResNetConfig, depth_label
 from common.training import device as devices
-from common.training.loop import EpochStats, train_epoch
+from common.training.epoch import EpochStats, train_epoch
 from common.training.recipes import Schedule, SGDRecipe, TrainSettings
 
 DEPTHS = {0: "ResNet-8", 12: "ResNet-20"}
@@ -81,7 +81,7 @@ def main() -> None:
     batches = args.batches or (100 if gpu else 8)
     print(
         f"device {dev.type}, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch_size}: "
-        f"common.training.loop.train_epoch over {batches} batches of the sweep's loader, {args.reps} timed passes after a warm-up"
+        f"common.training.epoch.train_epoch over {batches} batches of the sweep's loader, {args.reps} timed passes after a warm-up"
     )
     settings = [("float32", False, False, False), ("float32", True, False, False)]
     if gpu:

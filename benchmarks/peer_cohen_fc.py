@@ -7,8 +7,8 @@ them at 07's mini settings: tanh, one shared ``|delta|`` (initialised 1/L), "xav
 the neural-ODE data (d = 10, 1,024 / 256 examples; ``common.data.neural_ode``, the data 07 trains on), Adam at
 lr 1e-3, batch 50, at most 100 epochs, their stopping rule (stop once the epoch's mean batch loss is below 1e-3,
 or after 5 epochs without a 1% improvement), L = 4 .. 1,024 (07's mini grid), seeds 0-2. Only the model and the
-loop differ from 07: the statistics and fits are 07's (:func:`common.experiments.weight_scaling.fc_statistics`
-and :func:`~common.experiments.weight_scaling.exponent_rows`), and 07's committed mini records are fitted
+loop differ from 07: the statistics and fits are 07's (:func:`common.experiments.weight_scaling_weights.fc_statistics`
+and :func:`~common.experiments.weight_scaling_fits.exponent_rows`), and 07's committed mini records are fitted
 again beside them.
 
 Their loop has two defects at these settings:
@@ -49,7 +49,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.data.neural_ode import make_neural_ode_data
-from common.experiments import weight_scaling
+from common.experiments import weight_scaling, weight_scaling_fits, weight_scaling_weights
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.presets.weight_scaling import COHEN_STOPPING, fc_preset
 from common.runs import atomic
@@ -210,7 +210,7 @@ def run_seed(variant: str, seed: int, depths, settings) -> tuple[list[dict], lis
             "train_loss": summary["train_loss"],
             "test_loss": None,
         }
-        stats, _ = weight_scaling.fc_statistics(model.as_fc_resnet(), base)
+        stats, _ = weight_scaling_weights.fc_statistics(model.as_fc_resnet(), base)
         records.extend({**r, "variant": variant} for r in stats)
         print(
             f"  {variant:<9} seed {seed} L {depth:>4}: {summary['epochs']:>3} epochs, {summary['stopped']}, "
@@ -224,7 +224,7 @@ def run_seed(variant: str, seed: int, depths, settings) -> tuple[list[dict], lis
 # ----------------------------------------------------------------------------- exponents
 def exponents(records) -> dict:
     """The claims rows' exponents of ``records`` (07's :func:`exponent_rows`, seeds pooled): key -> [estimate, low, high]."""
-    rows = weight_scaling.exponent_rows(records)
+    rows = weight_scaling_fits.exponent_rows(records)
     found = {(r["tensor"], r["exponent"]): r for r in rows if r["norm"] == "fro" and r["status"] == "ok"}
     return {
         k: [round(float(found[t][c]), 4) for c in ("estimate", "ci_low", "ci_high")]
@@ -255,7 +255,7 @@ def table(found: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="mini", help="07's preset whose settings and records are used")
     parser.add_argument("--out", default=None, help="results folder of 07's records (default: results/<preset>)")
@@ -265,7 +265,28 @@ def main() -> None:
     parser.add_argument(
         "--no-record", action="store_true", help="print only (for subsets: the record is the full run's)"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def run_variants(
+    variants: list[str], seeds: list[int], depths: list[int], settings, label: str
+) -> tuple[dict, list, dict]:
+    """Every variant's runs: its exponents over the seeds (by ``<variant> (seeds <label>)``, ``label`` the
+    ``--seeds`` given), the runs trained, and each seed's exponents alone (by ``<variant>, seed <s>``)."""
+    found, trained, by_seed = {}, [], {}
+    for variant in variants:
+        records = []
+        for seed in seeds:
+            got, runs_done = run_seed(variant, seed, depths, settings)
+            records += got
+            trained += runs_done
+            by_seed[f"{variant}, seed {seed}"] = exponents(got)
+        found[f"{variant} (seeds {label})"] = exponents(records)
+    return found, trained, by_seed
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(1)  # d x d = 10 x 10 products: threads cannot help (common.experiments.weight_scaling)
     settings = fc_preset(args.preset)
     out = Path(args.out or f"results/{args.preset}")
@@ -282,15 +303,8 @@ def main() -> None:
     )
     start = time.perf_counter()
     mine, our_seeds, our_depths = ours(out)
-    found, trained, by_seed = {f"07 (seeds {','.join(map(str, our_seeds))})": mine}, [], {}
-    for variant in variants:
-        records = []
-        for seed in seeds:
-            got, runs_done = run_seed(variant, seed, depths, settings)
-            records += got
-            trained += runs_done
-            by_seed[f"{variant}, seed {seed}"] = exponents(got)
-        found[f"{variant} (seeds {args.seeds})"] = exponents(records)
+    peer, trained, by_seed = run_variants(variants, seeds, depths, settings, args.seeds)
+    found = {f"07 (seeds {','.join(map(str, our_seeds))})": mine, **peer}
     wall = time.perf_counter() - start
     print(table(found))
     print(table(by_seed))
@@ -316,7 +330,7 @@ def main() -> None:
         "ours": {"seeds": our_seeds, "depths": our_depths, "exponents": mine},
         "peer": {
             v: {
-                "exponents": found[f"{v} (seeds {args.seeds})"],
+                "exponents": peer[f"{v} (seeds {args.seeds})"],
                 "by_seed": {str(s): by_seed[f"{v}, seed {s}"] for s in seeds},
             }
             for v in variants

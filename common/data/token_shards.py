@@ -5,7 +5,7 @@ Shard format (:func:`write_shard`, :func:`read_shard`): a 1024-byte header, the 
 tokenizer name, vocabulary size, EOT id, dtype, split, document range), zero-padded; then the
 tokens, ``uint16`` when the vocabulary fits (ids < 65536) and ``uint32`` otherwise (Llama-3, Qwen2),
 read back with ``np.memmap``. A truncated or foreign file is refused with one line. A prepared
-directory (:mod:`common.data.text_sources` writes it) holds ``val_000000.bin``, ``train_*.bin`` and
+directory (:mod:`common.data.token_preparation` writes it) holds ``val_000000.bin``, ``train_*.bin`` and
 ``meta.json`` (written last: the directory is complete); :class:`TokenData` opens it.
 
 Batches: :class:`TokenWindows` cuts token arrays into windows of ``T + 1`` tokens at stride ``T``

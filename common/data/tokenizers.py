@@ -1,7 +1,7 @@
 """Tokenizers of the decoder experiments (paper B.4, B.5): one small interface, three kinds.
 
 :class:`Tokenizer` (``name``, ``vocab_size``, ``eot_id``, ``encode_batch``) is all that preparing
-token shards needs (:mod:`common.data.text_sources`): tiktoken's ``gpt2`` BPE
+token shards needs (:mod:`common.data.token_preparation`): tiktoken's ``gpt2`` BPE
 (:class:`TiktokenTokenizer`), a byte-level tokenizer (:class:`ByteTokenizer`, 256 bytes + EOT, needs
 nothing) and any Hugging Face tokenizer (:class:`HFTokenizer`). Every document is written as
 ``[EOT] + tokens(document)`` (GPT-2's convention), so EOT separates documents.

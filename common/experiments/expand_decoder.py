@@ -15,7 +15,6 @@ places, the copied layers, the function check (and, with ``--save``, the check o
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import statistics
@@ -26,7 +25,6 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
-from transformers.utils import logging as hf_logging
 
 from common.data.text_sources import TextDataSpec, documents, text_fingerprint
 from common.errors import ParamError, UserError
@@ -50,8 +48,8 @@ from common.presets.expand_decoder import PRESETS, ExpandPreset
 from common.runs import record_io, run_store
 from common.runs.atomic import atomic_write_json
 from common.runs.run_store import RunSpec
+from common.training.checkpoints import WEIGHTS
 from common.training.device import resolve_device, seed_everything
-from common.training.loop import WEIGHTS
 
 EXPERIMENT = "expand_decoder"
 REPORT = "expansion_report.json"  # beside each saved checkpoint
@@ -393,18 +391,6 @@ def _expand_policy(decoder, scores, policy: str, config: dict, probe, reference,
     else:
         rec["training"], rec["held_out_loss"] = [], None
     return rec
-
-
-@contextlib.contextmanager
-def quiet_progress():
-    """transformers' per-shard progress bars off while saving and reloading (one expansion per policy), then back on."""
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
 
 
 def new_indices(places: Sequence[int]) -> list[int]:

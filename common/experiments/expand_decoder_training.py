@@ -21,8 +21,8 @@ import torch
 
 from common.errors import UserError
 from common.models.hf_decoder import HFDecoder
-from common.science.probe import mean_loss
-from common.training.loop import classification_loss
+from common.science.activations import mean_loss
+from common.training.epoch import classification_loss
 
 BETAS = (0.9, 0.95)
 WARMUP_FRACTION = 0.1

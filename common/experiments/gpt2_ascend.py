@@ -39,12 +39,12 @@ from common.experiments.shared import decoder_runs
 from common.experiments.shared.decoder_runs import prepare_data
 from common.experiments.shared.gpt2_runs import EXPERIMENT, SCRIPT, build_gpt
 from common.models.gpt import GPT, GPTConfig
-from common.presets.gpt2_ascend import PRESETS
+from common.presets.gpt2_ascend import PRESETS, GPTPreset
 from common.runs import run_store
 from common.runs.run_store import RunSpec
+from common.training.checkpoints import WEIGHTS, finish_run, load_weights
 from common.training.device import resolve_device, seed_everything
 from common.training.distributed import DistInfo, wait_for_all
-from common.training.loop import WEIGHTS, finish_run, load_weights
 from common.training.recipes import AdamWRecipe, TrainSettings
 
 log = logging.getLogger(__name__)
@@ -99,16 +99,7 @@ def gpt_configs(
         subset=fineweb_subset,
     )
     recipe = decoder_runs.make_recipe(p, p.lr)
-    model = {
-        "n_embd": p.n_embd,
-        "n_head": p.n_head,
-        "n_inner": 4 * p.n_embd,
-        "block_size": p.block_size,
-        "vocab_size": tokenizer_vocab_size(p.tokenizer),
-        "dropout": p.dropout,
-        "bias": True,
-    }
-    GPTConfig(n_layer=1, **model)  # a bad model shape is one line here, before anything runs
+    model = model_keys(p)
     runtime = {
         **decoder_runs.runtime_config(p, device=device, amp=amp, text_path=text_path, data_root=data_root),
         "compile": compile,
@@ -130,6 +121,22 @@ def gpt_configs(
         }
         for seed, depth in itertools.product(seeds, depths)
     ]
+
+
+def model_keys(p: GPTPreset) -> dict:
+    """The GPT-2 model of every run of ``p`` (a config's ``model``; the depth is its ``n_layer``): width ``n_embd``,
+    ``n_head`` heads, an MLP of ``4 n_embd``, the tokenizer's vocabulary, biases on."""
+    model = {
+        "n_embd": p.n_embd,
+        "n_head": p.n_head,
+        "n_inner": 4 * p.n_embd,
+        "block_size": p.block_size,
+        "vocab_size": tokenizer_vocab_size(p.tokenizer),
+        "dropout": p.dropout,
+        "bias": True,
+    }
+    GPTConfig(n_layer=1, **model)  # a bad model shape is one line here, before anything runs
+    return model
 
 
 def require_prepared(config: dict) -> Path:

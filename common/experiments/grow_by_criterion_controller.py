@@ -41,7 +41,8 @@ from common.errors import UserError
 from common.experiments.shared.resnet_sweep import load_source
 from common.models.resnet import extra_block_position
 from common.presets.probe_ag import app_g_sizes
-from common.science.probe import mean_loss, probe_activation_gradients
+from common.science.activations import mean_loss
+from common.science.probe import probe_activation_gradients
 from common.science.saturation import asymptotic_interval, linear_variance_estimate, saturation_interval
 from common.science.terminal_value import terminal_values
 from common.training.growing import GrowthState, Insertion, eager_copy

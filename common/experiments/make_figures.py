@@ -2,9 +2,10 @@
 
 Nothing here trains or probes: :func:`common.report.records.load_records` reads the finished runs of scripts
 01-07 under ``--out`` and keeps those of one preset (which records, and why: :mod:`common.report.records`), and
-:func:`build` draws the figures (:mod:`common.report.plots`), writes the tables (:mod:`common.runs.tables`) and the claims report
-under the figures folder (its rows: :mod:`common.report.claim_rows`, their rules: :mod:`common.report.rules`, its
-text: :mod:`common.report.claims_report`):
+:func:`build` draws the figures (:mod:`common.report.plots_ag`, :mod:`common.report.plots_growth`,
+:mod:`common.report.plots_scaling`, saved by :mod:`common.report.plots`), writes the tables
+(:mod:`common.runs.tables`) and the claims report under the figures folder (its rows: :mod:`common.report.claim_rows`,
+their rules: :mod:`common.report.rules`, its text: :mod:`common.report.claims_report`):
 
 - ``<figures>/figN_<name>.png`` and ``.pdf``, one per figure (figure 1 one per dataset);
 - ``<figures>/tables/<name>.md`` and ``.csv``;
@@ -29,7 +30,7 @@ import pandas as pd
 from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, pythia_cpt, weight_scaling
 from common.models.resnet import BACKBONE_DEPTH
 from common.presets import paper
-from common.report import plots
+from common.report import plots, plots_ag, plots_growth, plots_scaling
 from common.report.claim_rows import claim_rows
 from common.report.claims_report import claims_markdown, report_banner, verdict_counts
 from common.report.records import (
@@ -143,7 +144,7 @@ def probe_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
         sweep = rec.sweep[rec.sweep["dataset"] == dataset]
         report.figure(
             f"fig1_ag_vs_depth-{dataset}",
-            plots.ag_vs_depth(
+            plots_ag.ag_vs_depth(
                 probe,
                 sweep,
                 dataset=dataset,
@@ -155,8 +156,8 @@ def probe_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
         report.table(f"ag_vs_depth-{dataset}", depth_table(probe, sweep, paper.LOW_SIGNAL_AG))
     shown = next((d for d in DATASET_ORDER if d in datasets), datasets[0])
     cands = rec.probe_candidates[rec.probe_candidates["dataset"] == shown]
-    report.figure(f"fig2_ag_heatmap-{shown}", plots.ag_heatmap(cands, dataset=shown))
-    report.figure("fig9_ag_vs_train_loss", plots.ag_vs_train_loss(rec.probe.dropna(subset=["train_loss"])))
+    report.figure(f"fig2_ag_heatmap-{shown}", plots_ag.ag_heatmap(cands, dataset=shown))
+    report.figure("fig9_ag_vs_train_loss", plots_ag.ag_vs_train_loss(rec.probe.dropna(subset=["train_loss"])))
 
 
 def gpt2_figure(rec: Records, report: Report, cmd: dict[str, str]) -> None:
@@ -164,7 +165,7 @@ def gpt2_figure(rec: Records, report: Report, cmd: dict[str, str]) -> None:
     if rec.gpt.empty:
         report.skip("figure 3 (GPT-2 depth sweep)", "GPT-2 runs", cmd["gpt2"], rec, (gpt2_ascend.EXPERIMENT,))
         return
-    report.figure("fig3_gpt2_depth", plots.gpt2_depth(rec.gpt, line=paper.LOW_SIGNAL_AG))
+    report.figure("fig3_gpt2_depth", plots_ag.gpt2_depth(rec.gpt, line=paper.LOW_SIGNAL_AG))
     report.table("gpt2_depth", gpt2_ascend.summary_rows(rec.gpt.to_dict("records")))
 
 
@@ -173,7 +174,7 @@ def pythia_figure(rec: Records, report: Report, cmd: dict[str, str]) -> None:
     if rec.pythia.empty:
         report.skip("figure 4 (Pythia AG per layer, Block Influence)", "Pythia runs", cmd["pythia"], rec, (PYTHIA,))
         return
-    report.figure("fig4_pythia", plots.pythia(rec.pythia, rec.pythia_candidates, line=paper.LOW_SIGNAL_AG))
+    report.figure("fig4_pythia", plots_ag.pythia(rec.pythia, rec.pythia_candidates, line=paper.LOW_SIGNAL_AG))
     report.table("pythia", rec.pythia.reindex(columns=list(PYTHIA_COLUMNS)).to_dict("records"))
 
 
@@ -188,7 +189,9 @@ def growth_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
             (growth_vs_scratch.EXPERIMENT,),
         )
     for table in rec.growth:
-        report.figure(f"fig5_growth_vs_scratch-{table.dataset}", plots.growth_bars(table.rows, dataset=table.dataset))
+        report.figure(
+            f"fig5_growth_vs_scratch-{table.dataset}", plots_growth.growth_bars(table.rows, dataset=table.dataset)
+        )
         rows = [
             {k: None if k.startswith("paper_") and pd.isna(v) else v for k, v in r.items()}  # as 03 wrote them:
             for r in table.rows.to_dict("records")
@@ -212,7 +215,7 @@ def matched_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
     for dataset, group in rec.matched.groupby("dataset") if len(rec.matched) else []:
         report.figure(
             f"fig6_matched_insertion-{dataset}",
-            plots.matched_insertion(
+            plots_growth.matched_insertion(
                 group, paper=paper.MATCHED_INSERTION_REDUCTION, alpha=paper.MATCHED_INSERTION_ALPHA
             ),
         )
@@ -231,7 +234,7 @@ def scaling_figure(rec: Records, report: Report, cmd: dict[str, str]) -> None:
         {(f, d) for f, d in zip(rec.scaling["family"], rec.scaling["dataset"], strict=True)},
         key=lambda p: (p[0] == "sweep", p),
     )
-    report.figure("fig7_weight_scaling", plots.weight_scaling(rec.scaling, rec.exponents, panels=panels))
+    report.figure("fig7_weight_scaling", plots_scaling.weight_scaling(rec.scaling, rec.exponents, panels=panels))
     rows = rec.exponents.to_dict("records")
     report.table("weight_scaling_exponents", rows, weight_scaling.exponent_markdown(rows))
 
@@ -243,7 +246,7 @@ def growth_value_figure(rec: Records, report: Report, cmd: dict[str, str]) -> No
             "figure 8 (V_S,l against AG_l)", "exact probe runs", cmd["exact"], rec, (PROBE, gpt2_ascend.EXPERIMENT)
         )
         return
-    report.figure("fig8_growth_value_vs_ag", plots.growth_value_vs_ag(rec.exact_candidates))
+    report.figure("fig8_growth_value_vs_ag", plots_ag.growth_value_vs_ag(rec.exact_candidates))
 
 
 def grow_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
@@ -259,9 +262,9 @@ def grow_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
     for dataset, group in frame.groupby("dataset", sort=True):
         sweep = rec.sweep[rec.sweep["dataset"] == dataset] if len(rec.sweep) else pd.DataFrame()
         probes, points = grow_by_criterion.grow_by_criterion.probe_frame(group), grow_by_criterion.curves(group)
-        figure = plots.grow_vs_compute(points, probes, grow_by_criterion.sweep_flops(sweep), dataset=dataset)
+        figure = plots_growth.grow_vs_compute(points, probes, grow_by_criterion.sweep_flops(sweep), dataset=dataset)
         report.figure(f"fig10_grow_vs_compute-{dataset}", figure)
-        report.figure(f"fig11_grow_choices-{dataset}", plots.grow_choices(probes, dataset=dataset))
+        report.figure(f"fig11_grow_choices-{dataset}", plots_growth.grow_choices(probes, dataset=dataset))
         report.table(f"grow_at_budget-{dataset}", grow_by_criterion.budget_rows(group))
         report.table(f"grow_stops_post_hoc-{dataset}", grow_by_criterion.stop_rows(group, sweep))
         if sweep.empty:

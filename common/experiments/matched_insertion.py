@@ -6,7 +6,7 @@ zero-output block ``h(z) = V psi(z)`` (``common.science.tangent``, ``U_l`` seede
 its terminal projection ``V`` alone, ``psi`` fixed, by least squares so that the block's output
 matches ``-alpha g_i`` for every training example ``i``, where ``g_i = d loss_i / d z_i`` is the
 gradient of example ``i``'s own loss (per-example targets). The fit is ``W* = P^+ X`` of the
-streamed Gram statistics (:func:`common.science.probe.per_example_tangent_regression`, nothing of size
+streamed Gram statistics (:func:`common.science.gram.per_example_tangent_regression`, nothing of size
 ``n x d`` kept), so the block outputs ``-alpha Pi g`` with ``Pi`` the orthogonal projection onto the
 tangent space ``{Psi W}``. The block is then inserted for real (``common.science.growth.insert_zero_block``,
 ``V = -alpha W*``) and the training loss is evaluated at once, in eval mode over the whole split,
@@ -33,15 +33,15 @@ moves between stages with the depth (ResNet-34's is the head's input).
 
 Rows (``rows.csv`` per run, ``summary-<dataset>.csv/.md`` over runs): depth, candidate, ``alpha``,
 training loss before and after, measured and predicted change, their ratio, the fit's relative
-residual ``||Pi g - g|| / ||g||``, the test-loss change, and the paper's value beside it.
+residual ``||Pi g - g|| / ||g||``, the test-loss change, and the paper's value beside it. The float64 measurement
+of the losses and its floors are in :mod:`common.experiments.matched_insertion_measure`.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -51,23 +51,25 @@ from torch import nn
 from common.data.loader import TensorLoader
 from common.data.vision import warn_unused_data_root
 from common.errors import ParamError, UserError
+from common.experiments.matched_insertion_measure import (
+    BELOW_PRECISION,
+    MEASURED,
+    Batches,
+    measure_losses,
+    measurement_floors,
+    precision_status,
+)
 from common.experiments.shared.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.experiments.shared.resnet_sweep import finished_sweep_runs, load_sweep_run, train_command
+from common.experiments.shared.resnet_sweep_records import finished_sweep_runs, load_sweep_run, train_command
 from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_position
 from common.presets.choose import choose_preset
 from common.presets.matched_insertion import FITS, PRESETS, MatchedPreset
 from common.presets.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
 from common.presets.train_resnet_sweep import DEFAULT_DATASET
 from common.runs import atomic, run_store, tables
-from common.science.growth import insert_zero_block
-from common.science.precision import float64_device, full_precision
-from common.science.probe import (
-    TangentRegression,
-    activation_gradients,
-    mean_loss,
-    per_example_tangent_regression,
-    probe_mode,
-)
+from common.science.activations import activation_gradients, probe_mode
+from common.science.gram import TangentRegression, per_example_tangent_regression
+from common.science.precision import full_precision
 from common.science.tangent import make_zero_block
 from common.training.device import resolve_device
 
@@ -76,7 +78,6 @@ log = logging.getLogger(__name__)
 EXPERIMENT = "matched_insertion"
 EVAL_BATCH_SIZE = 500
 REORDER_SEED = 0  # the permutation of the floor's second float64 pass (a measurement setting, not a result)
-FLOAT64_CHUNK = 16  # examples per float64 forward pass (CPU float64 convolutions unfold the batch: small is fast)
 GD_MAX_EXAMPLES = 4096  # the gradient-descent check caches z and g: small cases only
 ROW_COLUMNS = (
     "depth_label",
@@ -107,8 +108,6 @@ ROW_COLUMNS = (
     "paper_change",
     "fit",
 )
-
-Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 
 
 # ----------------------------------------------------------------------------- the construction
@@ -239,93 +238,6 @@ def insertion_row(
         "test_loss_after": test_after,
         "test_change": None if test_before is None else test_after - test_before,
         **fit_record,
-    }
-
-
-MEASURED = "measured"
-BELOW_PRECISION = "below measurement precision"
-
-
-def precision_status(change: float, floor: float) -> str:
-    """``"measured"`` when ``|change|`` is above ``floor``, else ``"below measurement precision"`` (no sign is read)."""
-    return MEASURED if abs(change) > floor else BELOW_PRECISION
-
-
-def as_dtype(model: nn.Module, dtype: torch.dtype, device: torch.device) -> nn.Module:
-    """``model`` itself when it already has ``dtype`` on ``device``, else a copy cast there (the same weights)."""
-    first = next(model.parameters())
-    if first.dtype == dtype and first.device == device:
-        return model
-    return copy.deepcopy(model).to(device=device, dtype=dtype)
-
-
-def cast_batches(batches: Iterable, dtype: torch.dtype, device: torch.device, chunk: int | None = None):
-    """The batches with floating-point tensors cast to ``dtype`` on ``device`` (labels keep their integer type),
-    each split into sub-batches of ``chunk`` examples when given (the mean loss weights every example alike)."""
-    for x, y in batches:
-        x, y = (t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in (x, y))
-        step = chunk or int(x.shape[0])
-        for start in range(0, int(x.shape[0]), step):
-            yield x[start : start + step], y[start : start + step]
-
-
-def measure_losses(
-    model: nn.Module,
-    index: int,
-    family: str,
-    seed: int,
-    weights: Sequence[torch.Tensor],
-    train_batches: Batches,
-    reordered_batches: Batches,
-    test_batches: Batches | None,
-    loss_fn,
-) -> dict:
-    """The mean losses of H.1 in float64 and float32: the parent's on the training split (twice in float64, in two
-    batch orders), and after inserting the block with each terminal projection of ``weights``; the test split's
-    before and after in float32 (docs/design.md, section "H.1: measured in float64, with a floor").
-
-    The float64 pass runs a float64 copy of ``model`` on :func:`common.science.precision.float64_device` (the CPU for MPS and
-    NPU), the batches' images cast after the float32 normalisation (the same inputs in both precisions), in
-    sub-batches of :data:`FLOAT64_CHUNK` examples; the float32 pass runs ``model`` itself (a float32 copy when it
-    is not float32).
-    """
-    device = next(model.parameters()).device
-    f64 = float64_device(device)
-    nets = {"": as_dtype(model, torch.float64, f64), "_float32": as_dtype(model, torch.float32, device)}
-    places = {"": (torch.float64, f64, FLOAT64_CHUNK), "_float32": (torch.float32, device, None)}
-
-    def loss(net: nn.Module, batches: Batches, tag: str) -> float:
-        return mean_loss(net, cast_batches(batches(), *places[tag]), loss_fn)
-
-    out: dict = {"float64_device": f64}
-    test_after = []  # float32 only
-    for tag, net in nets.items():
-        out[f"before{tag}"] = loss(net, train_batches, tag)
-        grown = copy.deepcopy(net)
-        block = insert_zero_block(grown, index, family, seed)
-        after = []
-        for w in weights:
-            block.set_terminal_projection(w)
-            after.append(loss(grown, train_batches, tag))
-            if tag == "_float32":
-                test_after.append(loss(grown, test_batches, tag) if test_batches else None)
-        out[f"after{tag}"] = after
-    out["before_reordered"] = loss(nets[""], reordered_batches, "")
-    out["test_before"] = loss(nets["_float32"], test_batches, "_float32") if test_batches else None
-    out["test_after"] = test_after
-    return out
-
-
-def measurement_floors(losses: dict) -> dict[str, float]:
-    """The floors of the two readings, from the parent model: ``float32_gap`` ``= |L_float32 - L_float64|`` (the
-    float32 reading's), ``float64_order_spread`` ``= |L_float64 - L_float64'|`` over two batch orders, and
-    ``measurement_floor`` ``= max(float64_order_spread, eps_float64 L_float64)``, the float64 reading's (a
-    difference of two losses cannot resolve less than one rounding unit of the loss)."""
-    spread = abs(losses["before"] - losses["before_reordered"])
-    return {
-        "float32_gap": abs(losses["before_float32"] - losses["before"]),
-        "float64_order_spread": spread,
-        "measurement_floor": max(spread, torch.finfo(torch.float64).eps * abs(losses["before"])),
     }
 
 

@@ -5,7 +5,8 @@ fields set otherwise; identity: the sweep run and every probe setting, the App. 
 included) and the job function (:func:`probe_sweep_run`: the analysis batches through
 :func:`common.science.probe.probe_activation_gradients`, then the separated saturation test of App. G on an
 independent sample, :func:`app_g_sample_of`, recorded by :func:`saturation_record`). The summary rows
-and table the script prints and writes are in :mod:`common.experiments.probe_ag_summary`.
+and table the script prints and writes are in :mod:`common.experiments.probe_ag_summary`; the sample-size checks
+made before any run starts in :mod:`common.experiments.probe_ag_checks`.
 
 App. G (docs/decisions.md): the independent sample (every example of
 ``--saturation-split`` not in the analysis batches unless ``--saturation-n``; the default,
@@ -39,8 +40,10 @@ import torch
 from common.data.loader import TensorLoader
 from common.data.vision import VisionData, class_balanced_indices, warn_unused_data_root
 from common.errors import ParamError
+from common.experiments.probe_ag_checks import check_batches_fit, check_sample_sizes
 from common.experiments.shared.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.experiments.shared.resnet_sweep import load_source, load_sweep_run, sweep_data_config
+from common.experiments.shared.resnet_sweep import load_source
+from common.experiments.shared.resnet_sweep_records import load_sweep_run, sweep_data_config
 from common.presets.choose import choose_preset
 from common.presets.probe_ag import HELD_OUT, PRESETS, ProbePreset, app_g_sizes
 from common.runs import atomic, run_store
@@ -147,49 +150,6 @@ def probe_config(
             "data_root": str(Path(data_root).expanduser().resolve()) if data_root else None,
         },
     }
-
-
-def check_sample_sizes(
-    sweep_dir: Path, split: str, batch_size: int, n_batches: int, saturation_split: str | None
-) -> None:
-    """Refuse analysis batches the split cannot fill, and an App. G sample of fewer than 2 examples (docs/decisions.md),
-    before any run starts.
-
-    The split sizes come from the sweep run's ``result.json`` (``train_size``, ``test_size``); a run without
-    them is checked by the job itself, on the images it reads (:func:`check_batches_fit`).
-    """
-    result = run_store.read_result(sweep_dir)
-    size = result.get(f"{split}_size")
-    if not isinstance(size, int):
-        return
-    check_batches_fit(size, batch_size, n_batches, f"the {split} split of {sweep_dir.name}")
-    if saturation_split is None:  # no App. G sample (saturation_depths "deepest", a shallower depth)
-        return
-    left = result.get(f"{saturation_split}_size")
-    if saturation_split == split and isinstance(left, int) and left - batch_size * n_batches < 2:
-        raise ParamError(
-            "saturation_split",
-            saturation_split,
-            f"the analysis batches take {batch_size * n_batches} of its {left} examples, leaving fewer than 2 for the "
-            "App. G sample; use test, or fewer n_batches",
-        )
-
-
-def check_batches_fit(available: int, batch_size: int, n_batches: int, where: str) -> None:
-    """Refuse ``n_batches`` batches of ``batch_size`` when ``where`` (a split) holds only ``available`` examples: never
-    fewer or smaller batches than the run's name says (docs/decisions.md), which would change ``AG_l``'s meaning (an
-    average over B batches of size b) under a record named after the request."""
-    if available >= batch_size * n_batches:
-        return
-    holds = f"{where} holds {available} examples"
-    if available < batch_size:
-        raise ParamError("batch_size", batch_size, f"{holds}, fewer than one batch; use {available} or less")
-    raise ParamError(
-        "n_batches",
-        n_batches,
-        f"{n_batches} batches of batch_size {batch_size} need {batch_size * n_batches} examples and {holds}; use at "
-        f"most {available // batch_size} (or another split)",
-    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,57 +78,67 @@ def summary_table(rows: list[dict], low_signal: float) -> str:
         f" {'max||C_l||':>10} {'Gamma interval':>21} {'t':>9} {'asymptotic interval':>21} {'cands':>5} App. G verdict"
     )
     lines = [header, "-" * len(header)]
-    for r in rows:
-        line = (
-            f"{r['depth_n']:>4} {'ResNet-' + str(r['depth_label']):<11} {r['seed']:>4} "
-            f"{r['ag_max']:>10.3e} {r['ag_max_candidate']:<10} {'*' if r['ag_max'] < low_signal else '':>6} "
-            f"{r['ag_max_per_example']:>10.3e} {r['ag_max_per_example_candidate']:<10} "
-            f"{'*' if r['ag_max_per_example'] < low_signal else '':>6}"
-        )
-        line += f" {r['v_max']:>10.3e}" if exact else ""
-        if r["saturation_verdict"] is None:  # no App. G test at this depth
-            line += f" {'-':>10} {'-':>21} {'-':>9} {'-':>21} {'-':>5} not run (deepest depth only)"
-        else:
-            interval = _shown(r["saturation_lower"], r["saturation_upper"])
-            asymptotic = _shown(r["saturation_asymptotic_lower"], r["saturation_asymptotic_upper"])
-            line += (
-                f" {r['saturation_gamma_hat']:>10.3e} {interval:>21} {r['saturation_t']:>9.3e} {asymptotic:>21} "
-                f"{r['saturation_n_candidates']:>5} {r['saturation_verdict']}"
-            )
-        lines.append(line)
-    tested = [r for r in rows if r["saturation_verdict"] is not None]
+    lines += [_table_line(r, exact, low_signal) for r in rows]
     if rows:
-        first, b = rows[0], rows[0]["batch_size"]
-        sat_first = tested[0] if tested else first
-        delta = "none given" if sat_first["saturation_delta"] is None else f"{sat_first['saturation_delta']:g}"
-        sources = []  # rows probed with a calibration split, and rows probed at a given t, each described once
-        if one := next((r for r in tested if r["saturation_n_cal"]), None):
-            sources.append(
-                f"t = sqrt(sum_l tr_l / (n_test alpha)), alpha = {one['saturation_alpha']:g}, tr_l from a "
-                f"calibration part of {one['saturation_n_cal']} examples, C_l from a test part of n_test = "
-                f"{one['saturation_n_test']} (split seed {one['saturation_split_seed']}); coverage is "
-                "conditional on the calibration traces"
-            )
-        if one := next((r for r in tested if not r["saturation_n_cal"]), None):
-            sources.append(
-                f"t given, no split: C_l and tr_l from all n = {one['saturation_n_test']} examples; implied "
-                f"alpha = sum_l tr_l / (n t^2) = {one['saturation_alpha']:.3g} in the first such row"
-            )
-        source = "; for other rows, ".join(sources)
-        lines += [
-            f"* below {low_signal:g}, the paper's low-signal line (common.presets.paper.LOW_SIGNAL_AG), in either reading: AGmax is "
-            f"the norm of the batch-mean loss gradient at batch size {b} (x{first['n_batches']} batches, {first['split']} "
-            f"split); AGmax/ex is the per-example RMS gradient norm (~ AGmax * sqrt({b})); the readings coincide at batch size 1.",
-            f"App. G (Theorem 3): Gamma = max_l ||C_l||, C_l the gradient of the mean loss over independent "
-            f"{sat_first['saturation_split']} examples w.r.t. the zero block's V_l; Gamma in [max(0, max||C_l|| - t), max||C_l|| + t] "
-            f"with probability >= 1 - alpha; {source}. t grows with the number of candidates (cands). Verdict against delta "
-            f"({delta}): 'saturated within delta' when the upper end <= delta, 'not saturated' when the lower end > delta, "
-            "else 'undecided'; never 'saturated' without a delta > 0.",
-            "asymptotic interval (not Theorem 3's guarantee; not used for the verdict): per candidate a Bonferroni "
-            "t interval on ||C_l||^2 from U_l = ||C_l||^2 - tr_l / n_test, with variance 4 C_l^T Sigma_l C_l / n_test + "
-            "2 tr(Sigma_l^2) / n_test^2 estimated from the same parts, mapped to Gamma; '-' without a calibration part.",
-        ]
+        lines += _table_notes(rows, low_signal)
     return "\n".join(lines)
+
+
+def _table_line(r: dict, exact: bool, low_signal: float) -> str:
+    """One probed model's line of :func:`summary_table` (``*`` marks an AGmax below ``low_signal``)."""
+    line = (
+        f"{r['depth_n']:>4} {'ResNet-' + str(r['depth_label']):<11} {r['seed']:>4} "
+        f"{r['ag_max']:>10.3e} {r['ag_max_candidate']:<10} {'*' if r['ag_max'] < low_signal else '':>6} "
+        f"{r['ag_max_per_example']:>10.3e} {r['ag_max_per_example_candidate']:<10} "
+        f"{'*' if r['ag_max_per_example'] < low_signal else '':>6}"
+    )
+    line += f" {r['v_max']:>10.3e}" if exact else ""
+    if r["saturation_verdict"] is None:  # no App. G test at this depth
+        line += f" {'-':>10} {'-':>21} {'-':>9} {'-':>21} {'-':>5} not run (deepest depth only)"
+    else:
+        interval = _shown(r["saturation_lower"], r["saturation_upper"])
+        asymptotic = _shown(r["saturation_asymptotic_lower"], r["saturation_asymptotic_upper"])
+        line += (
+            f" {r['saturation_gamma_hat']:>10.3e} {interval:>21} {r['saturation_t']:>9.3e} {asymptotic:>21} "
+            f"{r['saturation_n_candidates']:>5} {r['saturation_verdict']}"
+        )
+    return line
+
+
+def _table_notes(rows: list[dict], low_signal: float) -> list[str]:
+    """The notes under :func:`summary_table` (``rows`` not empty): the two AGmax readings, how App. G's interval and
+    verdict were made, and the asymptotic interval beside it."""
+    tested = [r for r in rows if r["saturation_verdict"] is not None]
+    first, b = rows[0], rows[0]["batch_size"]
+    sat_first = tested[0] if tested else first
+    delta = "none given" if sat_first["saturation_delta"] is None else f"{sat_first['saturation_delta']:g}"
+    sources = []  # rows probed with a calibration split, and rows probed at a given t, each described once
+    if one := next((r for r in tested if r["saturation_n_cal"]), None):
+        sources.append(
+            f"t = sqrt(sum_l tr_l / (n_test alpha)), alpha = {one['saturation_alpha']:g}, tr_l from a "
+            f"calibration part of {one['saturation_n_cal']} examples, C_l from a test part of n_test = "
+            f"{one['saturation_n_test']} (split seed {one['saturation_split_seed']}); coverage is "
+            "conditional on the calibration traces"
+        )
+    if one := next((r for r in tested if not r["saturation_n_cal"]), None):
+        sources.append(
+            f"t given, no split: C_l and tr_l from all n = {one['saturation_n_test']} examples; implied "
+            f"alpha = sum_l tr_l / (n t^2) = {one['saturation_alpha']:.3g} in the first such row"
+        )
+    source = "; for other rows, ".join(sources)
+    return [
+        f"* below {low_signal:g}, the paper's low-signal line (common.presets.paper.LOW_SIGNAL_AG), in either reading: AGmax is "
+        f"the norm of the batch-mean loss gradient at batch size {b} (x{first['n_batches']} batches, {first['split']} "
+        f"split); AGmax/ex is the per-example RMS gradient norm (~ AGmax * sqrt({b})); the readings coincide at batch size 1.",
+        f"App. G (Theorem 3): Gamma = max_l ||C_l||, C_l the gradient of the mean loss over independent "
+        f"{sat_first['saturation_split']} examples w.r.t. the zero block's V_l; Gamma in [max(0, max||C_l|| - t), max||C_l|| + t] "
+        f"with probability >= 1 - alpha; {source}. t grows with the number of candidates (cands). Verdict against delta "
+        f"({delta}): 'saturated within delta' when the upper end <= delta, 'not saturated' when the lower end > delta, "
+        "else 'undecided'; never 'saturated' without a delta > 0.",
+        "asymptotic interval (not Theorem 3's guarantee; not used for the verdict): per candidate a Bonferroni "
+        "t interval on ||C_l||^2 from U_l = ||C_l||^2 - tr_l / n_test, with variance 4 C_l^T Sigma_l C_l / n_test + "
+        "2 tr(Sigma_l^2) / n_test^2 estimated from the same parts, mapped to Gamma; '-' without a calibration part.",
+    ]
 
 
 def _shown(lower: float | None, upper: float | None) -> str:

@@ -23,44 +23,46 @@ Record (``result.json``, read by ``08_make_figures.py``): ``model``, ``revision`
 every key of :meth:`common.science.probe.ProbeResult.summary` and ``candidates`` (one dict per candidate
 with ``index``, ``name``, ``ag_norm``, ``per_example_rms``, ``block_input``, ``block_influence``:
 None for the final stream). The steps script 05 shares (presets, data, training rounds, the probe) are
-in :mod:`common.experiments.shared.decoder_runs`.
+in :mod:`common.experiments.shared.decoder_runs`; which model a run loads, its tokenizer, and fetching and loading
+it are in :mod:`common.experiments.pythia_cpt_models`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
 
 from common.data.text_sources import FINEWEB_SUBSET, text_data_spec
 from common.data.token_shards import TokenBatches, TokenData, TokenLoader
-from common.data.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
 from common.errors import ParamError
+from common.experiments.pythia_cpt_models import (
+    BASE_DIR,
+    config_tokenizer,
+    fetch_on_each_node,
+    load_run_model,
+    save_tiny_model,
+    tokenizer_name,
+    user_model,
+)
 from common.experiments.shared import decoder_runs
 from common.models.hf_decoder import (
     BlockInfluence,
     HFDecoder,
-    HubUnavailable,
-    check_weight_files,
-    is_local,
-    load_causal_lm,
-    resolve_snapshot,
 )
-from common.presets.pythia_cpt import DEFAULT_LR, MINI, PRESETS, PYTHIA_MODELS, ModelEntry
+from common.presets.pythia_cpt import PRESETS, CPTPreset, ModelEntry
 from common.runs import atomic, record_io
 from common.runs.run_store import RunSpec
 from common.science.precision import full_precision
 from common.training import memory as memory_training
+from common.training.checkpoints import finish_run, load_weights
 from common.training.device import autocast_dtype, cpu_threads, resolve_device, seed_everything
-from common.training.distributed import DistInfo, broadcast_from_main, env_info, wait_for_all
-from common.training.loop import evaluate, finish_run, load_weights
+from common.training.distributed import DistInfo, broadcast_from_main
+from common.training.evaluation import evaluate
 from common.training.parallel import place_model
 from common.training.recipes import AdamWRecipe, TrainSettings
 
@@ -68,7 +70,6 @@ log = logging.getLogger(__name__)
 
 EXPERIMENT = "pythia_cpt"
 SCRIPT = "04_pythia_cpt.py"
-BASE_DIR = "base_model"  # smoke: where a run saves its tiny model with save_pretrained
 
 
 # ----------------------------------------------------------------------------- configs
@@ -107,100 +108,36 @@ def cpt_configs(
         "probe_sub_batch": p.probe_sub_batch,
         **({"fsdp_bf16_params": True} if fsdp_bf16 else {}),
     }
+    data = {"text_path": text_path, "subset": fineweb_subset}
+    return [_cpt_config(p, preset, e, seed, data, runtime) for seed in seeds for e in entries]
+
+
+def _cpt_config(p: CPTPreset, preset: str, e: ModelEntry, seed: int, data: dict, runtime: dict) -> dict:
+    """The config of model ``e`` at ``seed`` under the settings ``p`` of ``preset``; ``data``: the text's
+    ``text_path`` and FineWeb ``subset`` (:func:`common.data.text_sources.text_data_spec`)."""
+    spec = text_data_spec(
+        p.source,
+        tokenizer_name(e, p.tokenizer),
+        val_tokens=p.val_tokens,
+        train_tokens=p.train_tokens,
+        **data,
+    )
+    recipe = {"steps": 0} if p.steps == 0 else decoder_runs.make_recipe(p, p.lr or e.lr).to_config()
     recipe_keys = {"batch_tokens": p.batch_tokens, "block_size": p.block_size}
-    configs = []
-    for seed in seeds:
-        for e in entries:
-            spec = text_data_spec(
-                p.source,
-                tokenizer_name(e, p.tokenizer),
-                val_tokens=p.val_tokens,
-                train_tokens=p.train_tokens,
-                text_path=text_path,
-                subset=fineweb_subset,
-            )
-            recipe = {"steps": 0} if p.steps == 0 else decoder_runs.make_recipe(p, p.lr or e.lr).to_config()
-            configs.append(
-                {
-                    "experiment": EXPERIMENT,
-                    "name": f"{e.name}-{e.revision or 'local'}-seed{seed}",
-                    "preset": preset,
-                    "seed": seed,
-                    "model": {"model": e.model, "revision": e.revision, "tiny": e.tiny},
-                    "data": spec.identity(),
-                    "train": {**recipe, **recipe_keys},  # steps 0 (mini): the frozen model is probed as loaded
-                    "probe": decoder_runs.probe_config(p, seed),
-                    "runtime": dict(runtime),
-                }
-            )
-    return configs
-
-
-def mini_hub_check(revision: str | None = None) -> str | None:
-    """Fetch the mini preset's Pythia models into the Hub cache; None when done, else why not (one line).
-
-    Under ``--preset mini`` a missing Hub is not a user mistake: script 04 prints the reason and exits 0,
-    and the claims report says the Pythia rows were not run. No other model ever stands in for them.
-    """
-    for e in MINI.models:
-        try:
-            resolve_snapshot(e.model, revision or e.revision)
-        except HubUnavailable as exc:
-            return f"--preset mini: the Pythia models cannot be fetched, so they are not probed ({exc})"
-    return None
-
-
-def user_model(model: str, revision: str | None, *, local: str | None = None) -> ModelEntry:
-    """A ``models`` / ``model_paths`` entry: the Pythia table's lr when it is one of the six, else :data:`DEFAULT_LR`.
-
-    ``local`` (``model_paths``): always a local folder; else a local folder when one exists there, or a Hub id.
-    """
-    known = {e.model: e for e in PYTHIA_MODELS}
-    if local or is_local(model):
-        folder = Path(model).expanduser().resolve()
-        if not (folder / "config.json").is_file():
-            other = "" if local else "a Hub id (owner/name) or "
-            raise ParamError(
-                local or "models", model, f"no save_pretrained folder there (no config.json); give {other}such a folder"
-            )
-        return ModelEntry(folder.name, str(folder), revision, DEFAULT_LR)  # revision: recorded as the user declares it
-    lr = known[model].lr if model in known else DEFAULT_LR
-    return ModelEntry(model.rpartition("/")[2], model, revision, lr)
-
-
-def tokenizer_name(entry: ModelEntry, tokenizer: str) -> str:
-    """The data identity's tokenizer: ``byte``, or ``hf:<id>@<revision>`` (``hf:<dir>-<sha8 of its tokenizer files>``)."""
-    if tokenizer == "byte":
-        return "byte"
-    if entry.tiny is not None:
-        raise ParamError("tokenizer", tokenizer, "the tiny smoke models have no tokenizer of their own; use byte")
-    if entry.model and is_local(entry.model):
-        folder = Path(entry.model)
-        digest = hashlib.sha256()
-        for f in sorted(folder.glob("*")):
-            if f.is_file() and re.search(r"tokenizer|vocab|merges|special_tokens", f.name):
-                digest.update(f.name.encode() + b"\0" + f.read_bytes())
-        return f"hf:{folder.name}-{digest.hexdigest()[:8]}"
-    return f"hf:{entry.model}@{entry.revision or 'main'}"
+    return {
+        "experiment": EXPERIMENT,
+        "name": f"{e.name}-{e.revision or 'local'}-seed{seed}",
+        "preset": preset,
+        "seed": seed,
+        "model": {"model": e.model, "revision": e.revision, "tiny": e.tiny},
+        "data": spec.identity(),
+        "train": {**recipe, **recipe_keys},  # steps 0 (mini): the frozen model is probed as loaded
+        "probe": decoder_runs.probe_config(p, seed),
+        "runtime": dict(runtime),
+    }
 
 
 # ----------------------------------------------------------------------------- data and models
-def config_tokenizer(config: dict) -> Tokenizer:
-    """The tokenizer of the run's data: bytes, or the model's own (``AutoTokenizer`` from the same folder / revision)."""
-    name = config["data"]["tokenizer"]
-    if name == "byte":
-        return ByteTokenizer()
-    m = config["model"]
-    folder = Path(m["model"]) if is_local(m["model"]) else resolve_snapshot(m["model"], m["revision"])
-    try:
-        return HFTokenizer(AutoTokenizer.from_pretrained(folder), name=name)
-    except (OSError, ValueError) as exc:
-        reason = str(exc).splitlines()[0][:160]
-        raise ParamError(
-            "tokenizer", "model", f"no tokenizer could be loaded from {m['model']} ({reason}); use byte"
-        ) from None
-
-
 def prepare_data(config: dict, *, dataset=None, progress: bool = True) -> Path:
     """Tokenise the run's data with its tokenizer under the data root (resumable; once prepared, the tokenizer is not loaded)."""
     return decoder_runs.prepare_data(config, tokenizer=config_tokenizer, dataset=dataset, progress=progress)
@@ -209,61 +146,6 @@ def prepare_data(config: dict, *, dataset=None, progress: bool = True) -> Path:
 def require_prepared(config: dict) -> Path:
     """The run's prepared token directory; under torchrun a one-line error naming ``--prepare-only`` when it is missing."""
     return decoder_runs.require_prepared(config, SCRIPT)
-
-
-def fetch_model(config: dict) -> None:
-    """Make sure a Hub model of the run is in the local cache (downloaded when online; offline: one line), and that
-    its weight files (or a local folder's) are readable, before any run directory exists.
-
-    Under torchrun (several processes, no process group yet) only a local folder is checked here: the
-    job downloads a Hub model on each node's first process while the others wait (:func:`fetch_on_each_node`).
-    """
-    m = config["model"]
-    if m["tiny"] is None and (is_local(m["model"]) or env_info().world_size <= 1):
-        _fetch(config)
-
-
-def fetch_on_each_node(config: dict, info: DistInfo) -> None:
-    """The run's Hub model downloaded by each node's first process (``LOCAL_RANK`` 0) while the others wait.
-
-    The waiting is :func:`common.training.distributed.wait_for_all` (no collective watchdog runs out during a
-    download); afterwards every process loads the model from its node's cache (``local_only``). A
-    single process has nothing to wait for (it fetched before the job, :func:`fetch_model`).
-    """
-    if info.world_size > 1 and info.local_rank == 0:
-        _fetch(config)
-    wait_for_all()
-
-
-def _fetch(config: dict) -> None:
-    m = config["model"]
-    if m["tiny"] is None:
-        check_weight_files(m["model"] if is_local(m["model"]) else resolve_snapshot(m["model"], m["revision"]))
-
-
-def save_tiny_model(keys: dict, seed: int, folder: Path) -> Path:
-    """Build the tiny GPT-NeoX of ``keys`` (seeded init) and ``save_pretrained`` it to ``folder`` (once)."""
-    if not (folder / "config.json").is_file():
-        torch.manual_seed(seed)
-        GPTNeoXForCausalLM(GPTNeoXConfig(**keys)).save_pretrained(folder)
-    return folder
-
-
-def load_run_model(config: dict, run_dir: Path, *, hash_weights: bool = True, local_only: bool = False):
-    """The run's :class:`~common.models.hf_decoder.LoadedLM` (a tiny model: built, saved, then loaded back from disk).
-
-    ``local_only``: a Hub model from the local cache only (after :func:`fetch_on_each_node`).
-    """
-    m = config["model"]
-    if m["tiny"] is not None:
-        return load_causal_lm(
-            str(save_tiny_model(m["tiny"], config["seed"], run_dir / BASE_DIR)),
-            tokenizer=False,
-            hash_weights=hash_weights,
-        )
-    return load_causal_lm(
-        m["model"], revision=m["revision"], tokenizer=False, hash_weights=hash_weights, local_only=local_only
-    )
 
 
 # ----------------------------------------------------------------------------- the job
@@ -285,7 +167,7 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
     """Every process: join, load, measure, train; rank 0 alone probes and records while the others wait.
 
     Rank-0-only work is kept short or waited for outside the collective watchdog: the validation
-    losses are split over the processes (:func:`common.training.loop.evaluate`), the download happens once
+    losses are split over the processes (:func:`common.training.evaluation.evaluate`), the download happens once
     per node, and the others wait for the probe in :func:`common.training.distributed.wait_for_all`.
     """
     config, path = spec.config, spec.dir
@@ -547,8 +429,6 @@ __all__ = [
     "EXPERIMENT",
     "SCRIPT",
     "cpt_configs",
-    "fetch_model",
-    "mini_hub_check",
     "prepare_data",
     "pythia_cpt_run",
     "require_prepared",

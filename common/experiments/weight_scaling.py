@@ -14,7 +14,8 @@ Families (``FAMILIES``):
   input width) is **left out** of the stage's sequences and fits; its folded norms are listed in
   the run's ``layers.csv`` with ``downsample = True``.
 
-Fits (:func:`exponent_rows`): per (family, dataset, stage, tensor, norm) the exponents of
+Fits (:func:`common.experiments.weight_scaling_fits.exponent_rows`; the weight sequences they read in
+:mod:`common.experiments.weight_scaling_weights`): per (family, dataset, stage, tensor, norm) the exponents of
 :data:`common.science.scaling.STEPS` over the depths with at least :data:`MIN_BLOCKS` layers; with fewer
 than :data:`common.science.scaling.MIN_DEPTHS` such depths the row says "insufficient depths" and
 nothing is fitted. Cohen et al.'s reported exponents (:mod:`common.presets.paper`) stand beside them.
@@ -66,19 +67,21 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from common.data.neural_ode import BatchLoader, make_neural_ode_data
 from common.errors import ParamError
 from common.experiments.shared.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
-from common.experiments.shared.resnet_sweep import load_trained_resnet
+from common.experiments.shared.resnet_sweep_records import load_trained_resnet
+from common.experiments.weight_scaling_fits import MIN_BLOCKS
+from common.experiments.weight_scaling_weights import fc_statistics, stage_sequences
 from common.models.fc_resnet import FCResNet, FCResNetConfig
-from common.presets.paper import COHEN_CONV_BOUNDED, COHEN_RELU_ALPHA_PLUS_BETA, COHEN_TANH_ALPHA, COHEN_TANH_BETA
 from common.presets.weight_scaling import COHEN_STOPPING, SCHEDULES, fc_preset
 from common.runs import atomic, run_store, tables
 from common.science import scaling
+from common.training.checkpoints import finish_run
 from common.training.device import cpu_threads, resolve_device, seed_everything
-from common.training.loop import evaluate, finish_run, train
+from common.training.evaluation import evaluate
+from common.training.loop import train
 from common.training.recipes import AdamRecipe, EarlyStopping, TrainSettings
 
 log = logging.getLogger(__name__)
@@ -87,7 +90,6 @@ EXPERIMENT = "weight_scaling"
 FC_FAMILIES = {"fc-tanh": ("tanh", "shared"), "fc-relu": ("relu", "per_layer")}  # family -> (activation, delta)
 FAMILIES = (*FC_FAMILIES, "sweep")
 FC_DATASET = "neural-ode"
-MIN_BLOCKS = 3  # a depth enters the fits only with at least 3 layers (blocks) in the sequence
 LAYERS = "layers.csv"
 RECORD_COLUMNS = (  # the per-depth records, in this order (module docstring)
     "family",
@@ -112,28 +114,6 @@ RECORD_COLUMNS = (  # the per-depth records, in this order (module docstring)
     "train_loss",
     "test_loss",
 )
-
-# Which exponents each tensor gets (common.science.scaling.STEPS), and the name a row reports.
-TENSOR_EXPONENTS = {
-    "A": ("beta", "max_norm_exponent", "nu", "nu_max_norm", "rss_slope", "noise_fraction_slope"),
-    "b": ("beta", "max_norm_exponent", "nu", "nu_max_norm", "rss_slope", "noise_fraction_slope"),
-    "delta": ("alpha",),  # FC: the scalars delta_k (sweep: conv kernels, the A list of exponents)
-    "delta_A": ("beta", "max_norm_exponent"),  # |delta_k| A_k: reported as alpha + beta
-}
-SLOPE_INTERVAL = "slope"  # the t interval of the statistic's own log-log slope
-JOINT_INTERVAL = "joint fit (beta's uncertainty included)"  # nu: common.science.scaling.joint_exponent
-RENAMED = {("delta_A", "beta"): "alpha_plus_beta", ("delta_A", "max_norm_exponent"): "alpha_plus_beta_max_norm"}
-
-# Cohen et al.'s reported exponents beside ours (side by side only; common/presets/paper.py).
-PAPER_EXPONENTS = {
-    ("fc-tanh", "delta", "alpha"): COHEN_TANH_ALPHA,
-    ("fc-tanh", "A", "beta"): COHEN_TANH_BETA,
-    ("fc-tanh", "A", "max_norm_exponent"): COHEN_TANH_BETA,  # their Figure 2 reads beta off the max norm
-    ("fc-relu", "delta_A", "alpha_plus_beta"): COHEN_RELU_ALPHA_PLUS_BETA,
-    ("fc-relu", "delta_A", "alpha_plus_beta_max_norm"): COHEN_RELU_ALPHA_PLUS_BETA,
-    **{("sweep", t, e): COHEN_CONV_BOUNDED[e] for t in ("A", "delta") for e in COHEN_CONV_BOUNDED},
-    **{("sweep", t, "nu_max_norm"): COHEN_CONV_BOUNDED["nu"] for t in ("A", "delta")},
-}
 
 
 def fc_configs(
@@ -202,15 +182,7 @@ def _train_fc_run(spec: run_store.RunSpec, device: torch.device) -> dict:
     path = run_store.prepare_run(spec.out, config)
     hp = config["train"]
     seed_everything(config["seed"])
-    d = config["data"]
-    data = make_neural_ode_data(
-        dim=d["dim"],
-        num_train=d["num_train"],
-        num_test=d["num_test"],
-        seed=d["data_seed"],
-        steps=d["steps"],
-        noise=d["noise"],
-    )
+    data = _fc_data(config["data"])
     model = FCResNet(FCResNetConfig(**config["model"])).to(device)
     train_loader = BatchLoader(
         data.x_train, data.y_train, hp["batch_size"], shuffle=True, device=device, seed=config["seed"]
@@ -265,41 +237,16 @@ def _train_fc_run(spec: run_store.RunSpec, device: torch.device) -> dict:
     return result
 
 
-def fc_tensors(model: FCResNet) -> dict[str, torch.Tensor]:
-    """The depth-indexed sequences of a trained FC ResNet: ``A``, ``b``, ``delta`` (per layer) and ``|delta_k| A_k``."""
-    with torch.no_grad():
-        deltas = model.layer_deltas().detach().double()
-        a = model.A.detach().double()
-        return {"A": a, "b": model.b.detach().double(), "delta": deltas, "delta_A": deltas.abs()[:, None, None] * a}
-
-
-def fc_statistics(model: FCResNet, base: dict) -> tuple[list[dict], list[dict]]:
-    """Per-depth records (Frobenius for every tensor, spectral for the matrices) and ``layers.csv`` rows."""
-    records, layers = [], []
-    for name, seq in fc_tensors(model).items():
-        records.append({**base, "tensor": name, "norm": "fro", **scaling.weight_statistics(seq)})
-        if seq.dim() == 3:  # matrices: also the spectral norm (no trend/noise split: that is a Frobenius statistic)
-            spectral = scaling.weight_statistics(seq, "spectral", trend_noise=False)
-            records.append({**base, "tensor": name, "norm": "spectral", **spectral})
-        split = scaling.trend_noise_split(seq)
-        entry = (slice(None), *(0, 1)[: seq.dim() - 1])  # A_k[0, 1], b_k[0], delta_k
-        stat = {f"entry_{part}": getattr(split, part)[1:][entry] for part in ("path", "trend", "noise")}
-        stat |= {f"{part}_norm": split.norms(part)[1:] for part in ("path", "trend", "noise")}
-        stat["fro"] = scaling.layer_norms(seq)
-        stat["spectral"] = scaling.layer_norms(seq, "spectral")
-        L = len(seq)
-        for k in range(L):
-            layers.append(
-                {
-                    "stage": 0,
-                    "tensor": name,
-                    "k": k,
-                    "t": k / L,
-                    "entry": float(seq[entry][k]),
-                    **{key: float(v[k]) for key, v in stat.items()},
-                }
-            )
-    return records, layers
+def _fc_data(d: dict):
+    """The run's synthetic neural-ODE data (:func:`common.data.neural_ode.make_neural_ode_data`) from its ``data``."""
+    return make_neural_ode_data(
+        dim=d["dim"],
+        num_train=d["num_train"],
+        num_test=d["num_test"],
+        seed=d["data_seed"],
+        steps=d["steps"],
+        noise=d["noise"],
+    )
 
 
 # ----------------------------------------------------------------------------- sweep analysis
@@ -325,49 +272,6 @@ def sweep_analysis_configs(sweep_dirs: Iterable[Path], *, input_size: int | None
             }
         )
     return configs
-
-
-def folded_conv(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> torch.Tensor:
-    """The kernel of ``bn(conv(.))`` in eval mode as one conv (:func:`common.science.scaling.fold_batchnorm`), float64."""
-    weight, _ = scaling.fold_batchnorm(
-        conv.weight.detach().double(),
-        running_mean=bn.running_mean.double(),
-        running_var=bn.running_var.double(),
-        gamma=bn.weight.detach().double(),
-        beta=bn.bias.detach().double(),
-        eps=bn.eps,
-    )
-    return weight
-
-
-def stage_sequences(model: nn.Module, input_size: int) -> list[dict]:
-    """Per block: stage (1-based), downsampling or not, folded first conv ``A`` and last conv ``delta``, and
-    their input feature-map sizes (one dummy forward at ``input_size`` pixels)."""
-    sizes: dict[int, int] = {}
-    hooks = [
-        conv.register_forward_hook(lambda m, args, out: sizes.__setitem__(id(m), args[0].shape[-1]))
-        for block in model.blocks
-        for conv in (block.residual[0], block.residual[3])
-    ]
-    try:
-        with torch.no_grad():
-            model(torch.zeros(1, model.config.in_channels, input_size, input_size, dtype=model.stem[0].weight.dtype))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    blocks = []
-    for block, stage in zip(model.blocks, model.stage_of_block, strict=True):
-        first, last = block.residual[0], block.residual[3]
-        blocks.append(
-            {
-                "stage": stage + 1,
-                "downsample": not isinstance(block.shortcut, nn.Identity),
-                "A": folded_conv(first, block.residual[1]),
-                "delta": folded_conv(last, block.residual[4]),
-                "size": {"A": sizes[id(first)], "delta": sizes[id(last)]},
-            }
-        )
-    return blocks
 
 
 def analyse_sweep_run(spec: run_store.RunSpec) -> dict:
@@ -436,78 +340,6 @@ def _analyse_sweep_run(spec: run_store.RunSpec) -> dict:
 
 
 # ----------------------------------------------------------------------------- fits and tables
-def exponent_rows(records: Iterable[dict], level: float = scaling.DEFAULT_LEVEL) -> list[dict]:
-    """The exponent table: per (family, dataset, stage, tensor, norm) every exponent of :data:`TENSOR_EXPONENTS`."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in records:
-        groups[(r["family"], r["dataset"], r["stage"], r["tensor"], r["norm"])].append(r)
-    rows = []
-    for (family, dataset, stage, tensor, norm), group in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        points = [r for r in group if r["depth"] >= MIN_BLOCKS]
-        depths = [r["depth"] for r in points]
-        names = (
-            TENSOR_EXPONENTS["A"] if (family == "sweep" or tensor not in TENSOR_EXPONENTS) else TENSOR_EXPONENTS[tensor]
-        )
-        fitted: dict[str, float] = {}
-        for name in names:
-            step = scaling.STEPS[name]
-            if step.statistic not in group[0]:  # e.g. no trend/noise split in the spectral norm
-                continue
-            shown = RENAMED.get((tensor, name), name)
-            row = {
-                "family": family,
-                "dataset": dataset,
-                "stage": stage,
-                "tensor": tensor,
-                "norm": norm,
-                "exponent": shown,
-                "estimator": scaling.ESTIMATORS.get(name, ""),
-                "statistic": step.statistic,
-                "rule": step.rule,
-                "level": level,
-                "estimate": math.nan,
-                "ci_low": math.nan,
-                "ci_high": math.nan,
-                "status": "ok",
-                "interval": SLOPE_INTERVAL,
-                "paper": PAPER_EXPONENTS.get((family, tensor, shown), ""),
-            }
-            try:
-                fit = scaling.fit_power_law(depths, [r[step.statistic] for r in points], level)
-            except scaling.FitUnavailable as exc:
-                rows.append({**row, "status": exc.status, "n": len(points), "n_depths": len(set(depths))})
-                continue
-            offset = step.offset
-            if isinstance(offset, str):  # "-beta" / "-max_norm_exponent": nu needs this group's beta
-                beta_name = offset.lstrip("-")
-                if beta_name not in fitted:
-                    rows.append({**row, **fit.as_record(), "status": "needs beta", "interval": JOINT_INTERVAL})
-                    continue
-                beta_step = scaling.STEPS[beta_name]
-                _, fixed_low, fixed_high = scaling.exponent(fit, step.sign, -fitted[beta_name])  # beta held fixed
-                fit, (estimate, low, high) = scaling.joint_exponent(
-                    depths,
-                    [r[step.statistic] for r in points],
-                    [r[beta_step.statistic] for r in points],
-                    step,
-                    beta_step,
-                    level,
-                )
-                row |= {
-                    "statistic": f"{step.statistic} / {beta_step.statistic}",
-                    "interval": JOINT_INTERVAL,
-                    "ci_low_beta_fixed": fixed_low,
-                    "ci_high_beta_fixed": fixed_high,
-                }
-            else:
-                estimate, low, high = scaling.exponent(fit, step.sign, offset)
-            fitted[name] = estimate
-            rows.append(
-                {**row, **fit.as_record(), "level": level, "estimate": estimate, "ci_low": low, "ci_high": high}
-            )
-    return rows
-
-
 def _estimate_cell(r: dict) -> str:
     return f"{r['estimate']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r["status"] == "ok" else "-"
 

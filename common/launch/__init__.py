@@ -4,6 +4,7 @@
   :mod:`common.launch.decoder_flags`: the flags of the decoder scripts and of the scripts that train on a device;
 - :mod:`common.launch.launcher`: a job function run inline, in a local pool (:mod:`common.launch.local_pool`) or on
   SLURM through submitit (:mod:`common.launch.slurm`), finished runs skipped;
+  :mod:`common.launch.submitit_jobs`: a job array submitted, and every failed job read back into one error;
 - :mod:`common.launch.gpu_estimates`: ``--dry-run``'s GPU-hours, a launch model on the FLOP counter;
 - :mod:`common.launch.logs`: one log format, to stderr.
 

@@ -90,6 +90,17 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
         formatter_class=HelpFormatter,
     )
     shared = parser.add_argument_group("shared flags (every numbered script)")
+    add_record_flags(shared, launches=launches)
+    if not launches:
+        return parser
+    add_run_flags(shared)
+    add_slurm_flags(parser)
+    return parser
+
+
+def add_record_flags(shared: argparse._ArgumentGroup, *, launches: bool) -> None:
+    """``--preset``, ``--out`` and ``--verbose``, which every numbered script takes; a script that only reads
+    records (not ``launches``, 08) reads ``--out`` only and defaults ``--preset`` to its records' preset."""
     shared.add_argument(
         "--preset",
         choices=PRESETS,
@@ -110,8 +121,10 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
         + ("" if launches else ", read only"),
     )
     shared.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    if not launches:
-        return parser
+
+
+def add_run_flags(shared: argparse._ArgumentGroup) -> None:
+    """``--seed``, ``--device``, ``--launcher``, ``--runs-per-device`` and ``--dry-run``: a script that launches runs."""
     shared.add_argument("--seed", type=non_negative_int, default=0, help="base random seed of every planned run")
     shared.add_argument(
         "--device",
@@ -139,8 +152,6 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
         action="store_true",
         help="print the planned runs (and which are already finished) and exit without running",
     )
-    add_slurm_flags(parser)
-    return parser
 
 
 def check_flag_use(

@@ -1,7 +1,7 @@
 """GPU time of a plan from its FLOP counts and a launch model per step (issue 33): every number here is an estimate.
 
 No GPU has run this code yet, so each constant below is an assumption about an H100-class GPU (:data:`H100`) and
-about this code's kernels (:data:`LAUNCH`), to be replaced by what ``benchmarks/gpu_throughput.py`` measures. The
+about this code's kernels (:data:`LAUNCH`), to be replaced by what ``benchmarks/gpu_check.py`` measures. The
 model, for one run:
 
 - A **phase** (training, the test-set evaluations every ``eval_every`` epochs, the final float32 evaluation, a
@@ -21,9 +21,9 @@ model, for one run:
   alone). The rolling pool starts the longest runs first (:func:`common.launch.local_pool.longest_first`), so it ends on
   short ones and the sum is a fair makespan for one device; on G devices divide by G.
 
-FLOPs are counted from the models (as :func:`common.training.flops.training_flops_per_image` counts them, on the meta device,
-at N = 0..3, extended by whole cycles of three blocks: every ResNet-(8+N) with N = 3q + r costs ResNet-8's plus q cycles plus r blocks of one);
-a forward pass is a third of a training pass (the backward pass costs two forwards). Dataset sizes come from
+FLOPs are not counted here: a training pass's are :func:`common.models.resnet_flops.resnet_training_flops_per_image`'s
+(the one counter: PyTorch's on the meta device), and a forward pass is a third of that (the backward pass costs two
+forwards); this module adds only the launch model on top. Dataset sizes come from
 :data:`DATASET_SIZES` (a dry run loads no data). :func:`plan_estimate` estimates the unfinished runs of a plan,
 :func:`describe` words it, each number marked "estimate"; ``--dry-run`` prints it
 (:func:`common.launch.launcher.launch_from_args`).
@@ -31,22 +31,16 @@ a forward pass is a third of a training pass (the backward pass costs two forwar
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
-
 from common.errors import UserError
-from common.models.resnet import ResNet, ResNetConfig
-from common.presets.paper import CIFAR_STAGE_WIDTHS
+from common.models.resnet import ResNetConfig
+from common.models.resnet_flops import resnet_training_flops_per_image
 from common.runs import run_store as runs
 from common.runs.run_store import RunSpec
-from common.training.flops import COUNT_BATCH
 
 ESTIMATE = "estimate"  # the word every printed number carries
 
@@ -65,7 +59,7 @@ class Device:
     host_step_s: float  # Python per step outside the kernels (the loop, the optimiser's Python, the schedule)
 
 
-# An H100-class GPU (H100 SXM or H200), every value an estimate until benchmarks/gpu_throughput.py measures it.
+# An H100-class GPU (H100 SXM or H200), every value an estimate until benchmarks/gpu_check.py measures it.
 # bf16: 5% of the 989 TFLOP/s dense datasheet peak -- convolutions of 16 to 64 channels at 32 x 32 to 8 x 8 are
 # memory-bound and use tensor cores badly (issue 33's reading: ResNet-108 reaches about 5% of the bf16 rate).
 # float32 without TF32: ~40% of the 67 TFLOP/s float32 peak; float64 (no tensor-core convolutions): ~15% of 67.
@@ -173,33 +167,6 @@ class PlanEstimate:
         return max((r.alone_s for r in self.runs), default=0.0)
 
 
-# ----------------------------------------------------------------------------- FLOPs of the sweep's ResNets
-@functools.cache
-def _cycle_flops(widths: tuple[int, ...], side: int, classes: int) -> tuple[int, ...]:
-    """Training FLOPs per image of ResNet-8 .. ResNet-11 (N = 0..3), counted as :mod:`common.training.flops` counts them (one
-    forward and backward pass of the batch-mean cross-entropy, ``FlopCounterMode``) but on the meta device: no
-    compute, so that a dry run stays quick."""
-    counts = []
-    for n in range(4):
-        with torch.device("meta"):
-            model = ResNet(ResNetConfig(extra_blocks=n, widths=widths, num_classes=classes)).train()
-            x = torch.zeros((COUNT_BATCH, 3, side, side))
-            y = torch.arange(COUNT_BATCH) % classes
-            with FlopCounterMode(display=False) as counter:
-                F.cross_entropy(model(x), y).backward()
-        counts.append(int(counter.get_total_flops()) // COUNT_BATCH)
-    return tuple(counts)
-
-
-def resnet_training_flops(n: int, widths: Sequence[int] = CIFAR_STAGE_WIDTHS, side: int = 32, classes: int = 10) -> int:
-    """Training FLOPs (forward + backward) per image of ResNet-(8+N): N = 3q + r costs ResNet-8's, q whole cycles of
-    three blocks and the first r blocks of one (CIFAR-10: 72,552,192 + 28,311,552 N, 3 x 12.24 M and 3 x 4.72 M
-    multiply-adds at 2 FLOPs each, less the stem's input gradient, which is never computed)."""
-    f = _cycle_flops(tuple(widths), int(side), int(classes))
-    q, r = divmod(int(n), 3)
-    return f[0] + q * (f[3] - f[0]) + (f[r] - f[0])
-
-
 # ----------------------------------------------------------------------------- runs of scripts 01, 02, 03, 06
 @dataclass(frozen=True)
 class Shapes:
@@ -218,7 +185,9 @@ class Shapes:
         return 4 + self.depth_n
 
     def training(self) -> float:
-        return float(resnet_training_flops(self.depth_n, self.widths, self.side, self.classes))
+        return float(
+            resnet_training_flops_per_image(self.depth_n, self.widths, (3, self.side, self.side), self.classes)
+        )
 
     def forward(self) -> float:
         return self.training() / 3
@@ -417,7 +386,6 @@ __all__ = [
     "matched_run",
     "plan_estimate",
     "probe_run",
-    "resnet_training_flops",
     "shapes_of",
     "training_phases",
     "training_run",

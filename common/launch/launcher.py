@@ -12,8 +12,11 @@ A *job function* lives in ``common/experiments/`` (so submitit can pickle it), t
   there are CPU cores on a machine without any, times ``--runs-per-device`` (the longest runs
   first: :func:`common.launch.local_pool.local_slots`, :func:`common.launch.local_pool.longest_first`);
 - ``slurm``: one SLURM job array per call (parameters from a profile, see
-  :mod:`common.launch.slurm`), requeued on preemption or timeout and resumed from the run's last
-  checkpoint; waited for only with ``--wait``.
+  :mod:`common.launch.slurm`; submitted by :mod:`common.launch.submitit_jobs`), requeued on preemption or timeout
+  and resumed from the run's last checkpoint; waited for only with ``--wait``.
+
+A failed local or SLURM job is read back by :func:`common.launch.submitit_jobs.raise_failures`: one error names
+every failed run, its exception and its log.
 
 Finished runs are skipped before anything is started or submitted, and runs whose SLURM job is
 still queued or running are not submitted again: rerunning a command never does a run twice.
@@ -24,10 +27,8 @@ A script whose runs are one process each refuses to be started several times by 
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ from common.errors import UserError
 from common.launch import gpu_estimates, slurm
 from common.launch.local_pool import LocalSlot, local_slots, longest_first, run_local
 from common.launch.logs import setup_logging
+from common.launch.submitit_jobs import raise_failures, submit_array
 from common.runs import locks as locks_io
 from common.runs import run_store
 from common.runs.run_store import RunSpec
@@ -191,28 +193,34 @@ def launch(
     job = RunJob(fn)
     folder = Path(log_folder) if log_folder else default_log_folder(specs)
     if launcher == "inline":
-        busy = []
-        for spec in tqdm(plan.todo, desc=desc, unit="run", disable=not plan.todo):
-            try:
-                job(spec)
-            except locks_io.RunLocked as exc:
-                if len(plan.todo) == 1:
-                    raise
-                log.warning("%s; skipped here, the other runs go on", exc)
-                busy.append(spec)
-        _refuse_busy([spec for spec in busy if not run_store.is_done(spec.dir)], len(plan.specs))
+        _run_inline(job, plan, desc)
     elif launcher == "local":
         if plan.todo:
             slots = slots if slots is not None else local_slots("auto", distributed=False)
             todo = longest_first(plan.todo, cost)
             jobs = run_local(job, todo, executor_params or {}, folder, slots, desc)
-            _raise_failures(list(zip(todo, jobs, strict=True)), {})
+            raise_failures(list(zip(todo, jobs, strict=True)), {})
     elif launcher == "slurm":
         if not _launch_slurm(job, plan, executor_params or {}, folder, desc, wait, wait_timeout_s):
             return None
     else:
         raise UserError(f"--launcher {launcher}: unknown launcher; use inline, local or slurm")
     return [run_store.read_result(spec.dir) for spec in plan.specs]
+
+
+def _run_inline(job: RunJob, plan: Plan, desc: str) -> None:
+    """``plan``'s unfinished runs one after another in this process; a run another process is training is skipped
+    and, if still unfinished at the end, refused (:func:`_refuse_busy`), unless it was the only run (then it raises)."""
+    busy = []
+    for spec in tqdm(plan.todo, desc=desc, unit="run", disable=not plan.todo):
+        try:
+            job(spec)
+        except locks_io.RunLocked as exc:
+            if len(plan.todo) == 1:
+                raise
+            log.warning("%s; skipped here, the other runs go on", exc)
+            busy.append(spec)
+    _refuse_busy([spec for spec in busy if not run_store.is_done(spec.dir)], len(plan.specs))
 
 
 def _refuse_busy(busy: Sequence[RunSpec], planned: int) -> None:
@@ -258,38 +266,54 @@ def launch_from_args(
         if not distributed:
             refuse_torchrun()
         return launch_torchrun_ranks(fn, specs, args, desc=desc)
-    resolved, slots = None, None
     per_device = getattr(args, "runs_per_device", 1)
-    if launcher == "slurm":
+    params, resolved, slots = _executor_setup(args, job_kind, distributed, per_device)
+    if getattr(args, "slurm_profile", None) and launcher != "slurm":
+        log.warning("--slurm-profile is used only with --launcher slurm; ignored")
+    if getattr(args, "dry_run", False):
+        _print_dry_run(specs, launcher, per_device, resolved, params)
+        return None
+    check_before_creating(specs, launcher, check)
+    wait = getattr(args, "wait", False)
+    return launch(fn, specs, launcher=launcher, executor_params=params, desc=desc, wait=wait, slots=slots, cost=cost)
+
+
+def _executor_setup(
+    args, job_kind: str, distributed: bool, per_device: int
+) -> tuple[dict[str, Any], slurm.Resolved | None, list[LocalSlot] | None]:
+    """``(executor parameters, the SLURM profile resolved for job_kind, the local slots)`` of ``args.launcher``: the
+    latter two None where that launcher has none."""
+    resolved, slots = None, None
+    if args.launcher == "slurm":
         profile = slurm.load_profile(getattr(args, "slurm_profile", None))
         overrides = slurm.overrides_from_args(args)
         resolved = slurm.resolve(profile, job_kind, overrides, distributed=distributed, runs_per_device=per_device)
         params = resolved.executor_params()
-    elif launcher == "local":
+    elif args.launcher == "local":
         params = {"timeout_min": LOCAL_TIMEOUT_MIN}
         slots = local_slots(getattr(args, "device", "auto"), distributed=distributed, runs_per_device=per_device)
     else:
         params = {}
         if per_device != 1:
             log.warning("--runs-per-device is used only with --launcher local or slurm; ignored")
-    if getattr(args, "slurm_profile", None) and launcher != "slurm":
-        log.warning("--slurm-profile is used only with --launcher slurm; ignored")
-    if getattr(args, "dry_run", False):
-        plan = Plan.of(specs)
-        queued = slurm.queued_jobs(s.dir for s in plan.todo) if launcher == "slurm" else {}
-        print(plan.describe(queued))
-        estimate = gpu_estimates.describe(gpu_estimates.plan_estimate(plan.todo), per_device)
-        if estimate is not None:  # the unfinished runs' FLOPs and GPU time, each an estimate (issue 33)
-            print(estimate)
-        if resolved is not None:
-            n = len(plan.todo) - len(queued)
-            shape = "one job array" if n > 1 else "one job" if n == 1 else "nothing"
-            print(f"--launcher slurm would submit {n} jobs ({shape}); {resolved.describe()}:")
-            print(slurm.sbatch_preview(slurm.with_repo_on_path(params), default_log_folder(specs), n))
-        return None
-    check_before_creating(specs, launcher, check)
-    wait = getattr(args, "wait", False)
-    return launch(fn, specs, launcher=launcher, executor_params=params, desc=desc, wait=wait, slots=slots, cost=cost)
+    return params, resolved, slots
+
+
+def _print_dry_run(
+    specs: Sequence[RunSpec], launcher: str, per_device: int, resolved: slurm.Resolved | None, params: dict[str, Any]
+) -> None:
+    """``--dry-run``: the plan, the unfinished runs' estimated GPU time and, with SLURM, what would be submitted."""
+    plan = Plan.of(specs)
+    queued = slurm.queued_jobs(s.dir for s in plan.todo) if launcher == "slurm" else {}
+    print(plan.describe(queued))
+    estimate = gpu_estimates.describe(gpu_estimates.plan_estimate(plan.todo), per_device)
+    if estimate is not None:  # the unfinished runs' FLOPs and GPU time, each an estimate (issue 33)
+        print(estimate)
+    if resolved is not None:
+        n = len(plan.todo) - len(queued)
+        shape = "one job array" if n > 1 else "one job" if n == 1 else "nothing"
+        print(f"--launcher slurm would submit {n} jobs ({shape}); {resolved.describe()}:")
+        print(slurm.sbatch_preview(slurm.with_repo_on_path(params), default_log_folder(specs), n))
 
 
 def refuse_torchrun() -> None:
@@ -395,48 +419,15 @@ def default_log_folder(specs: Sequence[RunSpec]) -> Path:
     return Path(out) / "submitit" / "%j"
 
 
-def make_executor(launcher: str, folder: str | Path, params: dict[str, Any]) -> submitit.AutoExecutor:
-    """A submitit ``AutoExecutor`` for ``local`` or ``slurm`` with ``params`` applied.
-
-    SLURM jobs get the repository on ``PYTHONPATH`` (see :func:`common.launch.slurm.with_repo_on_path`).
-    """
-    params = dict(params)
-    max_num_timeout = params.pop("slurm_max_num_timeout", 3)
-    executor = submitit.AutoExecutor(folder=str(folder), cluster=launcher, slurm_max_num_timeout=max_num_timeout)
-    params.setdefault("timeout_min", 60)
-    if launcher == "slurm":
-        params = slurm.with_repo_on_path(params)
-    else:
-        params = {k: v for k, v in params.items() if not k.startswith("slurm_")}
-    executor.update_parameters(**params)
-    return executor
-
-
-def _submit(job: RunJob, todo: list[RunSpec], launcher: str, params: dict, folder: Path) -> list[submitit.Job]:
-    """Submit ``todo`` as one job array; a cluster that does not answer (``sbatch`` failing, or missing) is one
-    :class:`UserError` carrying sbatch's own message (which submitit would print apart)."""
-    executor = make_executor(launcher, folder, params)
-    said = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(said), executor.batch():
-            jobs = [executor.submit(job, spec) for spec in todo]
-    except (submitit.core.utils.FailedJobError, OSError) as exc:
-        text = " ".join((str(exc).strip() or said.getvalue().strip() or type(exc).__name__).split())
-        raise UserError(
-            f"--launcher {launcher}: sbatch could not submit the jobs ({text[:300]}); check that the cluster "
-            "answers (sinfo, squeue) and the profile's partition and account, or use --launcher local or inline"
-        ) from None
-    log.info(
-        "submitted %d jobs (%s): ids %s; logs under %s", len(jobs), launcher, ", ".join(j.job_id for j in jobs), folder
-    )
-    return jobs
-
-
 def _launch_slurm(job: RunJob, plan: Plan, params: dict, folder: Path, desc: str, wait: bool, wait_timeout_s) -> bool:
     """Submit what is neither finished nor queued; report; wait when asked. False: not waited."""
     queued = slurm.queued_jobs(spec.dir for spec in plan.todo)
     to_submit = [spec for spec in plan.todo if spec.dir not in queued]
-    submitted = _submit(job, to_submit, "slurm", params, folder) if to_submit else []
+    submitted = []
+    if to_submit:
+        submitted = submit_array(job, to_submit, "slurm", params, folder)
+        ids = ", ".join(j.job_id for j in submitted)
+        log.info("submitted %d jobs (%s): ids %s; logs under %s", len(submitted), "slurm", ids, folder)
     for spec, sub in zip(to_submit, submitted, strict=True):
         slurm.record_submission(spec.dir, sub, folder)
     print(_submission_report(plan, submitted, queued, folder, waiting=wait), flush=True)
@@ -445,7 +436,7 @@ def _launch_slurm(job: RunJob, plan: Plan, params: dict, folder: Path, desc: str
     handles = {spec.dir: sub for spec, sub in zip(to_submit, submitted, strict=True)} | dict(queued)
     pairs = [(spec, handles[spec.dir]) for spec in plan.todo]
     lost = slurm.wait_for_jobs([sub for _, sub in pairs], desc=desc, timeout_s=wait_timeout_s)
-    _raise_failures(pairs, lost)
+    raise_failures(pairs, lost)
     return True
 
 
@@ -475,51 +466,3 @@ def _submission_report(
             + "; ".join(f'common.runs.run_store.collect("{e}/*")' for e in experiments)
         )
     return "\n".join(lines)
-
-
-def _raise_failures(pairs: list[tuple[RunSpec, submitit.Job]], lost: Mapping[str, str]) -> None:
-    """Wait for each job's outcome; raise one :class:`UserError` listing every failed run."""
-    failures = []
-    for spec, sub in pairs:
-        log_path = sub.task(0).paths.stderr
-        if sub.job_id in lost:
-            failed = failed_task(sub)
-            if failed is not None:  # one task raised and the job ended the others (srun --kill-on-bad-exit)
-                task, reason = failed
-                log_path = sub.task(task).paths.stderr
-                failures.append(f"{spec.name}: job {sub.job_id} ended: task {task} failed: {reason} (log: {log_path})")
-            else:
-                failures.append(f"{spec.name}: job {sub.job_id} {lost[sub.job_id]} (log: {log_path})")
-            continue
-        try:
-            sub.results()
-        except Exception as exc:  # submitit wraps the job's exception with its traceback
-            failures.append(f"{spec.name}: {failure_reason(exc)} (log: {log_path})")
-            continue
-        if not run_store.is_done(spec.dir):
-            failures.append(f"{spec.name}: job {sub.job_id} ended without writing {run_store.RESULT} (log: {log_path})")
-    if failures:
-        raise UserError(
-            f"{len(failures)} of {len(pairs)} runs failed; fix and rerun (finished runs are skipped): "
-            + "; ".join(failures)
-        )
-
-
-def failed_task(sub: submitit.Job) -> tuple[int, str] | None:
-    """The first task of a job that wrote an error as its outcome: ``(task, its exception line)``."""
-    for task in range(sub.num_tasks):
-        path = sub.task(task).paths.result_pickle
-        try:
-            outcome, payload = submitit.core.utils.pickle_load(path)
-        except Exception:  # no outcome (killed), or an unreadable one
-            continue
-        if outcome == "error":
-            return task, failure_reason(payload)
-    return None
-
-
-def failure_reason(exc: BaseException | str) -> str:
-    """The job's own exception line (``RuntimeError: ...``) out of submitit's wrapped traceback."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt|Exit)\b.*", line)]
-    return raised[-1] if raised else (lines[0] if lines else type(exc).__name__)

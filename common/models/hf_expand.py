@@ -57,9 +57,9 @@ from common.models.hf_decoder import (
     zero_output_layer,
 )
 from common.presets.expand_decoder import POLICIES
-from common.science.probe import probe_mode
+from common.science.activations import probe_mode
 from common.science.projection import GramAccumulator
-from common.training.loop import classification_loss
+from common.training.epoch import classification_loss
 
 FUNCTION_ATOL = 1e-5  # |logits difference| bound of the function check (float32; measured 0 on the CPU, see docs)
 GENERATE_TOKENS = 8  # greedy tokens compared by the function check

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import ParamError
-from common.science.probe import BN_MODES
+from common.science.activations import BN_MODES
 
 DEFAULT_BATCH_SIZE = 128  # analysis batch size (docs/decisions.md): AG_l ~ 1/sqrt(batch)
 DEFAULT_N_BATCHES = 10  # B analysis batches per model

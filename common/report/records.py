@@ -31,7 +31,7 @@ Which records (docs/decisions.md, section "Figures and the claims report"):
   identity checks (``V_S,l <= AG_l``; the matched insertion's drop at small alpha), which hold by
   construction and are never counted among reproduced claims.
 - **Weight scaling**: 07's per-depth records of the preset, fitted again here with
-  :func:`common.experiments.weight_scaling.exponent_rows` (a fit of a few numbers, not a training).
+  :func:`common.experiments.weight_scaling_fits.exponent_rows` (a fit of a few numbers, not a training).
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ from common.experiments import (
     probe_ag,
     pythia_cpt,
     weight_scaling,
+    weight_scaling_fits,
 )
 from common.experiments.probe_ag import probe_tag
-from common.experiments.shared import resnet_sweep
+from common.experiments.shared import resnet_sweep, resnet_sweep_records
 from common.presets.make_figures import report_preset
 from common.presets.probe_ag import DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES
 from common.runs import run_store
@@ -139,7 +140,7 @@ class Records:
 
 
 NUMBERS = {  # result keys that must be finite numbers (NaN or None: the run is left out and named)
-    SWEEP: resnet_sweep.RESULT_KEYS,
+    SWEEP: resnet_sweep_records.RESULT_KEYS,
     PROBE: ("ag_max", "ag_max_per_example"),
     gpt2_ascend.EXPERIMENT: ("ag_max",),
     PYTHIA: ("ag_max",),
@@ -304,10 +305,29 @@ def load_records(out: str | Path, preset: str, scan: Scan | None = None) -> Reco
     out = Path(out)
     scan = scan if scan is not None else scan_records(out)
     rec = Records(out=out, preset=preset, dropped=[(str(d), why) for d, why in scan.dropped])
-    all_sweep = scan.frames[SWEEP]
     sweep_presets = scan.sweep_presets
-    rec.sweep = select_preset(all_sweep, preset, SWEEP, rec.elsewhere)
+    rec.sweep = select_preset(scan.frames[SWEEP], preset, SWEEP, rec.elsewhere)
     probe = select_preset(with_sweep_preset(scan.frames[PROBE], sweep_presets), preset, PROBE, rec.elsewhere)
+    read_probe(rec, probe)
+    gpt = select_preset(scan.frames[gpt2_ascend.EXPERIMENT], preset, gpt2_ascend.EXPERIMENT, rec.elsewhere)
+    rec.gpt = largest_group(gpt, gpt_group)
+    rec.exact_candidates = exact_candidates(probe, gpt)
+    read_pythia(rec, select_preset(scan.frames[PYTHIA], preset, PYTHIA, rec.elsewhere))
+    rec.growth = growth_tables(out, preset, rec.elsewhere)
+    matched = select_preset(
+        with_sweep_preset(scan.frames[matched_insertion.EXPERIMENT], sweep_presets),
+        preset,
+        matched_insertion.EXPERIMENT,
+        rec.elsewhere,
+    )
+    if len(matched):
+        rec.matched = matched_table(matched)
+    read_scaling(rec, scan.frames[weight_scaling.EXPERIMENT], sweep_presets)
+    return rec
+
+
+def read_probe(rec: Records, probe: pd.DataFrame) -> None:
+    """``rec.probe``: one probe setting per dataset, each run joined with its sweep run's losses; and its candidates."""
     rec.probe, rec.probe_settings = choose_probe_setting(probe)
     if len(rec.probe):
         losses = rec.sweep.assign(sweep_run=rec.sweep["run_dir"].map(lambda p: Path(p).name))[
@@ -316,8 +336,11 @@ def load_records(out: str | Path, preset: str, scan: Scan | None = None) -> Reco
         rec.probe = rec.probe.drop(columns=[c for c in ("train_loss", "test_loss", "test_acc") if c in rec.probe])
         rec.probe = rec.probe.merge(losses, on="sweep_run", how="left")
         rec.probe_candidates = candidate_rows(rec.probe, ("dataset", "depth_n", "seed"))
-    gpt = select_preset(scan.frames[gpt2_ascend.EXPERIMENT], preset, gpt2_ascend.EXPERIMENT, rec.elsewhere)
-    rec.gpt = largest_group(gpt, gpt_group)
+
+
+def exact_candidates(probe: pd.DataFrame, gpt: pd.DataFrame) -> pd.DataFrame:
+    """Every candidate of every exact run (02's under any setting, then 05's) with its ``growth_value``, ``source``
+    naming where it came from (``ResNet <dataset>``, ``GPT-2``)."""
     exact = [
         candidate_rows(probe[probe["exact"].astype(bool)], ("dataset", "depth_n", "seed")).assign(
             source=lambda d: "ResNet " + d["dataset"]
@@ -328,40 +351,40 @@ def load_records(out: str | Path, preset: str, scan: Scan | None = None) -> Reco
     if len(gpt):
         exact.append(candidate_rows(gpt[gpt["exact"].astype(bool)], ("n_layer", "seed")).assign(source="GPT-2"))
     exact = [e for e in exact if len(e) and "growth_value" in e]
-    rec.exact_candidates = (
-        pd.concat(exact, ignore_index=True).dropna(subset=["growth_value"]) if exact else pd.DataFrame()
-    )
-    pythia = select_preset(scan.frames[PYTHIA], preset, PYTHIA, rec.elsewhere)
+    return pd.concat(exact, ignore_index=True).dropna(subset=["growth_value"]) if exact else pd.DataFrame()
+
+
+def read_pythia(rec: Records, pythia: pd.DataFrame) -> None:
+    """``rec.pythia``: one run per (model, depth, width), labelled (:func:`decoder_labels`); and its candidates."""
     if len(pythia):
         rec.pythia = decoder_labels(
             pythia.sort_values(["n_layer", "d_model", "run_dir"]).drop_duplicates(["model", "n_layer", "d_model"])
         )
         rec.pythia_candidates = candidate_rows(rec.pythia, ("model", "n_layer"))
-    rec.growth = growth_tables(out, preset, rec.elsewhere)
-    matched = select_preset(
-        with_sweep_preset(scan.frames[matched_insertion.EXPERIMENT], sweep_presets),
-        preset,
-        matched_insertion.EXPERIMENT,
-        rec.elsewhere,
-    )
-    if len(matched):
-        rows = [
-            {**row, "dataset": r["dataset"], "candidate_rule": r["candidate_rule"], "run": Path(r["run_dir"]).name}
-            for r in matched.to_dict("records")
-            for row in r["rows"]
-        ]
-        rec.matched = pd.DataFrame(rows)
-    scaling_runs = scan.frames[weight_scaling.EXPERIMENT].copy()
+
+
+def matched_table(matched: pd.DataFrame) -> pd.DataFrame:
+    """06's runs one row per recorded insertion, each with its run's dataset, candidate rule and run name."""
+    rows = [
+        {**row, "dataset": r["dataset"], "candidate_rule": r["candidate_rule"], "run": Path(r["run_dir"]).name}
+        for r in matched.to_dict("records")
+        for row in r["rows"]
+    ]
+    return pd.DataFrame(rows)
+
+
+def read_scaling(rec: Records, scaling_runs: pd.DataFrame, sweep_presets: dict[str, str]) -> None:
+    """``rec.scaling`` and ``rec.exponents``: 07's per-depth records of the preset, fitted again (module docstring)."""
+    scaling_runs = scaling_runs.copy()
     if len(scaling_runs):
         from_sweep = scaling_runs["family"] == "sweep"
         if from_sweep.any():  # a sweep analysis takes the preset of the sweep run it analysed
             scaling_runs.loc[from_sweep, "preset"] = scaling_runs.loc[from_sweep, "sweep_run"].map(sweep_presets)
-        scaling_runs = select_preset(scaling_runs, preset, weight_scaling.EXPERIMENT, rec.elsewhere)
+        scaling_runs = select_preset(scaling_runs, rec.preset, weight_scaling.EXPERIMENT, rec.elsewhere)
         if len(scaling_runs):
             records = weight_scaling.record_rows(scaling_runs.to_dict("records"))
             rec.scaling = pd.DataFrame(records)
-            rec.exponents = pd.DataFrame(weight_scaling.exponent_rows(records))
-    return rec
+            rec.exponents = pd.DataFrame(weight_scaling_fits.exponent_rows(records))
 
 
 def decoder_labels(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,8 @@
 """The science: the paper's quantities as functions of tensors and modules (torch, numpy, scipy; nothing else of ours).
 
-- :mod:`common.science.probe`: ``AG_l`` and ``AGmax`` at every candidate (Sec. 3), and the Gram statistics;
+- :mod:`common.science.probe`: ``AG_l`` and ``AGmax`` at every candidate (Sec. 3), with the growth values and App. G's
+  contributions; :mod:`common.science.activations`: its pass over a frozen model (``z_l``, ``G_l = dL/dz_l``);
+  :mod:`common.science.gram`: the tangent-space Gram statistics (``Psi^T Psi``, ``Psi^T G``; App. H.1's regression);
 - :mod:`common.science.projection` and :mod:`common.science.tangent`: the growth value ``V_S,l``, the projection of
   the activation gradient onto a zero-output block's tangent space (Theorem 1), per block family;
 - :mod:`common.science.growth`: zero-output (function-preserving) insertion and the gradient-matched one (App. E);

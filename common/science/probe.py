@@ -1,7 +1,7 @@
 """Activation-gradient scores at every insertion candidate: one forward, one backward (B.1; docs/design.md).
 
-For analysis batch ``b`` with batch-mean loss ``L_b``, :func:`activation_gradients` captures
-``z_l`` and ``G_l = dL_b/dz_l`` at every candidate ``l`` (the input of ``candidate.module``,
+For analysis batch ``b`` with batch-mean loss ``L_b``, :func:`common.science.activations.activation_gradients`
+captures ``z_l`` and ``G_l = dL_b/dz_l`` at every candidate ``l`` (the input of ``candidate.module``,
 read by a forward pre-hook) in one forward and one backward pass (``torch.autograd.grad`` on
 the captured states, no full-backward module hooks). Parameters are frozen for the pass: the
 backward computes input gradients only, from the loss down to the first candidate (whose state
@@ -29,7 +29,8 @@ block inputs only, the head's input left out), each with the candidate attaining
 With ``contributions=True`` (App. G, no Gram matrix or eigendecomposition), per candidate the
 per-example contributions ``c_i(l) = Psi_i^T g_i`` (``Psi_i`` the tangent-feature rows of
 example ``i``, ``g_i = b * (its rows of dL_b/dz_l)`` its own loss gradient, exact in eval-mode
-BatchNorm) stream into :class:`common.science.projection.ContributionMoments`:
+BatchNorm; :func:`common.science.gram.example_contributions`) stream into
+:class:`common.science.projection.ContributionMoments`:
 
 - ``cross_gradient_norm_pooled``: ``||C_l||`` with ``C_l = mean_i c_i(l)``, the gradient of the
   mean loss over all probed examples w.r.t. ``V_l`` at 0 (Theorem 3's statistic);
@@ -45,7 +46,7 @@ protocol's standard zero-output block (:mod:`common.science.tangent`, ``U_l`` se
 - ``growth_value``: ``V_S,l`` on each analysis batch (``S`` = that batch, same normalisation as ``AG_l``, so
   ``growth_value <= ag_norm``), averaged over the batches; ``cross_gradient_norm`` likewise ``||C_l||_F``;
 - ``growth_value_pooled`` / ``cross_gradient_norm_pooled``: the same on the pooled sample ``S``
-  (Gram statistics streamed over all batches), with ``growth_fraction_pooled =
+  (Gram statistics streamed over all batches, :mod:`common.science.gram`), with ``growth_fraction_pooled =
   V_S,l / ||G_S||_F`` in ``[0, 1]`` (1 under realizability), ``tangent_dim`` k and ``tangent_rank``.
 
 BatchNorm runs in eval mode (running statistics) unless ``bn_mode="train"``; train mode uses
@@ -57,104 +58,26 @@ on Ampere and later GPUs, and HF32, which torch_npu allows for convolutions by d
 ``Psi`` to only ~1e-3 relative precision. The math mode it ran in (:func:`common.science.precision.math_mode`) and the device
 of its float64 statistics (:func:`common.science.precision.float64_device`: the CPU for MPS and NPU) are part of the result.
 
-One shared pass (:func:`sub_batch_passes`, by sub-batches with ``sub_batch``) feeds each candidate's sums, whose
-``exact`` and ``contributions`` modes (``_CandidateSums.add_exact``, ``add_contributions``) read the same states.
+One shared pass (:func:`common.science.activations.sub_batch_passes`, by sub-batches with ``sub_batch``) feeds each
+candidate's sums, whose ``exact`` and ``contributions`` modes (``_CandidateSums.add_exact``, ``add_contributions``)
+read the same states.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.science.activations import LossFn, probe_mode, sub_batch_passes
+from common.science.gram import CHUNK_ELEMENTS, example_contributions, tangent_gram
 from common.science.precision import float64_device, full_precision
-from common.science.projection import ContributionMoments, GramAccumulator
-from common.science.tangent import ZeroOutputBlock, candidate_family, make_zero_block
-
-BN_MODES = ("eval", "train")
-CHUNK_ELEMENTS = 1 << 20  # float64 elements per chunk of tangent features or padded maps (8 MiB)
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-# ----------------------------------------------------------------------------- one pass
-@contextlib.contextmanager
-def probe_mode(model: nn.Module, bn_mode: str = "eval") -> Iterator[nn.Module]:
-    """Eval mode (or BatchNorm in train mode), frozen parameters; everything restored on exit.
-
-    In ``bn_mode="train"`` the BatchNorm running statistics that the forward updates are put
-    back afterwards, so probing never changes the model.
-    """
-    if bn_mode not in BN_MODES:
-        raise ValueError(f"bn_mode must be one of {BN_MODES}, got {bn_mode!r}")
-    modes = {m: m.training for m in model.modules()}
-    grads = {p: p.requires_grad for p in model.parameters()}
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    buffers = {b: b.clone() for m in norms for b in m.buffers(recurse=False)} if bn_mode == "train" else {}
-    try:
-        model.eval()
-        if bn_mode == "train":
-            for m in norms:
-                m.train()
-        for p in grads:
-            p.requires_grad_(False)
-        yield model
-    finally:
-        for m, training in modes.items():
-            m.training = training
-        for p, flag in grads.items():
-            p.requires_grad_(flag)
-        with torch.no_grad():  # train mode: the running statistics its forward passes updated in place, put back
-            for b, saved in buffers.items():
-                b.copy_(saved)
-
-
-def activation_gradients(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    loss_fn: LossFn = F.cross_entropy,
-    candidates: list | None = None,
-) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-    """``(L_b, [z_l], [dL_b/dz_l])`` for every candidate, from one forward and one backward pass.
-
-    A forward pre-hook on each candidate's module reads ``z_l``; a state that does not require
-    grad (the first one, with frozen parameters) is replaced by a detached leaf view that does,
-    so the backward stops there. Call under :func:`probe_mode` (frozen parameters) to compute nothing
-    but input gradients.
-    """
-    candidates = candidates if candidates is not None else model.candidates()
-    states: list[torch.Tensor | None] = [None] * len(candidates)
-
-    def pre_hook(i: int):
-        def hook(module: nn.Module, args: tuple):
-            if states[i] is not None:
-                raise RuntimeError(f"candidate {candidates[i].name} was entered twice in one forward pass")
-            z, *rest = args
-            if not z.requires_grad:
-                z = z.detach().requires_grad_(True)
-            states[i] = z
-            return (z, *rest)
-
-        return hook
-
-    handles = [c.module.register_forward_pre_hook(pre_hook(i)) for i, c in enumerate(candidates)]
-    try:
-        with torch.enable_grad():
-            loss = loss_fn(model(x), y)
-    finally:
-        for h in handles:
-            h.remove()
-    missing = [c.name for c, z in zip(candidates, states, strict=True) if z is None]
-    if missing:
-        raise RuntimeError(f"the forward pass never entered candidates {missing}")
-    grads = torch.autograd.grad(loss, states)
-    return loss.detach(), [z.detach() for z in states], list(grads)
+from common.science.projection import ContributionMoments
+from common.science.tangent import candidate_family, make_zero_block
 
 
 # ----------------------------------------------------------------------------- scores
@@ -279,25 +202,7 @@ class ProbeResult:
         return [{**asdict(s), **measured} for s in self.scores]
 
 
-def sub_batches(b: int, size: int | None) -> list[slice]:
-    """The examples of a batch of ``b`` in consecutive slices of ``size`` (the last may be shorter); None: one slice."""
-    step = b if size is None else int(size)
-    if step < 1:
-        raise ValueError(f"sub-batch size must be positive, got {size}")
-    return [slice(start, min(start + step, b)) for start in range(0, b, step)]
-
-
-# ----------------------------------------------------------------------------- the shared pass and its three modes
-def sub_batch_passes(model: nn.Module, x, y, loss_fn: LossFn, candidates: list, sub_batch: int | None) -> Iterator:
-    """The ``sub_batch`` mode of the shared pass (:func:`probe_activation_gradients`): one batch's
-    :func:`activation_gradients` per sub-batch, its loss weighted ``s / b``; nothing of a sub-batch is kept here."""
-    b = int(x.shape[0])
-    for part in sub_batches(b, sub_batch):  # a sub-batch of s of b examples contributes (s / b) L_s to L_b
-        w = (part.stop - part.start) / b
-        weighted = loss_fn if w == 1.0 else (lambda outputs, targets, w=w: loss_fn(outputs, targets) * w)
-        yield activation_gradients(model, x[part], y[part], weighted, candidates)
-
-
+# ----------------------------------------------------------------------------- the shared pass and its modes
 class _CandidateSums:
     """One candidate's sums over the probed batches: ``AG_l`` and the per-example norms (every probe), with ``exact``
     the tangent regression's Gram statistics (:meth:`add_exact`), with ``contributions`` the per-example ``c_i(l)``
@@ -334,7 +239,7 @@ class _CandidateSums:
 
     def add_exact(self, z: torch.Tensor, g: torch.Tensor) -> None:
         """The ``exact`` mode: ``P = Psi^T Psi`` and ``X = Psi^T G`` of the sub-batch, merged into its batch's."""
-        acc = _tangent_gram(self.block, self.fam, z, g, self.chunk)
+        acc = tangent_gram(self.block, self.fam, z, g, self.chunk)
         if self.gram is None:
             self.gram = acc
         else:
@@ -377,6 +282,32 @@ class _CandidateSums:
             if self.direction is not None and n > 1:
                 s.contribution_direction_variance = m.direction_variance()
         return s
+
+
+def _candidate_sums(
+    model: nn.Module,
+    family: str | None,
+    seed: int,
+    bn_mode: str,
+    chunk: int,
+    *,
+    sub_batch: int | None,
+    exact: bool,
+    contributions: bool,
+    directions: list[torch.Tensor] | None,
+) -> list[_CandidateSums]:
+    """The options of :func:`probe_activation_gradients` checked, then one :class:`_CandidateSums` per candidate of
+    ``model``, each with its entry of ``directions`` (the probe's ``contribution_directions``; None: none)."""
+    if directions is not None and not contributions:
+        raise ValueError("contribution_directions need contributions=True")
+    if sub_batch is not None and bn_mode != "eval":
+        raise ValueError("sub-batches need examples that do not interact (train-mode BatchNorm): use bn_mode='eval'")
+    candidates = model.candidates()
+    directions = directions or [None] * len(candidates)
+    return [
+        _CandidateSums(c, family, seed, bn_mode, exact, contributions, d, chunk)
+        for c, d in zip(candidates, directions, strict=True)
+    ]
 
 
 def _probe_batch(model, x, y, loss_fn: LossFn, sub_batch: int | None, sums: list[_CandidateSums], f64) -> float:
@@ -423,16 +354,8 @@ def probe_activation_gradients(
     variance of ``c_i(l)`` is streamed (App. G's asymptotic interval: the calibration part's ``C_l``,
     :attr:`ProbeResult.cross_gradients`).
     """
-    if contribution_directions is not None and not contributions:
-        raise ValueError("contribution_directions need contributions=True")
-    if sub_batch is not None and bn_mode != "eval":
-        raise ValueError("sub-batches need examples that do not interact (train-mode BatchNorm): use bn_mode='eval'")
-    candidates = model.candidates()
-    directions = contribution_directions or [None] * len(candidates)
-    sums = [
-        _CandidateSums(c, family, seed, bn_mode, exact, contributions, d, chunk_elements)
-        for c, d in zip(candidates, directions, strict=True)
-    ]
+    modes = {"exact": exact, "contributions": contributions, "directions": contribution_directions}
+    sums = _candidate_sums(model, family, seed, bn_mode, chunk_elements, sub_batch=sub_batch, **modes)
     sizes, losses, f64 = [], [], torch.device("cpu")
     with probe_mode(model, bn_mode), full_precision() as mode:
         for x, y in batches:
@@ -458,147 +381,3 @@ def probe_activation_gradients(
         sub_batch=sub_batch,
         cross_gradients=[s.moments.cross_gradient() for s in sums] if contributions else None,
     )
-
-
-@torch.no_grad()
-def example_contributions(
-    block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor, scale: float, chunk_elements: int = CHUNK_ELEMENTS
-) -> Iterator[torch.Tensor]:
-    """Per-example ``c_i = Psi_i^T (scale * G_i)`` (float64, ``(m, k, d)`` per chunk of examples).
-
-    ``Psi_i`` and ``G_i`` are example ``i``'s rows of the tangent features and of ``g``; with
-    ``g = dL_b/dz_l`` of a batch-mean loss and ``scale = b``, ``scale * G_i`` is the gradient of
-    example ``i``'s own loss (eval-mode BatchNorm: examples do not interact), and the mean of
-    the ``c_i`` is the cross-gradient of the mean loss over the examples.
-    """
-    psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
-    rows, d = fam.rows_per_example(z), fam.width(z)
-    k = fam.feature_dim(d)
-    per_chunk = max(1, chunk_elements // max(1, rows * max(k, d)))
-    for start in range(0, z.shape[0], per_chunk):
-        sl = slice(start, start + per_chunk)
-        m = int(psi[sl].shape[0])
-        f64 = float64_device(z.device)  # float64 only where the device has it (the CPU for MPS, NPU)
-        features = fam.feature_rows(psi[sl]).to(f64).to(torch.float64).reshape(m, rows, k)
-        grads = fam.state_rows(g[sl]).to(f64).to(torch.float64).reshape(m, rows, d)
-        yield torch.bmm(features.transpose(1, 2), grads).mul_(scale)
-
-
-@torch.no_grad()
-def _tangent_gram(
-    block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor, chunk_elements: int
-) -> GramAccumulator:
-    """``P = Psi^T Psi`` and ``X = Psi^T G`` of one batch, streamed over example chunks (float64)."""
-    psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
-    return features_gram(fam, psi, g, chunk_elements)
-
-
-def features_gram(fam, psi: torch.Tensor, g: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS) -> GramAccumulator:
-    """``P = Psi^T Psi`` and ``X = Psi^T G`` (float64) of the tangent features of ``psi`` (the map a terminal layer
-    of family ``fam`` reads) and the state-shaped gradient ``g`` at its output: the family's structured route where
-    it has one, else the rows, streamed over example chunks."""
-    d, k = fam.width(g), int(fam.feature_rows(psi[:1]).shape[1])  # k: the features' columns (one example's rows)
-    acc = GramAccumulator(k, d, device=psi.device)
-    psi, g = psi.to(acc.device), g.to(acc.device)  # float64 only where the device has it (the CPU for MPS, NPU)
-    if fam.gram is not None and fam.gram_supported(psi):  # structured route, chunked inside
-        P, X = fam.gram(psi, g, chunk_elements=chunk_elements)
-        acc.update_statistics(P, X, float(torch.linalg.vector_norm(g, dtype=torch.float64)) ** 2, g.numel() // d)
-        return acc
-    per_chunk = max(1, chunk_elements // max(1, fam.rows_per_example(psi) * k))  # rows x k float64 features
-    for start in range(0, psi.shape[0], per_chunk):
-        sl = slice(start, start + per_chunk)
-        acc.update(fam.feature_rows(psi[sl]), fam.state_rows(g[sl]))
-    return acc
-
-
-# ----------------------------------------------------------------------------- per-example tangent regression (H.1)
-@dataclass
-class TangentRegression:
-    """Streamed statistics of the regression ``Psi W ~ G`` at one candidate, ``G`` the per-example gradients.
-
-    ``gram`` holds ``P = Psi^T Psi`` and ``X = Psi^T G`` where row ``r`` of ``G`` is the row of
-    ``g_i = d loss_i / d z_i`` (example ``i``'s own loss; exact with eval-mode BatchNorm, where
-    examples do not interact) and row ``r`` of ``Psi`` the protocol block's tangent features.
-    ``gram.solution()`` is the least-squares ``W* = P^+ X``, ``gram.growth_value()`` is
-    ``||Pi G||_F`` and ``gram.grad_norm()`` is ``||G||_F``; ``examples`` is ``n``.
-    """
-
-    gram: GramAccumulator
-    examples: int
-    index: int
-    family: str
-
-    def first_order_change(self, alpha: float) -> float:
-        """The first-order change of the mean loss when the block outputs ``-alpha Pi g``: ``-alpha ||Pi G||^2 / n``."""
-        return -alpha * self.gram.growth_value() ** 2 / self.examples
-
-    def pooled_growth_value(self) -> float:
-        """``V_S,l`` in the pooled mean-loss normalisation (rows ``G / n``): ``||Pi G||_F / n``."""
-        return self.gram.growth_value() / self.examples
-
-    def relative_residual(self) -> float:
-        """``||Pi G - G||_F / ||G||_F`` (0 under realizability, 1 when ``G`` is orthogonal to the tangent space)."""
-        g_sq, pi_sq = self.gram.grad_norm() ** 2, self.gram.growth_value() ** 2
-        return math.sqrt(max(g_sq - pi_sq, 0.0) / g_sq) if g_sq > 0 else 0.0
-
-
-def per_example_tangent_regression(
-    model: nn.Module,
-    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-    index: int,
-    *,
-    loss_fn: LossFn = F.cross_entropy,
-    family: str | None = None,
-    seed: int = 0,
-    chunk_elements: int = CHUNK_ELEMENTS,
-) -> TangentRegression:
-    """Stream ``P`` and ``X`` of candidate ``index`` over ``batches``, nothing of size ``n x d`` kept (App. H.1).
-
-    Each batch is one forward and one backward pass of the frozen model in eval mode with the
-    batch-mean loss ``loss_fn``; the per-example gradients are ``b`` times the rows of the batch
-    gradient. ``family`` and ``seed`` define the standard zero-output block exactly as in
-    :func:`probe_activation_gradients` and :func:`common.science.growth.insert_zero_block`.
-    """
-    candidate = model.candidates()[index]
-    fam = candidate_family(candidate, family)
-    block: ZeroOutputBlock | None = None
-    total: GramAccumulator | None = None
-    n = 0
-    with probe_mode(model, "eval"):
-        for x, y in batches:
-            _, (z,), (g,) = activation_gradients(model, x, y, loss_fn, [candidate])
-            b = int(x.shape[0])
-            if block is None:
-                block = make_zero_block(fam.name, fam.width(z), seed, candidate.index, like=z).eval()
-            acc = _tangent_gram(block, fam, z, g * b, chunk_elements)
-            if total is None:
-                total = acc
-            else:
-                total.merge(acc)
-            n += b
-    if total is None:
-        raise ValueError("per_example_tangent_regression got no batches")
-    return TangentRegression(gram=total, examples=n, index=candidate.index, family=fam.name)
-
-
-@torch.no_grad()
-def mean_loss(
-    model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], loss_fn: LossFn = F.cross_entropy
-) -> float:
-    """The mean per-example loss over ``batches`` in eval mode, the loss taken in float64 of the model's output.
-
-    ``loss_fn`` is a batch-mean loss; each batch contributes ``b`` times its value, so the result is
-    the mean over all examples whatever the batch sizes. Float64 here keeps a float32 model's loss
-    changes of ~1e-6 (a matched insertion at small ``alpha``) above the float32 rounding of the mean.
-    """
-    total, n = 0.0, 0
-    with probe_mode(model, "eval"):
-        for x, y in batches:
-            b = int(x.shape[0])
-            outputs = model(x)
-            f64 = float64_device(outputs.device)  # float64 only where the device has it (the CPU for MPS, NPU)
-            total += float(loss_fn(outputs.to(f64, torch.float64), y.to(f64))) * b  # float64 loss of the model's logits
-            n += b
-    if n == 0:
-        raise ValueError("mean_loss got no batches")
-    return total / n

@@ -185,6 +185,16 @@ def _conv_gram(
     if not _conv_gram_supported(psi):
         raise ValueError(f"the structured conv3x3 Gram needs maps of at least 4 x 4, got {tuple(psi.shape)}")
     c, h, w = psi.shape[1:]
+    full, xs, row_sums, col_sums, corners = _conv_sums(psi, g, chunk_elements)
+    p_blocks = _conv_p_blocks(full, row_sums, col_sums, corners, h, w)
+    return p_blocks.reshape(9 * c, 9 * c), xs.permute(2, 0, 1).reshape(9 * c, g.shape[1])
+
+
+def _conv_sums(psi: torch.Tensor, g: torch.Tensor, chunk_elements: int) -> tuple[torch.Tensor, ...]:
+    """The sums :func:`_conv_gram` assembles ``P`` and ``X`` from, over chunks of images (float64): per shift
+    ``delta`` of :data:`_SHIFTS` the sum over the overlap ``R_delta``; per offset ``o`` ``sum_p G[p] psi[p + o]^T``;
+    the edge rows (``delta_y = 0``) and columns (``delta_x = 0``) of ``R_delta``, and the four corners (``delta = 0``)."""
+    c, h, w = psi.shape[1:]
     d, row = g.shape[1], w + 2
     f64 = {"dtype": torch.float64, "device": psi.device}
     full = torch.zeros(len(_SHIFTS), c, c, **f64)  # sum over R_delta
@@ -212,7 +222,17 @@ def _conv_gram(
         for i, r in enumerate((0, h - 1)):
             for j, x in enumerate((0, w - 1)):
                 corners[i, j] += grid[:, :, r, x] @ grid[:, :, r, x].T
-    p_blocks = torch.empty(c, 9, c, 9, **f64)
+    return full, xs, row_sums, col_sums, corners
+
+
+def _conv_p_blocks(
+    full: torch.Tensor, row_sums: torch.Tensor, col_sums: torch.Tensor, corners: torch.Tensor, h: int, w: int
+) -> torch.Tensor:
+    """``P``'s 81 blocks ``(o, o')`` as ``(C, 9, C, 9)`` from the sums of :func:`_conv_sums`: each the overlap sum of
+    its shift ``delta = o' - o`` less the edge rows and columns where ``q - o`` leaves the image (the corners added
+    back), and its mirror block ``(o', o)`` the transpose."""
+    c = full.shape[1]
+    p_blocks = torch.empty(c, 9, c, 9, dtype=torch.float64, device=full.device)
     for k, (dy, dx) in enumerate(_SHIFTS):
         hy, lx, hx = h - dy, max(0, -dx), min(w, w - dx)
         for a, (oy, ox) in enumerate(_OFFSETS):
@@ -233,7 +253,7 @@ def _conv_gram(
                         block += corners[i, j]  # only for delta = 0
             p_blocks[:, a, :, b_index] = block
             p_blocks[:, b_index, :, a] = block.T
-    return p_blocks.reshape(9 * c, 9 * c), xs.permute(2, 0, 1).reshape(9 * c, d)
+    return p_blocks
 
 
 def _shifted_product(a: torch.Tensor, b: torch.Tensor, shift: int) -> torch.Tensor:

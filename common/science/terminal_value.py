@@ -16,7 +16,7 @@ projection vanishes exactly when ``Psi_b^T G_b = 0``, the weight gradient), what
 already has, free of the loss's and the batch's scale.
 
 BatchNorm in eval mode (running statistics), parameters frozen, under :func:`common.science.precision.full_precision`;
-nothing of the model is changed (:func:`common.science.probe.probe_mode`).
+nothing of the model is changed (:func:`common.science.activations.probe_mode`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.science.activations import probe_mode
+from common.science.gram import features_gram
 from common.science.precision import full_precision
-from common.science.probe import features_gram, probe_mode
 from common.science.tangent import ZeroOutputBlock, get_family
 
 

@@ -1,14 +1,15 @@
-"""One training loop for classifiers, regressions and token models (paper B.1-B.3 for the ResNet sweep).
+"""One run's training loop, its rounds, for classifiers, regressions and token models (paper B.1-B.3 for the sweep).
 
 The optimiser and schedule of a run are one declaration, its recipe (:mod:`common.training.recipes`: SGD,
-Adam or AdamW, stored in the run's config and rebuilt from it). :func:`train_epoch` is one pass of
-steps (per-step learning rate, bf16 autocast on accelerators, gradient accumulation, a periodic
-non-finite-loss check); :func:`train` runs the epochs (under an ``AdamWRecipe``, rounds of
-``eval_interval`` steps), with optional ``torch.compile`` and channels_last memory. After every
-epoch: one line in ``metrics.jsonl``; every ``eval_every``-th an evaluation and every ``checkpoint_every``-th an
-atomic checkpoint (model, optimizer, schedule, RNG states, epoch), the last epoch always both, so a killed run
-resumes and ends with bit-identical weights on the CPU. A non-finite loss stops the run with :class:`NonFiniteLossError` naming the step; nothing is
-marked finished. ``TrainSettings.stopping`` (an ``EarlyStopping``) may end a run after any epoch;
+Adam or AdamW, stored in the run's config and rebuilt from it). :func:`train` runs the rounds (epochs; under an
+``AdamWRecipe``, rounds of ``eval_interval`` steps), each one pass of steps,
+:func:`common.training.epoch.train_epoch` (per-step learning rate, bf16 autocast on accelerators, gradient
+accumulation, a periodic non-finite-loss check), with optional ``torch.compile`` and channels_last memory. After every
+epoch: one line in ``metrics.jsonl``; every ``eval_every``-th an evaluation (:func:`common.training.evaluation.evaluate`)
+and every ``checkpoint_every``-th an atomic checkpoint (model, optimizer, schedule, RNG states, epoch), the last epoch
+always both, so a killed run resumes (:func:`common.training.checkpoints.resume_run`) and ends with bit-identical
+weights on the CPU. A non-finite loss stops the run with :class:`common.training.epoch.NonFiniteLossError` naming the
+step; nothing is marked finished. ``TrainSettings.stopping`` (an ``EarlyStopping``) may end a run after any epoch;
 its state is in every checkpoint, so a resumed run stops at the same epoch.
 
 Batches are ``(inputs, targets)``; the model maps inputs to logits ``(..., classes)`` and the
@@ -23,252 +24,48 @@ in the summary's ``compile``); ``cudnn.benchmark`` is on for training where :fun
 says (CUDA, static shapes, no deterministic mode, a device of its own; the summary's ``cudnn_benchmark``); epoch times
 synchronise any accelerator (:func:`common.training.device.synchronize`); loss sums are float64
 (on the CPU for devices without float64); the final reported losses are evaluated in float32
-whatever the training precision, with TF32 and HF32 off (:func:`final_evaluation`); checkpoints
-hold the RNG state of the current device of the type the run computes on only, so a run resumes
+whatever the training precision, with TF32 and HF32 off (:func:`common.training.evaluation.final_evaluation`);
+checkpoints hold the RNG state of the current device of the type the run computes on only, so a run resumes
 under any number of visible devices and a CPU run never touches a GPU.
 
 Several processes (``torch.distributed``): DDP or FSDP2, placed by :mod:`common.training.parallel` (which
 also gathers the checkpoints' full state dicts and applies a checkpoint to resume from, read by
-rank 0 only); evaluations are split over the processes (:func:`evaluate`); a non-finite loss stops
-every process at once. Training ends with the gradients freed.
+rank 0 only); evaluations are split over the processes (:func:`common.training.evaluation.evaluate`); a non-finite
+loss stops every process at once. Training ends with the gradients freed.
 
 Run lifecycle (with :mod:`common.runs.run_store`): the caller prepares the run directory, calls
-:func:`train` (which also writes the final weights ``model.pt``), then :func:`finish_run`
-(``result.json`` last, then the checkpoint is dropped).
+:func:`train` (which also writes the final weights ``model.pt``), then
+:func:`common.training.checkpoints.finish_run` (``result.json`` last, then the checkpoint is dropped).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from common.errors import UserError
-from common.runs import atomic, record_io, run_store
-from common.science.precision import float32_reduced_on, float64_device, full_precision, supports_float64
+from common.runs import run_store
 from common.training import device as devices
+from common.training.checkpoints import resume_run, save_weights
 from common.training.compile import Compilation, compiled
+from common.training.epoch import train_epoch
+from common.training.evaluation import evaluate, final_evaluation
 from common.training.growing import GrowthState, RunGrowth, refuse_distributed, replay, schedule_at
 from common.training.growing import insert as insert_block
-from common.training.losses import chunked_cross_entropy
-from common.training.parallel import distribute, fsdp_bf16, full_state, place_model, rank, resume, world_size
+from common.training.parallel import distribute, fsdp_bf16, full_state, place_model, rank, world_size
 from common.training.recipes import Schedule, TrainSettings
 
 log = logging.getLogger(__name__)
 
-WEIGHTS = "model.pt"  # final weights of a finished run: {"model": state_dict}
 COUNTS = ("images", "tokens")  # what the rate of a round counts (train()'s ``counts``)
-
-
-class NonFiniteLossError(UserError):
-    """The training loss became NaN or inf; a :class:`UserError` (one line, exit 2): the fix is
-    a smaller learning rate or longer warm-up, and the run stays unfinished."""
-
-
-def classification_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
-    """Mean cross-entropy over every target position (a token model: the mean over sequences of each
-    sequence's mean token loss), in float32 (float64 logits: float64). bf16/float16 logits (autocast) without
-    label smoothing go through :func:`common.training.losses.chunked_cross_entropy`, which never holds the whole batch's
-    float32 logits; float32 and float64 logits, and label smoothing, through ``F.cross_entropy`` as always."""
-    logits = logits.flatten(0, -2)
-    if logits.dtype in (torch.bfloat16, torch.float16) and not label_smoothing:
-        return chunked_cross_entropy(logits, targets.flatten())
-    logits = logits if logits.dtype == torch.float64 else logits.float()
-    return F.cross_entropy(logits, targets.flatten(), label_smoothing=label_smoothing)
-
-
-def batch_loss(settings: TrainSettings, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The training loss ``settings.loss`` of one batch (cross-entropy with the recipe's label smoothing, or MSE)."""
-    if settings.loss == "mse":
-        return F.mse_loss(outputs.float(), targets.float())
-    return classification_loss(outputs, targets, settings.recipe.label_smoothing)
-
-
-@torch.no_grad()
-def evaluate(
-    model: nn.Module,
-    loader: Iterable,
-    device: torch.device,
-    *,
-    amp: bool = True,
-    loss: str = "cross_entropy",
-    split: bool = True,
-) -> dict:
-    """Mean cross-entropy and accuracy over every target of ``loader`` (eval mode, no augmentation);
-    with ``loss="mse"`` the mean squared error over every coordinate and no ``acc``.
-
-    Under ``torch.distributed`` (with ``split``) every process evaluates every ``world_size``-th batch
-    and the sums are all-reduced: each process must call it, and all get what one process evaluating
-    every batch gets (the float64 sums added in another order). ``loader`` must have a length there.
-    """
-    was_training = model.training
-    model.eval()
-    # float64 sum of per-batch float32 sums; on the CPU when the device has no float64 (MPS, NPU)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=float64_device(device))
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    count = 0
-    world, me = (world_size(), rank()) if split else (1, 0)
-    for x, y, counted in shard_batches(loader, me, world):
-        with devices.autocast(device, amp):
-            logits = model(x)
-        if not counted:
-            continue
-        if loss == "mse":
-            loss_sum += F.mse_loss(logits.float(), y.float(), reduction="sum").to(loss_sum.device).double()
-            count += y.numel()
-            continue
-        logits, y = logits.flatten(0, -2).float(), y.flatten()
-        loss_sum += F.cross_entropy(logits, y, reduction="sum").to(loss_sum.device).double()
-        correct += (logits.argmax(-1) == y).sum()
-        count += y.numel()
-    model.train(was_training)
-    total, right = loss_sum.item(), correct.item()
-    if world > 1:
-        total, right, count = _all_reduce_sums(device, total, right, count)
-    if loss == "mse":
-        return {"loss": total / max(count, 1), "n": int(count)}
-    return {"loss": total / max(count, 1), "acc": right / max(count, 1), "n": int(count)}
-
-
-def shard_batches(loader: Iterable, rank: int, world: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, bool]]:
-    """``(x, y, counted)``: this process's share of ``loader``, batches ``rank``, ``rank + world``, ...
-
-    Every process gets ``ceil(len(loader) / world)`` of them: a process with fewer repeats one with
-    ``counted=False``, because a forward of a DDP or FSDP model is a collective that every process
-    must run as often as the others.
-    """
-    if world == 1:
-        yield from ((x, y, True) for x, y in loader)
-        return
-    share = -(-len(loader) // world)  # type: ignore[arg-type]
-    first = spare = None
-    given = 0
-    for i, batch in enumerate(loader):
-        first = first or batch
-        if i % world == rank:
-            spare = batch
-            given += 1
-            yield (*batch, True)
-    for _ in range(share - given):
-        yield (*(spare or first), False)
-
-
-@dataclass
-class EpochStats:
-    """What one pass of :func:`train_epoch` measured (running means over its augmented batches)."""
-
-    step: int  # global step after the epoch
-    lr: float  # the last step's learning rate
-    loss: float
-    acc: float | None  # None for a regression (TrainSettings.loss == "mse")
-    examples: int
-    seconds: float
-    targets: int = 0  # target positions: one per example of a classifier, T per sequence of a token model
-
-    @property
-    def examples_per_s(self) -> float:
-        return self.examples / self.seconds if self.seconds > 0 else float("nan")
-
-    @property
-    def targets_per_s(self) -> float:
-        return self.targets / self.seconds if self.seconds > 0 else float("nan")
-
-
-def train_epoch(
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    loader: Iterable,
-    *,
-    schedule: Schedule,
-    step: int,
-    settings: TrainSettings,
-    device: torch.device,
-    where: str = "training",
-    epoch: int = 0,
-    no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
-) -> EpochStats:
-    """One pass over ``loader``: per step the scheduled learning rate, a forward (autocast), the loss, a
-    backward and an optimizer step; every ``settings.nan_check_every`` steps one host sync checks that
-    the losses were finite (:class:`NonFiniteLossError` names the first bad step and ``where``; under
-    ``torch.distributed`` the check is agreed by all processes, so every one of them stops).
-
-    With ``settings.accum_steps = k`` every ``k`` batches make one step (gradient accumulation): each
-    loss is divided by ``k`` and the gradients add up, so the step sees the gradient of the mean loss
-    over the ``k`` batches (under DDP, ``no_sync`` skips the gradient all-reduce of all but the last).
-    A recipe with ``grad_clip`` clips the gradient's global norm before the step. Under
-    ``torch.distributed`` the returned loss, accuracy and example count cover every process.
-
-    The training loop of every run, and what ``benchmarks/bench_train_step.py`` times. ``step`` is the
-    global step the pass starts at; the time includes a device synchronisation at the end.
-    """
-    start = time.perf_counter()
-    accum, clip = settings.accum_steps, settings.recipe.grad_clip
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    loss_sum, correct, seen, targets, batches = 0.0, torch.zeros((), dtype=torch.int64, device=device), 0, 0, 0
-    pending: list[torch.Tensor] = []
-    lr = schedule.base_lr
-    step_loss = torch.zeros(())
-    for i, (x, y) in enumerate(loader):
-        first, last = i % accum == 0, (i + 1) % accum == 0
-        if first:
-            lr = _set_lr(optimizer, schedule.lr(step))
-        with no_sync() if no_sync is not None and not last else contextlib.nullcontext():
-            with devices.autocast(device, settings.amp):
-                logits = forward(x)
-            loss = batch_loss(settings, logits, y)
-            if first:
-                optimizer.zero_grad(set_to_none=True)
-            (loss / accum if accum > 1 else loss).backward()
-        step_loss = loss.detach() if first else step_loss + loss.detach()
-        if settings.loss != "mse":
-            with torch.no_grad():
-                correct += (logits.detach().flatten(0, -2).argmax(-1) == y.flatten()).sum()
-        seen += x.shape[0]
-        targets += y.numel()
-        if not last:
-            continue
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(params, clip)
-        optimizer.step()
-        pending.append(step_loss / accum if accum > 1 else step_loss)
-        batches += 1
-        step += 1
-        if len(pending) >= settings.nan_check_every:
-            loss_sum += _check_finite(pending, step, epoch, batches - 1, where, device)
-            pending = []
-    if pending:
-        loss_sum += _check_finite(pending, step, epoch, batches - 1, where, device)
-    correct_n = correct.item()
-    if world_size() > 1:  # every process's share of the epoch
-        loss_sum, batches, correct_n, seen, targets = _all_reduce_sums(
-            device, loss_sum, batches, correct_n, seen, targets
-        )
-    devices.synchronize(device)  # the epoch's work has finished, not just been queued
-    return EpochStats(
-        step=step,
-        lr=lr,
-        loss=loss_sum / max(batches, 1),
-        acc=None if settings.loss == "mse" else correct_n / max(targets, 1),
-        examples=int(seen),
-        seconds=time.perf_counter() - start,
-        targets=int(targets),
-    )
-
-
-def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> float:
-    """Every parameter group of ``optimizer`` at learning rate ``lr`` (the next step's); ``lr``."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    return lr
 
 
 def train(
@@ -316,12 +113,7 @@ def train(
     if counts not in COUNTS:
         raise ValueError(f"counts {counts!r}: use one of {COUNTS}")
     run_dir = Path(run_dir)
-    grown = None
-    if growth is not None:  # the architecture of the checkpoint first: its state is loaded into it below
-        refuse_distributed(world_size())
-        saved = run_store.resume_state(run_dir, mmap=True)  # only its insertions: resume() below reads the tensors
-        grown = replay(growth, model, saved.get("growth") if saved else None)
-        del saved
+    grown = _replay_growth(growth, model, run_dir)  # the architecture of the checkpoint first: its state goes into it
     run_dir.mkdir(parents=True, exist_ok=True)
     shard = place_model(model, device, settings)  # before the optimizer, which must hold the sharded parameters
     optimizer = settings.recipe.make_optimizer(model)
@@ -332,17 +124,39 @@ def train(
         if growth is not None:
             run.growth, run.grown = growth, grown
             run.schedule = _schedule(run)
-        for epoch in range(run.start_epoch, settings.recipe.rounds):
-            if run.stop is not None and run.stop["stopped"]:
-                break  # resumed after the stopping epoch's checkpoint
-            if growth is not None:
-                _grow(run, epoch)
-                if not growth.fits(grown):
-                    break  # the FLOP budget has no room for another round
-            record = _train_round(run, train_loader, eval_loaders, epoch)
-            if on_epoch_end is not None:
-                on_epoch_end(epoch + 1, record)
+        _train_rounds(run, train_loader, eval_loaders, on_epoch_end)
     return _finish(run, eval_loaders, final_eval_loaders or {})  # eager again: the blocks' compiled forwards are gone
+
+
+def _replay_growth(growth: RunGrowth | None, model: nn.Module, run_dir: Path) -> GrowthState | None:
+    """A growing run's insertions so far, replayed on ``model`` from its checkpoint (:func:`common.training.growing.replay`:
+    the architecture the checkpoint's state is loaded into); None for a fixed model. Refused under torch.distributed."""
+    if growth is None:
+        return None
+    refuse_distributed(world_size())
+    saved = run_store.resume_state(run_dir, mmap=True)  # only its insertions: resume() in _start reads the tensors
+    return replay(growth, model, saved.get("growth") if saved else None)
+
+
+def _train_rounds(
+    run: _Run,
+    train_loader: Iterable,
+    eval_loaders: dict[str, Iterable],
+    on_epoch_end: Callable[[int, dict], None] | None,
+) -> None:
+    """The rounds from the one after the resumed checkpoint to the recipe's last, until early stopping or a growing
+    run's FLOP budget ends them; ``on_epoch_end`` after each."""
+    growth = run.growth
+    for epoch in range(run.start_epoch, run.settings.recipe.rounds):
+        if run.stop is not None and run.stop["stopped"]:
+            break  # resumed after the stopping epoch's checkpoint
+        if growth is not None:
+            _grow(run, epoch)
+            if not growth.fits(run.grown):
+                break  # the FLOP budget has no room for another round
+        record = _train_round(run, train_loader, eval_loaders, epoch)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch + 1, record)
 
 
 @dataclass
@@ -403,17 +217,10 @@ def _start(
     schedule = Schedule.of(settings.recipe, steps_per_epoch)
     stop = settings.stopping.initial_state() if settings.stopping is not None else None
     start_epoch, step, wall = 0, 0, 0.0
-    main = rank() == 0
-    if main:  # a crash mid-append left a torn last line: cut it off once, before the lines are counted
-        record_io.repair_jsonl(run_dir / run_store.METRICS)
-    resumed = resume(run_dir, model, optimizer, shard=shard, device=device)
-    if resumed is None and main:
-        _truncate_metrics(run_dir, 0)  # a fresh start (e.g. after a deleted checkpoint): no earlier epochs remain
+    resumed = resume_run(run_dir, model, optimizer, shard=shard, device=device)
     if resumed is not None:
         start_epoch, step, wall = resumed["epoch"], resumed["schedule"]["step"], resumed["wall_s"]
         stop = resumed.get("stopping", stop)
-        if main:
-            _truncate_metrics(run_dir, start_epoch)
         log.info("%s: resuming %s after epoch %d (step %d)", desc, run_dir, start_epoch, step)
     wrapped, no_sync = distribute(model, device, shard)  # DDP when more than one process and no sharding
     run = _Run(run_dir, settings, device, model, optimizer, schedule, shard, wrapped, no_sync, desc, counts)
@@ -575,109 +382,11 @@ def _finish(run: _Run, eval_loaders: dict[str, Iterable], final_eval_loaders: di
         )
     weights = full_state(run.model, None, run.shard)[0]
     if run.main:
-        run_store.save_checkpoint(run.run_dir / WEIGHTS, {"model": {k: v.cpu() for k, v in weights.items()}})
+        save_weights(run.run_dir, weights)
     return summary
-
-
-def final_evaluation(
-    model: nn.Module, eval_loaders: dict, final_loaders: dict, device: torch.device, settings: TrainSettings
-) -> dict:
-    """The reported losses: ``final_loaders``, and ``eval_loaders`` again unless their per-epoch values already are float32.
-
-    Float32 without autocast (bf16 evaluation moved a ResNet-8's loss by 0.16%), under
-    :func:`common.science.precision.full_precision`: TF32 (CUDA's default for convolutions on Ampere and later)
-    and HF32 (an Ascend NPU's) off, so the numbers compare across depths and devices. Eager, so that
-    no extra graph is compiled. Records ``final_eval_dtype`` and the math mode it ran in,
-    ``final_eval_math_mode``; under FSDP with bf16 parameters the dtype is ``bfloat16``.
-    """
-    reduced = devices.precision_name(device, settings.amp) != "float32" or float32_reduced_on(device)
-    final = {**(eval_loaders if reduced else {}), **final_loaders}
-    out = {}
-    with full_precision() as mode:
-        for name, loader in final.items():
-            metrics = evaluate(model, loader, device, amp=False, loss=settings.loss)
-            out.update({f"{name}_{k}": metrics[k] for k in ("loss", "acc") if k in metrics})
-    dtype = "bfloat16" if settings.fsdp and world_size() > 1 and fsdp_bf16(settings, device) else "float32"
-    return {**out, "final_eval_dtype": dtype, "final_eval_math_mode": mode}
-
-
-def finish_run(run_dir: str | Path, result: dict, *, keep_checkpoint: bool = False) -> None:
-    """Write ``result.json`` (last: the run is finished), then drop the resumable checkpoint."""
-    run_store.write_result(run_dir, result)
-    if not keep_checkpoint:
-        with contextlib.suppress(FileNotFoundError):
-            run_store.checkpoint_path(run_dir).unlink()
-
-
-def load_weights(run_dir: str | Path, map_location="cpu") -> dict:
-    """The final ``state_dict`` a finished run saved with :func:`train`.
-
-    A missing or unreadable ``model.pt`` is a :class:`UserError` whose fix is to delete the whole run
-    directory: deleting ``model.pt`` alone would leave ``result.json`` marking the run finished.
-    """
-    path = Path(run_dir) / WEIGHTS
-    fix = f"delete the run directory {run_dir} and rerun the command that trained it (it trains that run again)"
-    if not path.is_file():
-        raise UserError(f"{path} is missing from a finished run; {fix}")
-    state = run_store.load_checkpoint(path, map_location, fix=fix)
-    if not isinstance(state.get("model"), dict):
-        raise UserError(f"{path} holds no model weights; {fix}")
-    return state["model"]
-
-
-def _all_reduce_sums(device: torch.device, *values: float) -> list[float]:
-    """Each value summed over the processes (one all-reduce)."""
-    dtype = torch.float64 if supports_float64(device) else torch.float32  # on the device, where the collective runs
-    totals = torch.tensor(values, dtype=dtype, device=device)
-    dist.all_reduce(totals)
-    return totals.tolist()
-
-
-def _check_finite(
-    losses: list[torch.Tensor], step: int, epoch: int, batch: int, where: str, device: torch.device | None = None
-) -> float:
-    """Sum of ``losses`` (the last ``len(losses)`` steps), or raise naming the first bad step.
-
-    Under ``torch.distributed`` the processes first agree on the first bad step of any of them (one
-    all-reduce of a number): all raise together, where a process raising alone would leave the
-    others waiting in their next collective until the timeout.
-    """
-    stacked = torch.stack(losses).float()
-    finite = torch.isfinite(stacked)
-    first = len(losses) if bool(finite.all()) else int((~finite).nonzero()[0, 0])
-    mine = first
-    if world_size() > 1:
-        first = _first_everywhere(first, device or stacked.device)
-    if first == len(losses):
-        return float(stacked.sum())
-    bad_step = step - len(losses) + first  # 0-based global step
-    bad_batch = batch - len(losses) + 1 + first
-    what = f"became {stacked[first].item()}" if mine == first else "became non-finite in another process"
-    raise NonFiniteLossError(
-        f"training loss {what} at step {bad_step} (epoch {epoch + 1}, batch {bad_batch}) "
-        f"in {where}; the run is not marked finished: lower --lr or lengthen the warm-up "
-        f"(a rerun resumes from the last epoch checkpoint; delete {where} to start over)"
-    )
-
-
-def _first_everywhere(index: int, device: torch.device) -> int:
-    """The smallest ``index`` over the processes (one all-reduce)."""
-    dtype = torch.float64 if supports_float64(device) else torch.float32  # exact for any step count here
-    value = torch.tensor([float(index)], dtype=dtype, device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MIN)
-    return int(value.item())
 
 
 def _loss_acc(record: dict, name: str) -> str:
     """``"<name> loss L acc A "`` for the epoch log line (no accuracy for a regression)."""
     acc = record.get(f"{name}_acc")
     return f"{name} loss {record[f'{name}_loss']:.4f} " + ("" if acc is None else f"acc {acc:.4f} ")
-
-
-def _truncate_metrics(run_dir: Path, epochs_done: int) -> None:
-    """Drop metric lines of epochs after the checkpoint (written just before a crash)."""
-    records = run_store.read_metrics(run_dir)
-    kept = [r for r in records if r.get("epoch", 0) <= epochs_done]
-    if len(kept) != len(records):
-        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
-        atomic.atomic_write_bytes(Path(run_dir) / run_store.METRICS, text.encode())

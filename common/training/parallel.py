@@ -2,7 +2,7 @@
 
 Several processes (``torch.distributed``): DDP (gradients as views into its buckets, :func:`distribute`),
 or FSDP2 with ``TrainSettings.fsdp`` (the model sharded on the CPU, each unit moved to the device as it
-is sharded: :func:`place_model`). Checkpoints hold full state dicts whatever the placement
+is sharded: :func:`place_model`). Checkpoints hold full state dicts however the model is spread
 (:func:`full_state` gathers them). Only rank 0 reads a checkpoint to resume from, the others receive
 its tensors one at a time (:func:`resume`). The loop that uses all this is :mod:`common.training.loop`; the
 processes themselves are started by :mod:`common.training.distributed`.

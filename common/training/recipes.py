@@ -7,7 +7,7 @@ ResNets) or :class:`AdamWRecipe` (AdamW by optimizer steps with gradient clippin
 Each builds its optimizer (``make_optimizer``) and its per-step :class:`Schedule`.
 :class:`EarlyStopping` may end a run after any epoch. :class:`TrainSettings` joins a recipe with
 the loss and how the run executes (autocast, compilation, DDP or FSDP2); the loop that uses them is
-:mod:`common.training.loop`, the placement on devices and processes :mod:`common.training.parallel`.
+:mod:`common.training.loop`, how a model is spread over devices and processes :mod:`common.training.parallel`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""common/data/ tokenizers, token_shards and text_sources: shards, sources, tokenizers, resumable preparation, token batches;
+"""common/data/ tokenizers, token_shards, text_sources and token_preparation: shards, sources, tokenizers, resumable preparation, token batches;
 requirements-npu.txt."""
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from tokenizers import Tokenizer as RawTokenizer
 from tokenizers import models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from common.data import text_sources, token_shards
-from common.data.text_sources import prepare_tokens, python_docs, text_data_spec
+from common.data import text_sources, token_preparation, token_shards
+from common.data.text_sources import python_docs, text_data_spec
+from common.data.token_preparation import prepare_tokens
 from common.data.token_shards import (
     ShardHeader,
     TokenBatches,
@@ -165,7 +166,7 @@ def test_fineweb_streams_from_a_named_sample_until_the_budget(tmp_path, monkeypa
 
 def test_an_interrupted_preparation_resumes_to_the_same_shards(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        text_sources, "ENCODE_DOCS", 16
+        token_preparation, "ENCODE_DOCS", 16
     )  # documents per tokenizer call: several calls before the failure
     rows = local_fineweb(300, seed=1)
     spec = text_data_spec("fineweb-edu", "byte", val_tokens=500, train_tokens=None)

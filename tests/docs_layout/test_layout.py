@@ -39,7 +39,7 @@ DECODER_SHARED = "common.experiments.shared.decoder_runs"  # what both decoder e
 FUNCTION_IMPORTS_ALLOWED = {
     ("common.training.device", "torch_npu"),  # only where an Ascend NPU is
     ("common.launch.launcher", "torch"),  # in a job process only: the launcher itself never needs torch
-    ("benchmarks.gpu_throughput", "common.experiments.gpt2_ascend"),  # the text stack a bare GPU image may lack
+    ("benchmarks.gpu_check", "common.experiments.gpt2_ascend"),  # the text stack a bare GPU image may lack
 }
 
 

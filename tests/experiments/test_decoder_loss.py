@@ -1,6 +1,6 @@
 """The decoders' training loss: the chunked cross-entropy of bf16 logits against today's ``F.cross_entropy(logits.float())``.
 
-Under bf16 autocast ``common.training.loop.classification_loss`` takes :func:`common.training.losses.chunked_cross_entropy`; float32
+Under bf16 autocast ``common.training.epoch.classification_loss`` takes :func:`common.training.losses.chunked_cross_entropy`; float32
 and float64 logits, and label smoothing, stay on ``F.cross_entropy`` bit for bit (so no CPU record moves). On the
 CPU, under CPU bf16 autocast, a GPT batch and a GPT-NeoX batch give the loss of today's path to float32 rounding
 and the gradient of the logits to bf16 rounding of float32 values equal to float32 rounding.
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from common.models.gpt import GPT, GPTConfig
 from common.models.hf_decoder import HFDecoder
 from common.training import losses
-from common.training.loop import classification_loss
+from common.training.epoch import classification_loss
 from common.training.losses import chunk_rows, chunked_cross_entropy
 from tests.helpers import hf_tiny
 

@@ -27,7 +27,8 @@ from common.report.rules.margins import PROJECTION_SLACK
 from common.runs import atomic, run_store
 from common.runs.run_store import make_specs
 from common.training import device as devices
-from common.training.loop import WEIGHTS, classification_loss, load_weights, train_epoch
+from common.training.checkpoints import WEIGHTS, load_weights
+from common.training.epoch import classification_loss, train_epoch
 from common.training.recipes import AdamWRecipe, Schedule, SGDRecipe, TrainSettings, cosine_lr
 from tests.helpers.gpt_jobs import RECIPE, tiny_data, tiny_train, torchrun_script_worker
 from tests.helpers.script_checks import free_port, one_error_line

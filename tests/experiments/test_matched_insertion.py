@@ -20,17 +20,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.experiments.matched_insertion import (
-    BELOW_PRECISION,
     matched_insertion,
     resolve_candidates,
     summary_markdown,
     summary_rows,
 )
+from common.experiments.matched_insertion_measure import BELOW_PRECISION
 from common.models.candidates import Candidate
 from common.models.resnet import ResNet, ResNetConfig, extra_block_position
 from common.presets.matched_insertion import PAPER_DEPTHS
+from common.science.activations import activation_gradients, probe_mode
+from common.science.gram import per_example_tangent_regression
 from common.science.precision import math_mode
-from common.science.probe import activation_gradients, per_example_tangent_regression, probe_mode
 from common.science.tangent import make_zero_block
 from tests.helpers import CASES, MLPBlock, precision_flags
 

@@ -18,10 +18,10 @@ from common.data.vision import class_balanced_indices
 from common.experiments.shared.resnet_sweep import (
     load_source,
     load_sweep_data,
-    load_trained_resnet,
     sweep_configs,
     train_resnet_run,
 )
+from common.experiments.shared.resnet_sweep_records import load_trained_resnet
 from common.launch.launcher import launch
 from common.report.rules.margins import PROJECTION_SLACK
 from common.runs import record_io, run_store

@@ -25,7 +25,7 @@ from common.errors import ParamError
 from common.experiments.pythia_cpt import cpt_configs
 from common.presets.pythia_cpt import PRESETS, PYTHIA_MODELS
 from common.runs import run_store
-from common.training.loop import load_weights
+from common.training.checkpoints import load_weights
 from tests.helpers.hf_jobs import torchrun_runs_worker
 from tests.helpers.script_checks import free_port, one_error_line
 

@@ -13,16 +13,12 @@ import pytest
 import torch
 
 from common.data.loader import TensorLoader
-from common.experiments.shared.resnet_sweep import (
-    finished_sweep_runs,
-    load_sweep_data,
-    load_trained_resnet,
-    sweep_configs,
-)
+from common.experiments.shared.resnet_sweep import load_sweep_data, sweep_configs
+from common.experiments.shared.resnet_sweep_records import finished_sweep_runs, load_trained_resnet
 from common.experiments.train_resnet_sweep import RESULT_KEYS
 from common.presets.train_resnet_sweep import sweep_preset
 from common.runs import record_io, run_store
-from common.training.loop import evaluate
+from common.training.evaluation import evaluate
 from common.training.recipes import SGDRecipe
 
 ROOT = Path(__file__).resolve().parents[2]

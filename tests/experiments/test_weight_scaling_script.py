@@ -17,13 +17,14 @@ from torch import nn
 
 from common.data.neural_ode import make_neural_ode_data
 from common.experiments.shared.resnet_sweep import build_resnet, sweep_configs
-from common.experiments.weight_scaling import FC_FAMILIES, JOINT_INTERVAL, fc_configs
+from common.experiments.weight_scaling import FC_FAMILIES, fc_configs
+from common.experiments.weight_scaling_fits import JOINT_INTERVAL
 from common.models.fc_resnet import FCResNet, FCResNetConfig
 from common.models.resnet import blocks_per_stage
 from common.presets.weight_scaling import FC_PRESETS
 from common.runs import record_io, run_store
 from common.science import scaling
-from common.training.loop import WEIGHTS, load_weights
+from common.training.checkpoints import WEIGHTS, load_weights
 
 script = importlib.import_module("07_weight_scaling")
 

@@ -2,7 +2,7 @@
 
 Models: a tiny ResNet-8+N (conv3x3 family, rows = image-position pairs) and a smooth residual
 MLP (linear family, rows = examples). ``Psi`` and ``G`` always come from the real pipeline:
-:func:`common.science.probe.activation_gradients` for ``G = dL/dz_l`` and the protocol's seeded block
+:func:`common.science.activations.activation_gradients` for ``G = dL/dz_l`` and the protocol's seeded block
 (:func:`common.science.tangent.make_zero_block`) for ``Psi``.
 """
 
@@ -16,8 +16,8 @@ from torch import nn
 
 from common.models.candidates import Candidate
 from common.models.resnet import ResNet, ResNetConfig
+from common.science.activations import activation_gradients, probe_mode
 from common.science.precision import PRECISION_LEAVES, precision_flag
-from common.science.probe import activation_gradients, probe_mode
 from common.science.tangent import candidate_family, make_zero_block
 
 

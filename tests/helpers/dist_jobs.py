@@ -22,12 +22,15 @@ import huggingface_hub
 import torch
 from torch import nn
 
-from common.experiments import pythia_cpt
+from common.experiments import pythia_cpt_models
 from common.runs import run_store
 from common.training import device as devices
 from common.training import parallel
+from common.training.checkpoints import load_weights
 from common.training.distributed import destroy_distributed, env_info, init_distributed
-from common.training.loop import NonFiniteLossError, evaluate, load_weights, train
+from common.training.epoch import NonFiniteLossError
+from common.training.evaluation import evaluate
+from common.training.loop import train
 from common.training.parallel import is_sharded, place_model, resume
 from common.training.recipes import AdamWRecipe, TrainSettings
 
@@ -251,11 +254,13 @@ def hub_download_once_per_node(rank: int, out: Path) -> dict:
     huggingface_hub.snapshot_download = fake_snapshot_download
     try:
         config = {"model": {"model": "tests/tiny-neox", "revision": "step7", "tiny": None}, "seed": 0}
-        pythia_cpt.fetch_model(config)  # what 04_pythia_cpt.py's main() does in every process: nothing under torchrun
+        pythia_cpt_models.fetch_model(
+            config
+        )  # what 04_pythia_cpt.py's main() does in every process: nothing under torchrun
         before_job = len(calls)
         info = env_info()
-        pythia_cpt.fetch_on_each_node(config, info)
-        pythia_cpt.load_run_model(config, out, hash_weights=False, local_only=info.world_size > 1)
+        pythia_cpt_models.fetch_on_each_node(config, info)
+        pythia_cpt_models.load_run_model(config, out, hash_weights=False, local_only=info.world_size > 1)
     finally:
         huggingface_hub.snapshot_download = original
     return {"calls_in_main": before_job, "calls": calls}

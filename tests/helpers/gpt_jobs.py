@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from common.data.text_sources import prepare_tokens, text_data_spec
+from common.data.text_sources import text_data_spec
+from common.data.token_preparation import prepare_tokens
 from common.data.token_shards import TokenData, TokenLoader, TokenWindows
 from common.models.gpt import GPT, GPTConfig
 from common.training.loop import train

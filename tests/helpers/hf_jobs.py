@@ -20,7 +20,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForC
 
 from common.models.hf_decoder import BlockInfluence, HFDecoder, load_causal_lm
 from common.science.probe import probe_activation_gradients
-from common.training.loop import classification_loss, train_epoch
+from common.training.epoch import classification_loss, train_epoch
 from common.training.recipes import AdamWRecipe, Schedule, TrainSettings
 from tests.helpers.gpt_jobs import torchrun_script_worker
 

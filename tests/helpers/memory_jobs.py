@@ -17,7 +17,7 @@ import torch
 
 from common.models.gpt import GPT, GPTConfig
 from common.science.probe import probe_activation_gradients
-from common.training.loop import classification_loss
+from common.training.epoch import classification_loss
 
 BATCH, LENGTH = 16, 256
 

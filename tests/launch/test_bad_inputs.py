@@ -33,7 +33,6 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from torch.utils.flop_counter import FlopCounterMode
 from transformers import BertConfig, GPTNeoXConfig
 
 from common.data.text_sources import TextDataSpec
@@ -48,6 +47,7 @@ from common.models.resnet import ResNet, ResNetConfig
 from common.runs import atomic, locks, run_store
 from common.runs.run_store import RunSpec
 from common.training.device import npu_available, rng_state
+from common.training.flops import training_flops_per_image
 from tests.helpers import hf_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -927,12 +927,10 @@ def test_the_paper_preset_on_a_cpu_warns_with_an_estimated_time_from_flop_counts
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "--preset paper on a CPU: 2 runs" in warning and "an estimate" in warning
     flops = {}
-    for n in (0, 40):  # counted on the real model, not by the shortcut the estimate takes
+    for n in (0, 40):  # training FLOPs counted on the model itself, not by the cached shortcut the estimate takes
         with torch.device("meta"):
-            model, x = ResNet(ResNetConfig(extra_blocks=n, num_classes=10)), torch.empty(1, 3, 32, 32)
-        with FlopCounterMode(display=False) as counter:
-            model(x)
-        flops[n] = counter.get_total_flops()
+            model = ResNet(ResNetConfig(extra_blocks=n, num_classes=10))
+        flops[n] = training_flops_per_image(model, (3, 32, 32), 10)
     total, step_s, batch = resnet_sweep.estimate_training_s(configs)
     assert (step_s, batch) == (0.5, 64)
     assert total == pytest.approx(0.5 * 2 * (512 // 64) * (1 + flops[40] / flops[0]))

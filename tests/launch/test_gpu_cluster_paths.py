@@ -2,7 +2,7 @@
 
 The two-process checks share one pair of processes (:func:`two_ranks`, the scenarios of
 ``tests/helpers/dist_jobs.py``): each test reads what its scenario saw in both. What needs a real GPU is in
-``benchmarks/accelerator_check.py`` and ``docs/gpu-checklist.md``.
+``benchmarks/gpu_check.py`` and ``docs/gpu-checklist.md``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""common/launch/gpu_estimates.py: the FLOP and launch model's arithmetic on known FLOP counts, the gpu-hour preset's
+"""common/launch/gpu_estimates.py: the launch model's arithmetic on known FLOP counts (common.models.resnet_flops's), the gpu-hour preset's
 dry-run plans of 01, 02, 03 and 06 (FLOPs and estimated GPU time printed), and the scripts without it refusing it."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from common.experiments.growth_vs_scratch import growth_plan
 from common.experiments.shared.resnet_sweep import sweep_configs
 from common.launch import gpu_estimates as g
 from common.models.resnet import ResNet, ResNetConfig
+from common.models.resnet_flops import resnet_training_flops_per_image
 from common.power import claim_rates
 from common.presets.train_resnet_sweep import GPU_HOUR, GPU_HOUR_SEEDS
 from common.report import claim_power
@@ -37,12 +38,19 @@ def known_training_flops(n: int) -> int:
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 26, 100])
 def test_training_flops_are_the_known_counts(n):
-    assert g.resnet_training_flops(n) == known_training_flops(n)
+    assert resnet_training_flops_per_image(n) == known_training_flops(n)
 
 
 def test_the_meta_count_is_common_flops_count():
     model = ResNet(ResNetConfig(extra_blocks=1))
-    assert g.resnet_training_flops(1) == training_flops_per_image(model, (3, 32, 32), 10)
+    assert resnet_training_flops_per_image(1) == training_flops_per_image(model, (3, 32, 32), 10)
+
+
+def test_the_estimates_count_with_the_one_counter():
+    """A config's training FLOPs per image are common.models.resnet_flops's count of its architecture (none of its own)."""
+    [config] = sweep_configs(preset="paper", dataset="cifar100", overrides={"depths": [7]})
+    assert g.shapes_of(config).training() == resnet_training_flops_per_image(7, (16, 32, 64), (3, 32, 32), 100)
+    assert not hasattr(g, "resnet_training_flops")
 
 
 def test_a_phase_takes_the_slower_of_its_arithmetic_and_its_launches():

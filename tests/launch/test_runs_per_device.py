@@ -13,8 +13,8 @@ from common.launch.launcher import launch
 from common.launch.local_pool import CPU_THREADS, local_slots, longest_first
 from common.runs import run_store
 from common.runs.run_store import make_specs
+from common.training.checkpoints import load_weights
 from common.training.device import cpu_threads
-from common.training.loop import load_weights
 from tests.launch.test_launcher import fake_devices
 
 TIMINGS = ("wall_s", "epoch_time_s", "images_per_s")  # the only keys allowed to differ between K = 1, 2 and 3

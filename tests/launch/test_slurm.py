@@ -19,12 +19,11 @@ import torch
 
 from common.errors import UserError
 from common.experiments.shared.resnet_sweep import sweep_configs, train_resnet_run
-from common.launch import launcher as launch_module
-from common.launch import slurm
+from common.launch import slurm, submitit_jobs
 from common.launch.launcher import default_log_folder, launch
 from common.runs import record_io, run_store
 from common.runs.run_store import make_specs
-from common.training.loop import load_weights
+from common.training.checkpoints import load_weights
 from tests.helpers.jobs import (
     demo_configs,
     distributed_job,
@@ -250,5 +249,5 @@ def test_a_failing_rank_ends_every_task_of_a_distributed_job(tmp_path):
         return states is not None and states.get(job.job_id) not in slurm.ALIVE_STATES
 
     wait_until(ended, WAIT_S, "srun --kill-on-bad-exit to end rank 0, which would otherwise wait 600 s")
-    assert launch_module.failed_task(job) == (1, "RuntimeError: deliberate failure on rank 1")
+    assert submitit_jobs.failed_task(job) == (1, "RuntimeError: deliberate failure on rank 1")
     assert not job.task(0).paths.result_pickle.exists() and not run_store.is_done(specs[0].dir)  # rank 0 was ended

@@ -14,8 +14,7 @@ import pytest
 from submitit.core.utils import cloudpickle_dump
 
 from common.errors import UserError
-from common.launch import launcher as launch_module
-from common.launch import slurm
+from common.launch import slurm, submitit_jobs
 from common.launch.launcher import launch
 from common.runs import atomic, run_store
 from common.runs.run_store import make_specs
@@ -260,4 +259,4 @@ def test_a_job_ended_by_one_failing_task_is_reported_with_that_tasks_error_and_l
         UserError,
         match=r"x1-\w+: job 8 ended: task 1 failed: RuntimeError: deliberate failure on rank 1 \(log: \S+8_1_log\.err\)",
     ):
-        launch_module._raise_failures([(spec, job)], {"8": "left the queue in state FAILED without a result"})
+        submitit_jobs.raise_failures([(spec, job)], {"8": "left the queue in state FAILED without a result"})

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from common.models.gpt import GPT, GPTConfig, insert_decoder_block, padded_vocab_size
+from common.science.activations import activation_gradients, probe_mode
 from common.science.growth import function_preserved, insert_zero_block
-from common.science.probe import activation_gradients, probe_activation_gradients, probe_mode
+from common.science.probe import probe_activation_gradients
 from common.science.projection import GramAccumulator
 from common.science.tangent import make_zero_block
-from common.training.loop import classification_loss
+from common.training.epoch import classification_loss
 from tests.helpers import terminal_weight_from_rows
 
 TINY = GPTConfig(n_layer=3, n_embd=16, n_head=2, block_size=8, vocab_size=61)

@@ -18,7 +18,7 @@ from common.experiments.shared.gpt2_runs import export_run, load_run_model
 from common.models.gpt import GPT, GPTConfig
 from common.models.gpt_export import byte_tokenizer, hf_config, to_hf_gpt2
 from common.runs import run_store
-from common.training.loop import WEIGHTS
+from common.training.checkpoints import WEIGHTS
 
 script = importlib.import_module("05_gpt2_ascend")
 TEXT = 'Größe: 日本語 🙂 naïve café, "a ." it \'s\n\t<|endoftext|> end'  # 1-4 byte characters, the literal EOT text

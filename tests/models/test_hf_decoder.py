@@ -14,7 +14,7 @@ from common.errors import UserError
 from common.models.hf_decoder import BlockInfluence, HFDecoder, find_decoder_layers, insert_zero_layer
 from common.science.probe import probe_activation_gradients
 from common.training.device import cpu_threads
-from common.training.loop import classification_loss, train_epoch
+from common.training.epoch import classification_loss, train_epoch
 from common.training.recipes import AdamWRecipe, Schedule, TrainSettings
 from tests.conftest import ROOT
 from tests.helpers.hf_jobs import CONFIGS, VOCAB, from_config, save_memory_model

@@ -22,7 +22,7 @@ from common.models.hf_expand import (
     place_scores,
     zeroed_projections,
 )
-from common.training.loop import classification_loss
+from common.training.epoch import classification_loss
 from tests.helpers import hf_tiny
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.experiments.weight_scaling import stage_sequences
+from common.experiments.weight_scaling_weights import stage_sequences
 from common.models.resnet import ResNet, ResNetConfig, blocks_per_stage, count_parameters, depth_label
 
 
@@ -118,7 +118,7 @@ def test_block_is_relu_of_conv_bn_relu_conv_bn_residual_plus_option_a_shortcut()
 
 @torch.no_grad()
 def test_block_is_rebuilt_from_the_folded_kernels_weight_scaling_reads():
-    # weight_scaling.stage_sequences reads each block's first folded conv as "A" and its last as "delta" and
+    # weight_scaling_weights.stage_sequences reads each block's first folded conv as "A" and its last as "delta" and
     # marks the option-A blocks as downsampling. With bias-free eval BNs these two kernels and the shortcut
     # are the whole block: relu(conv(relu(conv(z, A, stride)), delta) + shortcut(z)). Tolerance as above.
     g = torch.Generator().manual_seed(2)

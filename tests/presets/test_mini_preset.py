@@ -19,8 +19,9 @@ from common.data.vision import class_balanced_indices, load_vision, with_train_s
 from common.errors import UserError
 from common.experiments import gpt2_ascend, growth_vs_scratch, make_figures, matched_insertion
 from common.experiments.probe_ag import probe_configs
-from common.experiments.shared import resnet_sweep
-from common.experiments.shared.resnet_sweep import load_sweep_data, load_sweep_run, sweep_configs
+from common.experiments.shared import resnet_sweep, resnet_sweep_records
+from common.experiments.shared.resnet_sweep import load_sweep_data, sweep_configs
+from common.experiments.shared.resnet_sweep_records import load_sweep_run
 from common.launch.cli import PRESETS
 from common.presets import gpt2_ascend as gpt2_presets
 from common.presets import growth_vs_scratch as growth_presets
@@ -128,7 +129,7 @@ def test_mini_trains_on_the_subset_and_evaluates_the_test_set_once_at_the_end(tm
         str(tmp_path),
     ]
     assert script.main(args) == 0
-    [run] = resnet_sweep.finished_sweep_runs(tmp_path, "digits")
+    [run] = resnet_sweep_records.finished_sweep_runs(tmp_path, "digits")
     metrics = run_store.read_metrics(run)
     assert len(metrics) == 2 and not any("test_loss" in m for m in metrics)
     result = run_store.read_result(run)
@@ -191,12 +192,14 @@ def test_02_06_and_07_read_the_seeds_every_depth_has(tmp_path):
             run_store.write_result(run, {"train_loss": 0.1, "test_loss": 1.0})
             made.append((config["depth_n"], config["seed"]))
     assert (5, 2) in made and (9, 2) not in made
-    found = resnet_sweep.require_sweep_runs(tmp_path, "digits", preset="mini")
+    found = resnet_sweep_records.require_sweep_runs(tmp_path, "digits", preset="mini")
     assert (
         sorted({run_store.read_config(d, resnet_sweep.CONFIG_KEYS)["seed"] for d in found}) == [0, 1]
         and len(found) == 6
     )
-    assert len(resnet_sweep.require_sweep_runs(tmp_path, "digits", preset="mini", seeds=[2])) == 1  # asked for: given
+    assert (
+        len(resnet_sweep_records.require_sweep_runs(tmp_path, "digits", preset="mini", seeds=[2])) == 1
+    )  # asked for: given
     configs = matched_insertion.matched_configs(out=tmp_path, preset="mini", dataset="digits")
     assert sorted({(c["depth_n"], c["seed"]) for c in configs}) == [(n, s) for n in (0, 5, 9) for s in (0, 1)]
 

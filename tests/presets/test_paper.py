@@ -13,7 +13,7 @@ from pathlib import Path
 from common.presets import paper
 
 ROOT = Path(__file__).resolve().parents[2]
-PAPER = ROOT / "common" / "paper.py"
+PAPER = ROOT / "common" / "presets" / "paper.py"
 
 
 def paper_names() -> list[str]:

@@ -7,7 +7,7 @@ import importlib
 import pandas as pd
 
 from common.experiments import make_figures
-from common.report import plots
+from common.report import plots_ag
 from tests.helpers import figure_records
 
 script = importlib.import_module("08_make_figures")
@@ -90,9 +90,9 @@ def test_a_skip_line_points_at_the_other_preset(tmp_path, capsys):
 def test_figure_1_marks_the_depths_that_did_not_fit_on_every_panel():
     probe = pd.DataFrame({"depth_n": [0, 2, 4], "seed": 0, "ag_max": [0.1, 0.05, 0.02], "ag_max_per_example": 1.0})
     sweep = probe.assign(train_loss=[0.01, 0.2, 0.03], test_loss=1.0, test_acc=0.5)
-    fig = plots.ag_vs_depth(probe, sweep, dataset="digits", line=5e-3, fit_target=0.05)
+    fig = plots_ag.ag_vs_depth(probe, sweep, dataset="digits", line=5e-3, fit_target=0.05)
     spans = [[p.get_x() for p in ax.patches] for ax in fig.axes[:3]]  # axvspan: one rectangle per unfit depth
     assert all(len(s) == 1 and abs(s[0] - (2 - 0.35)) < 1e-9 for s in spans), spans  # N = 2 only, on each panel
     assert "did not fit (a run's training loss > 0.05)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    plain = plots.ag_vs_depth(probe, sweep, dataset="digits", line=5e-3)
+    plain = plots_ag.ag_vs_depth(probe, sweep, dataset="digits", line=5e-3)
     assert not any(ax.patches for ax in plain.axes[:3])

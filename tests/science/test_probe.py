@@ -20,7 +20,7 @@ from common.runs.atomic import atomic_write_csv
 from common.science.growth import insert_zero_block
 from common.science.probe import ag_maxima, probe_activation_gradients
 from common.science.projection import ContributionMoments
-from common.training.loop import classification_loss
+from common.training.epoch import classification_loss
 from tests.helpers import CASES, ResidualMLP, explicit_states_grads, mlp_case, resnet_case, tangent_rows
 
 ROOT = Path(__file__).resolve().parents[2]

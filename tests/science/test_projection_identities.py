@@ -3,7 +3,7 @@ random models and inputs.
 
 Models: a tiny ResNet-8+N (conv3x3 family, rows = image-position pairs) and a smooth residual
 MLP (linear family, rows = examples). ``Psi`` and ``G`` always come from the real pipeline:
-:func:`common.science.probe.activation_gradients` for ``G = dL/dz_l`` and the protocol's seeded block
+:func:`common.science.activations.activation_gradients` for ``G = dL/dz_l`` and the protocol's seeded block
 (:func:`common.science.tangent.make_zero_block`) for ``Psi``.
 
 Tolerances (float64, eps = 2.2e-16): identities computed by two routes of O(k) to O(n) summed

@@ -1,7 +1,7 @@
 """Regional compilation (common/training/compile.py, issue 33 item 2): the blocks are compiled, not the model, so the compile
 work of a run does not grow with its depth; a compiled run computes what the eager run computes.
 
-On the CPU with dynamo's ``eager`` backend (``torch.compile`` patched, as tests/benchmarks/test_accelerators.py
+On the CPU with dynamo's ``eager`` backend (``torch.compile`` patched, as tests/benchmarks/test_gpu_check.py
 does): dynamo captures and guards exactly as with inductor, so the counts are those a GPU run compiles; the
 captured graphs then run the same operations in the same order as the eager model, so the results are equal
 bit for bit (docs/design.md, section "Numerical precision": a compiled run with the ``eager`` backend equals the

@@ -18,10 +18,12 @@ from common.models.resnet import ResNet, ResNetConfig, grow
 from common.runs import run_store
 from common.science.growth import GrowthBrokeFunction
 from common.training import device
+from common.training import epoch as epoch_module
 from common.training import loop as train_module
+from common.training.checkpoints import WEIGHTS, load_weights
 from common.training.flops import training_flops_per_image
 from common.training.growing import Insertion, RunGrowth, insert
-from common.training.loop import WEIGHTS, load_weights, train
+from common.training.loop import train
 from common.training.recipes import AdamRecipe, Schedule, SGDRecipe, TrainSettings
 
 DATA = make_synthetic(num_train=64, num_test=32, num_classes=4, image_size=8, seed=0)
@@ -129,13 +131,13 @@ def test_an_insertion_keeps_old_parameters_optimizer_state_and_gives_the_new_blo
 
 def lrs_of(monkeypatch, tmp_path, growth):
     seen = []
-    real = train_module._set_lr
+    real = epoch_module._set_lr
 
     def record(optimizer, lr):
         seen.append(lr)
         return real(optimizer, lr)
 
-    monkeypatch.setattr(train_module, "_set_lr", record)
+    monkeypatch.setattr(epoch_module, "_set_lr", record)
     _, summary = grow_run(tmp_path, growth)
     return seen, summary
 

@@ -12,7 +12,9 @@ from common.data.vision import make_synthetic
 from common.models.resnet import ResNet, ResNetConfig
 from common.runs import run_store
 from common.training import device
-from common.training.loop import WEIGHTS, NonFiniteLossError, load_weights, train
+from common.training.checkpoints import WEIGHTS, load_weights
+from common.training.epoch import NonFiniteLossError
+from common.training.loop import train
 from common.training.recipes import AdamRecipe, EarlyStopping, Schedule, SGDRecipe, TrainSettings, cosine_lr
 
 SETTINGS = TrainSettings(SGDRecipe(epochs=3, lr=0.05, warmup_epochs=1), channels_last=True)

@@ -4,7 +4,7 @@ Script 05 (:mod:`common.experiments.gpt2_ascend`) trains GPT-2 decoders from scr
 (:mod:`common.experiments.pythia_cpt`) continues pretraining Hugging Face decoders. Both fix their data, token
 batch, AdamW schedule and probe in a preset (:class:`common.presets.shared_decoder.DecoderPreset`, their tables in
 :mod:`common.presets.pythia_cpt` and :mod:`common.presets.gpt2_ascend`; the flags override its fields), tokenise the data
-once into token shards (:mod:`common.data.text_sources`), train with :func:`common.training.loop.train` in evaluation
+once into token shards (:mod:`common.data.text_sources`, :mod:`common.data.token_preparation`), train with :func:`common.training.loop.train` in evaluation
 rounds of ``steps / n_evals`` optimizer steps, then probe the trained model with
 :func:`common.science.probe.probe_activation_gradients` on ``B`` held-out batches of
 the validation shard, and record ``AG_l`` at every candidate under script 02's keys.
@@ -28,7 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from common.data.text_sources import TextDataSpec, prepare_tokens, preset_text_path
+from common.data.text_sources import TextDataSpec, preset_text_path
+from common.data.token_preparation import prepare_tokens
 from common.data.token_shards import (
     DEFAULT_DATA_ROOT,
     META,
@@ -48,7 +49,8 @@ from common.runs.run_store import RunSpec
 from common.science.probe import ProbeResult, probe_activation_gradients
 from common.training.device import bf16_supported, device_name, empty_cache, synchronize
 from common.training.distributed import DistInfo, init_distributed, process_device, wait_for_all
-from common.training.loop import classification_loss, train
+from common.training.epoch import classification_loss
+from common.training.loop import train
 from common.training.recipes import AdamWRecipe, TrainSettings
 
 PROBE_LOSS = "token_cross_entropy_mean"  # the probe's loss: mean over sequences of each sequence's mean token loss

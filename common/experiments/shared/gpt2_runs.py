@@ -15,7 +15,7 @@ from common.errors import UserError
 from common.models.gpt import GPT, GPTConfig
 from common.models.gpt_export import save_hf_gpt2
 from common.runs import run_store
-from common.training.loop import WEIGHTS, load_weights
+from common.training.checkpoints import WEIGHTS, load_weights
 
 EXPERIMENT = "gpt2_ascend"
 SCRIPT = "05_gpt2_ascend.py"
@@ -37,7 +37,7 @@ def load_run_model(run_dir: str | os.PathLike) -> GPT:
     """The trained GPT of a finished run of script 05 (eval mode, float32, on the CPU).
 
     The architecture is rebuilt from ``config.json`` (:func:`build_gpt`), the
-    weights are the run's ``model.pt`` (:func:`common.training.loop.load_weights`), or its twin's when the run reused a
+    weights are the run's ``model.pt`` (:func:`common.training.checkpoints.load_weights`), or its twin's when the run reused a
     finished training (``trained_in`` in ``result.json``). A run that is not finished (no ``result.json``: not
     started, or training, or killed before its end) is a one-line :class:`UserError` naming script 05.
     """

@@ -2,11 +2,12 @@
 
 Shared by scripts 01, 02, 03, 06 and 07, below their job modules (``common/experiments/``):
 the sweep's settings per preset and dataset (:func:`sweep_preset`), its run configs
-(:func:`sweep_configs`), the job function that trains one run (:func:`train_resnet_run`, script
-01's; given a model function it also trains script 03's growth stages), and the records API that
-reads finished runs back (:func:`finished_sweep_runs`, :func:`require_sweep_runs`,
-:func:`load_trained_resnet`, :func:`load_sweep_run`, :func:`load_sweep_data`). Script 01's own job
-module, ``common/experiments/train_resnet_sweep.py``, keeps only its summary table.
+(:func:`sweep_configs`), the data a config names (:func:`load_sweep_data`), the job function that trains one
+run (:func:`train_resnet_run`, script 01's; given a model function it also trains script 03's growth stages),
+and the plan's cost (:func:`sweep_run_cost`, :func:`warn_cpu_time`). The records API that reads finished runs
+back (:func:`~common.experiments.shared.resnet_sweep_records.finished_sweep_runs`, ``require_sweep_runs``,
+``load_trained_resnet``, ``load_sweep_run``) is :mod:`common.experiments.shared.resnet_sweep_records`. Script 01's
+own job module, ``common/experiments/train_resnet_sweep.py``, keeps only its summary table.
 
 Each run trains ResNet-(8+N) (``common/models/resnet.py``) on one dataset with one seed and
 leaves ``config.json``, ``metrics.jsonl``, ``model.pt`` (final weights) and ``result.json``
@@ -33,19 +34,20 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from common.data.loader import TensorLoader
 from common.data.vision import DATASETS, VisionData, load_vision, warn_unused_data_root, with_train_subset
-from common.errors import ParamError, UserError
+from common.errors import ParamError
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
+from common.models.resnet_flops import resnet_training_flops_per_image
 from common.presets.train_resnet_sweep import PRESETS, RECIPE_FIELDS, SweepPreset, sweep_preset, sweep_presets
 from common.runs import run_store
 from common.runs.run_store import RunSpec
+from common.training.checkpoints import finish_run
 from common.training.device import resolve_device, seed_everything
 from common.training.flops import training_flops_per_image
 from common.training.growing import RunGrowth
-from common.training.loop import WEIGHTS, finish_run, load_weights, train
+from common.training.loop import train
 from common.training.recipes import SGDRecipe, TrainSettings
 
 log = logging.getLogger(__name__)
@@ -73,17 +75,6 @@ def preset_seeds(preset: str, seed: int, *, growth: bool = False) -> list[int]:
     (``growth``: script 09's, and 03's where its growth preset sets none: :data:`MINI_GROWTH_SEEDS`)."""
     table = sweep_presets(preset)
     return [seed + i for i in range(table.growth_seeds if growth else table.seeds)]
-
-
-def balanced_runs(directories: Sequence[Path]) -> list[Path]:
-    """The sweep runs of the seeds that have a run at every depth among ``directories``: what 02, 06 and 07 read
-    without ``--seeds``, so that a seed trained at a few depths only (09's third seed under mini, its ResNet-8 only) leaves their depth
-    designs balanced."""
-    keys = {d: run_store.read_config(d, CONFIG_KEYS) for d in directories}
-    depths = {k["depth_n"] for k in keys.values()}
-    seeds = {k["seed"] for k in keys.values()}
-    full = {s for s in seeds if {k["depth_n"] for k in keys.values() if k["seed"] == s} == depths}
-    return [d for d in directories if keys[d]["seed"] in full]
 
 
 # ----------------------------------------------------------------------------- configs
@@ -230,8 +221,12 @@ def _file_stamp(root: str | None) -> tuple | None:
 
 def build_resnet(config: dict, num_classes: int) -> ResNet:
     """The untrained ResNet-(8+N) of a sweep config (initialised from the current torch RNG)."""
-    widths = tuple(config.get("model", {}).get("widths", ResNetConfig.for_dataset(config["dataset"], 0, 1).widths))
-    return ResNet(ResNetConfig(extra_blocks=config["depth_n"], widths=widths, num_classes=num_classes))
+    return ResNet(ResNetConfig(extra_blocks=config["depth_n"], widths=_widths(config), num_classes=num_classes))
+
+
+def _widths(config: dict) -> tuple[int, ...]:
+    """A sweep config's stage widths (its ``model.widths``; the dataset's defaults in a config without them)."""
+    return tuple(config.get("model", {}).get("widths", ResNetConfig.for_dataset(config["dataset"], 0, 1).widths))
 
 
 ModelFn = Callable[[dict, VisionData], tuple[ResNet, dict]]
@@ -281,31 +276,14 @@ def train_resnet_run(
     path = run_store.prepare_run(spec.out, config)
     runtime = config.get("runtime", {})
     device = resolve_device(runtime.get("device") or "auto")
-    hp = config["train"]
     seed_everything(config["seed"])
     data = data if data is not None else load_sweep_data(config)
     model, extra = make_model(config, data)
-    use_compile = {"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda")
-    channels_last = True
-    loader_keys = {"mean": data.mean, "std": data.std, "device": device, "channels_last": channels_last}
-    eval_bs = runtime.get("eval_batch_size", 500)
-    x_train, y_train = data.x_train.to(device), data.y_train.to(device)  # once: both train loaders share it
-    train_loader = TensorLoader(
-        x_train,
-        y_train,
-        hp["batch_size"],
-        train=True,
-        seed=config["seed"],
-        crop_pad=hp["crop_pad"],
-        flip=hp["flip"],
-        **loader_keys,
-    )
-    test_loader = TensorLoader(data.x_test, data.y_test, eval_bs, train=False, **loader_keys)
-    clean_train_loader = TensorLoader(x_train, y_train, eval_bs, train=False, **loader_keys)
+    train_loader, test_loader, clean_train_loader = _loaders(config, data, device)
     settings = TrainSettings(
-        recipe=SGDRecipe.from_config(hp),
-        compile=use_compile,
-        channels_last=channels_last,
+        recipe=SGDRecipe.from_config(config["train"]),
+        compile={"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda"),
+        channels_last=True,
         eval_every=runtime.get("eval_every", 1),
         checkpoint_every=runtime.get("checkpoint_every", 1),
     )
@@ -322,7 +300,40 @@ def train_resnet_run(
         desc=config["name"],
         growth=growth_of(config, data, device) if growth_of is not None else None,
     )
-    result = {
+    result = {**_run_result(config, data, model, device, settings, summary), **extra}
+    if finish is not None:
+        result = finish(result, model)
+    finish_run(path, result)
+    return result
+
+
+def _loaders(config: dict, data: VisionData, device: torch.device) -> tuple[TensorLoader, TensorLoader, TensorLoader]:
+    """A sweep run's training loader (its crops and flips), its test loader and its clean training-set loader (no
+    augmentation), channels-last on ``device``; the training images are copied to the device once, for both."""
+    hp = config["train"]
+    loader_keys = {"mean": data.mean, "std": data.std, "device": device, "channels_last": True}
+    eval_bs = config.get("runtime", {}).get("eval_batch_size", 500)
+    x_train, y_train = data.x_train.to(device), data.y_train.to(device)  # once: both train loaders share it
+    train_loader = TensorLoader(
+        x_train,
+        y_train,
+        hp["batch_size"],
+        train=True,
+        seed=config["seed"],
+        crop_pad=hp["crop_pad"],
+        flip=hp["flip"],
+        **loader_keys,
+    )
+    test_loader = TensorLoader(data.x_test, data.y_test, eval_bs, train=False, **loader_keys)
+    return train_loader, test_loader, TensorLoader(x_train, y_train, eval_bs, train=False, **loader_keys)
+
+
+def _run_result(
+    config: dict, data: VisionData, model: ResNet, device: torch.device, settings: TrainSettings, summary: dict
+) -> dict:
+    """A sweep run's ``result.json`` (before the model function's extra keys): its identity, model and data sizes,
+    settings, and what :func:`common.training.loop.train` summarised."""
+    return {
         "dataset": config["dataset"],
         "depth_n": config["depth_n"],
         "depth_label": config["depth_label"],
@@ -344,59 +355,7 @@ def train_resnet_run(
             k: summary[k] for k in ("compile", "cudnn_benchmark", "cpu_threads") if k in summary
         },  # common.training.loop
         **{k: summary[k] for k in ("growth", "train_flops") if k in summary},  # a growing run (common.training.growing)
-        **extra,
     }
-    if finish is not None:
-        result = finish(result, model)
-    finish_run(path, result)
-    return result
-
-
-RESULT_KEYS = ("train_loss", "test_loss")  # what every reader of a finished sweep run needs in its result.json
-
-
-def read_sweep_run(run_dir: str | Path) -> run_store.Run:
-    """A finished sweep run's records, read the one way every script reads them (:func:`common.runs.run_store.read_run`:
-    :data:`CONFIG_KEYS` in the config, whose identity must match the directory; :data:`RESULT_KEYS` as finite
-    numbers in the result); anything else is a :class:`UserError` naming the file and the fix."""
-    return run_store.read_run(run_dir, config_keys=CONFIG_KEYS, result_keys=RESULT_KEYS, numbers=RESULT_KEYS)
-
-
-def load_trained_resnet(run_dir: str | Path, map_location="cpu") -> ResNet:
-    """The trained model of a finished sweep run, in eval mode (from config.json + model.pt)."""
-    run_dir = Path(run_dir)
-    if not run_store.is_done(run_dir):
-        raise UserError(f"{run_dir} is not a finished sweep run (no result.json); run 01_train_resnet_sweep.py first")
-    config = read_sweep_run(run_dir).config
-    state = load_weights(run_dir, map_location)
-    if "head.fc.weight" not in state:
-        raise UserError(
-            f"{run_dir / WEIGHTS} holds no ResNet head; delete the run directory {run_dir} and rerun script 01"
-        )
-    model = build_resnet(config, num_classes=state["head.fc.weight"].shape[0])
-    try:
-        model.load_state_dict(state)
-    except RuntimeError:  # missing or misshapen tensors: not the weights of this config
-        raise UserError(
-            f"{run_dir / WEIGHTS} does not fit the model of {run_dir / run_store.CONFIG}; delete the run directory {run_dir} and rerun script 01"
-        ) from None
-    return model.to(map_location).eval()
-
-
-def load_sweep_run(sweep_dir: str | Path, *, data_root: str | None = None, device="cpu") -> tuple[ResNet, VisionData]:
-    """The trained model of a finished sweep run (eval mode, on ``device``) and the data it trained on.
-
-    ``data_root`` replaces the data location stored in the run (the same data, found elsewhere).
-    """
-    return load_trained_resnet(sweep_dir, map_location=device), load_sweep_data(sweep_data_config(sweep_dir, data_root))
-
-
-def sweep_data_config(sweep_dir: str | Path, data_root: str | None = None) -> dict:
-    """A finished sweep run's config, its data found under ``data_root`` when given (what :func:`load_sweep_data` reads)."""
-    config = run_store.read_config(sweep_dir, CONFIG_KEYS)
-    if data_root:
-        config = {**config, "runtime": {**config.get("runtime", {}), "data_root": str(data_root)}}
-    return config
 
 
 def check_sweep_data(configs: Sequence[dict]) -> None:
@@ -452,15 +411,15 @@ def estimate_training_s(configs: Sequence[dict], *, steps: int = 2) -> tuple[flo
 
     One measurement: ``steps`` SGD steps of ResNet-8 (after two warm-up steps) on random images of the first
     config's size and batch. Each run then costs ``epochs * (train images // batch)`` steps, each step that time
-    scaled by the run's forward FLOP count over ResNet-8's (``torch.utils.flop_counter`` on the meta device: no
-    compute). An estimate: it ignores evaluation and data loading, and assumes time follows FLOPs.
+    scaled by the run's training FLOPs per image over ResNet-8's (:func:`common.models.resnet_flops.resnet_training_flops_per_image`:
+    counted on the meta device, no compute). An estimate: it ignores evaluation and data loading, and assumes time follows FLOPs.
     """
     first = configs[0]
     data = load_sweep_data(first)
     shape = tuple(data.x_train.shape[1:])
     batch = int(first["train"]["batch_size"])
     step_s = _measured_step_s(first, shape, batch, data.num_classes, steps)
-    base = _forward_flops(first, shape, data.num_classes, 0)
+    base = _training_flops(first, shape, data.num_classes, 0)
     total = 0.0
     images_of = {_data_key(first): len(data.y_train)}
     for config in configs:
@@ -469,7 +428,7 @@ def estimate_training_s(configs: Sequence[dict], *, steps: int = 2) -> tuple[flo
             images_of[key] = len(load_sweep_data(config).y_train)
         images = images_of[key]
         run_steps = config["train"]["epochs"] * max(1, images // config["train"]["batch_size"])
-        ratio = _forward_flops(config, shape, data.num_classes, config["depth_n"]) / base
+        ratio = _training_flops(config, shape, data.num_classes, config["depth_n"]) / base
         total += run_steps * step_s * ratio * config["train"]["batch_size"] / batch
     return total, step_s, batch
 
@@ -489,34 +448,21 @@ def _measured_step_s(config: dict, shape: tuple, batch: int, num_classes: int, s
     return sorted(times[2:])[len(times[2:]) // 2]
 
 
-@functools.cache
-def _block_flops(widths: tuple, shape: tuple, num_classes: int, n: int) -> int:
-    with torch.device("meta"):
-        model = ResNet(ResNetConfig(extra_blocks=n, widths=widths, num_classes=num_classes))
-        x = torch.empty(1, *shape)
-    with FlopCounterMode(display=False) as counter:
-        model(x)
-    return counter.get_total_flops()
-
-
-def _forward_flops(config: dict, shape: tuple, num_classes: int, n: int) -> int:
-    """ResNet-(8+N)'s forward FLOPs per image: blocks are added to the stages in turn, so N = 3q + r costs ResNet-8's
-    plus q cycles of three blocks plus the first r blocks of one (four counts, for any N)."""
-    widths = tuple(config.get("model", {}).get("widths", ResNetConfig.for_dataset(config["dataset"], 0, 1).widths))
-    f = [_block_flops(widths, shape, num_classes, k) for k in range(4)]
-    q, r = divmod(n, 3)
-    return f[0] + q * (f[3] - f[0]) + (f[r] - f[0])
+def _training_flops(config: dict, shape: tuple, num_classes: int, n: int) -> int:
+    """ResNet-(8+N)'s training FLOPs per image at ``config``'s widths (:mod:`common.models.resnet_flops`: :mod:`common.training.flops`'s count)."""
+    return resnet_training_flops_per_image(n, _widths(config), shape, num_classes)
 
 
 def sweep_run_cost(config: dict) -> float:
     """A sweep run's training FLOPs up to one factor that every run of a plan shares (``--runs-per-device`` starts
-    the largest first): epochs x training images (its subset's K; 1 without one) x ResNet-(8+N)'s forward FLOPs per
-    32 x 32 image (:func:`_forward_flops`, counted on the meta device: no data read, no compute)."""
+    the largest first): epochs x training images (its subset's K; 1 without one) x ResNet-(8+N)'s training FLOPs per
+    32 x 32 image (:func:`common.models.resnet_flops.resnet_training_flops_per_image`, counted on the meta device: no data
+    read, no compute)."""
     if "depth_n" not in config:
         return 0.0
     images = (config.get("data", {}).get("train_subset") or {}).get("k", 1)
     shape = (3, 32, 32)
-    return float(config["train"]["epochs"] * images * _forward_flops(config, shape, 10, config["depth_n"]))
+    return float(config["train"]["epochs"] * images * _training_flops(config, shape, 10, config["depth_n"]))
 
 
 def _duration(seconds: float) -> str:
@@ -526,68 +472,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def check_sweep_inputs(configs: Sequence[dict], *, data: bool = True) -> None:
-    """For configs of runs that read a finished sweep run (``runtime.sweep_dir``; scripts 02, 06, 07): every
-    trained model loads and, with ``data``, every data source it was trained on loads (once each)."""
-    for config in configs:
-        load_trained_resnet(config["runtime"]["sweep_dir"])
-    if data:
-        check_sweep_data([sweep_data_config(c["runtime"]["sweep_dir"], c["runtime"].get("data_root")) for c in configs])
-
-
-def train_command(
-    preset: str,
-    dataset: str,
-    out: str | Path,
-    *,
-    depths: Sequence[int] | None = None,
-    seeds: Sequence[int] | None = None,
-) -> str:
-    """The script-01 command that trains the sweep runs a message asks for (following it must help)."""
-    parts = [
-        "python 01_train_resnet_sweep.py",
-        *([f"--preset {preset}"] if sweep_presets(preset).in_commands else []),
-        f"--dataset {dataset}",
-    ]
-    parts += [f"--depths {','.join(map(str, depths))}"] if depths else []
-    parts += [f"--seeds {','.join(map(str, seeds))}"] if seeds else []
-    return " ".join([*parts, f"--out {out}"])
-
-
-def require_sweep_runs(out: str | Path, dataset: str, *, preset: str, seeds: Sequence[int] | None = None) -> list[Path]:
-    """The finished sweep runs on ``dataset`` under ``out`` (of ``seeds`` when given, else of every seed that has a
-    run at every depth there: :func:`balanced_runs`); none, or a requested seed without any, is a
-    :class:`UserError` naming the script-01 command that trains them."""
-    found = finished_sweep_runs(out, dataset)
-    seed_of = {d: run_store.read_config(d, CONFIG_KEYS)["seed"] for d in found}
-    missing = [s for s in seeds if s not in seed_of.values()] if seeds is not None else []
-    found = [d for d in found if seed_of[d] in seeds] if seeds is not None else balanced_runs(found)
-    if not found or missing:
-        which = f" and seeds {','.join(map(str, missing or seeds))}" if seeds is not None else ""
-        raise UserError(
-            f"no finished sweep runs for --dataset {dataset}{which} under {Path(out) / EXPERIMENT}; train them first: "
-            f"{train_command(preset, dataset, out, seeds=missing or seeds)}"
-        )
-    return found
-
-
-def finished_sweep_runs(
-    out: str | Path, dataset: str, *, preset: str | None = None, seed: int | None = None
-) -> list[Path]:
-    """Directories of the finished sweep runs on ``dataset`` under ``out``, sorted by (N, seed)."""
-    found = []
-    for directory in run_store.run_dirs(Path(out) / EXPERIMENT):
-        if not run_store.is_done(directory):
-            continue
-        config = read_sweep_run(directory).config  # a malformed finished run is one line, never left out in silence
-        if config.get("dataset") != dataset:
-            continue
-        if (preset is not None and config.get("preset") != preset) or (seed is not None and config.get("seed") != seed):
-            continue
-        found.append((config["depth_n"], config["seed"], directory))
-    return [d for _, _, d in sorted(found)]
-
-
 __all__ = [
     "CHECK_BATCH",
     "fresh_resnet",
@@ -595,22 +479,13 @@ __all__ = [
     "sweep_data",
     "CONFIG_KEYS",
     "EXPERIMENT",
-    "balanced_runs",
     "build_resnet",
     "check_sweep_data",
-    "check_sweep_inputs",
     "check_sweep_plan",
-    "finished_sweep_runs",
     "fits",
     "load_sweep_data",
-    "load_sweep_run",
-    "load_trained_resnet",
-    "require_sweep_runs",
     "preset_seeds",
-    "read_sweep_run",
     "sweep_configs",
-    "sweep_data_config",
     "sweep_run_cost",
-    "train_command",
     "train_resnet_run",
 ]

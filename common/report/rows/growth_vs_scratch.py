@@ -21,7 +21,7 @@ def reduction_summaries(t: pd.DataFrame, models: Iterable[str], metric: str) -> 
     }
 
 
-TEST_LOSS_CLAIMS = (1, 2, 3, 5, 6, 7, 8)  # positions in growth_claims' specs whose claim is about test loss
+TEST_LOSS_CLAIMS = (1, 2, 3, 5, 6, 7, 8)  # positions in growth_specs() whose claim is about test loss
 
 
 def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
@@ -31,9 +31,18 @@ def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     section "Function-preserving growth"). Every row gives each side's training FLOPs and whether the runs had
     converged (:func:`convergence_words`) beside its value; rows about test loss give each side's test accuracy.
     """
+    specs = growth_specs()
+    if not rec.growth:
+        return [claim_row(c, p, fn, None, f"none: {cmd['growth']}", rec.preset) for c, p, fn in specs]
+    return [row for table in rec.growth for row in table_rows(rec.preset, table, specs)]
+
+
+def growth_specs() -> list[tuple]:
+    """``(claim, the paper's value, rule)`` of every row, in the report's order (the positions that
+    :data:`TEST_LOSS_CLAIMS` and :data:`MEAN_CLAIMS` name)."""
     mean_train = f"growth {paper.GROWTH_MEAN_TRAIN_LOSS['growth']} vs scratch {paper.GROWTH_MEAN_TRAIN_LOSS['scratch']}"
     mean_test = f"growth {paper.GROWTH_MEAN_TEST_LOSS['growth']} vs scratch {paper.GROWTH_MEAN_TEST_LOSS['scratch']}"
-    specs = [
+    return [
         ("growth's mean training loss is below scratch's", mean_train, growth_vs_scratch.growth_lower_mean),
         ("growth's mean test loss is below scratch's", mean_test, growth_vs_scratch.growth_lower_mean),
         (
@@ -64,30 +73,32 @@ def growth_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
             )
         ),
     ]
-    if not rec.growth:
-        return [claim_row(c, p, fn, None, f"none: {cmd['growth']}", rec.preset) for c, p, fn in specs]
+
+
+def table_rows(preset: str, table, specs: list[tuple]) -> list[dict]:
+    """One row per spec from one of 03's tables (a dataset): its verdict and value at the table's budget, the test
+    accuracies and the restart ablation where the claim reads them, the FLOPs and convergence words beside."""
+    accuracy = test_accuracies(table)
+    outcomes = growth_outcomes(table)
+    beside = [w for w in (table.flops_words(), convergence_words(table)) if w]
     rows = []
-    for table in rec.growth:
-        accuracy = test_accuracies(table)
-        outcomes = growth_outcomes(table)
-        beside = [w for w in (table.flops_words(), convergence_words(table)) if w]
-        for i, (claim, said, fn) in enumerate(specs):
-            values = [f"at {table.budget_words()}: {outcomes[i].value}"]
-            if i in TEST_LOSS_CLAIMS:
-                values.append(accuracy[claim_models(claim)])
-            if i in MEAN_CLAIMS and ablation_words(table, MEAN_CLAIMS[i]):
-                values.append(ablation_words(table, MEAN_CLAIMS[i]))
-            rows.append(
-                claim_row(
-                    f"{claim} ({table.dataset})",
-                    said,
-                    fn,
-                    verdicts.Outcome(outcomes[i].verdict, "; ".join([*values, *beside])),
-                    growth_records(rec.preset, table),
-                    rec.preset,
-                    design=growth_design(table, fn, claim, said),
-                )
+    for i, (claim, said, fn) in enumerate(specs):
+        values = [f"at {table.budget_words()}: {outcomes[i].value}"]
+        if i in TEST_LOSS_CLAIMS:
+            values.append(accuracy[claim_models(claim)])
+        if i in MEAN_CLAIMS and ablation_words(table, MEAN_CLAIMS[i]):
+            values.append(ablation_words(table, MEAN_CLAIMS[i]))
+        rows.append(
+            claim_row(
+                f"{claim} ({table.dataset})",
+                said,
+                fn,
+                verdicts.Outcome(outcomes[i].verdict, "; ".join([*values, *beside])),
+                growth_records(preset, table),
+                preset,
+                design=growth_design(table, fn, claim, said),
             )
+        )
     return rows
 
 

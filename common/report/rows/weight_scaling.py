@@ -102,13 +102,8 @@ def scaling_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     A beta-based verdict uses the max-norm estimator (how their figures were read); Step 2's cumulative-sum
     estimate (their text) is shown beside it in the reproduced value, not used."""
     rows = []
-    for claim, family, tensor, exponent, step2, said, side in SCALING_CLAIMS:
-        fn = (
-            weight_scaling_rules.exponent_within_tolerance
-            if side is None
-            else weight_scaling_rules.sign_within_tolerance
-        )
-        paper_text = f"{said}" if side is None or isinstance(said, str) else f"{side}"
+    for spec in SCALING_CLAIMS:
+        claim, family, tensor, exponent, step2, said, side = spec
         if step2 is not None:
             claim = f"{claim}, {scaling.MAX_NORM_ESTIMATOR}"
         ex = rec.exponents
@@ -116,61 +111,80 @@ def scaling_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         if tensor is not None and len(mine):
             mine = mine[mine["tensor"] == tensor]
         if mine.empty or not (mine["exponent"] == exponent).any():
-            rows.append(claim_row(claim, paper_text, fn, None, f"none: {cmd['scaling']}", rec.preset))
-            continue
-        for dataset, both in mine.groupby("dataset"):
-            group = both[both["exponent"] == exponent]
-            runs_used = rec.scaling[(rec.scaling["family"] == family) & (rec.scaling["dataset"] == dataset)]
-            records = describe(
-                rec.preset,
-                dataset,
-                runs_used["seed"],
-                runs_used["run"].nunique(),
-                f"depths {sorted(runs_used['depth'].unique().tolist())}",
-            )
-            fits = {exponent_label(r, family): (r["estimate"], r["ci_low"], r["ci_high"]) for _, r in group.iterrows()}
-            outcome = fn(
-                fits, said if side is None else side
-            )  # the fit's intervals, so the sign rows' verdicts are statistical too
-            if step2 is not None:
-                beside = both[both["exponent"] == step2]
-                shown = ", ".join(
-                    f"{exponent_label(r, family) + ': ' if exponent_label(r, family) else ''}{r['estimate']:.3f}"
-                    + (f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if side is None else "")
-                    for _, r in beside.iterrows()
-                    if r["status"] == "ok"
-                )
-                outcome = verdicts_rules.Outcome(
-                    outcome.verdict,
-                    f"{outcome.value}; {scaling.STEP2_ESTIMATOR}, not used for the verdict: {shown or 'not fitted'}",
-                )
-            peer = read_peer_check(rec.out, family, rec.preset) if (family, exponent) in PEER_EXPONENTS else None
-            beside_peer = peer_words(peer, PEER_EXPONENTS[(family, exponent)], said) if peer else None
-            if beside_peer:
-                outcome = verdicts_rules.Outcome(outcome.verdict, f"{outcome.value}; {beside_peer}")
-            points = rec.scaling[
-                (rec.scaling["family"] == family)
-                & (rec.scaling["dataset"] == dataset)
-                & (rec.scaling["norm"] == "fro")
-                & (rec.scaling["depth"] >= weight_scaling.MIN_BLOCKS)
-            ]
-            fitted = group[group["status"] == "ok"]
-            fits = [
-                points[(points["stage"] == r["stage"]) & (points["tensor"] == r["tensor"])]["depth"].tolist()
-                for _, r in fitted.iterrows()
-            ]
             rows.append(
-                claim_row(
-                    f"{claim} ({dataset})",
-                    paper_text,
-                    fn,
-                    outcome,
-                    records,
-                    rec.preset,
-                    design=scaling_design(fn, fits),
-                )
+                claim_row(claim, paper_value(said, side), claim_rule(side), None, f"none: {cmd['scaling']}", rec.preset)
             )
+            continue
+        rows += [dataset_row(rec, spec, claim, dataset, both) for dataset, both in mine.groupby("dataset")]
     return rows
+
+
+def claim_rule(side: str | None):
+    """The rule of a claim: an exponent within ±0.1 of the paper's, or (``side``) its sign."""
+    if side is None:
+        return weight_scaling_rules.exponent_within_tolerance
+    return weight_scaling_rules.sign_within_tolerance
+
+
+def paper_value(said, side: str | None) -> str:
+    """The paper's value as the row shows it: the exponent, or the side of a sign claim."""
+    return f"{said}" if side is None or isinstance(said, str) else f"{side}"
+
+
+def dataset_row(rec: Records, spec: tuple, claim: str, dataset: str, both) -> dict:
+    """One claim's row at one dataset (``both``: its exponent rows): the verdict read off the fit's intervals, Step 2's
+    estimate and the peers' check beside it."""
+    _, family, _, exponent, step2, said, side = spec
+    fn = claim_rule(side)
+    group = both[both["exponent"] == exponent]
+    runs_used = rec.scaling[(rec.scaling["family"] == family) & (rec.scaling["dataset"] == dataset)]
+    records = describe(
+        rec.preset,
+        dataset,
+        runs_used["seed"],
+        runs_used["run"].nunique(),
+        f"depths {sorted(runs_used['depth'].unique().tolist())}",
+    )
+    fits = {exponent_label(r, family): (r["estimate"], r["ci_low"], r["ci_high"]) for _, r in group.iterrows()}
+    # the fit's intervals, so the sign rows' verdicts are statistical too
+    outcome = fn(fits, said if side is None else side)
+    if step2 is not None:
+        outcome = with_step2(outcome, both[both["exponent"] == step2], family, side)
+    peer = read_peer_check(rec.out, family, rec.preset) if (family, exponent) in PEER_EXPONENTS else None
+    beside_peer = peer_words(peer, PEER_EXPONENTS[(family, exponent)], said) if peer else None
+    if beside_peer:
+        outcome = verdicts_rules.Outcome(outcome.verdict, f"{outcome.value}; {beside_peer}")
+    design = scaling_design(fn, fitted_depths(rec, family, dataset, group))
+    return claim_row(f"{claim} ({dataset})", paper_value(said, side), fn, outcome, records, rec.preset, design=design)
+
+
+def with_step2(outcome: verdicts_rules.Outcome, beside, family: str, side: str | None) -> verdicts_rules.Outcome:
+    """``outcome`` with Step 2's fitted estimates (``beside``: its exponent rows) shown after it, not judged."""
+    shown = ", ".join(
+        f"{exponent_label(r, family) + ': ' if exponent_label(r, family) else ''}{r['estimate']:.3f}"
+        + (f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if side is None else "")
+        for _, r in beside.iterrows()
+        if r["status"] == "ok"
+    )
+    return verdicts_rules.Outcome(
+        outcome.verdict,
+        f"{outcome.value}; {scaling.STEP2_ESTIMATOR}, not used for the verdict: {shown or 'not fitted'}",
+    )
+
+
+def fitted_depths(rec: Records, family: str, dataset: str, group) -> list[list]:
+    """The depths each fitted exponent row of ``group`` was fitted on (Frobenius records, at least ``MIN_BLOCKS``)."""
+    points = rec.scaling[
+        (rec.scaling["family"] == family)
+        & (rec.scaling["dataset"] == dataset)
+        & (rec.scaling["norm"] == "fro")
+        & (rec.scaling["depth"] >= weight_scaling.MIN_BLOCKS)
+    ]
+    fitted = group[group["status"] == "ok"]
+    return [
+        points[(points["stage"] == r["stage"]) & (points["tensor"] == r["tensor"])]["depth"].tolist()
+        for _, r in fitted.iterrows()
+    ]
 
 
 def exponent_label(row, family: str) -> str:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from common.report.rules.margins import TAIL
-from common.report.rules.statistics import Estimate, t_quantile
+from common.report.rules.statistics import Estimate
 from common.report.rules.verdicts import FAILS, HOLDS, UNDECIDABLE, Outcome, fmt, rule
 
 STOP_TOLERANCE = 1
@@ -120,12 +119,6 @@ def stop_within_depths(
     return Outcome(UNDECIDABLE, value)
 
 
-def stop_interval_half(seeds: int, tail: float = TAIL) -> float:
-    """The half-width of :func:`stop_within_depths`' interval when every seed stops at one depth (the least it can
-    be): below ``STOP_TOLERANCE`` only from this many seeds on can the rule hold at all."""
-    return t_quantile(1.0 - tail, seeds - 1) * ROUNDING_SD / math.sqrt(seeds) if seeds > 1 else math.inf
-
-
 __all__ = [
     "ROUNDING_SD",
     "mean_sd",
@@ -133,6 +126,5 @@ __all__ = [
     "paired_differences",
     "paired_verdict",
     "placement_lower_train_loss",
-    "stop_interval_half",
     "stop_within_depths",
 ]

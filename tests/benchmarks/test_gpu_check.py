@@ -4,7 +4,7 @@ Each test stands in for an accelerator by replacing one capability answer (``mon
 dynamo's per-function compile limit with the ``eager`` backend, a 4-device RNG, a device without
 float64, a chip with or without native bf16, ``torch.accelerator.synchronize``, a torchrun
 environment, the ``cudnn.benchmark`` decision. The checks that need the real device are in
-``benchmarks/accelerator_check.py``.
+``benchmarks/gpu_check.py``; its CPU dry run ends this file (one run, shared by the tests that read its report).
 """
 
 from __future__ import annotations
@@ -27,16 +27,17 @@ from common.errors import UserError
 from common.models import hf_decoder
 from common.models.resnet import ResNet, ResNetConfig
 from common.runs import record_io, run_store
-from common.science import precision, probe, projection
+from common.science import activations, gram, precision, probe, projection
 from common.training import device as devices
-from common.training import distributed
-from common.training import loop as train_module
-from common.training.loop import evaluate, train, train_epoch
+from common.training import distributed, evaluation
+from common.training.epoch import train_epoch
+from common.training.evaluation import evaluate
+from common.training.loop import train
 from common.training.recipes import Schedule, SGDRecipe, TrainSettings
 from tests.helpers import precision_flags
 
 script = importlib.import_module("01_train_resnet_sweep")
-checker = importlib.import_module("benchmarks.accelerator_check")
+checker = importlib.import_module("benchmarks.gpu_check")
 NPU = SimpleNamespace(type="npu")  # torch.device("npu") exists only once torch_npu is imported
 CUDA = torch.device("cuda")
 
@@ -59,7 +60,7 @@ def test_five_depths_in_one_process_each_compile_their_block_types_after_the_com
     stage 2's stride-1 block, ResNet-11 and -12 stage 3's. The counts are those of the depth alone, although the
     depths run one after another in one process: ``torch.compiler.reset()`` per run (without it a later depth would
     reuse the earlier graphs and compile nothing). ``fail_on_recompile_limit_hit`` turns dynamo's silent fallback to
-    eager at the limit into an error; the GPU check is ``benchmarks/accelerator_check.py`` item 2.
+    eager at the limit into an error; the GPU check is ``benchmarks/gpu_check.py`` item 2.
     """
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
     data = make_synthetic(num_train=8, num_test=8, num_classes=3, image_size=8, seed=0)
@@ -188,7 +189,7 @@ def test_float64_runs_on_the_cpu_for_mps_and_npu_only():
         False,
     ]
     assert [str(precision.float64_device(d)) for d in ("cuda:1", "mps", "npu", None)] == ["cuda:1", "cpu", "cpu", "cpu"]
-    users = (projection, probe, hf_decoder, train_module)
+    users = (projection, probe, activations, gram, hf_decoder, evaluation)
     assert all(
         m.float64_device is precision.float64_device for m in users
     )  # one decision, made in common.science.precision
@@ -226,14 +227,14 @@ def test_block_influence_and_mean_loss_take_float64_where_float64_device_says(mo
         return torch.device("cpu")
 
     monkeypatch.setattr(hf_decoder, "float64_device", cpu_for_float64)
-    monkeypatch.setattr(probe, "float64_device", cpu_for_float64)
+    monkeypatch.setattr(activations, "float64_device", cpu_for_float64)
     x, z = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
     bi = hf_decoder.block_influence_per_token(x, z)
     assert asked == ["cpu"] and bi.dtype == torch.float64
     assert torch.equal(bi, 1.0 - F.cosine_similarity(x.double(), z.double(), dim=-1))
     torch.manual_seed(0)
     model, xb, yb = nn.Linear(3, 2), torch.randn(4, 3), torch.randint(0, 2, (4,))
-    assert probe.mean_loss(model, [(xb, yb)]) == F.cross_entropy(model(xb).double(), yb).item()
+    assert activations.mean_loss(model, [(xb, yb)]) == F.cross_entropy(model(xb).double(), yb).item()
     assert asked == ["cpu", "cpu"]
 
 
@@ -540,12 +541,36 @@ def test_training_sets_cudnn_benchmark_for_its_rounds_as_decided_and_restores_it
     assert devices.runs_per_device() == 1
 
 
-# ----------------------------------------------------------------------------- the accelerator check itself
-def test_accelerator_check_cpu_dry_run_runs_every_item_and_writes_its_report(tmp_path):
-    report = checker.run_check(["--cpu-dry-run", "--out", str(tmp_path / "report.json")])
-    saved = record_io.read_json(tmp_path / "report.json")
+# ----------------------------------------------------------------------------- the GPU check itself
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """One ``--cpu-dry-run`` of benchmarks/gpu_check.py at toy sizes: (the report ``run_check`` returns, the saved one).
+
+    It checks the script, not a device (the GPU numbers: benchmarks/README.md)."""
+    path = tmp_path_factory.mktemp("gpu-check") / "report.json"
+    return checker.run_check(["--cpu-dry-run", "--out", str(path)]), record_io.read_json(path)
+
+
+def test_gpu_check_cpu_dry_run_runs_every_item_and_writes_its_report(dry_run):
+    report, saved = dry_run
     assert saved == report and saved["device"]["type"] == "cpu" and saved["mode"] == "cpu-dry-run"
     numbers = [item["number"] for item in saved["items"]]
     assert numbers == sorted(numbers) and len(numbers) >= 6
     statuses = [item["status"].split(":")[0] for item in saved["items"]]
+    # no item failed: main() exits 0 (it exits 1 exactly when a status starts with "fail")
     assert set(statuses) <= {"pass", "skipped"} and statuses.count("pass") >= 6, statuses
+
+
+def test_gpu_check_cpu_dry_run_reports_every_speed(dry_run):
+    """What benchmarks/gpu_throughput.py's parts measured, now items 2 (epochs), 7 (probe), 8 (GPT-2), 11, 12."""
+    items = {item["number"]: item for item in dry_run[1]["items"]}
+    assert set(items) == set(range(1, 13))  # every item is in the report
+    epochs = items[2]["rows"]
+    assert [(r["n"], r["mode"]) for r in epochs] == [(n, mode) for n in (0, 1, 2) for mode in ("eager", "compiled")]
+    assert all(r["epoch_s_per_50k"] > 0 for r in epochs)
+    sharing = items[11]["rows"]
+    assert [r["processes"] for r in sharing] == [1, 2] and sharing[0]["speedup_vs_one"] == 1
+    assert [r["n"] for r in items[12]["rows"]] == [0, 2]
+    assert items[7]["ag_over_train_step"] > 0 and items[7]["exact_over_train_step"] > 0
+    step = items[8]["training_step"]
+    assert step["tokens_per_s"] > 0 and step["flops_per_token"] > 0
