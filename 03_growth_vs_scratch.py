@@ -29,7 +29,7 @@ from common.experiments.growth_vs_scratch import (
     table_stem,
     write_table,
 )
-from common.experiments.growth_vs_scratch_rows import ablation_table, growth_table
+from common.experiments.growth_vs_scratch_tables import ablation_table, growth_table
 from common.experiments.shared.resnet_sweep import check_sweep_data
 from common.launch.cli import add_training_data_flags, check_flag_use, comma_ints, entry_point, make_parser, parse_args
 from common.launch.launcher import launch_from_args

@@ -20,7 +20,7 @@ Protocol (one growth run per final depth N and seed):
 
 Each growth run has its own directory (``<out>/growth_vs_scratch/<dataset>-grown-resnet<d>-n<N>-seed<s>-<hash>``,
 ``-restart`` for the ablation) and resumes from its checkpoint. :func:`collect_records` reads the finished runs; the
-tables' rows are built in :mod:`common.experiments.growth_vs_scratch_rows` (the comparison at equal steps and the
+tables' rows are built in :mod:`common.experiments.growth_vs_scratch_tables` (the comparison at equal steps and the
 restart's cost), written here as markdown (:func:`markdown_table`, :func:`ablation_markdown`) and files.
 """
 
@@ -39,7 +39,7 @@ import torch
 
 from common.data.vision import VisionData
 from common.errors import ParamError, UserError
-from common.experiments.growth_vs_scratch_rows import ARMS, METHODS, METRICS, tail_fall, tail_slope
+from common.experiments.growth_vs_scratch_tables import ARMS, METHODS, METRICS, tail_fall, tail_slope
 from common.experiments.shared.resnet_sweep import (
     build_resnet,
     growth_hooks,
@@ -225,7 +225,7 @@ def collect_records(plan: GrowthPlan, out: str | Path, which: str = "growth") ->
     ``train_flops``: growth's as counted during the run; scratch's the same count at its fixed depth (the growth
     run's FLOPs per image at the final depth, the same architecture) times the images it trained (steps x batch).
     ``train_loss_slope``: the running training loss's least-squares slope per epoch over the run's last epochs
-    (:func:`~common.experiments.growth_vs_scratch_rows.tail_slope`), to say whether it had converged.
+    (:func:`~common.experiments.growth_vs_scratch_tables.tail_slope`), to say whether it had converged.
     """
     grown = plan.growth if which == "growth" else plan.ablation
     records = []
@@ -347,7 +347,7 @@ ABLATION_COLUMNS = (
 
 def ablation_markdown(rows: Sequence[dict]) -> str:
     """The restart ablation's table as markdown (the rows of
-    :func:`~common.experiments.growth_vs_scratch_rows.ablation_table`), with what each arm is."""
+    :func:`~common.experiments.growth_vs_scratch_tables.ablation_table`), with what each arm is."""
     note = (
         f"Mean ± sample std over {_seeds(rows)} seed(s). growth: one schedule, optimizer state kept at every insertion; "
         "restart: the same insertions with a fresh optimizer and the warm-up and cosine restarted over each segment "

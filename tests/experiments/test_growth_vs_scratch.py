@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from common.errors import ParamError
 from common.experiments import growth_vs_scratch as gvs
-from common.experiments import growth_vs_scratch_rows as gvs_rows
+from common.experiments import growth_vs_scratch_tables as gvs_tables
 from common.experiments.shared import resnet_sweep as sweep
 from common.experiments.shared import resnet_sweep_records as sweep_records
 from common.launch import cli
@@ -225,7 +225,7 @@ def test_table_builder_computes_means_relative_reduction_and_winners():
         record("scratch", 4, 0, 0.050, 0.20),
         record("scratch", 4, 1, 0.050, 0.20),
     ]
-    rows = {r["model"]: r for r in gvs_rows.growth_table(records)}
+    rows = {r["model"]: r for r in gvs_tables.growth_table(records)}
     assert list(rows) == ["ResNet-10", "ResNet-12", "mean"]
     r10, r12, mean = rows["ResNet-10"], rows["ResNet-12"], rows["mean"]
     assert r10["growth_test_loss"] == pytest.approx(0.30) and r10["growth_test_loss_std"] == pytest.approx(
@@ -248,7 +248,7 @@ def test_table_builder_computes_means_relative_reduction_and_winners():
     assert (r12["paper_train_winner"], r12["paper_test_winner"]) == ("scratch", "growth")
     assert r10["paper_growth_test_loss"] is None and mean["paper_growth_test_loss"] == GROWTH_MEAN_TEST_LOSS["growth"]
     assert mean["paper_test_loss_reduction_rel"] == GROWTH_TEST_RELATIVE_REDUCTION
-    assert gvs_rows.paper_columns("ResNet-9")["paper_train_winner"] is None  # not one of the paper's architectures
+    assert gvs_tables.paper_columns("ResNet-9")["paper_train_winner"] is None  # not one of the paper's architectures
     # Paired training-loss reductions per seed (0.01 and -0.01 at ResNet-10), as the claims test them.
     assert r10["train_loss_reduction"] == pytest.approx(0.0) and r10["train_loss_reduction_std"] == pytest.approx(
         math.sqrt(2e-4)
@@ -264,12 +264,12 @@ def test_table_builder_computes_means_relative_reduction_and_winners():
         }
         for r in records
     ]
-    rows = {r["model"]: r for r in gvs_rows.growth_table(more)}
+    rows = {r["model"]: r for r in gvs_tables.growth_table(more)}
     assert (rows["ResNet-12"]["growth_epochs"], rows["ResNet-12"]["scratch_epochs"]) == (14, 2)
     assert rows["mean"]["growth_epochs"] is None
     assert "| ResNet-12 | 14 / 2 | 1e+03 / 2e+03 |" in gvs.markdown_table(list(rows.values()))
     with pytest.raises(ValueError, match="seeds"):
-        gvs_rows.growth_table(records[1:])
+        gvs_tables.growth_table(records[1:])
 
 
 def test_the_ablation_costs_restart_minus_growth_paired_by_seed():
@@ -288,7 +288,7 @@ def test_the_ablation_costs_restart_minus_growth_paired_by_seed():
         record("growth", 5, 0, 0.15, 0.60, **{**extra, "train_flops": 8.0}),
         *scratch[2:],
     ]
-    [row] = gvs_rows.ablation_table(growth, restart)
+    [row] = gvs_tables.ablation_table(growth, restart)
     assert (row["model"], row["depth_n"], row["seeds"]) == ("ResNet-13", 5, 2)
     assert row["restart_cost_train_loss"] == pytest.approx(0.035)
     assert row["restart_cost_train_loss_std"] == pytest.approx(0.03 / math.sqrt(2))
@@ -299,7 +299,7 @@ def test_the_ablation_costs_restart_minus_growth_paired_by_seed():
     text = gvs.ablation_markdown([row])
     assert "| ResNet-13 | 0.2000 ± 0.1414 | 0.2350 ± 0.1202 | 0.2000 ± 0.0000 | 0.0350 ± 0.0212 |" in text
     with pytest.raises(ValueError, match="no growth records"):
-        gvs_rows.ablation_table(growth[1:], restart)
+        gvs_tables.ablation_table(growth[1:], restart)
 
 
 def test_tail_slope_fits_a_line_to_the_last_tenth_of_the_epochs():
@@ -308,15 +308,15 @@ def test_tail_slope_fits_a_line_to_the_last_tenth_of_the_epochs():
     history = [{"epoch": e, "train_loss": 0.8 + 0.1 * (36 - e)} for e in range(1, 37)]
     history += [{"epoch": e, "train_loss": 0.8 - 0.02 * (e - 36)} for e in range(37, 41)]
     history.append({"epoch": 40, "test_loss": 0.3})  # a record without the running training loss: not a point
-    assert gvs_rows.tail_slope(history) == pytest.approx(-0.02, abs=1e-12)
-    assert gvs_rows.tail_fall(history) == pytest.approx(0.06 / 0.72, rel=1e-9)
-    assert gvs_rows.tail_slope(history, tail=0.5) < -0.03  # over 20 epochs the steeper fall enters
+    assert gvs_tables.tail_slope(history) == pytest.approx(-0.02, abs=1e-12)
+    assert gvs_tables.tail_fall(history) == pytest.approx(0.06 / 0.72, rel=1e-9)
+    assert gvs_tables.tail_slope(history, tail=0.5) < -0.03  # over 20 epochs the steeper fall enters
     level = [{"epoch": e, "train_loss": 0.25} for e in range(1, 21)]
-    assert gvs_rows.tail_slope(level) == pytest.approx(0.0, abs=1e-12) and gvs_rows.tail_fall(level) == pytest.approx(
-        0.0
-    )
-    assert math.isnan(gvs_rows.tail_slope(history[:1])) and math.isnan(gvs_rows.tail_fall([]))
-    assert gvs_rows.tail_slope(history[:2]) == pytest.approx(-0.1)  # at least 2 points, even where 10% is fewer
+    assert gvs_tables.tail_slope(level) == pytest.approx(0.0, abs=1e-12) and gvs_tables.tail_fall(
+        level
+    ) == pytest.approx(0.0)
+    assert math.isnan(gvs_tables.tail_slope(history[:1])) and math.isnan(gvs_tables.tail_fall([]))
+    assert gvs_tables.tail_slope(history[:2]) == pytest.approx(-0.1)  # at least 2 points, even where 10% is fewer
 
 
 # ----------------------------------------------------------------------------- the script

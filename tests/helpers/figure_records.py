@@ -13,7 +13,7 @@ from pathlib import Path
 from common.experiments import (
     gpt2_ascend,
     growth_vs_scratch,
-    growth_vs_scratch_rows,
+    growth_vs_scratch_tables,
     matched_insertion,
     probe_ag,
     pythia_cpt,
@@ -248,9 +248,9 @@ def growth(
     folder = Path(out) / growth_vs_scratch.EXPERIMENT
     tag = f"e{epochs}-at15-30-50-65-seeds{'-'.join(map(str, seeds))}"
     path = folder / f"table-{dataset}-{tag}.csv"
-    atomic.atomic_write_csv(path, growth_vs_scratch_rows.growth_table(records))
+    atomic.atomic_write_csv(path, growth_vs_scratch_tables.growth_table(records))
     if ablation:
-        rows = growth_vs_scratch_rows.ablation_table([r for r in records if r["depth_n"] == 5], restart)
+        rows = growth_vs_scratch_tables.ablation_table([r for r in records if r["depth_n"] == 5], restart)
         atomic.atomic_write_csv(folder / f"ablation-{dataset}-{tag}.csv", rows)
     return path
 
