@@ -65,7 +65,7 @@ from common.models.resnet import BACKBONE_DEPTH, blocks_per_stage, extra_block_p
 from common.presets.choose import choose_preset
 from common.presets.matched_insertion import FITS, PRESETS, MatchedPreset
 from common.presets.paper import MATCHED_INSERTION_ALPHA, MATCHED_INSERTION_REDUCTION
-from common.presets.train_resnet_sweep import DEFAULT_DATASET
+from common.presets.train_resnet_sweep import DEFAULT_DATASET, EVAL_BATCH_SIZE
 from common.runs import atomic, run_store, tables
 from common.science.activations import activation_gradients, probe_mode
 from common.science.gram import TangentRegression, per_example_tangent_regression
@@ -76,7 +76,6 @@ from common.training.device import resolve_device
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "matched_insertion"
-EVAL_BATCH_SIZE = 500
 REORDER_SEED = 0  # the permutation of the floor's second float64 pass (a measurement setting, not a result)
 GD_MAX_EXAMPLES = 4096  # the gradient-descent check caches z and g: small cases only
 ROW_COLUMNS = (

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from common.errors import UserError
 from common.models.resnet import ResNetConfig
 from common.models.resnet_flops import resnet_training_flops_per_image
+from common.presets.train_resnet_sweep import EVAL_BATCH_SIZE
 from common.runs import run_store as runs
 from common.runs.run_store import RunSpec
 
@@ -220,7 +221,7 @@ def training_phases(
     hp, runtime = config["train"], config.get("runtime", {})
     total, batch = int(hp["epochs"]), int(hp["batch_size"])
     epochs = range(1, total + 1) if epochs is None else epochs
-    eval_batch = int(runtime.get("eval_batch_size", 500))
+    eval_batch = int(runtime.get("eval_batch_size", EVAL_BATCH_SIZE))
     train_kernels = launch.kernels_per_block * s.blocks + launch.kernels_fixed
     eval_kernels = launch.forward_kernels_per_block * s.blocks + launch.forward_kernels_fixed
     steps = len(epochs) * max(1, s.train // batch)
@@ -307,7 +308,7 @@ def matched_run(config: dict, device: Device = H100, launch: LaunchModel = LAUNC
     s = _sweep_shapes(config)
     if s is None:
         return None
-    batch = int(config.get("runtime", {}).get("batch_size", 500))
+    batch = int(config.get("runtime", {}).get("batch_size", EVAL_BATCH_SIZE))
     alphas, candidates = len(config.get("alphas", [1])), len(config.get("candidates", [0]))
     train_passes, test_passes = 2 + alphas, 1 + alphas
     kernels = launch.kernels_per_block * s.blocks + launch.kernels_fixed

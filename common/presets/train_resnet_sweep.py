@@ -22,6 +22,10 @@ from common.training.recipes import SGDRecipe
 RECIPE_FIELDS = ("epochs", "lr")  # the overrides that set a field of the preset's recipe (the rest: of the preset)
 
 
+# Images per evaluation batch of the sweep's ResNets: the sweep's runs, 06's float64 passes, the GPU estimates.
+EVAL_BATCH_SIZE = 500
+
+
 @dataclass(frozen=True)
 class SweepPreset:
     """What one preset fixes for one dataset: the depth grid, the recipe, the batch and the augmentation."""
@@ -31,7 +35,7 @@ class SweepPreset:
     batch_size: int
     crop_pad: int = 4  # random crop after 4-pixel zero padding (B.2)
     flip: bool = True
-    eval_batch_size: int = 500
+    eval_batch_size: int = EVAL_BATCH_SIZE
     image_size: int | None = None  # ImageNet-100 resolution; None: the dataset's own
     train_subset: int | None = None  # K: train on K / C images per class (C classes) instead of every one
     subset_seed: int = 0  # the data seed that draws the subset: fixed by the preset, never a run's seed

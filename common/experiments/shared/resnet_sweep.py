@@ -40,7 +40,14 @@ from common.data.vision import DATASETS, VisionData, load_vision, warn_unused_da
 from common.errors import ParamError
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
 from common.models.resnet_flops import resnet_training_flops_per_image
-from common.presets.train_resnet_sweep import PRESETS, RECIPE_FIELDS, SweepPreset, sweep_preset, sweep_presets
+from common.presets.train_resnet_sweep import (
+    EVAL_BATCH_SIZE,
+    PRESETS,
+    RECIPE_FIELDS,
+    SweepPreset,
+    sweep_preset,
+    sweep_presets,
+)
 from common.runs import run_store
 from common.runs.run_store import RunSpec
 from common.training.checkpoints import finish_run
@@ -312,7 +319,7 @@ def _loaders(config: dict, data: VisionData, device: torch.device) -> tuple[Tens
     augmentation), channels-last on ``device``; the training images are copied to the device once, for both."""
     hp = config["train"]
     loader_keys = {"mean": data.mean, "std": data.std, "device": device, "channels_last": True}
-    eval_bs = config.get("runtime", {}).get("eval_batch_size", 500)
+    eval_bs = config.get("runtime", {}).get("eval_batch_size", EVAL_BATCH_SIZE)
     x_train, y_train = data.x_train.to(device), data.y_train.to(device)  # once: both train loaders share it
     train_loader = TensorLoader(
         x_train,
