@@ -40,8 +40,7 @@ from common.errors import UserError
 from common.models.resnet import ResNetConfig
 from common.models.resnet_flops import resnet_training_flops_per_image
 from common.presets.train_resnet_sweep import EVAL_BATCH_SIZE
-from common.runs import run_store as runs
-from common.runs.run_store import RunSpec
+from common.runs.run_store import RunSpec, read_config
 
 ESTIMATE = "estimate"  # the word every printed number carries
 
@@ -277,7 +276,7 @@ def _sweep_shapes(config: dict) -> Shapes | None:
     """The shapes of the sweep run a probe or matched run reads (its training subset from that run's config)."""
     sweep_dir = config.get("runtime", {}).get("sweep_dir")
     try:
-        sweep = runs.read_config(sweep_dir) if sweep_dir else config
+        sweep = read_config(sweep_dir) if sweep_dir else config
     except UserError:  # an unreadable sweep run: the probe's own keys (no subset)
         sweep = config
     return shapes_of({**sweep, "dataset": config["dataset"], "depth_n": config["depth_n"]})

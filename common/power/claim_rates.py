@@ -19,15 +19,15 @@ AGmax halving over the depth grid (the trend), and for the low-signal rules AGma
 the line to the line over the first quarter of the grid, to half the line at 3/8 and flat after.
 The worlds are the cases of :mod:`common.report.rules.cases` (:data:`CASES`), the designs
 the :class:`~common.report.rules.design.Design` of :mod:`common.report.rules.design`; this module measures them,
-and gives the design of a preset's default depths (:func:`design_for_preset`, which reads the presets of :mod:`common.presets`).
+and the design of a preset's default depths is :func:`common.report.claim_power.design_for_preset` (read from :mod:`common.presets`).
 ``docs/claim-rules.md`` lists every case with its measured rates at the paper preset's design (a generated
 table: ``python -m common.power.claim_rates --write-docs docs/claim-rules.md``).
 
 **Power at the records' own design** (issue 29): :func:`power` gives P(holds | true) of a case at noise 0.5x
 the effect at any :class:`Design`, such as the one a report row's records have (one seed count per depth
 where they differ), and below :data:`common.report.rules.margins.POWER_TARGET` the seeds it would need. The report reads
-these from a committed table (:class:`PowerTable`, ``common/report/claim_power.csv``, beside the report's modules), regenerated from
-the records by ``python -m common.power.power_table`` (:data:`POWER_COMMAND`).
+these from a committed table (:class:`common.report.claim_power.PowerTable`, ``common/report/claim_power.csv``, beside the report's modules), regenerated from
+the records by ``python -m common.power.power_table`` (:data:`common.report.claim_power.POWER_COMMAND`).
 
 Another design (a preset's default depths, other seeds or noise levels)::
 

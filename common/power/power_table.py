@@ -22,24 +22,24 @@ from pathlib import Path
 
 from common.errors import UserError
 from common.power import claim_rates
-from common.report import claim_rows, records
+from common.report import claim_power, claim_rows, records
 from common.report.rules import margins
 
 
 def regenerate(
     out: str | Path,
     preset: str,
-    table: str | Path = claim_rates.POWER_TABLE,
+    table: str | Path = claim_power.POWER_TABLE,
     reps: int = claim_rates.REPS,
     seed: int = 0,
     fresh: bool = False,
-) -> list[claim_rates.Power]:
+) -> list[claim_power.Power]:
     """Compute the power of every design the report of ``preset`` records under ``out`` asks for; write ``table``."""
     rec = records.load_records(out, preset)
-    asked = claim_rates.PowerTable()
+    asked = claim_power.PowerTable()
     claim_rows.claim_rows(rec, power=asked)
     powers = [claim_rates.power(case, design, reps, seed) for case, design in asked.requested.values()]
-    start = claim_rates.PowerTable() if fresh else claim_rates.PowerTable.load(table)
+    start = claim_power.PowerTable() if fresh else claim_power.PowerTable.load(table)
     start.updated(powers).write(table)
     return powers
 
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", type=Path, required=True, help="the records' folder (as 08's --out)")
     parser.add_argument("--preset", default="paper", help="the records' preset (as 08's --preset)")
-    parser.add_argument("--table", type=Path, default=claim_rates.POWER_TABLE, help="the power table to update")
+    parser.add_argument("--table", type=Path, default=claim_power.POWER_TABLE, help="the power table to update")
     parser.add_argument("--reps", type=int, default=claim_rates.REPS, help="repetitions per design")
     parser.add_argument("--seed", type=int, default=0, help="base seed of the simulations")
     parser.add_argument("--fresh", action="store_true", help="drop the table's other designs")
