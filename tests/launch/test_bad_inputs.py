@@ -6,7 +6,7 @@ every case the script must exit with code 2 and print exactly one stderr line st
 ``<script>: error:`` that names the flag or file, print no ``Traceback``, finish no run, and leave every
 record that was there before byte-identical (sha256), and create no run directory (validate before
 creating). Most cases call the script's ``main(argv)`` in this
-process; :data:`PROCESS_CASES` runs one case per script as a real process, all eight at once.
+process; :data:`PROCESS_CASES` runs one case per script as ``__main__`` in one real interpreter, as a shell would.
 
 A new input class is a new :class:`Case` in :data:`CASES`.
 """
@@ -535,7 +535,7 @@ def gpt_config(out: Path) -> dict:
     )[0]
 
 
-PROCESS_CASES = {  # one real process per script, all started at once: what a shell sees
+PROCESS_CASES = {  # one case per script, run as __main__ in a real interpreter: what a shell sees
     "01": "01-depths-empty-range",
     "02": "02-seed-not-trained",
     "03": "03-ablation-depth-not-planned",
@@ -607,23 +607,28 @@ def test_a_bad_input_gives_one_line_exit_2_and_changes_no_record(case, records, 
 
 @pytest.fixture(scope="module")
 def process_outcomes(records, tmp_path_factory) -> dict[str, tuple[Case, Path, Outcome]]:
-    started = {}
+    """Every script's process case, each run as ``__main__`` by one real interpreter (:mod:`tests.helpers.as_shell`):
+    the script's own ``__main__`` block, its exit code and whatever reaches file descriptor 2."""
+    planned = {}
     for number, case_id in PROCESS_CASES.items():
         case = BY_ID[case_id]
-        out, argv = prepared(case, records, tmp_path_factory.mktemp(case_id))
-        proc = subprocess.Popen(
-            [sys.executable, f"{case.script}.py", *argv],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        started[number] = (case, out, digests(out), proc)
-    done = {}
-    for number, (case, out, before, proc) in started.items():
-        _, stderr = proc.communicate(timeout=300)
-        done[number] = (case, out, Outcome(proc.returncode, stderr, before, digests(out)))
-    return done
+        tmp = tmp_path_factory.mktemp(case_id)
+        out, argv = prepared(case, records, tmp)
+        planned[number] = (case, out, digests(out), [f"{case.script}.py", argv, str(tmp / "stderr.txt")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.as_shell"],
+        cwd=ROOT,
+        input=json.dumps([job for *_, job in planned.values()]),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    codes = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        number: (case, out, Outcome(code, Path(job[2]).read_text(), before, digests(out)))
+        for (number, (case, out, before, job)), code in zip(planned.items(), codes, strict=True)
+    }
 
 
 @pytest.mark.parametrize("number", sorted(PROCESS_CASES))
