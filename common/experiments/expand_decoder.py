@@ -29,6 +29,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 from common.data.text_sources import TextDataSpec, documents, text_fingerprint
 from common.errors import ParamError, UserError
 from common.experiments import expand_decoder_training as training
+from common.experiments.expand_decoder_config import ExpandRun
 from common.experiments.shared.gpt2_runs import EXPERIMENT as ASCEND
 from common.experiments.shared.gpt2_runs import export_run
 from common.models.gpt_export import byte_tokenizer
@@ -48,6 +49,7 @@ from common.presets.expand_decoder import PRESETS, ExpandPreset
 from common.runs import record_io, run_store
 from common.runs.atomic import atomic_write_json
 from common.runs.run_store import RunSpec
+from common.runs.typed_config import to_mapping
 from common.training.checkpoints import WEIGHTS
 from common.training.device import resolve_device, seed_everything
 
@@ -152,26 +154,26 @@ def source_layers(identity: dict, runtime: dict) -> int | None:
     return None
 
 
-def load_source(config: dict, scratch: Path):
+def load_source(run: ExpandRun, scratch: Path):
     """``(lm, tokenizer, record)`` of the run's model (float32, eval mode); ``scratch``: a folder for an export."""
-    ident, runtime = config["model"], config.get("runtime", {})
+    ident, runtime = run.model, run.runtime
     if ident["kind"] == "tiny":
         torch.manual_seed(ident["seed"])
         tok = byte_tokenizer()
         cfg = {k: v for k, v in ident.items() if k not in ("kind", "family", "seed")}
-        lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), max_position_embeddings=4 * config["seq_len"], **cfg))
+        lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), max_position_embeddings=4 * run.seq_len, **cfg))
         return lm.eval(), tok, {"model": "tiny-llama", "model_class": type(lm).__name__}
     if ident["kind"] == ASCEND:
-        run = Path(runtime["from_run"])
-        check_weights(run)
-        loaded = load_causal_lm(str(export_run(run, scratch / "base_model")))
+        source = Path(runtime.from_run)
+        check_weights(source)
+        loaded = load_causal_lm(str(export_run(source, scratch / "base_model")))
         record = {
             **loaded.record,
             "model": f"{ASCEND}/{ident['run']}",
-            "run_weights_sha256": sha256_file(run / WEIGHTS),
+            "run_weights_sha256": sha256_file(source / WEIGHTS),
         }
         return loaded.model.eval(), loaded.tokenizer, record
-    name = runtime["model_path"] if ident["kind"] == "folder" else ident["model"]
+    name = runtime.model_path if ident["kind"] == "folder" else ident["model"]
     loaded = load_causal_lm(name, revision=ident.get("revision"))
     if ident["kind"] == "folder":
         if loaded.record["weight_files"] != ident["weights_sha256"]:
@@ -197,25 +199,23 @@ def text_source(preset: ExpandPreset, text_path: str | None, model_runtime: dict
     raise UserError("--text-file F is needed: the text the model is probed (and trained) on")
 
 
-def read_text(config: dict) -> str:
+def read_text(run: ExpandRun) -> str:
     """The run's text (:func:`common.data.text_sources.documents`: a ``--text-file``'s fingerprint is checked
     against the identity, so a file changed since planning is one line), its documents joined by blank lines."""
-    ident = config["text"]
-    spec = TextDataSpec(
-        ident["source"], "model", 1, None, text_name=ident.get("text_name"), text_sha256=ident.get("text_sha256")
-    )
-    return "\n\n".join(documents(spec, text_path=config.get("runtime", {}).get("text_path")))
+    text = run.text
+    spec = TextDataSpec(text.source, "model", 1, None, text_name=text.text_name, text_sha256=text.text_sha256)
+    return "\n\n".join(documents(spec, text_path=run.runtime.text_path))
 
 
-def text_split(config: dict, tokenizer) -> training.TextSplit:
-    ids = tokenizer(read_text(config), add_special_tokens=False, verbose=False)["input_ids"]
+def text_split(run: ExpandRun, tokenizer) -> training.TextSplit:
+    ids = tokenizer(read_text(run), add_special_tokens=False, verbose=False)["input_ids"]
     return training.split_tokens(
         torch.tensor(ids, dtype=torch.long),
-        held_out_tokens=config["held_out_tokens"],
-        seq_len=config["seq_len"],
-        sequences=config["sequences"],
-        batch_size=config["batch_size"],
-        what=f"the text {config['text'].get('text_name', config['text']['source'])}",
+        held_out_tokens=run.held_out_tokens,
+        seq_len=run.seq_len,
+        sequences=run.sequences,
+        batch_size=run.batch_size,
+        what=f"the text {run.text.text_name if run.text.text_name is not None else run.text.source}",
     )
 
 
@@ -273,22 +273,22 @@ def expand_configs(
         for s in seeds
     ]
     if save:
-        check_save(Path(save), configs)
+        check_save(Path(save), [ExpandRun.from_config(c) for c in configs])
     return configs
 
 
-def save_folder(config: dict, policy: str) -> Path:
+def save_folder(run: ExpandRun, policy: str) -> Path:
     """Where ``--save DIR`` puts one expansion: ``DIR/<policy>-K<K>`` (the expansion does not depend on the seed)."""
-    return Path(config["runtime"]["save"]) / f"{policy}-K{config['blocks']}"
+    return Path(run.runtime.save) / f"{policy}-K{run.blocks}"
 
 
-def check_save(save: Path, configs: Sequence[dict]) -> None:
+def check_save(save: Path, runs: Sequence[ExpandRun]) -> None:
     """``--save DIR``: a new or empty folder, or one holding only this plan's checkpoints (a rerun resumes)."""
     if save.exists() and not save.is_dir():
         raise UserError(f"--save {save}: a file, not a folder; give a new folder")
     if not save.is_dir():
         return
-    own = {save_folder(c, policy).name for c in configs for policy in c["policies"]}
+    own = {save_folder(r, policy).name for r in runs for policy in r.policies}
     other = sorted(p.name for p in save.iterdir() if p.name not in own or not (p / REPORT).is_file())
     if other:
         raise UserError(
@@ -301,50 +301,48 @@ def check_expand_inputs(configs: list[dict]) -> None:
     """Before any run directory: the model loads and its layout can be expanded, and the text is long enough for the
     split (read with the model's tokenizer)."""
     seen = set()
-    for config in configs:
-        key = json.dumps(
-            [config["model"], config["text"], config["held_out_tokens"], config["seq_len"], config["sequences"]]
-        )
+    for run in (ExpandRun.from_config(c) for c in configs):
+        key = json.dumps([run.model, to_mapping(run.text), run.held_out_tokens, run.seq_len, run.sequences])
         if key in seen:
             continue
         seen.add(key)
         with tempfile.TemporaryDirectory() as scratch:
-            lm, tokenizer, _ = load_source(config, Path(scratch))
+            lm, tokenizer, _ = load_source(run, Path(scratch))
             expandable(HFDecoder(lm))
-            text_split(config, tokenizer)
+            text_split(run, tokenizer)
 
 
 # ----------------------------------------------------------------------------- the job
 def expand_run(spec: RunSpec) -> dict:
     """Job function of script 10: the ranking, then each policy's expansion, check, checkpoint and training; resumes
     at the policy it was in (finished policies are read back from ``metrics.jsonl``)."""
-    config = spec.config
-    path = run_store.prepare_run(spec.out, config)
-    device = resolve_device(config.get("runtime", {}).get("device") or "auto")
-    seed_everything(config["seed"])
+    run = ExpandRun.from_config(spec.config)
+    path = run_store.prepare_run(spec.out, spec.config)
+    device = resolve_device(run.runtime.device or "auto")
+    seed_everything(run.seed)
     with tempfile.TemporaryDirectory() as scratch:
-        lm, tokenizer, record = load_source(config, Path(scratch))
+        lm, tokenizer, record = load_source(run, Path(scratch))
         decoder = HFDecoder(lm.float().to(device)).eval()
-        split = text_split(config, tokenizer)
+        split = text_split(run, tokenizer)
         probe = [(x.to(device), y.to(device)) for x, y in split.probe]
         scores = place_scores(decoder, probe)
         reference = Reference.of(decoder, probe)
-        base = training.held_out_loss(decoder, split) if config["train_steps"] else None
+        base = training.held_out_loss(decoder, split) if run.train_steps else None
         done = (
             {r["policy"]: r for r in run_store.read_metrics(path) if "policy" in r}
             if (path / run_store.METRICS).exists()
             else {}
         )
-        for policy in config["policies"]:
+        for policy in run.policies:
             if policy not in done:
-                done[policy] = _expand_policy(decoder, scores, policy, config, probe, reference, split, tokenizer)
+                done[policy] = _expand_policy(decoder, scores, policy, run, probe, reference, split, tokenizer)
                 run_store.append_metrics(path, done[policy])
-        policies = {policy: done[policy] for policy in config["policies"]}
+        policies = {policy: done[policy] for policy in run.policies}
     result = {
-        "blocks": config["blocks"],
-        "seed": config["seed"],
+        "blocks": run.blocks,
+        "seed": run.seed,
         "n_layer": decoder.n_layer,
-        "train_steps": config["train_steps"],
+        "train_steps": run.train_steps,
         "model": record,
         "base_held_out_loss": base,
         "ranking": [s.record() for s in scores],
@@ -354,8 +352,8 @@ def expand_run(spec: RunSpec) -> dict:
     return result
 
 
-def _expand_policy(decoder, scores, policy: str, config: dict, probe, reference, split, tokenizer) -> dict:
-    places = choose_places(policy, scores, config["blocks"])
+def _expand_policy(decoder, scores, policy: str, run: ExpandRun, probe, reference, split, tokenizer) -> dict:
+    places = choose_places(policy, scores, run.blocks)
     expanded = copy_decoder(decoder)
     sources = expand_layers(expanded, places)
     check = function_check(expanded, probe, reference)
@@ -372,20 +370,18 @@ def _expand_policy(decoder, scores, policy: str, config: dict, probe, reference,
         "new_layers": new_indices(places),
         "function_check": check,
     }
-    if config.get("runtime", {}).get("save"):
-        rec["saved"] = save_expansion(
-            expanded, tokenizer, save_folder(config, policy), rec, scores, config, probe, reference
-        )
-    if config["train_steps"]:
+    if run.runtime.save:
+        rec["saved"] = save_expansion(expanded, tokenizer, save_folder(run, policy), rec, scores, run, probe, reference)
+    if run.train_steps:
         rec["training"] = training.train_new_layers(
             expanded,
             rec["new_layers"],
             split,
-            steps=config["train_steps"],
-            batch_size=config["train_batch_size"],
-            lr=config["train_lr"],
-            n_evals=config["n_evals"],
-            seed=config["seed"],
+            steps=run.train_steps,
+            batch_size=run.train_batch_size,
+            lr=run.train_lr,
+            n_evals=run.n_evals,
+            seed=run.seed,
         )
         rec["held_out_loss"] = rec["training"][-1]["held_out_loss"]
     else:
@@ -399,7 +395,7 @@ def new_indices(places: Sequence[int]) -> list[int]:
 
 
 def save_expansion(
-    expanded: HFDecoder, tokenizer, folder: Path, rec: dict, scores, config: dict, probe, reference
+    expanded: HFDecoder, tokenizer, folder: Path, rec: dict, scores, run: ExpandRun, probe, reference
 ) -> dict:
     """``save_pretrained`` of the expansion and its tokenizer into ``folder`` (written beside it, then renamed), with
     the report; then the checkpoint reloaded by ``AutoModelForCausalLM.from_pretrained`` and checked again."""
@@ -415,8 +411,8 @@ def save_expansion(
         )
         again = function_check(reloaded, probe, reference)
         report = {
-            "model": config["model"],
-            "blocks": config["blocks"],
+            "model": run.model,
+            "blocks": run.blocks,
             "policy": rec["policy"],
             "places": rec["places"],
             "copied_from": rec["sources"],

@@ -35,6 +35,7 @@ import torch
 from common.data.text_sources import FINEWEB_SUBSET, text_data_spec
 from common.data.token_shards import TokenData
 from common.data.tokenizers import tokenizer_vocab_size
+from common.experiments.gpt2_ascend_config import GPTRun
 from common.experiments.shared import decoder_runs
 from common.experiments.shared.decoder_runs import prepare_data
 from common.experiments.shared.gpt2_runs import EXPERIMENT, SCRIPT, build_gpt
@@ -45,7 +46,7 @@ from common.runs.run_store import RunSpec
 from common.training.checkpoints import WEIGHTS, finish_run, load_weights
 from common.training.device import resolve_device, seed_everything
 from common.training.distributed import DistInfo, wait_for_all
-from common.training.recipes import AdamWRecipe, TrainSettings
+from common.training.recipes import TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -139,9 +140,10 @@ def model_keys(p: GPTPreset) -> dict:
     return model
 
 
-def require_prepared(config: dict) -> Path:
-    """The run's prepared token directory; under torchrun a one-line error naming ``--prepare-only`` when it is missing."""
-    return decoder_runs.require_prepared(config, SCRIPT)
+def require_prepared(run: GPTRun | dict) -> Path:
+    """The run's prepared token directory (``run``: typed, or a planned config dict); under torchrun a one-line error
+    naming ``--prepare-only`` when it is missing."""
+    return decoder_runs.require_prepared(run, SCRIPT)
 
 
 # ----------------------------------------------------------------------------- the job
@@ -152,23 +154,21 @@ def train_gpt_run(spec: RunSpec) -> dict:
     prepares the run directory and the data, writes the records and probes, while the others wait
     outside the collective watchdog (:func:`common.training.distributed.wait_for_all`).
     """
-    config, path = spec.config, spec.dir
-    info, device = decoder_runs.join_run(
-        spec, resolve_device(config.get("runtime", {}).get("device") or "auto"), lambda: prepare_data(config)
-    )
+    run, path = GPTRun.from_config(spec.config), spec.dir
+    info, device = decoder_runs.join_run(spec, resolve_device(run.runtime.device or "auto"), lambda: prepare_data(run))
     wait_for_all()
-    data = TokenData.open(require_prepared(config))
-    seed_everything(config["seed"])
-    model = build_gpt(config)
+    data = TokenData.open(require_prepared(run))
+    seed_everything(run.seed)
+    model = run.gpt()
     twin = trained_twin(spec)
     if twin is not None:  # same training, other probe settings: reuse its weights
         model.load_state_dict(load_weights(twin))
         summary = {k: v for k, v in decoder_runs.renamed(run_store.read_result(twin)).items() if k in TRAINING_KEYS}
         summary["trained_in"] = twin.name
     else:
-        summary = _train(model, config, data, path, device, info)
+        summary = _train(model, run, data, path, device, info)
     return decoder_runs.finish_on_main(
-        info, device, path, lambda: _probe_and_finish(model.to(device), config, data, path, device, summary, info)
+        info, device, path, lambda: _probe_and_finish(model.to(device), run, data, path, device, summary, info)
     )
 
 
@@ -190,17 +190,15 @@ TRAINING_KEYS = (
 )
 
 
-def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.device, info: DistInfo) -> dict:
-    runtime, hp = config.get("runtime", {}), config["train"]
-    t = config["model"]["block_size"]
-    loader = decoder_runs.train_loader(config, data, t, device, info)
-    val = decoder_runs.val_batches(data, t, runtime.get("eval_batch_size", 16), device)
-    use_compile = {"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda")
+def _train(model: GPT, run: GPTRun, data: TokenData, path: Path, device: torch.device, info: DistInfo) -> dict:
+    runtime, hp = run.runtime, run.train
+    t = run.model.block_size
+    loader = decoder_runs.train_loader(run, data, t, device, info)
+    val = decoder_runs.val_batches(data, t, runtime.eval_batch_size, device)
+    use_compile = {"on": True, "off": False}.get(runtime.compile, device.type == "cuda")
     rate = decoder_runs.matmul_rate(device)  # the measured MFU's denominator, at the start of the run (None on a CPU)
-    settings = TrainSettings(
-        recipe=AdamWRecipe.from_config(hp), amp=runtime.get("amp", True), compile=use_compile, accum_steps=loader.accum
-    )
-    summary = decoder_runs.train_decoder(model, config, loader, val, settings, path, device)
+    settings = TrainSettings(recipe=hp.recipe, amp=runtime.amp, compile=use_compile, accum_steps=loader.accum)
+    summary = decoder_runs.train_decoder(model, run, loader, val, settings, path, device)
     tokens_per_s, rounds = decoder_runs.token_rates(path, t)
     return {
         **{k: summary[k] for k in ("val_loss", "val_acc", "train_loss", "train_acc", "steps", "eval_rounds", "wall_s")},
@@ -209,7 +207,7 @@ def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.
         },  # common.training.loop
         "tokens_per_s": tokens_per_s,
         "tokens_per_s_rounds": rounds,
-        "train_tokens_seen": summary["steps"] * hp["batch_tokens"],
+        "train_tokens_seen": summary["steps"] * hp.batch_tokens,
         **decoder_runs.trained_on(info, device),
         "settings": {**asdict(settings), "micro_batch_size": loader.micro_batch},
         "matmul_bf16_flops_per_device": rate,
@@ -217,20 +215,20 @@ def _train(model: GPT, config: dict, data: TokenData, path: Path, device: torch.
 
 
 def _probe_and_finish(
-    model: GPT, config: dict, data: TokenData, path: Path, device: torch.device, summary: dict, info
+    model: GPT, run: GPTRun, data: TokenData, path: Path, device: torch.device, summary: dict, info
 ) -> dict:
-    t = config["model"]["block_size"]
-    chosen, batches = decoder_runs.probe_windows(config, data, t, device)
-    result = decoder_runs.probe_decoder(model, batches, config)
-    records = [{"n_layer": config["n_layer"], "seed": config["seed"], "split": "val", **r} for r in result.records()]
+    t = run.model.block_size
+    chosen, batches = decoder_runs.probe_windows(run.probe, data, t, device)
+    result = decoder_runs.probe_decoder(model, batches, run.probe)
+    records = [{"n_layer": run.n_layer, "seed": run.seed, "split": "val", **r} for r in result.records()]
     decoder_runs.write_probe_records(path, records, chosen, t)
     flops = model.flops_per_token(t)
-    peak = peak_flops(summary.get("device_name"), config.get("runtime", {}).get("peak_tflops"))
+    peak = peak_flops(summary.get("device_name"), run.runtime.peak_tflops)
     tokens_per_s = summary.get("tokens_per_s")
     world = summary.get("world_size", info.world_size)
     out = {
-        "n_layer": config["n_layer"],
-        "seed": config["seed"],
+        "n_layer": run.n_layer,
+        "seed": run.seed,
         "params": model.num_params(exclude_position=False),
         "params_flops": model.num_params(),
         "flops_per_token": flops,

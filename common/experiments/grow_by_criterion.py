@@ -41,6 +41,7 @@ import torch
 
 from common.data.vision import VisionData
 from common.errors import ParamError, UserError
+from common.experiments.grow_by_criterion_config import CriterionRun
 from common.experiments.grow_by_criterion_controller import Controller, probe_examples
 from common.experiments.shared.resnet_sweep import (
     build_resnet,
@@ -178,18 +179,18 @@ def depth_ratio(depth_n: int, config: dict) -> float:
     return per_image[0] / per_image[1]
 
 
-def budget_flops(config: dict, data: VisionData) -> int:
+def budget_flops(run: CriterionRun, data: VisionData) -> int:
     """B: the training FLOPs of the sweep's run of depth ``growth.budget_depth_n`` on ``data`` (its architecture,
     ``growth.budget_epochs`` epochs of whole batches; :mod:`common.training.flops`, the count every run here uses)."""
-    g = config["growth"]
-    model = build_resnet({**config, "depth_n": g["budget_depth_n"]}, data.num_classes)
-    images = epoch_examples(config, data)
-    return training_flops(model, data.image_shape, data.num_classes, images, g["budget_epochs"])
+    g = run.growth
+    model = run.resnet(data.num_classes, depth_n=g.budget_depth_n)
+    images = epoch_examples(run, data)
+    return training_flops(model, data.image_shape, data.num_classes, images, g.budget_epochs)
 
 
-def epoch_examples(config: dict, data: VisionData) -> int:
+def epoch_examples(run: CriterionRun, data: VisionData) -> int:
     """Images one epoch trains on: whole batches (the training loader drops the last partial one)."""
-    batch = int(config["train"]["batch_size"])
+    batch = run.train.batch_size
     return len(data.y_train) // batch * batch
 
 
@@ -202,15 +203,16 @@ def default_seeds(preset: str, seed: int) -> list[int]:
 def grow_run(spec: RunSpec, data: VisionData | None = None) -> dict:
     """Job function of script 09: one (arm, seed) run (module docstring). ``data``: train on these images instead of
     the config's (:mod:`common.experiments.grow_by_criterion_calibration`)."""
-    config = spec.config
-    if config["policy"] == "scratch":
-        source = RunSpec(config=criterion_config(config), out=spec.out)
+    run = CriterionRun.from_config(spec.config)
+    if run.policy == "scratch":
+        source = RunSpec(config=criterion_config(spec.config), out=spec.out)
         _ensure_finished(source)
         criterion = run_store.read_result(source.dir)
-        make_model = lambda c, d: scratch_resnet(c, d, criterion)  # noqa: E731
+        make_model = lambda r, d: scratch_resnet(r, d, criterion)  # noqa: E731
     else:
         make_model = starting_resnet
-    return train_resnet_run(spec, make_model, run_growth, lambda r, m: finish_result(r, m, config), data=data)
+    finish = lambda result, model: finish_result(result, model, run)  # noqa: E731
+    return train_resnet_run(spec, make_model, run_growth, finish, data=data, run=run)
 
 
 def criterion_config(scratch: dict) -> dict:
@@ -237,40 +239,40 @@ def _ensure_finished(spec: RunSpec) -> None:
             time.sleep(LOCK_POLL_S)
 
 
-def starting_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
+def starting_resnet(run: CriterionRun, data: VisionData) -> tuple[ResNet, dict]:
     """The sweep's randomly initialised ResNet-8 of the run's seed (the global RNG as its 01 run seeds it)."""
-    return build_resnet({**config, "depth_n": 0}, data.num_classes), {}
+    return run.resnet(data.num_classes, depth_n=0), {}
 
 
-def scratch_resnet(config: dict, data: VisionData, criterion: dict) -> tuple[ResNet, dict]:
+def scratch_resnet(run: CriterionRun, data: VisionData, criterion: dict) -> tuple[ResNet, dict]:
     """The criterion's final architecture from random initialisation: the sweep's ResNet-8 of the seed as the sweep
     initialises it, the criterion's blocks inserted in its order with their ``U_l`` (random, from their seeds) and
     ``V_l = 0``, the usual start of a residual branch with no normalisation after it (:data:`SCRATCH_V`)."""
-    model, _ = starting_resnet(config, data)
+    model, _ = starting_resnet(run, data)
     inserted = criterion["growth"]["inserted"]
     for record in inserted:
         insert_zero_block(model, int(record["place"]), seed=int(record["seed"]))
     architecture = [{"place": int(r["place"]), "seed": int(r["seed"])} for r in inserted]
-    return model, {"architecture": architecture, "scratch_of": config["growth"]["scratch_of"]}
+    return model, {"architecture": architecture, "scratch_of": run.growth.scratch_of}
 
 
-def run_growth(config: dict, data: VisionData, device: torch.device) -> RunGrowth:
+def run_growth(run: CriterionRun, data: VisionData, device: torch.device) -> RunGrowth:
     """The run's growth: the controller for a policy arm, none for the controls; every arm on the budget."""
-    budget = budget_flops(config, data)
-    policy = config["policy"] in POLICIES
-    decide = Controller(config, probe_examples(config, data, device), budget) if policy else None
+    budget = budget_flops(run, data)
+    policy = run.policy in POLICIES
+    decide = Controller(run, probe_examples(run, data, device), budget) if policy else None
     return RunGrowth(
         insertions=(),
         insert=lambda model, seed, place: (place, insert_zero_block(model, place, seed=seed)),
         decide=decide,
         budget_flops=budget,
-        epoch_examples=epoch_examples(config, data),
-        schedule_epochs=int(config["growth"]["budget_epochs"]),
+        epoch_examples=epoch_examples(run, data),
+        schedule_epochs=run.growth.budget_epochs,
         **growth_hooks(data, device),
     )
 
 
-def finish_result(result: dict, model: ResNet, config: dict) -> dict:
+def finish_result(result: dict, model: ResNet, run: CriterionRun) -> dict:
     """The sweep's result with 09's keys: the arm, the final depth, why growth stopped, the probes."""
     growth = result.get("growth", {})
     probes = growth.get("probes", [])
@@ -284,7 +286,7 @@ def finish_result(result: dict, model: ResNet, config: dict) -> dict:
     }
     return {
         **result,
-        "policy": config["policy"],
+        "policy": run.policy,
         "depth_n": depth,
         "depth_label": 8 + depth,
         "stop": stop,
@@ -411,7 +413,7 @@ def write_table(rows: Sequence[dict], out: str | Path, stem: str) -> tuple[Path,
 def check_grow_data(configs: Sequence[dict]) -> None:
     """The data every run reads is there (before any run directory is made)."""
     for config in configs:
-        load_sweep_data(config)
+        load_sweep_data(CriterionRun.from_config(config))
 
 
 __all__ = [

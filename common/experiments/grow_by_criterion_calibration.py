@@ -24,6 +24,7 @@ import torch
 
 from common.data.vision import VisionData, class_balanced_indices
 from common.experiments.grow_by_criterion import grow_plan, grow_run
+from common.experiments.grow_by_criterion_config import CriterionRun
 from common.experiments.grow_by_criterion_controller import held_apart_indices
 from common.experiments.shared.resnet_sweep import load_source
 from common.runs import atomic, run_store
@@ -34,14 +35,14 @@ CALIBRATION_IMAGES = 1000  # as many as the mini training subset
 CALIBRATION_DATA_SEED = 7919  # the class-balanced draw among the images left (a data seed, not a run's)
 
 
-def calibration_images(config: dict, whole: VisionData, seeds: list[int]) -> torch.Tensor:
-    """Indices of :data:`CALIBRATION_IMAGES` class-balanced training images of ``whole`` outside ``config``'s
+def calibration_images(run: CriterionRun, whole: VisionData, seeds: list[int]) -> torch.Tensor:
+    """Indices of :data:`CALIBRATION_IMAGES` class-balanced training images of ``whole`` outside ``run``'s
     training subset and outside the held-apart sample of every seed in ``seeds``."""
-    subset = config["data"]["train_subset"]
+    subset = run.data.train_subset
     used = torch.zeros(len(whole.y_train), dtype=torch.bool)
-    used[class_balanced_indices(whole.y_train, subset["k"], subset["seed"])] = True
+    used[class_balanced_indices(whole.y_train, subset.k, subset.seed)] = True
     for seed in seeds:
-        used[held_apart_indices(whole, subset, config["probe"]["held_out"], seed)] = True
+        used[held_apart_indices(whole, subset, run.probe.held_out, seed)] = True
     free = (~used).nonzero().flatten()
     pick = class_balanced_indices(whole.y_train[free], CALIBRATION_IMAGES, CALIBRATION_DATA_SEED)
     return free[pick]
@@ -65,8 +66,9 @@ def main(argv=None) -> int:
     )
     config = plan.configs[("criterion", args.seed)]
     config = {**config, "name": config["name"].replace("-criterion-", "-calibration-")}
-    whole = load_source(config)
-    keep = calibration_images(config, whole, list(range(args.avoid_seeds)))
+    run = CriterionRun.from_config(config)
+    whole = load_source(run)
+    keep = calibration_images(run, whole, list(range(args.avoid_seeds)))
     data = replace(whole, x_train=whole.x_train[keep], y_train=whole.y_train[keep])
     out = Path(args.out) / CALIBRATION
     spec = RunSpec(config={**config, "calibration": {"images": len(keep), "data_seed": CALIBRATION_DATA_SEED}},

@@ -38,7 +38,9 @@ import torch
 from common.data.loader import TensorLoader
 from common.data.vision import VisionData, class_balanced_indices
 from common.errors import UserError
+from common.experiments.grow_by_criterion_config import CriterionProbe, CriterionRun
 from common.experiments.shared.resnet_sweep import load_source
+from common.experiments.shared.resnet_sweep_config import TrainSubset
 from common.models.resnet import extra_block_position
 from common.presets.probe_ag import app_g_sizes
 from common.science.activations import mean_loss
@@ -82,32 +84,32 @@ class ProbeExamples:
         return TensorLoader(x, y, size, train=False, drop_last=False, mean=self.mean, std=self.std, device=self.device)
 
 
-def probe_examples(config: dict, data: VisionData, device: torch.device) -> ProbeExamples:
-    """The analysis batches and the held-apart sample of ``config`` (a run config: ``probe`` and ``seed``)."""
-    p, seed = config["probe"], config["seed"]
-    need = p["batch_size"] * p["n_batches"]
+def probe_examples(run: CriterionRun, data: VisionData, device: torch.device) -> ProbeExamples:
+    """The analysis batches and the held-apart sample of ``run`` (its ``probe`` and ``seed``)."""
+    p, seed = run.probe, run.seed
+    need = p.batch_size * p.n_batches
     if need > len(data.y_train):
         raise UserError(
-            f"{p['n_batches']} analysis batches of {p['batch_size']} need {need} training images; the data has "
+            f"{p.n_batches} analysis batches of {p.batch_size} need {need} training images; the data has "
             f"{len(data.y_train)}: lower the preset's probe_batches"
         )
     order = torch.randperm(len(data.y_train), generator=torch.Generator().manual_seed(_seed("grow-analysis", seed)))
     idx = order[:need]
     analysis = TensorLoader(
-        data.x_train[idx], data.y_train[idx], p["batch_size"], train=False, drop_last=False,
+        data.x_train[idx], data.y_train[idx], p.batch_size, train=False, drop_last=False,
         mean=data.mean, std=data.std, device=device,
     )  # fmt: skip
-    x, y, counts = held_apart(config, data, p["held_out"], seed)
+    x, y, counts = held_apart(run, data, p.held_out, seed)
     return ProbeExamples(analysis, x, y, counts, data.mean, data.std, device)
 
 
-def held_apart(config: dict, data: VisionData, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+def held_apart(run: CriterionRun, data: VisionData, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """``n`` images no run trains on: the training images the sweep's subset left out first (seeded order), then
     the test split's (seeded order) when those run short (smoke trains on every training image: all test images)."""
-    subset = config.get("data", {}).get("train_subset")
+    subset = run.data.train_subset
     xs, ys = [], []
     if subset:
-        whole = load_source(config)
+        whole = load_source(run)
         unused = held_apart_indices(whole, subset, n, seed)
         xs.append(whole.x_train[unused])
         ys.append(whole.y_train[unused])
@@ -122,22 +124,22 @@ def held_apart(config: dict, data: VisionData, n: int, seed: int) -> tuple[torch
     return x, y, {"train_unused": taken, "test": len(y) - taken}
 
 
-def held_apart_indices(whole: VisionData, subset: dict, n: int, seed: int) -> torch.Tensor:
-    """Up to ``n`` indices of ``whole``'s training images outside the class-balanced ``subset`` (``{k, seed}``), in
+def held_apart_indices(whole: VisionData, subset: TrainSubset, n: int, seed: int) -> torch.Tensor:
+    """Up to ``n`` indices of ``whole``'s training images outside the class-balanced ``subset`` (``k``, ``seed``), in
     the order seeded by ``seed``: the training images of a seed's held-apart sample."""
     mask = torch.ones(len(whole.y_train), dtype=torch.bool)
-    mask[class_balanced_indices(whole.y_train, subset["k"], subset["seed"])] = False
+    mask[class_balanced_indices(whole.y_train, subset.k, subset.seed)] = False
     unused = mask.nonzero().flatten()
     unused = unused[torch.randperm(len(unused), generator=torch.Generator().manual_seed(_seed("held", seed)))]
     return unused[:n]
 
 
 # ----------------------------------------------------------------------------- measure
-def measure(model: torch.nn.Module, config: dict, examples: ProbeExamples, u_seed: int) -> dict:
+def measure(model: torch.nn.Module, run: CriterionRun, examples: ProbeExamples, u_seed: int) -> dict:
     """One probe's measurements of ``model`` (module docstring): ``candidates`` (each ``{candidate, index, v_s,
     ag}``), ``branches`` (each ``{index, kind, v_b}``), ``v_max``, ``ag_max``, ``v_ref`` (the largest ``V_b``),
     ``ratio``, ``val_loss``, and with ``probe.app_g`` App. G's interval; the model is left as it was."""
-    p = config["probe"]
+    p = run.probe
     model = eager_copy(model)  # the training model may carry compiled forwards (common.training.compile); never touched
     probe = probe_activation_gradients(model, examples.analysis, exact=True, seed=u_seed)
     candidates = [
@@ -156,34 +158,34 @@ def measure(model: torch.nn.Module, config: dict, examples: ProbeExamples, u_see
         "v_ref": v_ref,
         "ratio": v_max / v_ref if v_ref > 0 else None,  # None: no existing branch has a value to compare with
         "probe_seed": u_seed,
-        "val_loss": mean_loss(model, examples.held(None, p["batch_size"])),
+        "val_loss": mean_loss(model, examples.held(None, p.batch_size)),
         "grams": [  # (rows a batch, k, d) of every projection: what its Gram products cost (probe_flops)
             *((s.rows_per_example * probe.batch_size, s.tangent_dim, s.width) for s in probe.scores),
             *((t.rows, t.k, t.d) for t in terminal),
         ],
     }
-    if p.get("app_g"):
+    if p.app_g:
         measured.update(app_g_measure(model, p, examples, u_seed))
     return measured
 
 
-def app_g_measure(model: torch.nn.Module, p: dict, examples: ProbeExamples, u_seed: int) -> dict:
+def app_g_measure(model: torch.nn.Module, p: CriterionProbe, examples: ProbeExamples, u_seed: int) -> dict:
     """App. G's interval (Theorem 3, :func:`common.science.saturation.saturation_interval`) on a seeded calibration / test
     split of the held-apart images, with the asymptotic interval beside it."""
-    n_cal, _ = app_g_sizes(len(examples.held_y), p["cal_fraction"])
+    n_cal, _ = app_g_sizes(len(examples.held_y), p.cal_fraction)
     split = torch.randperm(len(examples.held_y), generator=torch.Generator().manual_seed(_seed("app-g", u_seed)))
     cal, test = split[:n_cal], split[n_cal:]
     moments = {"seed": u_seed, "contributions": True}
-    tested = probe_activation_gradients(model, examples.held(test, p["batch_size"]), **moments)
+    tested = probe_activation_gradients(model, examples.held(test, p.batch_size), **moments)
     traced = probe_activation_gradients(
-        model, examples.held(cal, p["batch_size"]), contribution_directions=tested.cross_gradients, **moments
+        model, examples.held(cal, p.batch_size), contribution_directions=tested.cross_gradients, **moments
     )
     interval = saturation_interval(
         [s.cross_gradient_norm_pooled for s in tested.scores],
         [s.contribution_cov_trace for s in traced.scores],
         n=len(test),
-        alpha=p["alpha"],
-        delta=p["delta"],
+        alpha=p.alpha,
+        delta=p.delta,
         names=[s.name for s in tested.scores],
     )
     asymptotic = asymptotic_beside(tested.scores, traced.scores, len(test), len(cal), p)
@@ -195,7 +197,7 @@ def app_g_measure(model: torch.nn.Module, p: dict, examples: ProbeExamples, u_se
     }
 
 
-def asymptotic_beside(test_scores, cal_scores, n_test: int, n_cal: int, p: dict) -> dict | None:
+def asymptotic_beside(test_scores, cal_scores, n_test: int, n_cal: int, p: CriterionProbe) -> dict | None:
     """App. G's asymptotic interval beside Theorem 3's (:func:`common.science.saturation.asymptotic_interval`: ``U_l``,
     ``tr(Sigma_l^2)`` of the test part, the variance along the test part's ``C_hat_l`` from the calibration part,
     a Student quantile with ``n_cal - 1`` degrees of freedom); None below 4 test examples (no ``tr(Sigma^2)``)."""
@@ -208,7 +210,7 @@ def asymptotic_beside(test_scores, cal_scores, n_test: int, n_cal: int, p: dict)
     ]
     u = [s.contribution_norm_sq for s in test_scores]
     names = [s.name for s in test_scores]
-    interval = asymptotic_interval(u, v1, v2, n=n_test, alpha=p["alpha"], dof=n_cal - 1, delta=p["delta"], names=names)
+    interval = asymptotic_interval(u, v1, v2, n=n_test, alpha=p.alpha, dof=n_cal - 1, delta=p.delta, names=names)
     return interval.as_record()
 
 
@@ -266,53 +268,51 @@ STOP_PHASE = "growth phase over"
 class Controller:
     """The ``decide`` of one growing run (module docstring): probes every ``every`` rounds while growth is allowed.
 
-    ``examples``: the run's fixed probe images; ``config``: the run's (``probe``, ``seed``, ``policy``, ``growth``:
-    ``every``, ``grow_until``, ``cap``, ``ratio_below``, ``in_a_row``); ``budget``: B in training FLOPs."""
+    ``examples``: the run's fixed probe images; ``run``: its typed config (``probe``, ``seed``, ``policy``,
+    ``growth``: ``every``, ``grow_until``, ``cap``, ``ratio_below``, ``in_a_row``); ``budget``: B in training FLOPs."""
 
-    config: dict
+    run: CriterionRun
     examples: ProbeExamples
     budget: int  # B, training FLOPs
 
     def __call__(self, model: torch.nn.Module, epoch: int, state: GrowthState) -> Insertion | None:
-        g = self.config["growth"]
-        if epoch % g["every"] or stopped(state.probes):
+        g = self.run.growth
+        if epoch % g.every or stopped(state.probes):
             return None
         fraction = state.flops / self.budget
         depth = len(state.inserted)
         base = {"probe": len(state.probes), "epoch": epoch, "fraction": fraction, "depth_n": depth,
                 "train_flops": state.flops}  # fmt: skip
-        if fraction >= g["grow_until"]:
+        if fraction >= g.grow_until:
             state.probes.append({**base, "stopped": STOP_PHASE, "why": f"{fraction:.3f} of the budget spent"})
             return None
-        if depth >= g["cap"]:
+        if depth >= g.cap:
             state.probes.append({**base, "stopped": STOP_CAP, "why": f"{depth} blocks added, the cap"})
             return None
-        u_seed = probe_seed(self.config["seed"], base["probe"])
-        measured = measure(model, self.config, self.examples, u_seed)
-        state.probe_flops += probe_flops(self.config["probe"], measured.pop("grams"), state.per_example)
-        low = measured["ratio"] is not None and measured["ratio"] < g["ratio_below"]
+        u_seed = probe_seed(self.run.seed, base["probe"])
+        measured = measure(model, self.run, self.examples, u_seed)
+        state.probe_flops += probe_flops(self.run.probe, measured.pop("grams"), state.per_example)
+        low = measured["ratio"] is not None and measured["ratio"] < g.ratio_below
         streak = (low_streak(state.probes) + 1) if low else 0
         record = {**base, **measured, "low_streak": streak, "probe_flops": state.probe_flops}
-        if streak >= g["in_a_row"]:
-            why = f"max V_S,l / max V_b = {measured['ratio']:.3g} < {g['ratio_below']:g} on {streak} probes in a row"
+        if streak >= g.in_a_row:
+            why = f"max V_S,l / max V_b = {measured['ratio']:.3g} < {g.ratio_below:g} on {streak} probes in a row"
             state.probes.append({**record, "stopped": STOP_RULE, "why": why})
             return None
-        chosen = choose(self.config["policy"], measured["candidates"], self.config["seed"], base["probe"], depth)
+        chosen = choose(self.run.policy, measured["candidates"], self.run.seed, base["probe"], depth)
         state.probes.append({**record, "stopped": None, **chosen})
         return Insertion(epoch, u_seed, chosen["chosen_index"])
 
 
-def probe_flops(p: dict, grams: list[tuple[int, int, int]], per_example: int) -> int:
+def probe_flops(p: CriterionProbe, grams: list[tuple[int, int, int]], per_example: int) -> int:
     """FLOPs of one probe, an estimate: two forward and backward passes over the probe sample (``V_S,l`` and ``AG_l``;
     the branches' ``V_b``) at a training step's cost per example, a forward pass over the held-apart images (a third
     of it), App. G's two passes where measured; per analysis batch and projection the Gram products (``2 rows k (k +
     d)``) and an eigendecomposition (:data:`EIGH_FLOPS` ``k^3``), once more for the pooled ``V_S,l``."""
-    n = p["batch_size"] * p["n_batches"]
-    passes = (
-        2 * n * per_example + p["held_out"] * per_example // 3 + (p["held_out"] * per_example if p.get("app_g") else 0)
-    )
+    n = p.batch_size * p.n_batches
+    passes = 2 * n * per_example + p.held_out * per_example // 3 + (p.held_out * per_example if p.app_g else 0)
     gram = sum(2 * rows * k * (k + d) + EIGH_FLOPS * k**3 for rows, k, d in grams)
-    return int(passes + p["n_batches"] * gram + EIGH_FLOPS * sum(k**3 for _, k, _ in grams))
+    return int(passes + p.n_batches * gram + EIGH_FLOPS * sum(k**3 for _, k, _ in grams))
 
 
 def stopped(probes: list[dict]) -> str | None:

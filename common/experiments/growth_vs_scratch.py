@@ -39,9 +39,9 @@ import torch
 
 from common.data.vision import VisionData
 from common.errors import ParamError, UserError
+from common.experiments.growth_vs_scratch_config import GrowthRun
 from common.experiments.growth_vs_scratch_tables import ARMS, METHODS, METRICS, tail_fall, tail_slope
 from common.experiments.shared.resnet_sweep import (
-    build_resnet,
     growth_hooks,
     preset_seeds,
     sweep_configs,
@@ -181,33 +181,33 @@ def growth_vs_scratch_run(spec: RunSpec) -> dict:
     sweep's job)."""
     if not is_growth(spec.config):
         return train_resnet_run(spec)
-    return train_resnet_run(spec, starting_resnet, run_growth)
+    return train_resnet_run(spec, starting_resnet, run_growth, run=GrowthRun.from_config(spec.config))
 
 
-def starting_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
+def starting_resnet(run: GrowthRun, data: VisionData) -> tuple[ResNet, dict]:
     """The randomly initialised ResNet-8 a growth run starts from (the global RNG seeded with the run's seed, as the
     sweep's ResNet-8 of that seed), checked to grow into ResNet-(8+N)'s exact modules and ``state_dict`` shapes."""
-    model = build_resnet({**config, "depth_n": config["growth"]["start_depth_n"]}, data.num_classes)
+    model = run.resnet(data.num_classes, depth_n=run.growth.start_depth_n)
     final = copy.deepcopy(model)
-    for _ in config["growth"]["epochs"]:
+    for _ in run.growth.epochs:
         grow(final, torch.Generator().manual_seed(0))
     shapes = {k: tuple(v.shape) for k, v in final.state_dict().items()}
     with torch.device("meta"):  # shapes only: the global RNG stays as the sweep's run of this seed leaves it
-        target = {k: tuple(v.shape) for k, v in build_resnet(config, data.num_classes).state_dict().items()}
+        target = {k: tuple(v.shape) for k, v in run.resnet(data.num_classes).state_dict().items()}
     if shapes != target:
-        raise RuntimeError(f"growth does not reach ResNet-{config['depth_label']}: {sorted(set(shapes) ^ set(target))}")
+        raise RuntimeError(f"growth does not reach ResNet-{run.depth_label}: {sorted(set(shapes) ^ set(target))}")
     return model, {}
 
 
-def run_growth(config: dict, data: VisionData, device: torch.device) -> RunGrowth:
+def run_growth(run: GrowthRun, data: VisionData, device: torch.device) -> RunGrowth:
     """The growth plan of one run: block ``k`` before ``growth.epochs[k - 1]``, drawn from :func:`block_seed`; the
     float64 check and the FLOP count of :func:`~common.experiments.shared.resnet_sweep.growth_hooks`."""
-    plan = config["growth"]
-    insertions = tuple(Insertion(e, block_seed(config["seed"], k)) for k, e in enumerate(plan["epochs"], start=1))
+    plan = run.growth
+    insertions = tuple(Insertion(e, block_seed(run.seed, k)) for k, e in enumerate(plan.epochs, start=1))
     return RunGrowth(
         insertions=insertions,
         insert=lambda model, seed, place: grow(model, torch.Generator().manual_seed(seed)),
-        restart=plan["schedule"] != "one",
+        restart=plan.restart,
         **growth_hooks(data, device),
     )
 

@@ -51,6 +51,7 @@ from torch import nn
 from common.data.loader import TensorLoader
 from common.data.vision import warn_unused_data_root
 from common.errors import ParamError, UserError
+from common.experiments.matched_insertion_config import MatchedRun
 from common.experiments.matched_insertion_measure import (
     BELOW_PRECISION,
     MEASURED,
@@ -162,7 +163,7 @@ def matched_insertion(
     loss_fn=F.cross_entropy,
     test_batches: Batches | None = None,
     fit: str = "closed-form",
-    gd_steps: int = 2000,
+    gd_steps: int | None = None,
     reordered_batches: Batches | None = None,
 ) -> list[dict]:
     """One row per ``alpha``: insert the fitted block at candidate ``index`` and measure the training loss at once.
@@ -173,6 +174,7 @@ def matched_insertion(
     device has no float64: ``train_loss_*``, ``measured_change``) and in float32 (``*_float32``), with
     the measurement floors of the parent model beside them (:func:`measurement_floors`); the test loss,
     not part of H.1's prediction, in float32.
+    ``gd_steps``: the gradient-descent fit's steps (its preset's ``gd_steps``; that fit only, which needs it).
     ``reordered_batches()`` is a second pass over the same training examples in another batch order
     (None: each batch of ``train_batches`` with its examples reversed). Everything runs under the
     probe's precision guard (:func:`common.science.precision.full_precision`: no TF32 on GPUs), recorded as
@@ -180,6 +182,8 @@ def matched_insertion(
     """
     if fit not in FITS:
         raise ParamError("fit", fit, f"use one of {', '.join(FITS)}")
+    if fit == "gradient-descent" and gd_steps is None:
+        raise ParamError("gd_steps", gd_steps, "the gradient-descent fit needs its number of steps")
     with full_precision() as mode:
         regression = per_example_tangent_regression(model, train_batches(), index, loss_fn=loss_fn, seed=seed)
         w = regression.gram.solution()  # Psi W* ~ G: the least-squares fit of the per-example gradients
@@ -373,12 +377,12 @@ def matched_config(
 
 def matched_insertion_run(spec: run_store.RunSpec) -> dict:
     """Job function of script 06: the matched insertion at every configured candidate of one trained model."""
-    config = spec.config
-    path = run_store.prepare_run(spec.out, config)
-    runtime = config.get("runtime", {})
-    device = resolve_device(runtime.get("device") or "auto")
-    model, data = load_sweep_run(runtime["sweep_dir"], data_root=runtime.get("data_root"), device=device)
-    batch = runtime.get("batch_size", EVAL_BATCH_SIZE)
+    run = MatchedRun.from_config(spec.config)
+    path = run_store.prepare_run(spec.out, spec.config)
+    runtime = run.runtime
+    device = resolve_device(runtime.device or "auto")
+    model, data = load_sweep_run(runtime.sweep_dir, data_root=runtime.data_root, device=device)
+    batch = runtime.batch_size
     keys = {"mean": data.mean, "std": data.std, "device": device}
     train_loader = TensorLoader(data.x_train, data.y_train, batch, train=False, **keys)
     test_loader = TensorLoader(data.x_test, data.y_test, batch, train=False, **keys)
@@ -386,32 +390,30 @@ def matched_insertion_run(spec: run_store.RunSpec) -> dict:
     order = torch.randperm(len(data.y_train), generator=torch.Generator().manual_seed(REORDER_SEED))
     reordered = TensorLoader(data.x_train[order], data.y_train[order], batch, train=False, **keys)
     rows = []
-    for index in config["candidates"]:
-        log.info(
-            "%s: matched insertion at candidate %d (%d training examples)", config["name"], index, len(data.y_train)
-        )
+    for index in run.candidates:
+        log.info("%s: matched insertion at candidate %d (%d training examples)", run.name, index, len(data.y_train))
         for row in matched_insertion(
             model,
             lambda: train_loader,
             index,
-            config["alphas"],
-            seed=config["block_seed"],
+            list(run.alphas),
+            seed=run.block_seed,
             test_batches=lambda: test_loader,
-            fit=config["fit"],
-            gd_steps=config.get("gd_steps", 2000),
+            fit=run.fit,
+            gd_steps=run.gd_steps,
             reordered_batches=lambda: reordered,
         ):
             rows.append(
                 {
-                    "depth_label": config["depth_label"],
-                    "depth_n": config["depth_n"],
-                    "seed": config["seed"],
+                    "depth_label": run.depth_label,
+                    "depth_n": run.depth_n,
+                    "seed": run.seed,
                     **row,
-                    "paper_change": paper_change(config["depth_label"], row["alpha"]),
+                    "paper_change": paper_change(run.depth_label, row["alpha"]),
                 }
             )
     atomic.atomic_write_csv(path / "rows.csv", rows)
-    result = {k: config[k] for k in ("dataset", "depth_n", "depth_label", "seed", "sweep_run", "fit")}
+    result = {k: getattr(run, k) for k in ("dataset", "depth_n", "depth_label", "seed", "sweep_run", "fit")}
     result.update(rows=rows, device=device.type)
     run_store.write_result(path, result)
     return result

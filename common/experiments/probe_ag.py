@@ -41,8 +41,10 @@ from common.data.loader import TensorLoader
 from common.data.vision import VisionData, class_balanced_indices, warn_unused_data_root
 from common.errors import ParamError
 from common.experiments.probe_ag_checks import check_batches_fit, check_sample_sizes
+from common.experiments.probe_ag_config import ProbeRun, Saturation
 from common.experiments.shared.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
 from common.experiments.shared.resnet_sweep import load_source
+from common.experiments.shared.resnet_sweep_config import data_source
 from common.experiments.shared.resnet_sweep_records import load_sweep_run, sweep_data_config
 from common.presets.choose import choose_preset
 from common.presets.probe_ag import HELD_OUT, PRESETS, ProbePreset, app_g_sizes
@@ -210,24 +212,24 @@ class AppGSample:
     shared: int
 
 
-def app_g_sample_of(examples: SweepExamples, config: dict, used: dict) -> AppGSample:
+def app_g_sample_of(examples: SweepExamples, run: ProbeRun, used: dict) -> AppGSample:
     """App. G's sample of one probe run past the analysis batches ``used`` (their record), split into a calibration and
     a test part unless t is given (:func:`app_g_split`, seeded by :func:`app_g_split_seed`)."""
-    sat, pool = config["saturation"], examples.pool
+    sat, pool = run.saturation, examples.pool
     if pool is None:
-        order, start = examples.seeded_order(sat["split"]), used["n"] if sat["split"] == config["split"] else 0
+        order, start = examples.seeded_order(sat.split), used["n"] if sat.split == run.split else 0
     else:  # the pool's test images that the analysis batches took (--split test) stay out
-        taken = set(pool.positions(config["split"], used["indices"]))
+        taken = set(pool.positions(run.split, used["indices"]))
         order, start = torch.tensor([i for i in examples.seeded_order(HELD_OUT).tolist() if i not in taken]), 0
-    sample = app_g_sample(order, start, sat["n"], sat["split"])
+    sample = app_g_sample(order, start, sat.n, sat.split)
     if pool is None:
-        shared = len(set(used["indices"]) & set(sample.tolist())) if sat["split"] == config["split"] else 0
+        shared = len(set(used["indices"]) & set(sample.tolist())) if sat.split == run.split else 0
     else:
-        shared = len(set(pool.positions(config["split"], used["indices"])) & set(sample.tolist()))
-    split_seed = app_g_split_seed(config["probe_seed"])
-    if sat["t"] is not None:  # t given: no split, the whole sample for both
+        shared = len(set(pool.positions(run.split, used["indices"])) & set(sample.tolist()))
+    split_seed = app_g_split_seed(run.probe_seed)
+    if sat.t is not None:  # t given: no split, the whole sample for both
         return AppGSample(sample, None, sample, split_seed, shared)
-    cal, test = (sample[i] for i in app_g_split(len(sample), sat["cal_fraction"], split_seed))
+    cal, test = (sample[i] for i in app_g_split(len(sample), sat.cal_fraction, split_seed))
     return AppGSample(sample, cal, test, split_seed, shared)
 
 
@@ -254,42 +256,30 @@ def probe_sweep_run(spec) -> dict:
     Writes ``samples.json`` (which examples of which split went into the analysis batches and into
     the App. G sample), ``candidates.csv`` (one row per candidate) and ``result.json``.
     """
-    config = spec.config
-    path = run_store.prepare_run(spec.out, config)
-    runtime = config.get("runtime", {})
-    device = resolve_device(runtime.get("device") or "auto")
-    model, data = load_sweep_run(runtime["sweep_dir"], data_root=runtime.get("data_root"), device=device)
-    b, nb, split, sat = config["batch_size"], config["n_batches"], config["split"], config["saturation"]
+    run = ProbeRun.from_config(spec.config)
+    path = run_store.prepare_run(spec.out, spec.config)
+    runtime = run.runtime
+    device = resolve_device(runtime.device or "auto")
+    model, data = load_sweep_run(runtime.sweep_dir, data_root=runtime.data_root, device=device)
+    b, nb, split, sat = run.batch_size, run.n_batches, run.split, run.saturation
     app_g = sat is not None  # None: no App. G test at this depth (saturation_depths "deepest")
-    pool = (
-        held_out_pool(runtime["sweep_dir"], runtime.get("data_root"), data)
-        if app_g and sat["split"] == HELD_OUT
-        else None
-    )
-    examples = SweepExamples(data, pool, device, config["probe_seed"])
+    pool = held_out_pool(runtime.sweep_dir, runtime.data_root, data) if app_g and sat.split == HELD_OUT else None
+    examples = SweepExamples(data, pool, device, run.probe_seed)
     check_batches_fit(len(examples.of(split)[1]), b, nb, f"the {split} split")
     analysis, used = examples.loader(split, examples.seeded_order(split)[: b * nb], b)
-    result = probe_activation_gradients(
-        model, analysis, bn_mode=config["bn_mode"], exact=config["exact"], seed=config["probe_seed"]
-    )
-    g = app_g_sample_of(examples, config, used) if app_g else None
-    atomic.atomic_write_json(path / SAMPLES, samples_record(examples, sat["split"] if app_g else None, used, g, b))
-    saturation = app_g_test(model, config, examples, g) if app_g else None
+    result = probe_activation_gradients(model, analysis, bn_mode=run.bn_mode, exact=run.exact, seed=run.probe_seed)
+    g = app_g_sample_of(examples, run, used) if app_g else None
+    atomic.atomic_write_json(path / SAMPLES, samples_record(examples, sat.split if app_g else None, used, g, b))
+    saturation = app_g_test(model, run, examples, g) if app_g else None
     records = [
-        {
-            "depth_n": config["depth_n"],
-            "depth_label": config["depth_label"],
-            "seed": config["seed"],
-            "split": split,
-            **r,
-        }
+        {"depth_n": run.depth_n, "depth_label": run.depth_label, "seed": run.seed, "split": split, **r}
         for r in result.records()
     ]
     atomic.atomic_write_csv(path / "candidates.csv", records)
     out = {
-        **{k: config[k] for k in ("dataset", "depth_n", "depth_label", "seed", "sweep_run")},
+        **{k: getattr(run, k) for k in ("dataset", "depth_n", "depth_label", "seed", "sweep_run")},
         "split": used["split"],
-        "probe_seed": config["probe_seed"],
+        "probe_seed": run.probe_seed,
         **result.summary(),
         "candidates": records,
         "saturation": saturation,
@@ -298,39 +288,39 @@ def probe_sweep_run(spec) -> dict:
     return out
 
 
-def app_g_test(model, config: dict, examples: SweepExamples, g: AppGSample) -> dict:
+def app_g_test(model, run: ProbeRun, examples: SweepExamples, g: AppGSample) -> dict:
     """App. G's separated test of one probe run on its sample ``g`` (:func:`app_g_sample_of`): the ``saturation``
     record (:func:`saturation_record`).
 
     Per candidate C_hat_l, tr(Sigma_hat_l), U_l, tr(Sigma_l^2) over a part (psi_l only, no Gram matrix); the test
     part first: its C_hat_l are the directions of the calibration part's variances."""
-    sat, b = config["saturation"], config["batch_size"]
+    sat, b = run.saturation, run.batch_size
     moments = functools.partial(
-        probe_activation_gradients, model, bn_mode=config["bn_mode"], seed=config["probe_seed"], contributions=True
+        probe_activation_gradients, model, bn_mode=run.bn_mode, seed=run.probe_seed, contributions=True
     )
-    tested = moments(examples.loader(sat["split"], g.test, b)[0])
+    tested = moments(examples.loader(sat.split, g.test, b)[0])
     traced = tested
     if g.cal is not None:
-        traced = moments(examples.loader(sat["split"], g.cal, b)[0], contribution_directions=tested.cross_gradients)
-    return saturation_record(config, examples, g, tested.scores, traced.scores)
+        traced = moments(examples.loader(sat.split, g.cal, b)[0], contribution_directions=tested.cross_gradients)
+    return saturation_record(run, examples, g, tested.scores, traced.scores)
 
 
-def saturation_record(config: dict, examples: SweepExamples, g: AppGSample, test_scores, trace_scores) -> dict:
+def saturation_record(run: ProbeRun, examples: SweepExamples, g: AppGSample, test_scores, trace_scores) -> dict:
     """The ``saturation`` record of a probe run: Theorem 3's interval on the test part's ``C_hat_l`` with the traces
     of ``trace_scores`` (the calibration part's; the test part's with a given t), its verdict, and beside it the
     asymptotic interval and the projected ``n_test`` (:func:`app_g_beside`); no interval in train-mode BatchNorm."""
-    sat = config["saturation"]
+    sat = run.saturation
     names = [s.name for s in test_scores]
     interval = saturation_interval(
         [s.cross_gradient_norm_pooled for s in test_scores],
         [s.contribution_cov_trace for s in trace_scores],
         n=len(g.test),
-        alpha=sat["alpha"],
-        t=sat["t"],
-        delta=sat["delta"],
+        alpha=sat.alpha,
+        t=sat.t,
+        delta=sat.delta,
         names=names,
     )
-    independent = config["bn_mode"] == "eval"
+    independent = run.bn_mode == "eval"
     if not independent:  # train-mode BatchNorm couples a batch: c_i(l) are not per-example gradients
         interval = dataclasses.replace(interval, lower=None, upper=None, verdict=NO_VERDICT)
     asymptotic, projected = None, dict.fromkeys(NO_PROJECTION)
@@ -343,14 +333,14 @@ def saturation_record(config: dict, examples: SweepExamples, g: AppGSample, test
         "split_seed": None if g.cal is None else g.split_seed,
         "statistic_source": "given t, whole sample" if g.cal is None else "calibration split",
         "test_covariance_traces": {s.name: s.contribution_cov_trace for s in test_scores},  # beside the calibration's
-        "split": sat["split"],
-        "sources": examples.counts(sat["split"], g.sample),
-        "calibration_sources": examples.counts(sat["split"], g.cal),
-        "test_sources": examples.counts(sat["split"], g.test),
+        "split": sat.split,
+        "sources": examples.counts(sat.split, g.sample),
+        "calibration_sources": examples.counts(sat.split, g.cal),
+        "test_sources": examples.counts(sat.split, g.test),
         **projected,
         "asymptotic": None if asymptotic is None else asymptotic.as_record(),
-        "reused_training_data": sat["split"] == "train",
-        "bn_mode": config["bn_mode"],
+        "reused_training_data": sat.split == "train",
+        "bn_mode": run.bn_mode,
         "examples_independent": independent,  # train-mode BN couples the examples of a batch
         "shared_examples_with_analysis": g.shared,  # counted from the indices in samples.json
         "disjoint_from_analysis_batches": g.shared == 0,
@@ -364,21 +354,19 @@ def saturation_record(config: dict, examples: SweepExamples, g: AppGSample, test
 NO_PROJECTION = ("n_test_to_exclude_zero", "n_test_to_exclude_delta", "n_test_to_exclude_delta_side")
 
 
-def app_g_beside(test_scores, cal_scores, n_test: int, n_cal: int, sat: dict, names: list[str]):
+def app_g_beside(test_scores, cal_scores, n_test: int, n_cal: int, sat: Saturation, names: list[str]):
     """The asymptotic interval (None below 4 test examples: no ``tr(Sigma^2)``) and, for Theorem 3's interval,
     the projected ``n_test`` at which it would exclude 0 and delta (:func:`common.science.projection.theorem3_n_to_exclude`)."""
     u = [s.contribution_norm_sq for s in test_scores]
     test_traces = [s.contribution_cov_trace for s in test_scores]
     cal_traces = [s.contribution_cov_trace for s in cal_scores]
-    delta = sat["delta"]
+    delta = sat.delta
     side = None if delta is None else exclusion_side(u, delta)
     projected = {
-        "n_test_to_exclude_zero": theorem3_n_to_exclude(
-            u, test_traces, cal_traces, sat["alpha"], 0.0, LOWER_ABOVE_DELTA
-        ),
+        "n_test_to_exclude_zero": theorem3_n_to_exclude(u, test_traces, cal_traces, sat.alpha, 0.0, LOWER_ABOVE_DELTA),
         "n_test_to_exclude_delta": None
         if delta is None
-        else theorem3_n_to_exclude(u, test_traces, cal_traces, sat["alpha"], delta, side),
+        else theorem3_n_to_exclude(u, test_traces, cal_traces, sat.alpha, delta, side),
         "n_test_to_exclude_delta_side": side,
     }
     v2 = [s.contribution_cov_sq_trace for s in test_scores]
@@ -388,7 +376,7 @@ def app_g_beside(test_scores, cal_scores, n_test: int, n_cal: int, sat: dict, na
         linear_variance_estimate(c.contribution_direction_variance, v, n_test)
         for c, v in zip(cal_scores, v2, strict=True)
     ]
-    interval = asymptotic_interval(u, v1, v2, n=n_test, alpha=sat["alpha"], dof=n_cal - 1, delta=delta, names=names)
+    interval = asymptotic_interval(u, v1, v2, n=n_test, alpha=sat.alpha, dof=n_cal - 1, delta=delta, names=names)
     return interval, projected
 
 
@@ -422,12 +410,12 @@ def held_out_pool(sweep_dir, data_root, data) -> HeldOutPool:
     """App. G's default sample pool for one sweep run (:class:`HeldOutPool`): with a ``data.train_subset`` the
     training images it left out, from the whole dataset (:func:`common.experiments.shared.resnet_sweep.load_source`), then ``data``'s
     test split; without one, the test split alone."""
-    config = sweep_data_config(sweep_dir, data_root)
-    subset = config.get("data", {}).get("train_subset")
+    config = sweep_data_config(sweep_dir, data_root)  # the sweep run's record
+    subset = data_source(config)[1].train_subset
     if not subset:
         return HeldOutPool(data.x_test, data.y_test, torch.zeros(0, dtype=torch.long), None)
     whole = load_source(config)
-    keep = class_balanced_indices(whole.y_train, subset["k"], subset["seed"])
+    keep = class_balanced_indices(whole.y_train, subset.k, subset.seed)
     mask = torch.ones(len(whole.y_train), dtype=torch.bool)
     mask[keep] = False
     unused = mask.nonzero().flatten()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -40,6 +40,7 @@ import torch
 from common.data.text_sources import FINEWEB_SUBSET, text_data_spec
 from common.data.token_shards import TokenBatches, TokenData, TokenLoader
 from common.errors import ParamError
+from common.experiments.pythia_cpt_config import CPTRun, CPTRuntime
 from common.experiments.pythia_cpt_models import (
     BASE_DIR,
     config_tokenizer,
@@ -57,6 +58,7 @@ from common.models.hf_decoder import (
 from common.presets.pythia_cpt import PRESETS, CPTPreset, ModelEntry
 from common.runs import atomic, record_io
 from common.runs.run_store import RunSpec
+from common.runs.typed_config import typed
 from common.science.precision import full_precision
 from common.training import memory as memory_training
 from common.training.checkpoints import finish_run, load_weights
@@ -64,7 +66,7 @@ from common.training.device import autocast_dtype, cpu_threads, resolve_device, 
 from common.training.distributed import DistInfo, broadcast_from_main
 from common.training.evaluation import evaluate
 from common.training.parallel import place_model
-from common.training.recipes import AdamWRecipe, TrainSettings
+from common.training.recipes import TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -138,14 +140,17 @@ def _cpt_config(p: CPTPreset, preset: str, e: ModelEntry, seed: int, data: dict,
 
 
 # ----------------------------------------------------------------------------- data and models
-def prepare_data(config: dict, *, dataset=None, progress: bool = True) -> Path:
-    """Tokenise the run's data with its tokenizer under the data root (resumable; once prepared, the tokenizer is not loaded)."""
-    return decoder_runs.prepare_data(config, tokenizer=config_tokenizer, dataset=dataset, progress=progress)
+def prepare_data(run: CPTRun | Mapping, *, dataset=None, progress: bool = True) -> Path:
+    """Tokenise the run's data (``run``: typed, or a planned config dict) with its tokenizer under the data root
+    (resumable; once prepared, the tokenizer is not loaded)."""
+    run = typed(CPTRun, run)
+    return decoder_runs.prepare_data(run, tokenizer=config_tokenizer, dataset=dataset, progress=progress)
 
 
-def require_prepared(config: dict) -> Path:
-    """The run's prepared token directory; under torchrun a one-line error naming ``--prepare-only`` when it is missing."""
-    return decoder_runs.require_prepared(config, SCRIPT)
+def require_prepared(run: CPTRun | Mapping) -> Path:
+    """The run's prepared token directory (``run``: typed, or a planned config dict); under torchrun a one-line
+    error naming ``--prepare-only`` when it is missing."""
+    return decoder_runs.require_prepared(run, SCRIPT)
 
 
 # ----------------------------------------------------------------------------- the job
@@ -157,35 +162,35 @@ def pythia_cpt_run(spec: RunSpec) -> dict:
     ``cpu_threads`` (smoke: 1) bounds the intra-op threads: tiny matrices gain nothing from threads,
     and on a busy machine waiting threads slow them many times over.
     """
-    device = resolve_device(spec.config.get("runtime", {}).get("device") or "auto")
-    threads = spec.config.get("runtime", {}).get("cpu_threads")
+    run = CPTRun.from_config(spec.config)
+    device = resolve_device(run.runtime.device or "auto")
+    threads = run.runtime.cpu_threads
     with cpu_threads(threads) if device.type == "cpu" and threads else contextlib.nullcontext():
-        return _run(spec, device)
+        return _run(spec, run, device)
 
 
-def _run(spec: RunSpec, device: torch.device) -> dict:
+def _run(spec: RunSpec, run: CPTRun, device: torch.device) -> dict:
     """Every process: join, load, measure, train; rank 0 alone probes and records while the others wait.
 
     Rank-0-only work is kept short or waited for outside the collective watchdog: the validation
     losses are split over the processes (:func:`common.training.evaluation.evaluate`), the download happens once
     per node, and the others wait for the probe in :func:`common.training.distributed.wait_for_all`.
     """
-    config, path = spec.config, spec.dir
-    runtime = config.get("runtime", {})
-    info, device = decoder_runs.join_run(spec, device, lambda: _prepare(config, path))
-    fetch_on_each_node(config, info)  # also the barrier after rank 0's preparation
-    data = TokenData.open(require_prepared(config))
+    path = spec.dir
+    info, device = decoder_runs.join_run(spec, device, lambda: _prepare(run, path))
+    fetch_on_each_node(run, info)  # also the barrier after rank 0's preparation
+    data = TokenData.open(require_prepared(run))
     loaded = load_run_model(
-        config, path, hash_weights=info.is_main, local_only=info.world_size > 1
+        run, path, hash_weights=info.is_main, local_only=info.world_size > 1
     )  # only rank 0 writes the record
     decoder = HFDecoder(loaded.model)
     loaded.model.config.use_cache = False
-    t = config["train"]["block_size"]
-    val = decoder_runs.val_batches(data, t, runtime.get("eval_batch_size", 8), device)
+    t = run.train.block_size
+    val = decoder_runs.val_batches(data, t, run.runtime.eval_batch_size, device)
     loader = (
-        decoder_runs.train_loader(config, data, t, device, info) if config["train"]["steps"] else None
+        decoder_runs.train_loader(run, data, t, device, info) if run.train.steps else None
     )  # steps 0: probe only (mini)
-    settings = _train_settings(config, loader) if loader is not None else None
+    settings = _train_settings(run, loader) if loader is not None else None
     if settings is not None:
         place_model(decoder, device, settings)  # under --fsdp: sharded before anything reaches the device
     else:
@@ -197,9 +202,9 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
         loss = _val_loss(decoder, val, device)
         if info.is_main:
             atomic.atomic_write_json(before, {"val_loss_before": loss})
-    seed_everything(config["seed"])
+    seed_everything(run.seed)
     if loader is not None and settings is not None:
-        summary = _train(decoder, config, loader, settings, val, path, device, info)
+        summary = _train(decoder, run, loader, settings, val, path, device, info)
     else:  # no continued pretraining: the loaded model is the probed one
         summary = {
             "val_loss_after": record_io.read_json(before)["val_loss_before"],
@@ -210,29 +215,27 @@ def _run(spec: RunSpec, device: torch.device) -> dict:
             "wall_s": 0.0,
             **decoder_runs.trained_on(info, device),
         }
-    if (
-        info.is_main and runtime.get("fsdp") and info.world_size > 1
-    ):  # sharded over the processes: probe an unsharded copy
-        decoder = _unsharded(decoder, config, path)
+    if info.is_main and run.runtime.fsdp and info.world_size > 1:  # sharded over the processes: probe an unsharded copy
+        decoder = _unsharded(decoder, run, path)
 
     def probe_and_finish() -> dict:
         return _probe_and_finish(
-            decoder.to(device), loaded.record, config, data, path, device, {**record_io.read_json(before), **summary}
+            decoder.to(device), loaded.record, run, data, path, device, {**record_io.read_json(before), **summary}
         )
 
     return decoder_runs.finish_on_main(info, device, path, probe_and_finish)
 
 
-def _prepare(config: dict, run_dir: Path) -> None:
+def _prepare(run: CPTRun, run_dir: Path) -> None:
     """Rank 0's preparation of a run: its tokens, and a tiny smoke model saved where every process loads it from."""
-    prepare_data(config)
-    if config["model"]["tiny"] is not None:
-        save_tiny_model(config["model"]["tiny"], config["seed"], run_dir / BASE_DIR)
+    prepare_data(run)
+    if run.model.tiny is not None:
+        save_tiny_model(run.model.tiny, run.seed, run_dir / BASE_DIR)
 
 
-def _unsharded(decoder: HFDecoder, config: dict, run_dir: Path) -> HFDecoder:
+def _unsharded(decoder: HFDecoder, run: CPTRun, run_dir: Path) -> HFDecoder:
     """An unsharded copy of a model trained sharded over the processes (FSDP), with the trained weights, for the probe."""
-    copy = HFDecoder(load_run_model(config, run_dir, hash_weights=False, local_only=True).model)
+    copy = HFDecoder(load_run_model(run, run_dir, hash_weights=False, local_only=True).model)
     copy.load_state_dict(load_weights(run_dir))
     return copy
 
@@ -249,21 +252,21 @@ def _val_loss(decoder: HFDecoder, val: TokenBatches, device: torch.device) -> fl
         return evaluate(decoder, val, device, amp=False)["loss"]
 
 
-def _train_settings(config: dict, loader: TokenLoader) -> TrainSettings:
-    runtime = config.get("runtime", {})
+def _train_settings(run: CPTRun, loader: TokenLoader) -> TrainSettings:
+    runtime = run.runtime
     return TrainSettings(
-        recipe=AdamWRecipe.from_config(config["train"]),
-        amp=runtime.get("amp", True),
+        recipe=run.train.recipe,
+        amp=runtime.amp,
         compile=False,
         accum_steps=loader.accum,
-        fsdp=runtime.get("fsdp", False),
-        fsdp_bf16_params=runtime.get("fsdp_bf16_params", False),
+        fsdp=runtime.fsdp,
+        fsdp_bf16_params=runtime.fsdp_bf16_params,
     )
 
 
 def _train(
     decoder: HFDecoder,
-    config: dict,
+    run: CPTRun,
     loader: TokenLoader,
     settings: TrainSettings,
     val: TokenBatches,
@@ -271,16 +274,14 @@ def _train(
     device,
     info: DistInfo,
 ) -> dict:
-    runtime, hp = config.get("runtime", {}), config["train"]
-    memory = _memory_choice(decoder, runtime, settings, loader, hp["block_size"], device, info)
+    hp = run.train
+    memory = _memory_choice(decoder, run.runtime, settings, loader, hp.block_size, device, info)
     checkpointing = memory["gradient_checkpointing"] and decoder.lm.supports_gradient_checkpointing
     if checkpointing:
         decoder.lm.activation_checkpointing_enable({"use_reentrant": False})  # layer hooks stay outside the recompute
     elif memory["gradient_checkpointing"]:
-        log.warning(
-            "%s: %s has no gradient checkpointing; training without it", config["name"], type(decoder.lm).__name__
-        )
-    summary = decoder_runs.train_decoder(decoder, config, loader, val, settings, path, device)
+        log.warning("%s: %s has no gradient checkpointing; training without it", run.name, type(decoder.lm).__name__)
+    summary = decoder_runs.train_decoder(decoder, run, loader, val, settings, path, device)
     if checkpointing:
         decoder.lm.activation_checkpointing_disable()
     return {
@@ -290,8 +291,8 @@ def _train(
             for k in ("train_loss", "steps", "wall_s", "autocast_dtype", "final_eval_dtype", "final_eval_math_mode")
         },
         "lr": settings.recipe.lr,
-        "cpt_tokens": summary["steps"] * hp["batch_tokens"],
-        "tokens_per_s": decoder_runs.token_rates(path, hp["block_size"])[0],
+        "cpt_tokens": summary["steps"] * hp.batch_tokens,
+        "tokens_per_s": decoder_runs.token_rates(path, hp.block_size)[0],
         **decoder_runs.trained_on(info, device),
         "settings": {
             **asdict(settings),
@@ -305,15 +306,15 @@ def _train(
 
 def _memory_choice(
     decoder: HFDecoder,
-    runtime: dict,
+    runtime: CPTRuntime,
     settings: TrainSettings,
     loader: TokenLoader,
     block_size: int,
     device: torch.device,
     info: DistInfo,
 ) -> dict:
-    """Gradient checkpointing of this run: ``runtime.gradient_checkpointing`` True / False (the flag or the preset;
-    configs from before the estimate: True), or ``"auto"``: on where :mod:`common.training.memory`'s estimate at the
+    """Gradient checkpointing of this run: ``runtime.gradient_checkpointing`` True / False (the flag or the preset),
+    or ``"auto"``: on where :mod:`common.training.memory`'s estimate at the
     micro-batch does not fit the device's memory, off where it fits. The choice, why, and the estimate (bytes)."""
     shape = memory_training.hf_shape(decoder.lm, decoder.n_layer, decoder.d_model)
     estimate = memory_training.training_memory(
@@ -324,7 +325,7 @@ def _memory_choice(
         shards=info.world_size if settings.fsdp else 1,
     )
     capacity = memory_training.device_memory(device)
-    wanted, by = memory_training.choose_checkpointing(runtime.get("gradient_checkpointing", True), estimate, capacity)
+    wanted, by = memory_training.choose_checkpointing(runtime.gradient_checkpointing, estimate, capacity)
     if by == "memory estimate":
         log.info(
             "gradient checkpointing %s: %.1f GB estimated without it, %s of device memory",
@@ -337,26 +338,26 @@ def _memory_choice(
 
 
 def _probe_and_finish(
-    decoder: HFDecoder, record: dict, config: dict, data: TokenData, path: Path, device, summary: dict
+    decoder: HFDecoder, record: dict, run: CPTRun, data: TokenData, path: Path, device, summary: dict
 ) -> dict:
-    t = config["train"]["block_size"]
-    chosen, batches = decoder_runs.probe_windows(config, data, t, device)
-    sub_batch = config.get("runtime", {}).get("probe_sub_batch")  # memory only: every score is the whole batch's
+    t = run.train.block_size
+    chosen, batches = decoder_runs.probe_windows(run.probe, data, t, device)
+    sub_batch = run.runtime.probe_sub_batch  # memory only: every score is the whole batch's
     with BlockInfluence(decoder) as influence:  # the probe's own forward passes
-        result = decoder_runs.probe_decoder(decoder, batches, config, sub_batch)
+        result = decoder_runs.probe_decoder(decoder, batches, run.probe, sub_batch)
     bi = influence.values()
     records = [{**r, "block_influence": bi[r["index"]] if r["block_input"] else None} for r in result.records()]
     decoder_runs.write_probe_records(path, [{"model": record["model"], **r} for r in records], chosen, t)
     out = {
         **record,  # model, revision, commit_hash, weight_files, model_class
-        "name": config["name"],
-        "seed": config["seed"],
+        "name": run.name,
+        "seed": run.seed,
         "n_layer": decoder.n_layer,
         "d_model": decoder.d_model,
         "params": sum(p.numel() for p in decoder.parameters()),
         "layers_path": decoder.parts.layers_path,
         "norm_path": decoder.parts.norm_path,
-        "tokenizer": config["data"]["tokenizer"],
+        "tokenizer": run.data.tokenizer,
         **summary,  # val_loss_before, val_loss_after, cpt_tokens, train_loss, steps, ...
         **result.summary(),  # ag_max, ag_max_per_example, ag_max_blocks and their candidates
         "block_influence": bi,

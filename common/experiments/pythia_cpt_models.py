@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -19,6 +20,7 @@ from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
 
 from common.data.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
 from common.errors import ParamError
+from common.experiments.pythia_cpt_config import CPTModel, CPTRun
 from common.models.hf_decoder import (
     HubUnavailable,
     check_weight_files,
@@ -27,6 +29,7 @@ from common.models.hf_decoder import (
     resolve_snapshot,
 )
 from common.presets.pythia_cpt import DEFAULT_LR, MINI, PYTHIA_MODELS, ModelEntry
+from common.runs.typed_config import from_mapping
 from common.training.distributed import DistInfo, env_info, wait_for_all
 
 BASE_DIR = "base_model"  # smoke: where a run saves its tiny model with save_pretrained
@@ -80,35 +83,36 @@ def tokenizer_name(entry: ModelEntry, tokenizer: str) -> str:
     return f"hf:{entry.model}@{entry.revision or 'main'}"
 
 
-def config_tokenizer(config: dict) -> Tokenizer:
+def config_tokenizer(run: CPTRun) -> Tokenizer:
     """The tokenizer of the run's data: bytes, or the model's own (``AutoTokenizer`` from the same folder / revision)."""
-    name = config["data"]["tokenizer"]
+    name = run.data.tokenizer
     if name == "byte":
         return ByteTokenizer()
-    m = config["model"]
-    folder = Path(m["model"]) if is_local(m["model"]) else resolve_snapshot(m["model"], m["revision"])
+    m = run.model
+    folder = Path(m.model) if is_local(m.model) else resolve_snapshot(m.model, m.revision)
     try:
         return HFTokenizer(AutoTokenizer.from_pretrained(folder), name=name)
     except (OSError, ValueError) as exc:
         reason = str(exc).splitlines()[0][:160]
         raise ParamError(
-            "tokenizer", "model", f"no tokenizer could be loaded from {m['model']} ({reason}); use byte"
+            "tokenizer", "model", f"no tokenizer could be loaded from {m.model} ({reason}); use byte"
         ) from None
 
 
-def fetch_model(config: dict) -> None:
+def fetch_model(run: CPTRun | Mapping) -> None:
     """Make sure a Hub model of the run is in the local cache (downloaded when online; offline: one line), and that
     its weight files (or a local folder's) are readable, before any run directory exists.
 
     Under torchrun (several processes, no process group yet) only a local folder is checked here: the
     job downloads a Hub model on each node's first process while the others wait (:func:`fetch_on_each_node`).
+    ``run``: typed, or the planned config dict the script checks (its ``model`` section read).
     """
-    m = config["model"]
-    if m["tiny"] is None and (is_local(m["model"]) or env_info().world_size <= 1):
-        _fetch(config)
+    m = from_mapping(CPTModel, run["model"], "model.") if isinstance(run, Mapping) else run.model
+    if m.tiny is None and (is_local(m.model) or env_info().world_size <= 1):
+        _fetch(m)
 
 
-def fetch_on_each_node(config: dict, info: DistInfo) -> None:
+def fetch_on_each_node(run: CPTRun, info: DistInfo) -> None:
     """The run's Hub model downloaded by each node's first process (``LOCAL_RANK`` 0) while the others wait.
 
     The waiting is :func:`common.training.distributed.wait_for_all` (no collective watchdog runs out during a
@@ -116,14 +120,13 @@ def fetch_on_each_node(config: dict, info: DistInfo) -> None:
     single process has nothing to wait for (it fetched before the job, :func:`fetch_model`).
     """
     if info.world_size > 1 and info.local_rank == 0:
-        _fetch(config)
+        _fetch(run.model)
     wait_for_all()
 
 
-def _fetch(config: dict) -> None:
-    m = config["model"]
-    if m["tiny"] is None:
-        check_weight_files(m["model"] if is_local(m["model"]) else resolve_snapshot(m["model"], m["revision"]))
+def _fetch(m: CPTModel) -> None:
+    if m.tiny is None:
+        check_weight_files(m.model if is_local(m.model) else resolve_snapshot(m.model, m.revision))
 
 
 def save_tiny_model(keys: dict, seed: int, folder: Path) -> Path:
@@ -134,20 +137,20 @@ def save_tiny_model(keys: dict, seed: int, folder: Path) -> Path:
     return folder
 
 
-def load_run_model(config: dict, run_dir: Path, *, hash_weights: bool = True, local_only: bool = False):
+def load_run_model(run: CPTRun, run_dir: Path, *, hash_weights: bool = True, local_only: bool = False):
     """The run's :class:`~common.models.hf_decoder.LoadedLM` (a tiny model: built, saved, then loaded back from disk).
 
     ``local_only``: a Hub model from the local cache only (after :func:`fetch_on_each_node`).
     """
-    m = config["model"]
-    if m["tiny"] is not None:
+    m = run.model
+    if m.tiny is not None:
         return load_causal_lm(
-            str(save_tiny_model(m["tiny"], config["seed"], run_dir / BASE_DIR)),
+            str(save_tiny_model(m.tiny, run.seed, run_dir / BASE_DIR)),
             tokenizer=False,
             hash_weights=hash_weights,
         )
     return load_causal_lm(
-        m["model"], revision=m["revision"], tokenizer=False, hash_weights=hash_weights, local_only=local_only
+        m.model, revision=m.revision, tokenizer=False, hash_weights=hash_weights, local_only=local_only
     )
 
 

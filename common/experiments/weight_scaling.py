@@ -72,6 +72,7 @@ from common.data.neural_ode import BatchLoader, make_neural_ode_data
 from common.errors import ParamError
 from common.experiments.shared.resnet_sweep import CONFIG_KEYS as SWEEP_CONFIG_KEYS
 from common.experiments.shared.resnet_sweep_records import load_trained_resnet
+from common.experiments.weight_scaling_config import FCData, FCRun, SweepAnalysisRun
 from common.experiments.weight_scaling_fits import MIN_BLOCKS
 from common.experiments.weight_scaling_weights import fc_statistics, stage_sequences
 from common.models.fc_resnet import FCResNet, FCResNetConfig
@@ -82,7 +83,7 @@ from common.training.checkpoints import finish_run
 from common.training.device import cpu_threads, resolve_device, seed_everything
 from common.training.evaluation import evaluate
 from common.training.loop import train
-from common.training.recipes import AdamRecipe, EarlyStopping, TrainSettings
+from common.training.recipes import TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -172,26 +173,23 @@ def train_fc_run(spec: run_store.RunSpec) -> dict:
     On the CPU the run uses one intra-op thread: its operations are d x d = 10 x 10 matrix products,
     which threads cannot speed up and which a busy machine slows many times over when threads wait.
     """
-    device = resolve_device(spec.config.get("runtime", {}).get("device") or "auto")
+    run = FCRun.from_config(spec.config)
+    device = resolve_device(run.runtime.device or "auto")
     with cpu_threads(1) if device.type == "cpu" else contextlib.nullcontext():
-        return _train_fc_run(spec, device)
+        return _train_fc_run(spec, run, device)
 
 
-def _train_fc_run(spec: run_store.RunSpec, device: torch.device) -> dict:
-    config = spec.config
-    path = run_store.prepare_run(spec.out, config)
-    hp = config["train"]
-    seed_everything(config["seed"])
-    data = _fc_data(config["data"])
-    model = FCResNet(FCResNetConfig(**config["model"])).to(device)
-    train_loader = BatchLoader(
-        data.x_train, data.y_train, hp["batch_size"], shuffle=True, device=device, seed=config["seed"]
-    )
+def _train_fc_run(spec: run_store.RunSpec, run: FCRun, device: torch.device) -> dict:
+    path = run_store.prepare_run(spec.out, spec.config)
+    hp = run.train
+    seed_everything(run.seed)
+    data = _fc_data(run.data)
+    model = FCResNet(run.model).to(device)
+    train_loader = BatchLoader(data.x_train, data.y_train, hp.batch_size, shuffle=True, device=device, seed=run.seed)
     clean_train = BatchLoader(data.x_train, data.y_train, 512, shuffle=False, device=device)
     test_loader = BatchLoader(data.x_test, data.y_test, 512, shuffle=False, device=device)
     initial = evaluate(model, clean_train, device, amp=False, loss="mse")["loss"]  # the fresh init, also on resume
-    stopping = EarlyStopping.from_config(hp["early_stopping"]) if "early_stopping" in hp else None
-    settings = TrainSettings(recipe=AdamRecipe.from_config(hp), amp=False, loss="mse", stopping=stopping)  # type: ignore[arg-type]
+    settings = TrainSettings(recipe=hp.recipe, amp=False, loss="mse", stopping=hp.early_stopping)
     summary = train(
         model,
         train_loader,
@@ -200,17 +198,17 @@ def _train_fc_run(spec: run_store.RunSpec, device: torch.device) -> dict:
         run_dir=path,
         settings=settings,
         device=device,
-        desc=config["name"],
+        desc=run.name,
     )
     model = model.cpu()
     losses = {"train_loss": summary["train_loss"], "test_loss": summary["test_loss"]}
     base = {
-        "family": config["family"],
+        "family": run.family,
         "dataset": FC_DATASET,
-        "seed": config["seed"],
+        "seed": run.seed,
         "run": path.name,
         "stage": 0,
-        "network_depth": config["depth"],
+        "network_depth": run.depth,
         "depth_n": None,
         "input_size": None,
         **losses,
@@ -218,9 +216,9 @@ def _train_fc_run(spec: run_store.RunSpec, device: torch.device) -> dict:
     records, layers = fc_statistics(model, base)
     atomic.atomic_write_csv(path / LAYERS, layers)
     result = {
-        "family": config["family"],
-        "depth": config["depth"],
-        "seed": config["seed"],
+        "family": run.family,
+        "depth": run.depth,
+        "seed": run.seed,
         "initial_train_loss": initial,
         **losses,
         "train_loss_running": summary["train_loss_running"],
@@ -237,15 +235,10 @@ def _train_fc_run(spec: run_store.RunSpec, device: torch.device) -> dict:
     return result
 
 
-def _fc_data(d: dict):
+def _fc_data(d: FCData):
     """The run's synthetic neural-ODE data (:func:`common.data.neural_ode.make_neural_ode_data`) from its ``data``."""
     return make_neural_ode_data(
-        dim=d["dim"],
-        num_train=d["num_train"],
-        num_test=d["num_test"],
-        seed=d["data_seed"],
-        steps=d["steps"],
-        noise=d["noise"],
+        dim=d.dim, num_train=d.num_train, num_test=d.num_test, seed=d.data_seed, steps=d.steps, noise=d.noise
     )
 
 
@@ -282,19 +275,19 @@ def analyse_sweep_run(spec: run_store.RunSpec) -> dict:
 
 
 def _analyse_sweep_run(spec: run_store.RunSpec) -> dict:
-    config = spec.config
-    path = run_store.prepare_run(spec.out, config)
-    sweep_dir = Path(config["runtime"]["sweep_dir"])
+    run = SweepAnalysisRun.from_config(spec.config)
+    path = run_store.prepare_run(spec.out, spec.config)
+    sweep_dir = Path(run.runtime.sweep_dir)
     model = load_trained_resnet(sweep_dir).double()
     sweep_result = run_store.read_result(sweep_dir)
-    blocks = stage_sequences(model, config["input_size"])
+    blocks = stage_sequences(model, run.input_size)
     base = {
         "family": "sweep",
-        "dataset": config["dataset"],
-        "seed": config["seed"],
+        "dataset": run.dataset,
+        "seed": run.seed,
         "run": path.name,
-        "network_depth": config["depth_label"],
-        "depth_n": config["depth_n"],
+        "network_depth": run.depth_label,
+        "depth_n": run.depth_n,
         "train_loss": sweep_result.get("train_loss"),
         "test_loss": sweep_result.get("test_loss"),
     }
@@ -332,7 +325,8 @@ def _analyse_sweep_run(spec: run_store.RunSpec) -> dict:
                     }
                 )
     atomic.atomic_write_csv(path / LAYERS, layers)
-    result = {k: config[k] for k in ("family", "dataset", "depth_n", "depth_label", "seed", "sweep_run", "input_size")}
+    keys = ("family", "dataset", "depth_n", "depth_label", "seed", "sweep_run", "input_size")
+    result = {k: getattr(run, k) for k in keys}
     result["blocks_per_stage"] = [sum(1 for b in blocks if b["stage"] == s and not b["downsample"]) for s in (1, 2, 3)]
     result["records"] = records
     run_store.write_result(path, result)

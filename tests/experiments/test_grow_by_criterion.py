@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -147,10 +148,10 @@ def scripted(ratios, *, cap=10, in_a_row=2, grow_until=1.0, every=1, monkeypatch
                 "probe_seed": u_seed, "val_loss": 1.0, "grams": []}  # fmt: skip
 
     monkeypatch.setattr(gc, "measure", measure)
-    growth = {"every": every, "grow_until": grow_until, "cap": cap, "ratio_below": 0.5, "in_a_row": in_a_row}
-    config = {"growth": growth, "seed": 0, "policy": "criterion", "probe": {"batch_size": 1, "n_batches": 1,
-                                                                           "held_out": 1}}  # fmt: skip
-    return gc.Controller(config, examples=None, budget=1000)
+    growth = SimpleNamespace(every=every, grow_until=grow_until, cap=cap, ratio_below=0.5, in_a_row=in_a_row)
+    probe = SimpleNamespace(batch_size=1, n_batches=1, held_out=1, app_g=False)
+    run = SimpleNamespace(growth=growth, seed=0, policy="criterion", probe=probe)  # the fields the controller reads
+    return gc.Controller(run, examples=None, budget=1000)
 
 
 def drive(controller, epochs, flops_per_epoch=10):

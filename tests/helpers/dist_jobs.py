@@ -17,12 +17,14 @@ import time
 import traceback
 import weakref
 from pathlib import Path
+from types import SimpleNamespace
 
 import huggingface_hub
 import torch
 from torch import nn
 
 from common.experiments import pythia_cpt_models
+from common.experiments.pythia_cpt_config import CPTModel
 from common.runs import run_store
 from common.training import device as devices
 from common.training import parallel
@@ -259,8 +261,9 @@ def hub_download_once_per_node(rank: int, out: Path) -> dict:
         )  # what 04_pythia_cpt.py's main() does in every process: nothing under torchrun
         before_job = len(calls)
         info = env_info()
-        pythia_cpt_models.fetch_on_each_node(config, info)
-        pythia_cpt_models.load_run_model(config, out, hash_weights=False, local_only=info.world_size > 1)
+        run = SimpleNamespace(model=CPTModel("tests/tiny-neox", "step7", None), seed=0)  # what the job reads
+        pythia_cpt_models.fetch_on_each_node(run, info)
+        pythia_cpt_models.load_run_model(run, out, hash_weights=False, local_only=info.world_size > 1)
     finally:
         huggingface_hub.snapshot_download = original
     return {"calls_in_main": before_job, "calls": calls}

@@ -6,6 +6,7 @@ Its own module, apart from ``tests/helpers/jobs.py``: importing the sweep pulls 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
@@ -17,12 +18,13 @@ def paced_resnet_run(spec) -> dict:
     epoch's checkpoint, so a test can interrupt it mid-run even when epochs take milliseconds.
 
     The pause is runtime (not identity): the run directory and the weights are those of an
-    unpaced run of the same config.
+    unpaced run of the same config, which the job is handed (the sweep's typed config has no ``pause_s``).
     """
-    pause_s = spec.config.get("runtime", {}).get("pause_s", 0)
+    runtime = dict(spec.config["runtime"])
+    pause_s = runtime.pop("pause_s", 0)
     train = sweep.train
     sweep.train = functools.partial(train, on_epoch_end=lambda epoch, record: time.sleep(pause_s))
     try:
-        return sweep.train_resnet_run(spec)
+        return sweep.train_resnet_run(dataclasses.replace(spec, config={**spec.config, "runtime": runtime}))
     finally:
         sweep.train = train

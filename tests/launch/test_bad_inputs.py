@@ -41,6 +41,7 @@ from common.experiments import gpt2_ascend
 from common.experiments.growth_vs_scratch import growth_plan
 from common.experiments.shared import resnet_sweep
 from common.experiments.shared.resnet_sweep import sweep_configs
+from common.experiments.shared.resnet_sweep_config import SweepRun
 from common.launch import cli
 from common.launch.launcher import check_before_creating, launch_from_args
 from common.models.resnet import ResNet, ResNetConfig
@@ -924,7 +925,8 @@ def test_the_paper_preset_on_a_cpu_warns_with_an_estimated_time_from_flop_counts
     configs = sweep_configs(
         preset="paper", dataset="synthetic", device="cpu", overrides={"depths": [0, 40], "epochs": 2, "batch_size": 64}
     )
-    assert resnet_sweep._measured_step_s(configs[0], (3, 32, 32), 4, 10, 1) > 0  # the measurement itself runs
+    first = SweepRun.from_config(configs[0])
+    assert resnet_sweep._measured_step_s(first, (3, 32, 32), 4, 10, 1) > 0  # the measurement itself runs
     monkeypatch.setattr(resnet_sweep, "_measured_step_s", lambda *args: 0.5)
     with caplog.at_level(logging.WARNING):
         resnet_sweep.warn_cpu_time(configs)

@@ -133,7 +133,7 @@ def test_a_run_chooses_and_records(asked, capacity, chosen, by, monkeypatch, cap
     with caplog.at_level(logging.INFO, logger=pythia_cpt.__name__):
         choice = pythia_cpt._memory_choice(
             decoder,
-            {"gradient_checkpointing": asked},
+            SimpleNamespace(gradient_checkpointing=asked),
             settings,
             SimpleNamespace(micro_batch=4),
             32,

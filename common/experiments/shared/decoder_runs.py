@@ -22,13 +22,13 @@ import statistics
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from common.data.text_sources import TextDataSpec, preset_text_path
+from common.data.text_sources import preset_text_path
 from common.data.token_preparation import prepare_tokens
 from common.data.token_shards import (
     DEFAULT_DATA_ROOT,
@@ -42,6 +42,7 @@ from common.data.token_shards import (
 )
 from common.data.tokenizers import Tokenizer
 from common.errors import ParamError, UserError
+from common.experiments.shared.decoder_runs_config import DecoderProbe, text_source
 from common.presets.choose import choose_preset
 from common.presets.shared_decoder import DecoderPreset
 from common.runs import atomic, run_store
@@ -131,47 +132,48 @@ def probe_config(p: DecoderPreset, seed: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- data
-def data_dir(config: dict) -> Path:
-    """The run's prepared token directory under its data root."""
-    root = config.get("runtime", {}).get("data_root") or DEFAULT_DATA_ROOT
-    return Path(root) / TextDataSpec(**config["data"]).dirname()
+def data_dir(run: Any) -> Path:
+    """The run's prepared token directory under its data root (``run``: a typed decoder run or a planned config dict,
+    :func:`~common.experiments.shared.decoder_runs_config.text_source`)."""
+    spec, root, _, _ = text_source(run)
+    return Path(root or DEFAULT_DATA_ROOT) / spec.dirname()
 
 
 def prepare_data(
-    config: dict, *, tokenizer: Callable[[dict], Tokenizer] | None = None, dataset=None, progress: bool = True
+    run: Any, *, tokenizer: Callable[[Any], Tokenizer] | None = None, dataset=None, progress: bool = True
 ) -> Path:
     """Tokenise the run's data under its data root (resumable; once prepared, a check of ``meta.json`` only).
 
-    ``tokenizer(config)`` gives the tokenizer (None: the one the data identity names); it is not
+    ``tokenizer(run)`` gives the tokenizer (None: the one the data identity names); it is not
     loaded when the data is prepared already.
     """
-    directory = data_dir(config)
+    directory = data_dir(run)
     if (directory / META).is_file():
         read_meta(directory)  # a corrupt meta.json is named before any run starts
         return directory
-    runtime = config.get("runtime", {})
+    spec, root, text_path, _ = text_source(run)
     return prepare_tokens(
-        TextDataSpec(**config["data"]),
-        runtime.get("data_root") or DEFAULT_DATA_ROOT,
-        text_path=runtime.get("text_path"),
+        spec,
+        root or DEFAULT_DATA_ROOT,
+        text_path=text_path,
         dataset=dataset,
-        tokenizer=tokenizer(config) if tokenizer else None,
+        tokenizer=tokenizer(run) if tokenizer else None,
         progress=progress,
     )
 
 
-def require_prepared(config: dict, script: str) -> Path:
+def require_prepared(run: Any, script: str) -> Path:
     """The run's prepared token directory; a one-line error naming ``script --prepare-only`` when it is not there.
 
     Under torchrun every process waits in the process group while one tokenises, and a long
     preparation outlasts the group's timeout: there the data must be prepared beforehand.
     """
-    if not (data_dir(config) / META).is_file():
+    if not (data_dir(run) / META).is_file():
         raise UserError(
-            f"the tokens of {config['name']} are not prepared under {data_dir(config).parent}; under torchrun prepare them first "
+            f"the tokens of {text_source(run)[3]} are not prepared under {data_dir(run).parent}; under torchrun prepare them first "
             f"in one process: python {script} --prepare-only with the same flags"
         )
-    return data_dir(config)
+    return data_dir(run)
 
 
 # ----------------------------------------------------------------------------- the job
@@ -186,17 +188,16 @@ def join_run(spec: RunSpec, device: torch.device, prepare: Callable[[], object])
     return info, device
 
 
-def train_loader(config: dict, data: TokenData, block_size: int, device: torch.device, info: DistInfo) -> TokenLoader:
+def train_loader(run: Any, data: TokenData, block_size: int, device: torch.device, info: DistInfo) -> TokenLoader:
     """This process's share of each step's ``batch_tokens / T`` sequences, in micro-batches accumulated to the step;
-    one round of the loader is one evaluation interval."""
-    runtime, hp = config.get("runtime", {}), config["train"]
-    sequences = hp["batch_tokens"] // block_size
+    one round of the loader is one evaluation interval. ``run``: a typed decoder run (``train``, ``runtime``, ``seed``)."""
+    hp = run.train
     return TokenLoader(
         TokenWindows(data.train, block_size),
-        global_batch=sequences,
-        micro_batch=runtime.get("micro_batch_size", sequences),
-        steps_per_epoch=AdamWRecipe.from_config(hp).eval_interval,
-        seed=config["seed"],
+        global_batch=hp.batch_tokens // block_size,
+        micro_batch=run.runtime.micro_batch_size,
+        steps_per_epoch=hp.eval_interval,
+        seed=run.seed,
         rank=info.rank,
         world_size=info.world_size,
         device=device,
@@ -210,7 +211,7 @@ def val_batches(data: TokenData, block_size: int, batch_size: int, device: torch
 
 def train_decoder(
     model: nn.Module,
-    config: dict,
+    run: Any,
     loader: TokenLoader,
     val: TokenBatches,
     settings: TrainSettings,
@@ -225,7 +226,7 @@ def train_decoder(
         run_dir=path,
         settings=settings,
         device=device,
-        desc=config["name"],
+        desc=run.name,
         counts="tokens",
     )
 
@@ -289,21 +290,21 @@ def renamed(record: dict) -> dict:
 
 
 def probe_windows(
-    config: dict, data: TokenData, block_size: int, device: torch.device
+    probe: DecoderProbe, data: TokenData, block_size: int, device: torch.device
 ) -> tuple[np.ndarray, TokenBatches]:
     """The probe's seeded sample of validation windows and its ``B`` batches."""
-    probe = config["probe"]
     windows = TokenWindows([data.val], block_size)
-    chosen = sample_windows(windows, probe["batch_size"], probe["n_batches"], probe["seed"])
-    return chosen, TokenBatches(windows, probe["batch_size"], indices=chosen, device=device)
+    chosen = sample_windows(windows, probe.batch_size, probe.n_batches, probe.seed)
+    return chosen, TokenBatches(windows, probe.batch_size, indices=chosen, device=device)
 
 
-def probe_decoder(model: nn.Module, batches: Iterable, config: dict, sub_batch: int | None = None) -> ProbeResult:
+def probe_decoder(
+    model: nn.Module, batches: Iterable, probe: DecoderProbe, sub_batch: int | None = None
+) -> ProbeResult:
     """``AG_l`` at every candidate of ``model`` over ``batches`` (and ``V_S,l`` with ``exact``)."""
-    probe = config["probe"]
     # classification_loss: mean token cross-entropy = mean over sequences of each sequence's mean token loss.
     return probe_activation_gradients(
-        model, batches, loss_fn=classification_loss, exact=probe["exact"], seed=probe["seed"], sub_batch=sub_batch
+        model, batches, loss_fn=classification_loss, exact=probe.exact, seed=probe.seed, sub_batch=sub_batch
     )
 
 

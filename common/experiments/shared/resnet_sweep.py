@@ -29,7 +29,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -38,10 +38,10 @@ import torch
 from common.data.loader import TensorLoader
 from common.data.vision import DATASETS, VisionData, load_vision, warn_unused_data_root, with_train_subset
 from common.errors import ParamError
+from common.experiments.shared.resnet_sweep_config import SweepRun, data_source
 from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
 from common.models.resnet_flops import resnet_training_flops_per_image
 from common.presets.train_resnet_sweep import (
-    EVAL_BATCH_SIZE,
     PRESETS,
     RECIPE_FIELDS,
     SweepPreset,
@@ -50,12 +50,13 @@ from common.presets.train_resnet_sweep import (
 )
 from common.runs import run_store
 from common.runs.run_store import RunSpec
+from common.runs.typed_config import to_mapping
 from common.training.checkpoints import finish_run
 from common.training.device import resolve_device, seed_everything
 from common.training.flops import training_flops_per_image
 from common.training.growing import RunGrowth
 from common.training.loop import train
-from common.training.recipes import SGDRecipe, TrainSettings
+from common.training.recipes import TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -183,31 +184,32 @@ def sweep_data(
     return data, data_root
 
 
-def load_sweep_data(config: dict) -> VisionData:
-    """The :class:`~common.data.vision.VisionData` a sweep config trains on (its training subset when it names one).
+def load_sweep_data(run: SweepRun | Mapping) -> VisionData:
+    """The :class:`~common.data.vision.VisionData` a sweep run trains on (its training subset when it names one).
 
-    Scripts 02, 03, 06 and 07 load a sweep run's data through here, so they see exactly its images.
+    Scripts 02, 03, 06 and 07 load a sweep run's data through here, so they see exactly its images. ``run``: a typed
+    sweep run (03's and 09's subclasses too), or a config dict with the sweep's data keys (a record read back, a
+    planned config: :func:`data_source`).
     """
-    data = load_source(config)
-    subset = config.get("data", {}).get("train_subset")
-    return with_train_subset(data, subset["k"], subset["seed"]) if subset else data
+    data = load_source(run)
+    subset = data_source(run)[1].train_subset
+    return with_train_subset(data, subset.k, subset.seed) if subset else data
 
 
-def load_source(config: dict) -> VisionData:
-    """The whole dataset a sweep config names."""
-    data = dict(config.get("data", {}))
-    root = config.get("runtime", {}).get("data_root")
-    if config["dataset"] == "synthetic":
+def load_source(run: SweepRun | Mapping) -> VisionData:
+    """The whole dataset a sweep run (or a config dict: :func:`data_source`) names."""
+    dataset, data, root = data_source(run)
+    if dataset == "synthetic":
         return load_vision(
             "synthetic",
             None,
-            seed=data.get("data_seed", 0),
-            image_size=data.get("image_size"),
-            num_train=data.get("num_train"),
-            num_test=data.get("num_test"),
-            num_classes=data.get("num_classes"),
+            seed=data.data_seed,
+            image_size=data.image_size,
+            num_train=data.num_train,
+            num_test=data.num_test,
+            num_classes=data.num_classes,
         )
-    return _read_source(config["dataset"], root, data.get("image_size"), _file_stamp(root))
+    return _read_source(dataset, root, data.image_size, _file_stamp(root))
 
 
 @functools.lru_cache(maxsize=2)
@@ -226,18 +228,16 @@ def _file_stamp(root: str | None) -> tuple | None:
     return stat.st_size, stat.st_mtime_ns
 
 
-def build_resnet(config: dict, num_classes: int) -> ResNet:
-    """The untrained ResNet-(8+N) of a sweep config (initialised from the current torch RNG)."""
-    return ResNet(ResNetConfig(extra_blocks=config["depth_n"], widths=_widths(config), num_classes=num_classes))
+def build_resnet(config: Mapping, num_classes: int) -> ResNet:
+    """The untrained ResNet-(8+N) of a sweep config or of any mapping with its ``depth_n``, ``model.widths`` and
+    ``dataset`` (the report's architectures; initialised from the current torch RNG). A job builds its model from its
+    typed config instead (:meth:`SweepRun.resnet`). Widths: the mapping's ``model.widths``, else the dataset's."""
+    widths = config.get("model", {}).get("widths", ResNetConfig.for_dataset(config["dataset"], 0, 1).widths)
+    return ResNet(ResNetConfig(extra_blocks=config["depth_n"], widths=tuple(widths), num_classes=num_classes))
 
 
-def _widths(config: dict) -> tuple[int, ...]:
-    """A sweep config's stage widths (its ``model.widths``; the dataset's defaults in a config without them)."""
-    return tuple(config.get("model", {}).get("widths", ResNetConfig.for_dataset(config["dataset"], 0, 1).widths))
-
-
-ModelFn = Callable[[dict, VisionData], tuple[ResNet, dict]]
-GrowthFn = Callable[[dict, VisionData, torch.device], RunGrowth]
+ModelFn = Callable[[SweepRun, VisionData], tuple[ResNet, dict]]  # given 03's and 09's subclasses of SweepRun too
+GrowthFn = Callable[[SweepRun, VisionData, torch.device], RunGrowth]
 
 
 CHECK_BATCH = 8  # training images in a growth run's float64 function-preservation check
@@ -256,9 +256,9 @@ def growth_hooks(data: VisionData, device: torch.device) -> dict:
     }
 
 
-def fresh_resnet(config: dict, data: VisionData) -> tuple[ResNet, dict]:
-    """A fresh ResNet-(8+N) for ``config`` (no extra result keys): script 01's model."""
-    return build_resnet(config, data.num_classes), {}
+def fresh_resnet(run: SweepRun, data: VisionData) -> tuple[ResNet, dict]:
+    """A fresh ResNet-(8+N) for ``run`` (no extra result keys): script 01's model."""
+    return run.resnet(data.num_classes), {}
 
 
 def train_resnet_run(
@@ -267,35 +267,37 @@ def train_resnet_run(
     growth_of: GrowthFn | None = None,
     finish: Callable[[dict, ResNet], dict] | None = None,
     data: VisionData | None = None,
+    run: SweepRun | None = None,
 ) -> dict:
     """Job function of script 01: train one (dataset, N, seed) run; resumes; returns its result.
 
-    Trains the ResNet ``make_model(config, data)`` returns (default: a fresh ResNet-(8+N); script 03's growth
-    runs pass a ResNet-8) with the run's recipe (rebuilt from ``config["train"]``), data and seed.
+    Reads ``spec.config`` once into its :class:`SweepRun` (``run``: the caller's typed config of it instead, 03's
+    and 09's subclasses). Trains the ResNet ``make_model(run, data)`` returns (default: a fresh ResNet-(8+N); script
+    03's growth runs pass a ResNet-8) with the run's recipe (``run.train.recipe``), data and seed.
     ``make_model`` runs after the data is loaded and the torch RNG is seeded with the run's seed, and returns the
-    model and extra keys for ``result.json``. ``growth_of(config, data, device)``: the model grows inside the run
+    model and extra keys for ``result.json``. ``growth_of(run, data, device)``: the model grows inside the run
     (:mod:`common.training.growing`); the result then holds ``growth`` (the insertions, FLOPs per image at the final
     depth) and ``train_flops``. ``finish(result, model)``: the result to write instead (keys the caller adds once
     training is over). ``runtime.clean_curve``: the clean training loss (``clean_loss``) at every evaluation round.
     ``data``: train on these images instead of the config's (09's calibration).
     """
-    config = spec.config
-    path = run_store.prepare_run(spec.out, config)
-    runtime = config.get("runtime", {})
-    device = resolve_device(runtime.get("device") or "auto")
-    seed_everything(config["seed"])
-    data = data if data is not None else load_sweep_data(config)
-    model, extra = make_model(config, data)
-    train_loader, test_loader, clean_train_loader = _loaders(config, data, device)
+    run = run if run is not None else SweepRun.from_config(spec.config)
+    path = run_store.prepare_run(spec.out, spec.config)
+    runtime = run.runtime
+    device = resolve_device(runtime.device or "auto")
+    seed_everything(run.seed)
+    data = data if data is not None else load_sweep_data(run)
+    model, extra = make_model(run, data)
+    train_loader, test_loader, clean_train_loader = _loaders(run, data, device)
     settings = TrainSettings(
-        recipe=SGDRecipe.from_config(config["train"]),
-        compile={"on": True, "off": False}.get(runtime.get("compile", "auto"), device.type == "cuda"),
+        recipe=run.train.recipe,
+        compile={"on": True, "off": False}.get(runtime.compile, device.type == "cuda"),
         channels_last=True,
-        eval_every=runtime.get("eval_every", 1),
-        checkpoint_every=runtime.get("checkpoint_every", 1),
+        eval_every=runtime.eval_every,
+        checkpoint_every=runtime.checkpoint_every,
     )
-    every_epoch = runtime.get("test_every_epoch", True)  # False (mini): the test set once, at the end
-    curve = {"clean": clean_train_loader} if runtime.get("clean_curve") else {}
+    every_epoch = runtime.test_every_epoch  # False (mini): the test set once, at the end
+    curve = {"clean": clean_train_loader} if runtime.clean_curve else {}
     summary = train(
         model,
         train_loader,
@@ -304,31 +306,31 @@ def train_resnet_run(
         run_dir=path,
         settings=settings,
         device=device,
-        desc=config["name"],
-        growth=growth_of(config, data, device) if growth_of is not None else None,
+        desc=run.name,
+        growth=growth_of(run, data, device) if growth_of is not None else None,
     )
-    result = {**_run_result(config, data, model, device, settings, summary), **extra}
+    result = {**_run_result(run, data, model, device, settings, summary), **extra}
     if finish is not None:
         result = finish(result, model)
     finish_run(path, result)
     return result
 
 
-def _loaders(config: dict, data: VisionData, device: torch.device) -> tuple[TensorLoader, TensorLoader, TensorLoader]:
+def _loaders(run: SweepRun, data: VisionData, device: torch.device) -> tuple[TensorLoader, TensorLoader, TensorLoader]:
     """A sweep run's training loader (its crops and flips), its test loader and its clean training-set loader (no
     augmentation), channels-last on ``device``; the training images are copied to the device once, for both."""
-    hp = config["train"]
+    hp = run.train
     loader_keys = {"mean": data.mean, "std": data.std, "device": device, "channels_last": True}
-    eval_bs = config.get("runtime", {}).get("eval_batch_size", EVAL_BATCH_SIZE)
+    eval_bs = run.runtime.eval_batch_size
     x_train, y_train = data.x_train.to(device), data.y_train.to(device)  # once: both train loaders share it
     train_loader = TensorLoader(
         x_train,
         y_train,
-        hp["batch_size"],
+        hp.batch_size,
         train=True,
-        seed=config["seed"],
-        crop_pad=hp["crop_pad"],
-        flip=hp["flip"],
+        seed=run.seed,
+        crop_pad=hp.crop_pad,
+        flip=hp.flip,
         **loader_keys,
     )
     test_loader = TensorLoader(data.x_test, data.y_test, eval_bs, train=False, **loader_keys)
@@ -336,15 +338,15 @@ def _loaders(config: dict, data: VisionData, device: torch.device) -> tuple[Tens
 
 
 def _run_result(
-    config: dict, data: VisionData, model: ResNet, device: torch.device, settings: TrainSettings, summary: dict
+    run: SweepRun, data: VisionData, model: ResNet, device: torch.device, settings: TrainSettings, summary: dict
 ) -> dict:
     """A sweep run's ``result.json`` (before the model function's extra keys): its identity, model and data sizes,
     settings, and what :func:`common.training.loop.train` summarised."""
     return {
-        "dataset": config["dataset"],
-        "depth_n": config["depth_n"],
-        "depth_label": config["depth_label"],
-        "seed": config["seed"],
+        "dataset": run.dataset,
+        "depth_n": run.depth_n,
+        "depth_label": run.depth_label,
+        "seed": run.seed,
         "params": count_parameters(model),
         "num_classes": data.num_classes,
         "num_blocks": len(model.blocks),
@@ -365,10 +367,10 @@ def _run_result(
     }
 
 
-def check_sweep_data(configs: Sequence[dict]) -> None:
-    """Load each distinct data source of ``configs`` once: a missing file, folder or download is one line now,
-    before any run directory exists (validate before creating: docs/design.md, section "Runs, records and
-    launching")."""
+def check_sweep_data(configs: Sequence[Mapping]) -> None:
+    """Load each distinct data source of ``configs`` (01's, 03's: :func:`data_source`) once: a missing file, folder
+    or download is one line now, before any run directory exists (validate before creating: docs/design.md, section
+    "Runs, records and launching")."""
     seen = set()
     for config in configs:
         key = _data_key(config)
@@ -377,11 +379,10 @@ def check_sweep_data(configs: Sequence[dict]) -> None:
             load_sweep_data(config)
 
 
-def _data_key(config: dict) -> str:
-    """What identifies a sweep config's data source (configs with one key load the same images)."""
-    return json.dumps(
-        [config["dataset"], config.get("data"), config.get("runtime", {}).get("data_root")], sort_keys=True, default=str
-    )
+def _data_key(run: SweepRun | Mapping) -> str:
+    """What identifies a sweep run's data source (runs with one key load the same images)."""
+    dataset, data, root = data_source(run)
+    return json.dumps([dataset, to_mapping(data), root], sort_keys=True, default=str)
 
 
 def check_sweep_plan(configs: Sequence[dict]) -> None:
@@ -391,21 +392,22 @@ def check_sweep_plan(configs: Sequence[dict]) -> None:
     warn_cpu_time(configs)
 
 
-def warn_cpu_time(configs: Sequence[dict]) -> None:
+def warn_cpu_time(configs: Sequence[Mapping]) -> None:
     """One warning line when runs of ``--preset paper`` would train on this machine's CPU: how long, estimated.
 
     Not a refusal (a CPU may be what one has), but the paper preset is sized for GPUs: 101 depths of 200
     epochs each on CIFAR. The estimate (:func:`estimate_training_s`) is marked as one in the line.
     """
-    paper = [c for c in configs if c.get("preset") in PRESETS and PRESETS[c["preset"]].warn_on_cpu]
-    if not paper or resolve_device(paper[0].get("runtime", {}).get("device") or "auto").type != "cpu":
+    runs = [SweepRun.from_config(c) for c in configs]
+    paper = [r for r in runs if r.preset in PRESETS and PRESETS[r.preset].warn_on_cpu]
+    if not paper or resolve_device(paper[0].runtime.device or "auto").type != "cpu":
         return
     seconds, step_s, batch = estimate_training_s(paper)
     log.warning(
         "--preset %s on a CPU: %d runs to train, about %s on this machine (an estimate: %.2f s per training step "
         "of ResNet-8 on %d images, measured here, scaled by each depth's FLOP count and step count; evaluation not "
         "counted); that preset is sized for GPUs (--device cuda, --launcher slurm), --preset mini for a CPU",
-        paper[0]["preset"],
+        paper[0].preset,
         len(paper),
         _duration(seconds),
         step_s,
@@ -413,7 +415,7 @@ def warn_cpu_time(configs: Sequence[dict]) -> None:
     )
 
 
-def estimate_training_s(configs: Sequence[dict], *, steps: int = 2) -> tuple[float, float, int]:
+def estimate_training_s(configs: Sequence[SweepRun | Mapping], *, steps: int = 2) -> tuple[float, float, int]:
     """Estimated CPU seconds to train ``configs`` (sweep configs), the measured seconds per step and its batch size.
 
     One measurement: ``steps`` SGD steps of ResNet-8 (after two warm-up steps) on random images of the first
@@ -421,28 +423,29 @@ def estimate_training_s(configs: Sequence[dict], *, steps: int = 2) -> tuple[flo
     scaled by the run's training FLOPs per image over ResNet-8's (:func:`common.models.resnet_flops.resnet_training_flops_per_image`:
     counted on the meta device, no compute). An estimate: it ignores evaluation and data loading, and assumes time follows FLOPs.
     """
-    first = configs[0]
+    runs = [r if isinstance(r, SweepRun) else SweepRun.from_config(r) for r in configs]
+    first = runs[0]
     data = load_sweep_data(first)
     shape = tuple(data.x_train.shape[1:])
-    batch = int(first["train"]["batch_size"])
+    batch = first.train.batch_size
     step_s = _measured_step_s(first, shape, batch, data.num_classes, steps)
-    base = _training_flops(first, shape, data.num_classes, 0)
+    base = _training_flops(first.model.widths, shape, data.num_classes, 0)
     total = 0.0
     images_of = {_data_key(first): len(data.y_train)}
-    for config in configs:
-        key = _data_key(config)
+    for run in runs:
+        key = _data_key(run)
         if key not in images_of:
-            images_of[key] = len(load_sweep_data(config).y_train)
+            images_of[key] = len(load_sweep_data(run).y_train)
         images = images_of[key]
-        run_steps = config["train"]["epochs"] * max(1, images // config["train"]["batch_size"])
-        ratio = _training_flops(config, shape, data.num_classes, config["depth_n"]) / base
-        total += run_steps * step_s * ratio * config["train"]["batch_size"] / batch
+        run_steps = run.train.epochs * max(1, images // run.train.batch_size)
+        ratio = _training_flops(run.model.widths, shape, data.num_classes, run.depth_n) / base
+        total += run_steps * step_s * ratio * run.train.batch_size / batch
     return total, step_s, batch
 
 
-def _measured_step_s(config: dict, shape: tuple, batch: int, num_classes: int, steps: int) -> float:
-    model = build_resnet({**config, "depth_n": 0}, num_classes).to(memory_format=torch.channels_last)
-    optimizer = SGDRecipe.from_config(config["train"]).make_optimizer(model)
+def _measured_step_s(run: SweepRun, shape: tuple, batch: int, num_classes: int, steps: int) -> float:
+    model = run.resnet(num_classes, depth_n=0).to(memory_format=torch.channels_last)
+    optimizer = run.train.recipe.make_optimizer(model)
     x = torch.randn(batch, *shape).to(memory_format=torch.channels_last)
     y = torch.randint(0, num_classes, (batch,))
     times = []
@@ -455,21 +458,20 @@ def _measured_step_s(config: dict, shape: tuple, batch: int, num_classes: int, s
     return sorted(times[2:])[len(times[2:]) // 2]
 
 
-def _training_flops(config: dict, shape: tuple, num_classes: int, n: int) -> int:
-    """ResNet-(8+N)'s training FLOPs per image at ``config``'s widths (:mod:`common.models.resnet_flops`: :mod:`common.training.flops`'s count)."""
-    return resnet_training_flops_per_image(n, _widths(config), shape, num_classes)
+def _training_flops(widths: Sequence[int], shape: tuple, num_classes: int, n: int) -> int:
+    """ResNet-(8+N)'s training FLOPs per image at these stage widths (:mod:`common.models.resnet_flops`: :mod:`common.training.flops`'s count)."""
+    return resnet_training_flops_per_image(n, tuple(widths), shape, num_classes)
 
 
-def sweep_run_cost(config: dict) -> float:
+def sweep_run_cost(config: Mapping) -> float:
     """A sweep run's training FLOPs up to one factor that every run of a plan shares (``--runs-per-device`` starts
     the largest first): epochs x training images (its subset's K; 1 without one) x ResNet-(8+N)'s training FLOPs per
     32 x 32 image (:func:`common.models.resnet_flops.resnet_training_flops_per_image`, counted on the meta device: no data
     read, no compute)."""
-    if "depth_n" not in config:
-        return 0.0
-    images = (config.get("data", {}).get("train_subset") or {}).get("k", 1)
+    run = SweepRun.from_config(config)
+    images = run.data.train_subset.k if run.data.train_subset else 1
     shape = (3, 32, 32)
-    return float(config["train"]["epochs"] * images * _training_flops(config, shape, 10, config["depth_n"]))
+    return float(run.train.epochs * images * _training_flops(run.model.widths, shape, 10, run.depth_n))
 
 
 def _duration(seconds: float) -> str:
