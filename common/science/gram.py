@@ -44,6 +44,7 @@ def example_contributions(
     example ``i``'s own loss (eval-mode BatchNorm: examples do not interact), and the mean of
     the ``c_i`` is the cross-gradient of the mean loss over the examples.
     """
+    fam.check_state(z)  # a state of another layout: a sentence, not an error from inside psi
     psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
     rows, d = fam.rows_per_example(z), fam.width(z)
     k = fam.feature_dim(d)
@@ -60,6 +61,7 @@ def example_contributions(
 @torch.no_grad()
 def tangent_gram(block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor, chunk_elements: int) -> GramAccumulator:
     """``P = Psi^T Psi`` and ``X = Psi^T G`` of one batch, streamed over example chunks (float64)."""
+    fam.check_state(z)  # a state of another layout: a sentence, not an error from inside psi
     psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
     return features_gram(fam, psi, g, chunk_elements)
 
@@ -140,6 +142,7 @@ def per_example_tangent_regression(
             _, (z,), (g,) = activation_gradients(model, x, y, loss_fn, [candidate])
             b = int(x.shape[0])
             if block is None:
+                fam.check_state(z, candidate.name)
                 block = make_zero_block(fam.name, fam.width(z), seed, candidate.index, like=z).eval()
             acc = tangent_gram(block, fam, z, g * b, chunk_elements)
             if total is None:

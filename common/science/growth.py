@@ -14,12 +14,21 @@ projections zeroed instead (``common.models.hf_decoder.insert_zero_layer``).
 :func:`check_function_preserved` is the run-time guard of any growth step (script 03 grows a
 ResNet with its own basic block, ``common.models.resnet.grow``): the grown model must give the
 parent's outputs bit for bit, in float64, in train mode (batch statistics) and in eval mode.
+
+Any other model (a torchvision ResNet, a hand-written ``nn.Sequential`` of residual blocks) grows through
+:func:`insert_zero_block_into`: the block goes into the ``nn.Sequential`` or ``nn.ModuleList`` that the forward pass
+runs, at a given position. An insertion must be reached: given one batch (``example``), a forward hook on the new
+block checks that the forward pass runs it, and one that is never run is undone and refused
+(:class:`InsertionNotReached`), since a block in a list the forward pass never uses would leave the function
+unchanged for the wrong reason and :func:`check_function_preserved` would report 0.0.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import functools
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -53,24 +62,131 @@ def insert_zero_block(
     seed: int = 0,
     *,
     width: int | None = None,
+    example: torch.Tensor | Callable[[], object] | None = None,
 ) -> ZeroOutputBlock:
     """Insert the protocol's zero-output block at candidate ``index`` (in place) and return it.
 
     ``family`` defaults to the candidate's own (:func:`common.science.tangent.candidate_family`, the rule the
     probe uses: ``conv3x3`` for the ResNets); ``U_l`` is seeded by ``(seed, index)`` exactly as in
     the probe's exact projection, so the block's tangent features are the ``Psi``
-    whose growth value the probe reported. The block takes the dtype and device of the model.
+    whose growth value the probe reported. The block takes the dtype and device of the model. ``example`` (one
+    batch, or a callable running one forward pass): the forward pass must reach the block, else it is undone and
+    :class:`InsertionNotReached` raised (None: no check, as before).
     """
     family = candidate_family(_candidate(model, index), family).name
     width = width if width is not None else candidate_width(model, index)
     like = next(model.parameters())
     block = make_zero_block(family, width, seed, index, like=like)
     block.train(model.training)
-    model.blocks.insert(index, block)
+    undo = _insert_child(model.blocks, index, block)
     stages = getattr(model, "stage_of_block", None)
     if isinstance(stages, list) and stages:
         stages.insert(index, stages[index - 1] if index > 0 else stages[0])
+        undo = _and_then(undo, functools.partial(stages.pop, index))
+    if example is not None:
+        require_reached(model, block, example, undo, f"candidate {index} (model.blocks[{index}])")
     return block
+
+
+class InsertionNotReached(ValueError):
+    """An inserted block that the model's forward pass never runs (undone before this is raised)."""
+
+
+def insert_zero_block_into(
+    model: nn.Module,
+    container: nn.Module,
+    position: int,
+    family: str,
+    width: int,
+    *,
+    seed: int = 0,
+    index: int = 0,
+    example: torch.Tensor | Callable[[], object] | None = None,
+    where: str | None = None,
+) -> ZeroOutputBlock:
+    """The protocol's zero-output block (``U_l`` seeded by ``(seed, index)``) put into ``container`` (an
+    ``nn.Sequential`` or ``nn.ModuleList`` that ``model``'s forward pass runs in order) at ``position``
+    (``len(container)``: appended), in place; with ``example`` (one batch, or a callable running one forward pass)
+    the forward pass must reach it, else it is undone and :class:`InsertionNotReached` raised."""
+    if not isinstance(container, nn.Sequential | nn.ModuleList):
+        raise TypeError(
+            f"a zero-output block goes into an nn.Sequential or nn.ModuleList, not {type(container).__name__}"
+        )
+    if not 0 <= position <= len(container):
+        raise ValueError(f"position {position} out of range: the container holds {len(container)} modules")
+    block = make_zero_block(family, width, seed, index, like=next(model.parameters()))
+    block.train(model.training)
+    undo = _insert_child(container, position, block)
+    if example is not None:
+        require_reached(model, block, example, undo, where or f"position {position} of {type(container).__name__}")
+    return block
+
+
+class _Reached(Exception):
+    """Raised by the reach check's hook to stop the forward pass once the new block has run."""
+
+
+def require_reached(
+    model: nn.Module,
+    block: nn.Module,
+    example: torch.Tensor | Callable[[], object],
+    undo: Callable[[], None],
+    where: str,
+) -> None:
+    """Run one forward pass (``model(example)``, or ``example()``) in eval mode without gradients, stopped as soon as
+    ``block`` runs; if it never runs, call ``undo`` and raise :class:`InsertionNotReached` naming ``where``."""
+
+    def hook(module, args):
+        raise _Reached
+
+    modes = {m: m.training for m in model.modules()}
+    handle = block.register_forward_pre_hook(hook)
+    reached = False
+    try:
+        model.eval()
+        with torch.no_grad():
+            example() if callable(example) else model(example)
+    except _Reached:
+        reached = True
+    finally:
+        handle.remove()
+        for m, training in modes.items():
+            m.training = training
+    if not reached:
+        undo()
+        raise InsertionNotReached(
+            f"the block inserted at {where} is never run by {type(model).__name__}'s forward pass (it sits in a list "
+            "the forward does not use); it was removed: insert into the nn.Sequential or ModuleList the forward runs"
+        )
+
+
+def _insert_child(container: nn.Module, position: int, block: nn.Module) -> Callable[[], None]:
+    """Put ``block`` at ``position`` of an ``nn.Sequential`` or ``nn.ModuleList``; returns the undo.
+
+    Numbered children (``0, 1, ...``) are renumbered as ``insert`` does; named ones keep their names and the new
+    block is ``zero_block`` (``zero_block_1``, ... when taken)."""
+    saved = list(container._modules.items())
+    if all(key.isdigit() for key, _ in saved):
+        container.insert(position, block)
+    else:
+        taken, key = {k for k, _ in saved}, "zero_block"
+        key = next(f"{key}_{i}" for i in range(1, len(saved) + 2) if f"{key}_{i}" not in taken) if key in taken else key
+        container._modules.clear()
+        container._modules.update(OrderedDict([*saved[:position], (key, block), *saved[position:]]))
+
+    def undo() -> None:
+        container._modules.clear()
+        container._modules.update(OrderedDict(saved))
+
+    return undo
+
+
+def _and_then(first: Callable[[], object], second: Callable[[], object]) -> Callable[[], None]:
+    def both() -> None:
+        first()
+        second()
+
+    return both
 
 
 def insert_zero_blocks(

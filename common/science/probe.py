@@ -49,6 +49,28 @@ protocol's standard zero-output block (:mod:`common.science.tangent`, ``U_l`` se
   (Gram statistics streamed over all batches, :mod:`common.science.gram`), with ``growth_fraction_pooled =
   V_S,l / ||G_S||_F`` in ``[0, 1]`` (1 under realizability), ``tangent_dim`` k and ``tangent_rank``.
 
+Options of :func:`probe_activation_gradients` beyond the modes:
+
+- ``sub_batch``: each analysis batch of ``b`` examples as passes over sub-batches of ``sub_batch`` (memory:
+  activations of ``sub_batch`` examples, not ``b``), each loss weighted ``s / b``, so its rows of ``dL_b/dz_l`` come
+  out as in one pass (the examples do not interact: a decoder, or eval-mode BatchNorm): every score is the batch's;
+- ``contribution_directions`` (with ``contributions``): per candidate a fixed ``k x d`` direction along which the
+  variance of ``c_i(l)`` is streamed (App. G's asymptotic interval: the calibration part's ``C_l``,
+  :attr:`ProbeResult.cross_gradients`);
+- ``candidates``: the candidates to probe (objects with ``index``, ``name``, ``module``, ``family``, like
+  :class:`common.models.candidates.Candidate`), default ``model.candidates()``: a model without that method (an
+  unmodified network) is probed at candidates built outside it (``block_input``: :func:`block_input_flags`);
+- ``exact_per_batch`` (with ``exact``): True (default) gives ``V_S,l`` per batch (one eigendecomposition per batch
+  and candidate) and pooled; False streams only the pooled Gram statistics (the same sums, merged in the same order)
+  and factorises each candidate's once (:func:`common.science.pooled_solve.solve_pooled`: Cholesky or pivoted
+  Cholesky where the rank they give is certified to be the tolerance's, else the same eigendecomposition):
+  ``growth_value`` and ``cross_gradient_norm`` are then None, :attr:`ProbeResult.exact_normalisation` is ``"pooled"`` (the default's
+  ``"per_batch_and_pooled"``), and each score carries ``n_rows`` (rows in the pooled statistics: examples x
+  positions, examples x tokens), ``pooled_route`` and ``gram_condition_bound``, in ``records()`` too
+  (``tangent_dim`` k and ``tangent_rank`` as before: ``tangent_rank = n_rows < k`` means ``V_S,l = AG_l`` by rank);
+- ``progress``: called with a short line per batch and per factorised candidate, with an estimate of the time left
+  (:class:`common.science.pooled_solve.ProgressLines`); None (default) prints nothing.
+
 BatchNorm runs in eval mode (running statistics) unless ``bn_mode="train"``; train mode uses
 batch statistics and the running buffers are restored afterwards.
 
@@ -66,7 +88,8 @@ read the same states.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -75,6 +98,7 @@ from torch import nn
 
 from common.science.activations import LossFn, probe_mode, sub_batch_passes
 from common.science.gram import CHUNK_ELEMENTS, example_contributions, tangent_gram
+from common.science.pooled_solve import ProgressLines, solve_pooled
 from common.science.precision import float64_device, full_precision
 from common.science.projection import ContributionMoments
 from common.science.tangent import candidate_family, make_zero_block
@@ -107,6 +131,14 @@ class CandidateScore:
     contribution_norm_sq: float | None = None  # U_l = ||C_l||^2 - tr(Sigma_hat_l) / n, with contributions=True
     contribution_cov_sq_trace: float | None = None  # unbiased tr(Sigma_l^2), with contributions=True (n >= 4)
     contribution_direction_variance: float | None = None  # Var <c_i(l), direction_l>, with contribution_directions
+    # With exact=True: rows in the pooled statistics (= rows_pooled); with exact_per_batch=False also the pooled
+    # solver's route and certificate (common.science.pooled_solve). In records() only with exact_per_batch=False.
+    n_rows: int | None = None
+    pooled_route: str | None = None
+    gram_condition_bound: float | None = None
+
+
+POOLED_ONLY_FIELDS = ("n_rows", "pooled_route", "gram_condition_bound")  # records() of the pooled-only mode only
 
 
 def ag_maxima(rows: Iterable[Mapping]) -> dict:
@@ -151,6 +183,12 @@ class ProbeResult:
     float64_device: str = "cpu"  # where the float64 statistics ran (:func:`common.science.precision.float64_device`)
     sub_batch: int | None = None  # examples per forward/backward pass (None: the whole batch); scores are alike
     cross_gradients: list[torch.Tensor] | None = field(default=None, repr=False)  # C_l (k x d), with contributions
+    # With exact: "per_batch_and_pooled" (exact_per_batch=True) or "pooled" (growth_value per batch None)
+    exact_normalisation: str | None = None
+
+    @property
+    def pooled_only(self) -> bool:
+        return self.exact_normalisation == "pooled"
 
     @property
     def ag_max(self) -> float:
@@ -163,8 +201,8 @@ class ProbeResult:
 
     @property
     def growth_value_max(self) -> float | None:
-        """``V_S,max = max_l V_S,l`` (per-batch normalisation, comparable with ``AGmax``)."""
-        return max(s.growth_value for s in self.scores) if self.exact else None
+        """``V_S,max = max_l V_S,l`` (per-batch normalisation, comparable with ``AGmax``; None when pooled only)."""
+        return max(s.growth_value for s in self.scores) if self.exact and not self.pooled_only else None
 
     def summary(self) -> dict:
         best = self.ag_max_score
@@ -182,7 +220,11 @@ class ProbeResult:
         }
         if self.sub_batch is not None:
             out["sub_batch"] = self.sub_batch
-        if self.exact:  # record keys v_max*: V_S,max, as ag_max is AGmax
+        if self.pooled_only:  # no per-batch V_S,l: the pooled maximum and its candidate
+            pbest = max(self.scores, key=lambda s: s.growth_value_pooled)
+            out.update(exact_normalisation=self.exact_normalisation, v_max=None, v_max_candidate=None)
+            out.update(v_max_pooled=pbest.growth_value_pooled, v_max_pooled_candidate=pbest.name)
+        elif self.exact:  # record keys v_max*: V_S,max, as ag_max is AGmax
             vbest = max(self.scores, key=lambda s: s.growth_value)
             out.update(
                 v_max=self.growth_value_max,
@@ -199,7 +241,15 @@ class ProbeResult:
             "bn_mode": self.bn_mode,
             "exact": self.exact,
         }
-        return [{**asdict(s), **measured} for s in self.scores]
+        if self.pooled_only:
+            return [{**asdict(s), **measured, "exact_normalisation": self.exact_normalisation} for s in self.scores]
+        return [{**_without(asdict(s), POOLED_ONLY_FIELDS), **measured} for s in self.scores]
+
+
+def _without(row: dict, keys: Iterable[str]) -> dict:
+    for key in keys:
+        row.pop(key, None)
+    return row
 
 
 # ----------------------------------------------------------------------------- the shared pass and its modes
@@ -208,15 +258,17 @@ class _CandidateSums:
     the tangent regression's Gram statistics (:meth:`add_exact`), with ``contributions`` the per-example ``c_i(l)``
     (:meth:`add_contributions`); both on the protocol's zero-output block, made on first use."""
 
-    def __init__(self, candidate, family, seed: int, bn_mode: str, exact: bool, contributions: bool, direction, chunk):
+    def __init__(self, candidate, family, seed: int, bn_mode: str, exact, contributions: bool, direction, chunk):
         self.candidate, self.fam = candidate, candidate_family(candidate, family)
         self.direction, self.chunk = direction, chunk
-        self.seed, self.bn_mode, self.exact, self.contributions = seed, bn_mode, exact, contributions
+        self.seed, self.bn_mode, self.contributions = seed, bn_mode, contributions
+        self.exact, self.per_batch = bool(exact), exact != "pooled"  # exact: False, True or "pooled" (pooled only)
         self.shape = self.block = self.gram = self.pooled = self.moments = None  # gram: this batch's; pooled: all's
         self.grad_sq = self.ag_sum = self.example_sq = self.growth_value_sum = self.cross_gradient_sum = 0.0
 
     def add(self, z: torch.Tensor, g: torch.Tensor, b: int, f64: torch.device) -> None:
         """One sub-batch: its states ``z`` and its rows ``g`` of ``dL_b/dz_l``, of a batch of ``b`` examples."""
+        self.fam.check_state(z, self.candidate.name)  # before width reads an axis of a wrong layout
         width = self.fam.width(z)
         self.shape = self.shape or (width, self.fam.rows_per_example(z))
         # Per-example norms in g's dtype (cascade-summed; ~1e-7 relative in float32), then float64.
@@ -251,8 +303,9 @@ class _CandidateSums:
         self.grad_sq = 0.0
         if self.gram is None:
             return
-        self.growth_value_sum += self.gram.growth_value()
-        self.cross_gradient_sum += self.gram.cross_gradient_norm()
+        if self.per_batch:  # an eigendecomposition per batch; the pooled-only mode factorises once, at the end
+            self.growth_value_sum += self.gram.growth_value()
+            self.cross_gradient_sum += self.gram.cross_gradient_norm()
         # Rows of dL_S/dz are (b / n) dL_b/dz: scale by b now, by 1/n at the end.
         if self.pooled is None:
             self.pooled = self.gram.scaled(b)  # keeps the eigendecomposition: free with one batch
@@ -267,12 +320,7 @@ class _CandidateSums:
         )
         s.ag_norm_pooled = rms / math.sqrt(n)
         if self.exact:
-            pooled = self.pooled.scaled(1.0 / n)
-            vp, gp = pooled.growth_value(), pooled.grad_norm()
-            s.growth_value, s.cross_gradient_norm = self.growth_value_sum / nb, self.cross_gradient_sum / nb
-            s.growth_value_pooled, s.cross_gradient_norm_pooled = vp, pooled.cross_gradient_norm()
-            s.growth_fraction_pooled = vp / gp if gp > 0 else 0.0
-            s.tangent_dim, s.tangent_rank, s.rows_pooled = pooled.k, pooled.rank(), pooled.rows
+            self.score_exact(s, n, nb)
         if self.contributions:  # with exact too, the pooled ||C_l|| is the contributions'
             m = self.moments
             s.cross_gradient_norm_pooled = m.cross_gradient_norm()
@@ -283,6 +331,24 @@ class _CandidateSums:
                 s.contribution_direction_variance = m.direction_variance()
         return s
 
+    def score_exact(self, s: CandidateScore, n: int, nb: int) -> None:
+        """The exact fields of ``s``: ``V_S,l`` per batch (averaged; not in the pooled-only mode) and pooled,
+        ``||C_l||``, ``tangent_dim`` k, ``tangent_rank`` and the pooled rows. The pooled ``V_S,l`` by the
+        accumulator's eigendecomposition (per-batch mode, as it always was) or by :func:`solve_pooled` (pooled only:
+        Cholesky or pivoted Cholesky where their rank is certified, else the same eigendecomposition)."""
+        pooled = self.pooled.scaled(1.0 / n)
+        if self.per_batch:
+            vp, rank = pooled.growth_value(), pooled.rank()
+            s.growth_value, s.cross_gradient_norm = self.growth_value_sum / nb, self.cross_gradient_sum / nb
+        else:
+            solved = solve_pooled(pooled)
+            vp, rank = solved.value, solved.rank
+            s.pooled_route, s.gram_condition_bound = solved.route, solved.condition_bound
+        gp = pooled.grad_norm()
+        s.growth_value_pooled, s.cross_gradient_norm_pooled = vp, pooled.cross_gradient_norm()
+        s.growth_fraction_pooled = vp / gp if gp > 0 else 0.0
+        s.tangent_dim, s.tangent_rank, s.rows_pooled, s.n_rows = pooled.k, rank, pooled.rows, pooled.rows
+
 
 def _candidate_sums(
     model: nn.Module,
@@ -292,22 +358,52 @@ def _candidate_sums(
     chunk: int,
     *,
     sub_batch: int | None,
-    exact: bool,
+    exact,
     contributions: bool,
     directions: list[torch.Tensor] | None,
+    candidates: list | None,
 ) -> list[_CandidateSums]:
-    """The options of :func:`probe_activation_gradients` checked, then one :class:`_CandidateSums` per candidate of
-    ``model``, each with its entry of ``directions`` (the probe's ``contribution_directions``; None: none)."""
+    """The options of :func:`probe_activation_gradients` checked, then one :class:`_CandidateSums` per candidate
+    (``candidates``, default ``model.candidates()``), each with its entry of ``directions`` (the probe's
+    ``contribution_directions``; None: none). ``exact``: False, True, or "pooled" for the pooled-only mode."""
     if directions is not None and not contributions:
         raise ValueError("contribution_directions need contributions=True")
     if sub_batch is not None and bn_mode != "eval":
         raise ValueError("sub-batches need examples that do not interact (train-mode BatchNorm): use bn_mode='eval'")
-    candidates = model.candidates()
+    candidates = list(candidates) if candidates is not None else model.candidates()
     directions = directions or [None] * len(candidates)
     return [
         _CandidateSums(c, family, seed, bn_mode, exact, contributions, d, chunk)
         for c, d in zip(candidates, directions, strict=True)
     ]
+
+
+def block_input_flags(model: nn.Module, candidates: list) -> list[bool]:
+    """Per candidate: True for the input of a residual block, False for the tensor entering the head.
+
+    A model with ``blocks`` (every model of this repository): the candidates whose module is one of them. A model
+    without (an unmodified network probed through ``candidates=``): the candidate's own ``block_input`` where it has
+    one, else True for all but the last candidate."""
+    if hasattr(model, "blocks"):
+        block_modules = {id(m) for m in model.blocks}
+        return [id(c.module) in block_modules for c in candidates]
+    return [bool(getattr(c, "block_input", i < len(candidates) - 1)) for i, c in enumerate(candidates)]
+
+
+def _scores(sums: list[_CandidateSums], n: int, nb: int, flags: list[bool], lines: ProgressLines):
+    """Each candidate's :class:`CandidateScore` (the exact modes factorise its pooled Gram here), one progress line
+    per factorised candidate."""
+    lines.start_factorising([s.pooled.k if s.pooled is not None else 0 for s in sums])
+    scores = []
+    for position, (s, flag) in enumerate(zip(sums, flags, strict=True)):
+        start = time.perf_counter()
+        score = s.score(n, nb, flag)
+        route = score.pooled_route or "eigh"
+        lines.candidate_done(
+            position, score.name, score.tangent_dim or 0, score.n_rows or 0, route, time.perf_counter() - start
+        )
+        scores.append(score)
+    return scores
 
 
 def _probe_batch(model, x, y, loss_fn: LossFn, sub_batch: int | None, sums: list[_CandidateSums], f64) -> float:
@@ -324,6 +420,19 @@ def _probe_batch(model, x, y, loss_fn: LossFn, sub_batch: int | None, sums: list
     return batch_loss
 
 
+def _probe_batches(model, batches, loss_fn: LossFn, bn_mode: str, sub_batch, sums, lines: ProgressLines):
+    """Every analysis batch through :func:`_probe_batch` in probe mode at full precision: the batch sizes, the losses
+    ``L_b``, the float64 device and the math mode; one progress line per batch."""
+    sizes, losses, f64 = [], [], torch.device("cpu")
+    with probe_mode(model, bn_mode), full_precision() as mode:
+        for x, y in batches:
+            f64 = float64_device(x.device)
+            losses.append(_probe_batch(model, x, y, loss_fn, sub_batch, sums, f64))
+            sizes.append(int(x.shape[0]))
+            lines.batch_done(sizes[-1])
+    return sizes, losses, f64, mode
+
+
 def probe_activation_gradients(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
@@ -337,37 +446,33 @@ def probe_activation_gradients(
     contributions: bool = False,
     contribution_directions: list[torch.Tensor] | None = None,
     sub_batch: int | None = None,
+    candidates: list | None = None,
+    exact_per_batch: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> ProbeResult:
     """``AG_l``, ``AG~_l``, per-example RMS (with ``exact`` ``V_S,l``; with ``contributions`` the pooled
-    ``C_l`` and ``tr(Sigma_hat_l)`` of App. G) for every candidate.
+    ``C_l`` and ``tr(Sigma_hat_l)`` of App. G) for every candidate; the options are described in the module docstring.
 
     ``batches`` yields ``(x, y)`` analysis batches, each used for one forward and one backward pass. ``family``
     (default: each candidate's own, :func:`common.science.tangent.candidate_family`) and ``seed`` define the standard
     zero-output block whose tangent space the exact values use (:func:`common.science.growth.insert_zero_block` inserts it).
     Runs under :func:`common.science.precision.full_precision`; float64 sums on :func:`common.science.precision.float64_device`.
-
-    ``sub_batch``: each analysis batch of ``b`` examples as passes over sub-batches of ``sub_batch`` (memory:
-    activations of ``sub_batch`` examples, not ``b``), each loss weighted ``s / b``, so its rows of ``dL_b/dz_l`` come
-    out as in one pass (the examples do not interact: a decoder, or eval-mode BatchNorm): every score is the batch's.
-
-    ``contribution_directions`` (with ``contributions``): per candidate a fixed ``k x d`` direction along which the
-    variance of ``c_i(l)`` is streamed (App. G's asymptotic interval: the calibration part's ``C_l``,
-    :attr:`ProbeResult.cross_gradients`).
     """
-    modes = {"exact": exact, "contributions": contributions, "directions": contribution_directions}
-    sums = _candidate_sums(model, family, seed, bn_mode, chunk_elements, sub_batch=sub_batch, **modes)
-    sizes, losses, f64 = [], [], torch.device("cpu")
-    with probe_mode(model, bn_mode), full_precision() as mode:
-        for x, y in batches:
-            f64 = float64_device(x.device)
-            losses.append(_probe_batch(model, x, y, loss_fn, sub_batch, sums, f64))
-            sizes.append(int(x.shape[0]))
+    if exact_per_batch not in (True, False):
+        raise ValueError(f"exact_per_batch must be True or False, got {exact_per_batch!r}")
+    mode_exact = "pooled" if exact and not exact_per_batch else exact
+    modes = {"exact": mode_exact, "contributions": contributions, "directions": contribution_directions}
+    sums = _candidate_sums(
+        model, family, seed, bn_mode, chunk_elements, sub_batch=sub_batch, candidates=candidates, **modes
+    )
+    lines = ProgressLines(progress, len(batches) if hasattr(batches, "__len__") else None)
+    sizes, losses, f64, mode = _probe_batches(model, batches, loss_fn, bn_mode, sub_batch, sums, lines)
     if not sizes:
         raise ValueError("probe_activation_gradients got no batches")
     n, nb = sum(sizes), len(sizes)
-    block_modules = {id(m) for m in getattr(model, "blocks", ())}
+    flags = block_input_flags(model, [s.candidate for s in sums])
     return ProbeResult(
-        scores=[s.score(n, nb, id(s.candidate.module) in block_modules) for s in sums],
+        scores=_scores(sums, n, nb, flags, lines),
         batch_size=sizes[0],
         n_batches=nb,
         n_examples=n,
@@ -380,4 +485,5 @@ def probe_activation_gradients(
         float64_device=str(f64),
         sub_batch=sub_batch,
         cross_gradients=[s.moments.cross_gradient() for s in sums] if contributions else None,
+        exact_normalisation=("per_batch_and_pooled" if exact_per_batch else "pooled") if exact else None,
     )

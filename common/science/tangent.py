@@ -27,10 +27,14 @@ sqrt(1 + eps))``, a fixed positive rescaling that leaves the tangent space uncha
 Rows are image-position pairs ``(b, h, w)``; ``Psi`` is the im2col patch of ``psi`` at that
 position (zero padding included), ``k = 9 C`` columns ordered like ``V.weight.reshape(C, -1)``.
 
-``linear`` (token or vector states, ``(..., d)``): ``psi = gelu(U(layer_norm(z)))`` with
+``linear`` (token or vector states, ``(B, T, d)`` or ``(B, d)``): ``psi = gelu(U(layer_norm(z)))`` with
 ``m = expansion * d`` hidden features, and ``V`` a bias-free ``Linear(m, d)`` initialised to
 zero (a decoder MLP block whose output projection is ``V``). Rows are tokens (every leading
 index); ``Psi`` is the hidden feature vector, ``k = m``.
+
+A state of another layout is refused with a sentence naming the family that fits
+(:meth:`TangentFamily.check_state`, called where a family first sees ``z_l``): ``linear`` on a 4-D map would
+otherwise read the image width as ``d``, and ``conv3x3`` on token states fail deep inside a convolution.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ class ZeroOutputBlock(nn.Module):
 
     def tangent_features(self, z: torch.Tensor) -> torch.Tensor:
         """``Psi``: (rows, k) tangent features of this block at state ``z`` (row-aligned with ``G``)."""
+        TANGENT_FAMILIES[self.family].check_state(z)
         return TANGENT_FAMILIES[self.family].feature_rows(self.psi(z))
 
     @torch.no_grad()
@@ -105,6 +110,18 @@ class TangentFamily:
     # used where gram_supported(psi).
     gram: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
     gram_supported: Callable[[torch.Tensor], bool] = lambda psi: False
+    state_dims: tuple[int, ...] = ()  # the tensor dimensions a state z_l may have (empty: any)
+    layout: str = ""  # those layouts in words, for the refusal of another
+
+    def check_state(self, z: torch.Tensor, candidate: str | None = None) -> None:
+        """Refuse a state ``z_l`` of the wrong layout with a plain sentence that names the family that fits, before
+        ``width`` or the rows read a wrong axis (a 4-D map read by ``linear`` would take the image width for ``d``)."""
+        if not self.state_dims or z.dim() in self.state_dims:
+            return
+        fits = [f.name for f in TANGENT_FAMILIES.values() if z.dim() in f.state_dims]
+        where = f"candidate {candidate!r} gives" if candidate is not None else "got"
+        hint = f": name family={fits[0]!r}" if fits else ""
+        raise ValueError(f"the {self.name} family needs {self.layout}; {where} shape {tuple(z.shape)}{hint}")
 
 
 TANGENT_FAMILIES: dict[str, TangentFamily] = {}
@@ -287,6 +304,8 @@ register_family(
         width=lambda z: int(z.shape[1]),
         feature_dim=lambda d: 9 * d,
         rows_per_example=lambda z: int(z.shape[2] * z.shape[3]),
+        state_dims=(4,),
+        layout="(batch, channels, height, width) feature maps",
     )
 )
 
@@ -318,6 +337,8 @@ register_family(
         width=lambda z: int(z.shape[-1]),
         feature_dim=lambda d: LINEAR_EXPANSION * d,
         rows_per_example=lambda z: int(z[0].numel() // z.shape[-1]),
+        state_dims=(2, 3),
+        layout="(batch, width) vectors or (batch, tokens, width) token states",
     )
 )
 

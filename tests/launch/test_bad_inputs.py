@@ -69,6 +69,7 @@ BASE = {
     "08": ["--preset", "smoke"],
     "09": SWEEP,
     "10": ["--preset", "smoke", "--device", "cpu"],
+    "11": ["--preset", "smoke", "--device", "cpu"],
 }
 SUMMARIES = (
     "ag_probe/summary-synthetic-train-b16x2.csv",
@@ -297,7 +298,7 @@ SMALL_TEXT = ["--text-file", "{tmp}/small.txt"]
 
 CASES: list[Case] = [
     # unknown choices, and values the parser refuses
-    *each("01 02 03 04 05 06 07 08 09 10", "unknown-preset", ["--preset", "huge"], "--preset"),
+    *each("01 02 03 04 05 06 07 08 09 10 11", "unknown-preset", ["--preset", "huge"], "--preset"),
     *each("01 02 03 06 07 09", "unknown-dataset", ["--dataset", "imagenet1k"], "--dataset"),
     *each("01 02 03 04 05 06 07 09 10", "seeds-comma", ["--seeds", ","], "--seeds"),
     *each("01 03 05 06 07", "depths-empty-range", ["--depths", "5:1"], "'5:1'"),
@@ -320,7 +321,7 @@ CASES: list[Case] = [
     *each("05", "heads-do-not-divide-width", ["--n-embd", "64", "--n-head", "5"], "--n-head 5"),
     *each("02", "more-batches-than-the-split", ["--split", "test", "--n-batches", "100"], "--n-batches 100"),
     # unwritable --out (under a file) and --figures-dir
-    *each("01 02 03 04 05 06 07 08 09 10", "out-under-a-file", ["--out", "{tmp}/small.txt/runs"], "--out"),
+    *each("01 02 03 04 05 06 07 08 09 10 11", "out-under-a-file", ["--out", "{tmp}/small.txt/runs"], "--out"),
     *each("08", "figures-dir-under-a-file", ["--figures-dir", "{tmp}/small.txt/figs"], "--figures-dir"),
     # missing data, runs or models
     *each("01 03 09", "missing-npz", ["--dataset", "npz", "--data-root", "{tmp}/no.npz"], "no.npz"),
@@ -349,6 +350,10 @@ CASES: list[Case] = [
     *each("10", "save-with-other-content", ["--save", "{tmp}/save"], "--save", setup=write_other("save/notes.txt")),
     *each("10", "text-too-short", ["--text-file", "{tmp}/short.txt"], "too short", setup=write_other("short.txt")),
     *each("10", "missing-text-file", ["--text-file", "{tmp}/no.txt"], "--text-file"),
+    *each("11", "unknown-model", ["--model", "resnet_huge"], "--model resnet_huge"),
+    *each("11", "missing-weights", ["--weights", "{tmp}/no.pt"], "--weights"),
+    *each("11", "batch-size-zero", ["--batch-size", "0"], "--batch-size"),
+    *each("11", "images-for-a-language-model", ["--model-path", "{tmp}/neox"], "--text-file"),
     *each(
         "04 05",
         "binary-text-file",
@@ -547,6 +552,7 @@ PROCESS_CASES = {  # one case per script, run as __main__ in a real interpreter:
     "08": "08-sweep-config-random-bytes",
     "09": "09-rounds-zero",
     "10": "10-blocks-zero",
+    "11": "11-unknown-model",
 }
 BY_ID = {c.id: c for c in CASES}
 assert len(BY_ID) == len(CASES), "case ids must be unique"
