@@ -1,6 +1,6 @@
 """Every figure and table, and the paper-against-reproduction claims report, from the run records alone.
 
-Reads the finished runs of 01-07 under ``--out`` (``result.json``, ``config.json`` and the summary
+Reads the finished runs of 01-07, 09 and 10 under ``--out`` (``result.json``, ``config.json`` and the summary
 tables; no training, no probing, seconds; ``--out`` is only read) for one preset, and writes into
 ``--figures-dir`` (default ``<out>/figures``): ``figN_<name>.png`` and ``.pdf`` per figure, ``tables/<name>.md``
 and ``.csv`` per table, and ``claims.md``, one row per quantitative claim of the paper with the rule
@@ -8,8 +8,10 @@ that gave its verdict (:mod:`common.report.rules`; its error rates: ``docs/claim
 identity checks apart (never counted among the claims). Without ``--preset`` the preset is the records'
 own; a ``--preset`` the records do not hold is refused rather than replace their report. A figure whose
 records are missing is skipped with one line naming the command that makes them; the exit code stays 0.
-A finished run that cannot be used (a malformed record) is named in one warning line and in the report's
-banner, and ``--strict`` makes it an error. The record formats and the choices of which records to use are
+A finished run that cannot be used (a malformed record) is left out and named, with why, in one warning line of its
+own, in the report's banner and in every claims row it would have entered (each such row "not decidable"); the last
+line counts them, and ``--strict`` makes them an error. With ``--preset``, the runs of other presets are left out
+and counted in one line. The record formats and the choices of which records to use are
 documented in :mod:`common.report.records`.
 
     python 08_make_figures.py --out runs/smoke
@@ -30,12 +32,14 @@ from common.experiments.make_figures import (
     IDENTITY,
     build,
     dropped_line,
+    left_out_warning,
     load_records,
+    other_presets,
     records_preset,
     scan_records,
     verdict_counts,
 )
-from common.launch.cli import check_flag_use, ensure_writable_dir, entry_point, make_parser, parse_args
+from common.launch.cli import check_flag_use, ensure_writable_dir, entry_point, folder, make_parser, parse_args
 
 log = logging.getLogger("08_make_figures")
 
@@ -47,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("figures and claims report")
     group.add_argument(
         "--figures-dir",
-        type=Path,
+        type=folder,
         default=None,
         help=f"where the figures, tables/ and claims.md go; None: <out>/{FIGURES} "
         "(the repository's committed paper-scale figures: --figures-dir figures)",
@@ -65,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv, writes_out=False)
-    figures_dir = args.figures_dir if args.figures_dir is not None else args.out / FIGURES
+    figures_dir = writable_figures_dir(args)  # before any work: a refused command creates nothing
     scan = scan_records(args.out)
     left_out = dropped_line(args.out, scan.dropped)
     if left_out and args.strict:
@@ -77,18 +81,8 @@ def main(argv=None) -> int:
             f"would read the {preset} records under {args.out} and write figures, tables and claims.md into {figures_dir}"
         )
         return 0
-    if left_out:
-        log.warning("%s; fix or delete them (the report's banner names them; --strict makes this an error)", left_out)
-    if args.figures_dir is not None:
-        ensure_writable_dir(figures_dir, flag="--figures-dir")
-    else:
-        try:
-            ensure_writable_dir(figures_dir, flag="--out")
-        except UserError:
-            raise UserError(
-                f"--out {args.out}: the figures go to {figures_dir} by default, which cannot be written (08 only "
-                "reads --out); pass --figures-dir a writable directory"
-            ) from None
+    for run in scan.dropped:  # one line each: the run and why (the banner and the rows it would have entered name it)
+        log.warning("%s", left_out_warning(run))
     start = time.perf_counter()
     report = build(args.out, figures_dir, preset, records=rec)
     for line in report.skipped:
@@ -99,13 +93,31 @@ def main(argv=None) -> int:
     )
     checks = sum(1 for r in report.claims if r["kind"] == IDENTITY)
     print(f"claims: {verdict_counts(report.claims)}; identity checks apart: {checks}")
-    used = sum(int((df["preset"] == preset).sum()) for df in scan.frames.values() if "preset" in df)
-    print(
-        f"read the {preset} records under {args.out}: {used} finished runs used, {len(rec.dropped)} finished runs left out"
-    )
     print(f"figures and tables: {report.figures_dir}/")
     print(f"claims report: {report.claims_path}")
+    others = other_presets(scan, preset)
+    if others:
+        print(others)
+    named = " (each named above, with why; --strict makes them an error)" if scan.dropped else ""
+    print(
+        f"read the {preset} records under {args.out}: {scan.runs_of(preset)} finished runs used, "
+        f"{len(scan.dropped)} finished runs left out{named}"
+    )
     return 0
+
+
+def writable_figures_dir(args: argparse.Namespace) -> Path:
+    """The folder the report goes to, proved creatable and writable without creating it (:func:`ensure_writable_dir`)."""
+    if args.figures_dir is not None:
+        return ensure_writable_dir(args.figures_dir, flag="--figures-dir")
+    figures_dir = args.out / FIGURES
+    try:
+        return ensure_writable_dir(figures_dir, flag="--out")
+    except UserError:
+        raise UserError(
+            f"--out {args.out}: the figures go to {figures_dir} by default, which cannot be written (08 only "
+            "reads --out); pass --figures-dir a writable directory"
+        ) from None
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from common.experiments.expand_decoder import (
     EXPERIMENT,
+    REPORT,
     check_expand_inputs,
     comparison_table,
     expand_configs,
@@ -33,8 +34,11 @@ from common.experiments.expand_decoder import (
 from common.launch.cli import (
     check_flag_use,
     comma_ints,
+    ensure_writable_dir,
     entry_point,
+    folder,
     make_parser,
+    names_flag,
     non_negative_int,
     parse_args,
     positive_float,
@@ -79,10 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--blocks", type=positive_ints, default=None, help="K: layers to insert, comma-separated (one run each)"
     )
     group.add_argument(
-        "--policy", dest="policies", type=policies_of, default=None, help="criterion, even, bi, ag (comma-separated)"
+        "--policy",
+        dest="policies",
+        type=names_flag(policies_of),
+        default=None,
+        help="criterion, even, bi, ag (comma-separated)",
     )
     group.add_argument(
-        "--save", default=None, help="write each expansion here (DIR/<policy>-K<K>: save_pretrained, tokenizer, report)"
+        "--save",
+        type=folder,
+        default=None,
+        help="write each expansion here (DIR/<policy>-K<K>: save_pretrained, tokenizer, report)",
     )
     group.add_argument(
         "--seeds", type=comma_ints, default=None, help="seeds, one run per K each (they order the training batches)"
@@ -107,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
+    if args.save is not None and not args.dry_run:  # before any probe: a refused --save creates nothing
+        ensure_writable_dir(args.save, flag="--save")
     overrides = {field: getattr(args, field) for field in PRESET_FLAGS}
     if overrides["blocks"] is not None:
         overrides["blocks"] = tuple(overrides["blocks"])
@@ -137,9 +150,11 @@ def main(argv=None) -> int:
     print(ranking_table(results[0]))
     print()
     print(comparison_table(results))
-    print(Path(args.out) / EXPERIMENT)
-    if args.save:
-        print(Path(args.save))
+    print(f"records: {Path(args.out) / EXPERIMENT}")
+    saved = sorted({p["saved"]["folder"] for r in results for p in r["policies"].values() if "saved" in p})
+    if args.save:  # the last lines: where the checkpoints are (save_pretrained folders, tokenizer and report in each)
+        print(f"checkpoints ({len(saved)}, each a save_pretrained folder with its tokenizer and {REPORT}):")
+        print("\n".join(f"  {Path(args.save) / name}" for name in saved))
     return 0
 
 

@@ -49,7 +49,7 @@ def grown_resnet(n: int) -> tuple[ResNet, float]:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--depth", type=int, default=2, help="N: compare grown and scratch ResNet-(8+N)")
     parser.add_argument("--images", type=int, default=2048, help="training images per epoch (synthetic 32x32)")
     parser.add_argument("--batch-size", type=int, default=128)

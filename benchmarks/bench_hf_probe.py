@@ -47,7 +47,7 @@ def probe(decoder: HFDecoder, x, y, block_influence: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=cpu_count(), help="torch CPU threads")
     parser.add_argument("--layers", type=int, default=4)

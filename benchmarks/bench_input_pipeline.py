@@ -53,7 +53,7 @@ def images_per_second(loader, epochs: int = 1) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--images", type=int, default=10_000, help="number of 32x32 RGB uint8 images")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument(

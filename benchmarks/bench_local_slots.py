@@ -62,7 +62,7 @@ def spread(values: list[float], fmt: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--depths", default="0,5,12", help="extra blocks N, comma-separated (ResNet-(8+N))")
     parser.add_argument("--slots", type=int, default=os.cpu_count() or 1, help="processes at once (default: cores)")
     parser.add_argument("--epochs", type=int, default=3, help="timed 1,000-image epochs per process and round")

@@ -244,7 +244,7 @@ def peak_mib(extra_blocks: int, n_batches: int, batch_size: int, threads: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--memory-batches", type=int, default=1, help="1x for the memory check (8x is 8 times this)")

@@ -66,7 +66,7 @@ def passes(n: int, dev: torch.device, loader: TensorLoader, *, reps: int, settin
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--reps", type=int, default=5, help="timed passes per setting (after one warm-up pass)")
     parser.add_argument("--batches", type=int, default=None, help="batches per pass (default: 8 on CPU, 100 on GPU)")
     parser.add_argument("--batch-size", type=int, default=128)

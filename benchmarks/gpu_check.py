@@ -1,8 +1,7 @@
 """The GPU check: what only a CUDA GPU or an Ascend NPU confirms, and the speeds the sweep's GPU-hours depend on.
 
-Issue 45: one script for the former ``accelerator_check.py`` and ``gpu_throughput.py``; ``docs/gpu-checklist.md`` says what
-each item should show. ``--cpu-dry-run`` runs every item on the CPU against the CPU at toy sizes (``torch.compile``'s
-``eager`` backend, item 10 on two gloo processes): it checks the script, not a device. Exit status 1: an item failed.
+Replaces ``accelerator_check.py`` and ``gpu_throughput.py``; docs/gpu-checklist.md says what each item should show.
+``--cpu-dry-run``: every item on the CPU at toy sizes (eager backend, gloo): checks the script. Exit 1: an item failed.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.data.loader import TensorLoader
 from common.data.vision import CIFAR10_STATS
 from common.errors import UserError
+from common.launch.cli import comma_ints
 from common.models.gpt import GPT, GPTConfig
 from common.models.resnet import ResNet, ResNetConfig, depth_label
 from common.runs import atomic, record_io, run_store
@@ -439,11 +439,11 @@ def compile_item(check, results: dict) -> dict:
 
 
 def run_check(argv=None) -> dict:
-    parser, numbers = argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), lambda v: [*map(int, v.split(","))]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--device", default="auto", help="auto (CUDA, then NPU), cuda, npu (default: auto)")
     parser.add_argument("--cpu-dry-run", action="store_true", help="every item on the CPU at toy sizes: the script")
-    parser.add_argument("--depths", type=numbers, help="item 2's extra blocks N (default: 0,6,12: ResNet-8/14/20)")
-    parser.add_argument("--items", type=numbers, help="run only these items, e.g. 1,2,8 (default: all)")
+    parser.add_argument("--depths", type=comma_ints, help="item 2's extra blocks N (default: 0,6,12: ResNet-8/14/20)")
+    parser.add_argument("--items", type=comma_ints, help="run only these items, e.g. 1,2,8 (default: all)")
     parser.add_argument("--budget-s", type=float, default=1200.0, help="start no item after this (default: 1200 s)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak for item 8's MFU")
     parser.add_argument("--out", default=None, help="JSON report (default: runs/gpu_check/<device>-<time>.json)")

@@ -256,7 +256,7 @@ def table(found: dict[str, dict]) -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--preset", default="mini", help="07's preset whose settings and records are used")
     parser.add_argument("--out", default=None, help="results folder of 07's records (default: results/<preset>)")
     parser.add_argument("--seeds", default="0,1,2")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import logging
 import os
 import pickle
@@ -343,9 +344,7 @@ NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
 def _load_npz(data_root: str | Path | None) -> VisionData:
-    hint = (
-        "pass --data-root path/to/file.npz holding x_train, y_train, x_test, y_test (uint8 NHWC images, integer labels)"
-    )
+    hint = "pass --data-root a .npz holding x_train, y_train, x_test, y_test (uint8 NHWC images, integer labels)"
     if data_root is None or not Path(data_root).is_file():
         raise UserError(f"--dataset npz: no .npz file at --data-root {data_root}; {hint}")
     path = Path(data_root)
@@ -373,8 +372,9 @@ def _load_npz(data_root: str | Path | None) -> VisionData:
     xs = {k: _npz_images(path, k, arrays[k], hint) for k in ("x_train", "x_test")}
     ys = {k: _npz_labels(path, k, arrays[k], len(xs["x" + k[1:]]), hint) for k in ("y_train", "y_test")}
     num_classes = int(max(ys["y_train"].max(), ys["y_test"].max())) + 1
-    if names is not None:
-        num_classes = max(num_classes, len(names))
+    if names is not None and num_classes > len(names):
+        raise UserError(f"{path}: label {num_classes - 1:,} is outside class_names' {len(names)} classes; {hint}")
+    num_classes = num_classes if names is None else len(names)
     _check_npz_classes(path, ys["y_train"], ys["y_test"], num_classes)
     mean, std = channel_stats(xs["x_train"])
     return VisionData(xs["x_train"], ys["y_train"], xs["x_test"], ys["y_test"], num_classes, mean, std, path.stem)
@@ -397,11 +397,11 @@ def _check_npz_classes(path: Path, y_train: torch.Tensor, y_test: torch.Tensor, 
             f"appear{'' if len(only_test) > 1 else 's'} only in y_test, never in y_train; save a file whose training "
             "split holds every class of its test split"
         )
-    never = sorted(set(range(num_classes)) - seen)
-    if never:
+    if len(seen) < num_classes:  # counted, never listed: a label of 10**9 must not build a set of 10**9 classes
+        never = ", ".join(map(str, itertools.islice((c for c in range(num_classes) if c not in seen), 10)))
         raise UserError(
-            f"{path}: classes {', '.join(map(str, never[:10]))} of 0..{num_classes - 1} never appear in y_train "
-            "(the head would get outputs no image trains); number the labels 0..C-1 with every class in y_train"
+            f"{path}: {num_classes - len(seen):,} classes of 0..{num_classes - 1:,} never appear in y_train ({never}"
+            "...; the head would get outputs no image trains); number the labels 0..C-1 with every class in y_train"
         )
 
 

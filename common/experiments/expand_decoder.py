@@ -35,17 +35,18 @@ from common.experiments.shared.gpt2_runs import export_run
 from common.models.gpt_export import byte_tokenizer
 from common.models.hf_decoder import HFDecoder, check_weight_files, is_local, load_causal_lm, sha256_file
 from common.models.hf_expand import (
-    POLICIES,
     Reference,
     choose_places,
     copy_decoder,
+    copy_source,
+    even_places,
     expand_layers,
     expandable,
     function_check,
     place_scores,
 )
 from common.presets.choose import choose_preset
-from common.presets.expand_decoder import PRESETS, ExpandPreset
+from common.presets.expand_decoder import ARMS, CONTROLS, PRESETS, ExpandPreset
 from common.runs import record_io, run_store
 from common.runs.atomic import atomic_write_json
 from common.runs.run_store import RunSpec
@@ -274,7 +275,21 @@ def expand_configs(
     ]
     if save:
         check_save(Path(save), [ExpandRun.from_config(c) for c in configs])
+        check_finished_saved(Path(save), configs, out)
     return configs
+
+
+def check_finished_saved(save: Path, configs: Sequence[dict], out) -> None:
+    """A finished run is skipped, so it writes no checkpoint: with a ``--save`` folder that lacks its expansions it is
+    refused in one line (its first execution saved them where it was told, if anywhere)."""
+    for config in configs:
+        run = ExpandRun.from_config(config)
+        missing = [p for p in run.policies if p not in CONTROLS and not (save_folder(run, p) / REPORT).is_file()]
+        if missing and run_store.is_done(done := run_store.run_dir(out, config)):
+            raise UserError(
+                f"--save {save}: run {done.name} is finished and its expansions ({', '.join(missing)}) are not in this "
+                f"folder; pass the --save folder it first ran with, or delete {done} to run it again and save here"
+            )
 
 
 def save_folder(run: ExpandRun, policy: str) -> Path:
@@ -288,8 +303,13 @@ def check_save(save: Path, runs: Sequence[ExpandRun]) -> None:
         raise UserError(f"--save {save}: a file, not a folder; give a new folder")
     if not save.is_dir():
         return
-    own = {save_folder(r, policy).name for r in runs for policy in r.policies}
-    other = sorted(p.name for p in save.iterdir() if p.name not in own or not (p / REPORT).is_file())
+    own = {save_folder(r, policy).name for r in runs for policy in r.policies if policy not in CONTROLS}
+    parts = tuple(f".{name}." for name in own)  # a save killed mid-write: its folder is written again beside it
+    other = sorted(
+        p.name
+        for p in save.iterdir()
+        if (p.name not in own or not (p / REPORT).is_file()) and not p.name.startswith(parts)
+    )
     if other:
         raise UserError(
             f"--save {save}: the folder holds other content ({', '.join(other[:3])}{', ...' if len(other) > 3 else ''}); "
@@ -353,6 +373,8 @@ def expand_run(spec: RunSpec) -> dict:
 
 
 def _expand_policy(decoder, scores, policy: str, run: ExpandRun, probe, reference, split, tokenizer) -> dict:
+    if policy in CONTROLS:
+        return _control(decoder, run, probe, reference, split)
     places = choose_places(policy, scores, run.blocks)
     expanded = copy_decoder(decoder)
     sources = expand_layers(expanded, places)
@@ -372,21 +394,26 @@ def _expand_policy(decoder, scores, policy: str, run: ExpandRun, probe, referenc
     }
     if run.runtime.save:
         rec["saved"] = save_expansion(expanded, tokenizer, save_folder(run, policy), rec, scores, run, probe, reference)
-    if run.train_steps:
-        rec["training"] = training.train_new_layers(
-            expanded,
-            rec["new_layers"],
-            split,
-            steps=run.train_steps,
-            batch_size=run.train_batch_size,
-            lr=run.train_lr,
-            n_evals=run.n_evals,
-            seed=run.seed,
-        )
-        rec["held_out_loss"] = rec["training"][-1]["held_out_loss"]
-    else:
-        rec["training"], rec["held_out_loss"] = [], None
-    return rec
+    return {**rec, **_trained(expanded, rec["new_layers"], run, split)}
+
+
+def _control(decoder: HFDecoder, run: ExpandRun, probe, reference, split) -> dict:
+    """The ``none`` arm: the unexpanded model (a copy) with the K layers that LLaMA Pro's even spacing would copy
+    trained alone, the same steps on the same batches as every policy: the training without the added depth."""
+    model = copy_decoder(decoder)
+    layers = sorted({copy_source(p, decoder.n_layer) for p in even_places(decoder.n_layer, run.blocks)})
+    rec = {"policy": "none", "places": [], "sources": [], "new_layers": [], "trained_layers": layers}
+    return {**rec, "function_check": function_check(model, probe, reference), **_trained(model, layers, run, split)}
+
+
+def _trained(model: HFDecoder, layers: list[int], run: ExpandRun, split) -> dict:
+    """``training`` (the curve) and ``held_out_loss`` after ``run.train_steps`` steps of ``model.blocks[layers]``
+    alone (empty and None without training steps)."""
+    if not run.train_steps:
+        return {"training": [], "held_out_loss": None}
+    kwargs = dict(steps=run.train_steps, batch_size=run.train_batch_size, lr=run.train_lr, n_evals=run.n_evals)
+    curve = training.train_new_layers(model, layers, split, **kwargs, seed=run.seed)
+    return {"training": curve, "held_out_loss": curve[-1]["held_out_loss"]}
 
 
 def new_indices(places: Sequence[int]) -> list[int]:
@@ -423,7 +450,11 @@ def save_expansion(
             "reloaded_check": again,
         }
         atomic_write_json(part / REPORT, report)
-        part.rename(folder)
+        try:
+            part.rename(folder)
+        except OSError:  # another seed's run of the same K renamed the same expansion into place first
+            if not (folder / REPORT).is_file():
+                raise
     finally:
         shutil.rmtree(part, ignore_errors=True)
     return {"folder": folder.name, "reloaded_check": again}
@@ -453,12 +484,13 @@ def comparison_table(results: Sequence[dict]) -> str:
     ]
     for k in sorted({r["blocks"] for r in results}):
         group = [r for r in results if r["blocks"] == k]
-        for policy in [p for p in POLICIES if p in group[0]["policies"]]:
+        for policy in [p for p in ARMS if p in group[0]["policies"]]:
             recs = [r["policies"][policy] for r in group]
             losses = [x["held_out_loss"] for x in recs if x["held_out_loss"] is not None]
             spread = statistics.stdev(losses) if len(losses) > 1 else 0.0
             loss = f"{statistics.mean(losses):.4f} ± {spread:.4f} (n = {len(losses)})" if losses else "not trained"
             diff = max(x["function_check"]["max_abs_logit_diff"] for x in recs)
             equal = all(x["function_check"]["greedy_equal"] for x in recs)
-            lines.append(f"| {k} | {policy} | {recs[0]['places']} | {diff:.3g} | {equal} | {loss} |")
+            where = f"none (trains layers {recs[0]['trained_layers']})" if policy in CONTROLS else recs[0]["places"]
+            lines.append(f"| {k} | {policy} | {where} | {diff:.3g} | {equal} | {loss} |")
     return "\n".join(lines)

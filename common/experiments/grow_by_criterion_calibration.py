@@ -50,7 +50,7 @@ def calibration_images(run: CriterionRun, whole: VisionData, seeds: list[int]) -
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m common.experiments.grow_by_criterion_calibration", description=__doc__
+        allow_abbrev=False, prog="python -m common.experiments.grow_by_criterion_calibration", description=__doc__
     )
     parser.add_argument("--data-root", required=True, help="the CIFAR-10 npz (or folder) of the mini preset")
     parser.add_argument("--out", default="results/mini")

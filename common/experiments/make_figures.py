@@ -33,6 +33,7 @@ from common.presets import paper
 from common.report import plots, plots_ag, plots_growth, plots_scaling
 from common.report.claim_rows import claim_rows
 from common.report.claims_report import claims_markdown, report_banner, verdict_counts
+from common.report.record_scan import left_out_warning, other_presets
 from common.report.records import (
     PROBE,
     PYTHIA,
@@ -323,7 +324,9 @@ __all__ = [  # and, for 08 (which imports its own job module only), the records'
     "Report",
     "build",
     "dropped_line",
+    "left_out_warning",
     "load_records",
+    "other_presets",
     "records_preset",
     "scan_records",
     "verdict_counts",

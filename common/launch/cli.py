@@ -14,18 +14,22 @@ Every flag has exactly one consumer: the planner (the preset fields a script's f
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import functools
 import math
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from common.errors import ParamError, UserError
+from common.launch.bounds import MAX_LIST_VALUES, check_bounds
 from common.launch.logs import setup_logging
 from common.launch.slurm import load_profile
+from common.presets.choose import repeated_values
 
 PRESETS = ("smoke", "mini", "paper", "gpu-hour")
 # A preset that only some scripts have, and those scripts (their prog); any other script refuses it in one line
@@ -62,7 +66,24 @@ class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (plus exit code 2), not a usage dump."""
 
     def error(self, message: str) -> None:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        hint = nearest_choice(message) or self.nearest_flag(message)
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see {self.prog} --help)\n")
+
+    def nearest_flag(self, message: str) -> str:
+        """``"; did you mean --blocks?"`` for ``unrecognized arguments: --block 1``, else ``""``."""
+        found = re.search(r"unrecognized arguments: (--?[\w-]+)", message)
+        flags = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+        close = difflib.get_close_matches(found[1], flags, n=1, cutoff=0.6) if found else []
+        return f"; did you mean {close[0]}?" if close else ""
+
+
+def nearest_choice(message: str) -> str:
+    """``"; did you mean 'cuda'?"`` for argparse's ``invalid choice: 'cdua' (choose from ...)``, else ``""``."""
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if found is None:
+        return ""
+    close = difflib.get_close_matches(found[1], re.findall(r"'([^']*)'", found[2]), n=1, cutoff=0.5)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -85,6 +106,7 @@ def make_parser(doc: str, *, prog: str | None = None, launches: bool = True) -> 
     """
     parser = OneLineParser(
         prog=prog,
+        allow_abbrev=False,  # --block is not --blocks: a flag is spelled out
         description=doc.strip().split("\n\n")[0],
         epilog=usage_examples(doc),
         formatter_class=HelpFormatter,
@@ -115,7 +137,7 @@ def add_record_flags(shared: argparse._ArgumentGroup, *, launches: bool) -> None
     )
     shared.add_argument(
         "--out",
-        type=Path,
+        type=folder,
         default=Path("runs"),
         help="root directory of run directories (config.json, metrics.jsonl, result.json, checkpoints)"
         + ("" if launches else ", read only"),
@@ -246,6 +268,7 @@ def parse_args(
     """Parse ``argv``, set up logging, and check ``--out`` unless this is a dry run: writable (``writes_out``; it is
     not created yet, so a call refused later leaves no empty folder behind), else an existing folder to read."""
     args = parser.parse_args(argv)
+    check_bounds(parser, args)
     having = PRESET_SCRIPTS.get(getattr(args, "preset", None))
     if having is not None and parser.prog not in having:
         others = " or ".join(p for p in PRESETS if p not in PRESET_SCRIPTS)
@@ -331,9 +354,18 @@ def comma_ints(text: str) -> list[int]:
             step = parts[2] if len(parts) == 3 else 1
             if step <= 0:
                 raise ValueError
-            values = list(range(start, stop + 1, step))
+            span = range(start, stop + 1, step)
+            if len(span) > MAX_LIST_VALUES:  # measured before it is made: no list of a billion values
+                raise argparse.ArgumentTypeError(
+                    f"{text!r} gives {len(span):,} values, more than any list flag takes ({MAX_LIST_VALUES:,})"
+                )
+            values = list(span)
         else:
             values = [int(p) for p in text.split(",") if p.strip()]
+            if len(values) > MAX_LIST_VALUES:
+                raise argparse.ArgumentTypeError(
+                    f"{len(values):,} values, more than any list flag takes ({MAX_LIST_VALUES:,})"
+                )
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a list like 0,1,2 or a range like 1:100 or 1:49:4") from None
     if not values:
@@ -342,12 +374,33 @@ def comma_ints(text: str) -> list[int]:
         )
     if min(values) < 0:
         raise argparse.ArgumentTypeError(f"{text!r} holds a negative value; depths and seeds are >= 0")
-    repeated = sorted({v for v in values if values.count(v) > 1})
+    repeated = sorted(repeated_values(values))  # linear in the list
     if repeated:  # the same run planned twice (docs/runs.md, section "Runs and records")
         raise argparse.ArgumentTypeError(
             f"{text!r} repeats {','.join(map(str, repeated))}; give each value once (each value is one run)"
         )
     return values
+
+
+def names_flag(names_of: Callable[[str], tuple[str, ...]]) -> Callable[[str], tuple[str, ...]]:
+    """A flag type from a preset's names parser (``policies_of``): its :class:`ParamError` (an unknown or repeated
+    name) becomes argparse's error, so the line names the flag (``--policy``), not the preset's field."""
+
+    @functools.wraps(names_of)
+    def parse(text: str) -> tuple[str, ...]:
+        try:
+            return names_of(text)
+        except ParamError as exc:
+            raise argparse.ArgumentTypeError(f"{exc.shown!r}: {exc.message}") from None
+
+    return parse
+
+
+def folder(text: str) -> Path:
+    """An argparse type: a folder's path; an empty one (``--out ""``, which would mean the current folder) is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name a folder (for the current folder, '.')")
+    return Path(text)
 
 
 def positive_ints(text: str) -> list[int]:

@@ -222,6 +222,7 @@ def write_docs(path: str | Path, reps: int = REPS, seed: int = 0, table: str | P
 def build_parser() -> argparse.ArgumentParser:
     """Flags of ``python -m common.power.claim_rates`` (plain argparse: a job module stays clear of the launcher's CLI)."""
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="python -m common.power.claim_rates",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
+from collections import Counter
+from collections.abc import Hashable, Iterable
 from dataclasses import fields, replace
 from typing import TypeVar
 
 from common.errors import ParamError, one_of
 
 P = TypeVar("P")
+H = TypeVar("H", bound=Hashable)
 
 
 def choose_preset(presets: dict[str, P], name: str, overrides: dict | None) -> P:
@@ -21,10 +25,20 @@ def choose_preset(presets: dict[str, P], name: str, overrides: dict | None) -> P
     return replace(preset, **given)
 
 
+def repeated_values(values: Iterable[H]) -> list[H]:
+    """The values that occur more than once, in the order they first occur; linear in the list (one hash each)."""
+    return [value for value, count in Counter(values).items() if count > 1]
+
+
 def names_of(text: str, allowed: tuple[str, ...], param: str) -> tuple[str, ...]:
     """Comma-separated names of ``allowed``, each once, in the order given (a flag's type, e.g. ``--policy``); a
     :class:`~common.errors.ParamError` of ``param`` naming the choices otherwise."""
-    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-    if not names or any(n not in allowed for n in names):
-        raise ParamError(param, text, f"use one or more of {', '.join(allowed)}, comma-separated")
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [n for n in names if n not in allowed]
+    if not names or unknown:
+        near = difflib.get_close_matches(unknown[0], allowed, n=1, cutoff=0.5) if unknown else []
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise ParamError(param, text, f"{hint}use one or more of {', '.join(allowed)}, comma-separated")
+    if repeated := repeated_values(names):
+        raise ParamError(param, text, f"names {', '.join(repeated)} twice; give each once (each name is one run)")
     return names

@@ -15,11 +15,16 @@ from common.errors import ParamError
 from common.presets.choose import names_of
 
 POLICIES = ("criterion", "even", "bi", "ag")  # where the copies go (common.models.hf_expand.choose_places)
+# The control arm: the unexpanded model, as many of its own layers as the policies add (those LLaMA Pro's even
+# spacing would copy) trained the same steps on the same batches (docs/decisions.md); with no training steps it
+# only records the base model's held-out loss.
+CONTROLS = ("none",)
+ARMS = (*POLICIES, *CONTROLS)
 
 
 def policies_of(text: str) -> tuple[str, ...]:
-    """``--policy``'s type: comma-separated names of :data:`POLICIES`, once each."""
-    return names_of(text, POLICIES, "policies")
+    """``--policy``'s type: comma-separated names of :data:`ARMS`, once each."""
+    return names_of(text, ARMS, "policies")
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,7 @@ class ExpandPreset:
     """The expansion settings of one preset."""
 
     blocks: tuple[int, ...] = (1,)  # K: copies inserted; one run per K (and seed)
-    policies: tuple[str, ...] = POLICIES
+    policies: tuple[str, ...] = ARMS
     seeds: int = 1  # runs per K (seeds --seed, --seed + 1, ...): they differ in the training batches' order only
     seq_len: int = 128  # tokens per probe and training window
     sequences: int = 32  # probe windows (n = sequences x seq_len tokens)
@@ -43,8 +48,8 @@ class ExpandPreset:
     def __post_init__(self) -> None:
         if not self.blocks or any(k <= 0 for k in self.blocks):
             raise ParamError("blocks", ",".join(map(str, self.blocks)), "give positive numbers of layers to insert")
-        if not self.policies or any(p not in POLICIES for p in self.policies):
-            raise ParamError("policies", ",".join(self.policies), f"use one or more of {', '.join(POLICIES)}")
+        if not self.policies or any(p not in ARMS for p in self.policies):
+            raise ParamError("policies", ",".join(self.policies), f"use one or more of {', '.join(ARMS)}")
         for name in ("seeds", "seq_len", "sequences", "batch_size", "held_out_tokens", "train_batch_size", "n_evals"):
             if getattr(self, name) <= 0:
                 raise ParamError(name, getattr(self, name), "must be positive")
@@ -87,4 +92,4 @@ PRESETS = {
 }
 
 
-__all__ = ["POLICIES", "PRESETS", "ExpandPreset", "policies_of"]
+__all__ = ["ARMS", "CONTROLS", "POLICIES", "PRESETS", "ExpandPreset", "policies_of"]

@@ -25,7 +25,8 @@ from (preset, dataset, seeds, number of runs), the verdict and the rule that gav
   (:mod:`common.report.rows.expand_decoder`).
 
 A claim without records is "not run", its records column naming the command that makes them
-(:func:`common.report.records.commands`).
+(:func:`common.report.records.commands`). A row that a run left out of the report would have entered names that run,
+per arm, and is "not decidable" (:mod:`common.report.left_out`).
 Verdicts of ``--preset smoke`` and ``mini`` records carry the scale (:data:`SCALE_NOTES`).
 
 What a row says beyond its rule (issue 29; docs/decisions.md, section "Figures and the claims report"):
@@ -50,8 +51,10 @@ puts them in the paper's order (:func:`claim_rows`).
 
 from __future__ import annotations
 
+from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, weight_scaling
 from common.report import claim_power
-from common.report.records import Records, commands
+from common.report.left_out import Reads, mark_left_out
+from common.report.records import PROBE, PYTHIA, SWEEP, Records, commands
 from common.report.rows.expand_decoder import expand_claims
 from common.report.rows.grow_by_criterion import grow_claims
 from common.report.rows.growth_vs_scratch import growth_claims
@@ -69,23 +72,38 @@ def claim_rows(rec: Records, power: claim_power.PowerTable | None = None) -> lis
     sweep on its dataset (:func:`regime`)."""
     power = claim_power.PowerTable.load() if power is None else power
     cmd = commands(rec.preset, rec.out)
-    rows = [
-        *resnet_claims(rec, cmd),
-        *projection_claims(rec, cmd),
-        *saturation_claims(rec, cmd),
-        *decoder_claims(rec, cmd),
-        *growth_claims(rec, cmd),
-        *matched_claims(rec, cmd),
-        *scaling_claims(rec, cmd),
-        *grow_claims(rec, cmd),
-        *expand_claims(rec),
+    groups = [  # each group of rows, and the experiments its rows read (a row's own ``_reads`` says more)
+        (resnet_claims(rec, cmd), (SWEEP, PROBE)),
+        (projection_claims(rec, cmd), (PROBE, gpt2_ascend.EXPERIMENT)),
+        (saturation_claims(rec, cmd), (PROBE,)),
+        (decoder_claims(rec, cmd), None),
+        (growth_claims(rec, cmd), (growth_vs_scratch.EXPERIMENT,)),
+        (matched_claims(rec, cmd), (matched_insertion.EXPERIMENT,)),
+        (scaling_claims(rec, cmd), (weight_scaling.EXPERIMENT,)),
+        (grow_claims(rec, cmd), ()),
+        (expand_claims(rec), ()),
     ]
     regimes = {d: regime(g) for d, g in rec.sweep.groupby("dataset")} if len(rec.sweep) else {}
-    for row in rows:
-        said = regimes.get(row_dataset(row))
-        if said and about_test_performance(row) and row["_outcome"] is not None:
-            row["reproduced"] = verdicts.clauses(row["reproduced"], f"regime of the sweep: {said}")
+    rows = []
+    for group, experiments in groups:
+        for row in group:
+            said = regimes.get(row_dataset(row))
+            if said and about_test_performance(row) and row["_outcome"] is not None:
+                row["reproduced"] = verdicts.clauses(row["reproduced"], f"regime of the sweep: {said}")
+            rows.append(mark_left_out(row, rec.dropped, default_reads(row, experiments)))
     return [{"id": i + 1, **finish_row(r, power)} for i, r in enumerate(rows)]
+
+
+def default_reads(row: dict, experiments: tuple[str, ...] | None) -> Reads:
+    """What a row reads when its module did not say (:mod:`common.report.left_out`): its group's experiments, of its
+    dataset where it names one (the decoder rows: GPT-2's or Pythia's, by the claim)."""
+    if experiments is None:
+        experiments = (gpt2_ascend.EXPERIMENT,) if "GPT-2" in row["claim"] else (PYTHIA,)
+    dataset = row_dataset(row)
+    return [(e, {"dataset": {dataset}} if dataset and e in BY_DATASET else {}) for e in experiments]
+
+
+BY_DATASET = (SWEEP, PROBE, growth_vs_scratch.EXPERIMENT, matched_insertion.EXPERIMENT)  # a row per image dataset
 
 
 def row_dataset(row: dict) -> str | None:

@@ -27,11 +27,12 @@ def dropped_banner(rec: Records) -> str | None:
     (:func:`common.report.records.dropped_line`), or None."""
     if not rec.dropped:
         return None
-    names = ", ".join(f"`{Path(d).parent.name}/{Path(d).name}`" for d, _ in rec.dropped)
+    names = ", ".join(f"`{d.label}`" for d in rec.dropped)
     n = len(rec.dropped)
     return (
         f"**Runs left out.** {n} finished run{'s' if n != 1 else ''} could not be read and {'are' if n != 1 else 'is'} "
-        f"not in this report: {names}. 08_make_figures.py printed why for each (`--strict` makes this an error)."
+        f"not in this report: {names}. 08_make_figures.py printed why for each, and every claims row they would have "
+        "entered names them and is not decidable (`--strict` makes this an error)."
     )
 
 

@@ -1,7 +1,9 @@
-"""The report's records: every finished run of scripts 01-07 under ``--out`` that script 08 reads, of one preset.
+"""The report's records: every finished run of scripts 01-07, 09 and 10 under ``--out`` that script 08 reads, of one
+preset.
 
-:func:`scan_records` reads every experiment folder once (``result.json`` and ``config.json`` through
-:func:`common.runs.run_store.collect`, and script 03's table files); :func:`records_preset` picks the preset of the report;
+:func:`scan_records` reads every experiment folder once and names the runs it leaves out
+(:mod:`common.report.record_scan`); script 03's table files are read here; :func:`records_preset` picks the preset of
+the report;
 :func:`load_records` selects that preset's runs as tidy tables (:class:`Records`), which the figures
 (:mod:`common.experiments.make_figures`) and the claims report's rows (:mod:`common.report.claim_rows`) read;
 :func:`commands` names the command that makes each experiment's records (a skipped figure, a "not run" claim).
@@ -44,23 +46,31 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.errors import ParamError, UserError
 from common.experiments import (
     gpt2_ascend,
     growth_vs_scratch,
     matched_insertion,
-    probe_ag,
-    pythia_cpt,
     weight_scaling,
     weight_scaling_fits,
 )
 from common.experiments.probe_ag import probe_tag
-from common.experiments.shared import resnet_sweep, resnet_sweep_records
 from common.presets.make_figures import report_preset
 from common.presets.probe_ag import DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES
-from common.runs import run_store
+from common.report.record_scan import (
+    EXPAND,
+    EXPERIMENTS,
+    GROW,
+    PROBE,
+    PYTHIA,
+    SWEEP,
+    LeftOut,
+    Scan,
+    collect,
+    dropped_line,
+    records_preset,
+    scan_records,
+)
 
-SWEEP, PROBE, PYTHIA = resnet_sweep.EXPERIMENT, probe_ag.EXPERIMENT, pythia_cpt.EXPERIMENT  # scripts 01, 02, 04
 PROBE_KEYS = ("split", "batch_size", "n_batches", "bn_mode", "probe_seed")
 DEFAULT_PROBE = ("train", DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, "eval", 0)
 GROWTH_TABLE = re.compile(  # 03's table_stem: its table (growth against scratch) or its restart ablation
@@ -136,54 +146,13 @@ class Records:
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
     exponents: pd.DataFrame = field(default_factory=pd.DataFrame)
     elsewhere: dict[str, set[str]] = field(default_factory=dict)  # experiment -> presets present but not selected
-    dropped: list[tuple[str, str]] = field(default_factory=list)  # (run directory, why): finished runs left out
+    grow: pd.DataFrame | None = None  # 09's runs (None: not read yet, read on first use)
+    expand: pd.DataFrame | None = None  # 10's runs (None: not read yet, read on first use)
+    dropped: list[LeftOut] = field(default_factory=list)  # finished runs left out of this preset's report
 
-
-NUMBERS = {  # result keys that must be finite numbers (NaN or None: the run is left out and named)
-    SWEEP: resnet_sweep_records.RESULT_KEYS,
-    PROBE: ("ag_max", "ag_max_per_example"),
-    gpt2_ascend.EXPERIMENT: ("ag_max",),
-    PYTHIA: ("ag_max",),
-}
-
-
-REQUIRED = {  # keys every finished run's config + result must hold for the tables below (else it is left out and named)
-    SWEEP: ("preset", "dataset", "depth_n", "seed", *NUMBERS[SWEEP]),
-    PROBE: ("dataset", "depth_n", "seed", "sweep_run", *NUMBERS[PROBE]),
-    gpt2_ascend.EXPERIMENT: ("preset", "n_layer", "seed", *NUMBERS[gpt2_ascend.EXPERIMENT]),
-    PYTHIA: ("preset", *NUMBERS[PYTHIA]),
-    matched_insertion.EXPERIMENT: ("dataset", "sweep_run", "rows"),
-    weight_scaling.EXPERIMENT: ("family",),
-    growth_vs_scratch.EXPERIMENT: ("dataset",),
-}
-
-
-EXPERIMENTS = (
-    SWEEP,
-    PROBE,
-    growth_vs_scratch.EXPERIMENT,
-    PYTHIA,
-    gpt2_ascend.EXPERIMENT,
-    matched_insertion.EXPERIMENT,
-    weight_scaling.EXPERIMENT,
-)  # every experiment folder 08 reads, in script order
-
-
-def collect(out: Path, experiment: str, dropped: list[tuple[Path, str]] | None = None) -> pd.DataFrame:
-    """Every usable finished run of ``experiment`` under ``out`` (config and result columns), or an empty frame.
-
-    Each run is read by :func:`common.runs.run_store.collect` (:func:`common.runs.run_store.read_run`, with :data:`REQUIRED` keys and
-    :data:`NUMBERS` as finite numbers); a malformed run is left out and, with ``dropped``, named there
-    (directory, why): :func:`load_records` reports every one of them.
-    """
-    if not (out / experiment).is_dir():
-        return pd.DataFrame()
-    return run_store.collect(
-        str(out / experiment / "*"),
-        required=REQUIRED.get(experiment, ()),
-        numbers=NUMBERS.get(experiment, ()),
-        problems=[] if dropped is None else dropped,
-    )
+    def left_out(self, experiment: str) -> list[LeftOut]:
+        """The runs of ``experiment`` left out of this report."""
+        return [d for d in self.dropped if d.experiment == experiment]
 
 
 def select_preset(df: pd.DataFrame, preset: str, experiment: str, elsewhere: dict[str, set[str]]) -> pd.DataFrame:
@@ -204,107 +173,13 @@ def with_sweep_preset(df: pd.DataFrame, sweep_presets: dict[str, str]) -> pd.Dat
     return df.assign(preset=df["sweep_run"].map(sweep_presets))
 
 
-ANALYSES = (PROBE, matched_insertion.EXPERIMENT, weight_scaling.EXPERIMENT)  # runs that analyse a sweep run
-
-
-@dataclass
-class Scan:
-    """Every finished run under ``out``, all presets, as read once: one frame per experiment (usable runs only; a run
-    that analysed a sweep run carries that run's ``preset``), the runs left out (directory, why) and the preset of
-    each sweep run (by directory name)."""
-
-    out: Path
-    frames: dict[str, pd.DataFrame]
-    dropped: list[tuple[Path, str]]
-    sweep_presets: dict[str, str]
-
-    def presets(self) -> set[str]:
-        """The presets the usable records belong to."""
-        return {str(p) for df in self.frames.values() if "preset" in df for p in df["preset"].dropna().unique()}
-
-
-def scan_records(out: str | Path) -> Scan:
-    """Read every experiment folder under ``out`` once (:func:`collect`), noting each run that cannot be used: a
-    malformed one, and one that analysed a sweep run that is not among the usable ones (its preset, and for a
-    probe its losses, are that run's)."""
-    out = Path(out)
-    dropped: list[tuple[Path, str]] = []
-    frames = {experiment: collect(out, experiment, dropped) for experiment in EXPERIMENTS}
-    sweep = frames[SWEEP]
-    sweep_presets = (
-        dict(zip(sweep["run_dir"].map(lambda p: Path(p).name), sweep["preset"], strict=True)) if len(sweep) else {}
-    )
-    for experiment in ANALYSES:
-        df = frames[experiment]
-        if df.empty or "sweep_run" not in df:
-            continue
-        of_sweep = df["family"] == "sweep" if "family" in df else pd.Series(True, index=df.index)
-        orphan = of_sweep & ~df["sweep_run"].isin(list(sweep_presets))
-        for row in df[orphan].to_dict("records"):
-            dropped.append(
-                (
-                    Path(row["run_dir"]),
-                    f"{row['run_dir']} analysed the sweep run {row['sweep_run']}, which is not among the usable "
-                    f"finished runs under {out / SWEEP}; rerun the command that made it once that run is trained again",
-                )
-            )
-        kept = df[~orphan]
-        preset = kept["sweep_run"].map(sweep_presets)
-        own = kept["preset"] if "preset" in kept else pd.Series(None, index=kept.index, dtype=object)
-        frames[experiment] = kept.assign(preset=preset.where(of_sweep[~orphan], own)).reset_index(drop=True)
-    return Scan(out, frames, dropped, sweep_presets)
-
-
-def records_preset(scan: Scan, preset: str | None) -> str:
-    """The preset of the report 08 writes: ``preset`` when the records hold runs of it, else theirs (docs/08_make_figures.md).
-
-    Without ``preset`` the records' own, when they are of one preset. No usable records, records that mix presets
-    (without ``preset``), or a ``preset`` the records do not hold (its report would be all "not run" and replace
-    theirs) are a :class:`UserError`.
-    """
-    found = scan.presets()
-    if not found:
-        left = (
-            f" ({len(scan.dropped)} finished runs there cannot be read: {scan.dropped[0][1]})" if scan.dropped else ""
-        )
-        raise ParamError(
-            "out", scan.out, f"no usable run records there{left}; pass the folder scripts 01-07 wrote their runs into"
-        )
-    if preset is None:
-        if len(found) > 1:
-            raise UserError(
-                f"the records under {scan.out} mix the presets {', '.join(sorted(found))}; pass --preset one of them "
-                "(and a --figures-dir per preset, so that neither report replaces the other)"
-            )
-        return next(iter(found))
-    if preset not in found:
-        theirs = ", ".join(sorted(found))
-        raise ParamError(
-            "preset",
-            preset,
-            f"the records under {scan.out} are of preset {theirs}, so a {preset} report would only say 'not run' and "
-            f"replace theirs; pass {sorted(found)[0]}, or leave the preset out",
-        )
-    return preset
-
-
-def dropped_line(out: Path, dropped: Sequence[tuple[Path | str, str]]) -> str | None:
-    """One line naming every finished run under ``out`` the report could not use, and why (None when there is none)."""
-    if not dropped:
-        return None
-    n = len(dropped)
-    return (
-        f"{n} finished run{'s' if n != 1 else ''} under {out} could not be used and {'are' if n != 1 else 'is'} "
-        f"left out of the report: " + " | ".join(why for _, why in dropped)
-    )
-
-
 def load_records(out: str | Path, preset: str, scan: Scan | None = None) -> Records:
     """Read every experiment's records under ``out`` for ``preset`` (module docstring); ``scan``: what
     :func:`scan_records` read already. ``Records.dropped`` names every finished run that could not be used."""
     out = Path(out)
     scan = scan if scan is not None else scan_records(out)
-    rec = Records(out=out, preset=preset, dropped=[(str(d), why) for d, why in scan.dropped])
+    mine = [d for d in scan.dropped if d.preset in (None, preset)]  # a run of unknown preset counts against every one
+    rec = Records(out=out, preset=preset, dropped=mine)
     sweep_presets = scan.sweep_presets
     rec.sweep = select_preset(scan.frames[SWEEP], preset, SWEEP, rec.elsewhere)
     probe = select_preset(with_sweep_preset(scan.frames[PROBE], sweep_presets), preset, PROBE, rec.elsewhere)
@@ -313,7 +188,9 @@ def load_records(out: str | Path, preset: str, scan: Scan | None = None) -> Reco
     rec.gpt = largest_group(gpt, gpt_group)
     rec.exact_candidates = exact_candidates(probe, gpt)
     read_pythia(rec, select_preset(scan.frames[PYTHIA], preset, PYTHIA, rec.elsewhere))
-    rec.growth = growth_tables(out, preset, rec.elsewhere)
+    rec.growth = growth_tables(out, preset, rec.elsewhere, scan.frames[growth_vs_scratch.EXPERIMENT])
+    rec.grow = select_preset(scan.frames[GROW], preset, GROW, rec.elsewhere)
+    rec.expand = select_preset(scan.frames[EXPAND], preset, EXPAND, rec.elsewhere)
     matched = select_preset(
         with_sweep_preset(scan.frames[matched_insertion.EXPERIMENT], sweep_presets),
         preset,
@@ -341,11 +218,10 @@ def read_probe(rec: Records, probe: pd.DataFrame) -> None:
 def exact_candidates(probe: pd.DataFrame, gpt: pd.DataFrame) -> pd.DataFrame:
     """Every candidate of every exact run (02's under any setting, then 05's) with its ``growth_value``, ``source``
     naming where it came from (``ResNet <dataset>``, ``GPT-2``)."""
+    runs = probe[probe["exact"].astype(bool)] if len(probe) else probe  # no exact run: no candidates (not an error)
     exact = [
-        candidate_rows(probe[probe["exact"].astype(bool)], ("dataset", "depth_n", "seed")).assign(
-            source=lambda d: "ResNet " + d["dataset"]
-        )
-        if len(probe)
+        candidate_rows(runs, ("dataset", "depth_n", "seed")).assign(source=lambda d: "ResNet " + d["dataset"])
+        if len(runs)
         else pd.DataFrame()
     ]
     if len(gpt):
@@ -435,14 +311,13 @@ def largest_group(df: pd.DataFrame, key: Callable[[dict], str]) -> pd.DataFrame:
     return rows.drop_duplicates(["n_layer", "seed"]).sort_values(["n_layer", "seed"]).reset_index(drop=True)
 
 
-def growth_tables(out: Path, preset: str, elsewhere: dict[str, set[str]]) -> list[GrowthTable]:
+def growth_tables(out: Path, preset: str, elsewhere: dict[str, set[str]], grown: pd.DataFrame) -> list[GrowthTable]:
     """Per dataset, script 03's table of ``preset`` with the most seeds, then the most epochs, with its restart
     ablation (the file of the same name with ``ablation`` for ``table``) when there is one. A table's preset is its
-    growth runs' (the runs of its dataset and epochs)."""
+    growth runs' (the runs of its dataset and epochs: ``grown``, 03's usable runs as :func:`scan_records` read them)."""
     folder = out / growth_vs_scratch.EXPERIMENT
     if not folder.is_dir():
         return []
-    grown = collect(out, growth_vs_scratch.EXPERIMENT)
     presets: dict[tuple[str, int], set[str]] = {}
     for r in grown.to_dict("records") if len(grown) else []:
         if isinstance(r.get("growth"), dict):
@@ -486,10 +361,18 @@ def commands(preset: str, out: str | Path) -> dict[str, str]:
     }
 
 
-__all__ = [
+__all__ = [  # and, read by 08 and the rows through this module, what common.report.record_scan reads first
+    "EXPAND",
+    "EXPERIMENTS",
+    "GROW",
+    "PROBE",
+    "PYTHIA",
+    "SWEEP",
     "GrowthTable",
+    "LeftOut",
     "Records",
     "Scan",
+    "collect",
     "commands",
     "dropped_line",
     "load_records",

@@ -247,3 +247,28 @@ def test_loader_is_a_function_of_seed_and_epoch_and_eval_is_plain():
     std = torch.tensor(data.std).view(1, 3, 1, 1)
     torch.testing.assert_close(torch.cat(xs), (data.x_train.float() / 255 - mean) / std)
     assert xs[0].is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize(
+    ("labels", "names", "needle"),
+    [
+        ({"y_train": 10**9}, None, "never appear in y_train"),  # a label far outside: counted, never listed
+        ({"y_test": 2**40}, None, "only in y_test"),
+        ({"y_train": 7}, ["a", "b", "c", "d", "e"], "label 7 is outside class_names' 5 classes"),
+    ],
+)
+def test_labels_are_checked_against_the_class_count_before_anything_is_sized(labels, names, needle, tmp_path):
+    rng = np.random.default_rng(1)
+    arrays = {
+        "x_train": rng.integers(0, 256, (20, 8, 8, 3), dtype=np.uint8),
+        "y_train": np.arange(20) % 5,
+        "x_test": rng.integers(0, 256, (8, 8, 8, 3), dtype=np.uint8),
+        "y_test": np.arange(8) % 5,
+    }
+    for key, label in labels.items():
+        arrays[key][0] = label
+    if names is not None:
+        arrays["class_names"] = np.array(names)
+    np.savez(tmp_path / "d.npz", **arrays)
+    with pytest.raises(UserError, match=needle):
+        load_vision("npz", tmp_path / "d.npz")

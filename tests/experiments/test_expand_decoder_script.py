@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from common.models.hf_decoder import HFDecoder
 from common.models.hf_expand import FUNCTION_ATOL, POLICIES, greedy_tokens
+from common.presets.expand_decoder import ARMS
 from common.runs import run_store
 from tests.helpers import hf_tiny
 
@@ -41,7 +42,7 @@ def test_every_policy_saves_an_expansion_that_loads_and_computes_the_same_functi
     assert "| place | copy of | V_S,l |" in printed and "held-out loss" in printed
     [run] = run_store.run_dirs(out / "expand_decoder")
     result = run_store.read_result(run)
-    assert set(result["policies"]) == set(POLICIES) and len(result["ranking"]) == 4
+    assert set(result["policies"]) == set(ARMS) and len(result["ranking"]) == 4
     original = AutoModelForCausalLM.from_pretrained(model).eval()
     tokenizer = AutoTokenizer.from_pretrained(model)
     x = torch.tensor([tokenizer(text.read_text()[:200])["input_ids"][:24]])
@@ -63,8 +64,20 @@ def test_every_policy_saves_an_expansion_that_loads_and_computes_the_same_functi
         ]
     assert len(HFDecoder(original).blocks) == 3  # the source folder untouched
     before = {p: p.stat().st_mtime_ns for p in run.iterdir()}
+    (save / ".criterion-K2.a1b2c3").mkdir()  # a save killed mid-write leaves its folder beside: not "other content"
     assert main([*argv, *FLAGS, "--train-steps", "2", "--n-evals", "2"]) == 0  # finished: nothing redone
     assert {p: p.stat().st_mtime_ns for p in run.iterdir()} == before
+    none = result["policies"]["none"]  # the control: no layer added, as many of its own trained the same steps
+    assert none["places"] == [] and len(none["trained_layers"]) == 2 and none["held_out_loss"] is not None
+    assert not (save / "none-K2").exists()
+    elsewhere = tmp_path / "elsewhere"  # the finished run wrote its checkpoints into --save's first folder
+    capsys.readouterr()
+    assert (
+        main([*argv[:-4], "--save", str(elsewhere), "--out", str(out), *FLAGS, "--train-steps", "2", "--n-evals", "2"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert f"run {run.name} is finished and its expansions" in err and "--save" in err and not elsewhere.exists()
 
 
 def test_smoke_preset_runs_and_a_killed_run_resumes_at_its_policy(tmp_path, capsys):
@@ -78,4 +91,4 @@ def test_smoke_preset_runs_and_a_killed_run_resumes_at_its_policy(tmp_path, caps
     (run / run_store.METRICS).write_text("".join(json.dumps(line) + "\n" for line in lines[:2]))
     assert main(["--preset", "smoke", "--device", "cpu", "--out", str(out)]) == 0
     again = run_store.read_result(run)
-    assert again["policies"] == first["policies"] and len(run_store.read_metrics(run)) == len(POLICIES)
+    assert again["policies"] == first["policies"] and len(run_store.read_metrics(run)) == len(ARMS)

@@ -11,8 +11,8 @@ import pytest
 from scipy import stats
 
 from common.experiments import expand_decoder
-from common.models.hf_expand import POLICIES as SCRIPT_POLICIES
 from common.power import claim_rates
+from common.presets.expand_decoder import ARMS as SCRIPT_POLICIES
 from common.presets.expand_decoder import PRESETS as EXPAND_PRESETS
 from common.report import claim_power, claim_rows, records
 from common.report.rows import expand_decoder as expand_decoder_rows
@@ -22,7 +22,7 @@ from common.report.rules.cases import CASES_BY_NAME, case_named
 from tests.helpers.figure_records import write_run
 
 CASE = "expansion_lower_held_out_loss (paired over runs)"
-POLICIES = ("criterion", "even", "bi", "ag")
+POLICIES = ("criterion", "even", "bi", "ag", "none")
 BLOCKS, SEEDS = (1, 2), (0, 1, 2)  # the mini grid: 6 runs, every policy in each
 TEXT = {"source": "text", "text_name": "tinyshakespeare.txt", "text_sha256": "0" * 64}  # 10's config names its text
 
@@ -155,8 +155,19 @@ def rows_of(out) -> dict[str, dict]:
     }
 
 
+def criterion_lowest() -> dict:
+    """Held-out losses per policy (per run) where the criterion is lowest at every run."""
+    return {
+        "criterion": noisy(3.0),
+        "even": noisy(3.2, 1),
+        "bi": noisy(3.1, 2),
+        "ag": noisy(3.3, 3),
+        "none": noisy(3.4, 4),
+    }
+
+
 def test_rows_hold_when_the_criterion_is_lower_at_every_run(tmp_path):
-    losses = {"criterion": noisy(3.0), "even": noisy(3.2, 1), "bi": noisy(3.1, 2), "ag": noisy(3.3, 3)}
+    losses = criterion_lowest()
     rows = rows_of(write_expansion(tmp_path, losses))
     for other, row in rows.items():
         assert row["verdict"] == verdicts.HOLDS, row["reproduced"]
@@ -172,7 +183,13 @@ def test_rows_hold_when_the_criterion_is_lower_at_every_run(tmp_path):
 
 
 def test_rows_do_not_hold_when_the_other_policy_is_lower(tmp_path):
-    losses = {"criterion": noisy(3.0), "even": noisy(2.8, 1), "bi": noisy(3.2, 2), "ag": noisy(3.2, 3)}
+    losses = {
+        "criterion": noisy(3.0),
+        "even": noisy(2.8, 1),
+        "bi": noisy(3.2, 2),
+        "ag": noisy(3.2, 3),
+        "none": noisy(3.2, 4),
+    }
     rows = rows_of(write_expansion(tmp_path, losses))
     shift = mean_difference(losses["even"], losses["criterion"])
     assert (
@@ -183,7 +200,13 @@ def test_rows_do_not_hold_when_the_other_policy_is_lower(tmp_path):
 
 def test_rows_where_ag_places_the_same_layers_say_no_difference(tmp_path):
     same = {"criterion": lambda k: list(range(2, 2 + k)), "ag": lambda k: list(range(2, 2 + k))}
-    losses = {"criterion": noisy(3.0), "even": noisy(3.2, 1), "bi": noisy(3.2, 2), "ag": noisy(3.0)}
+    losses = {
+        "criterion": noisy(3.0),
+        "even": noisy(3.2, 1),
+        "bi": noisy(3.2, 2),
+        "ag": noisy(3.0),
+        "none": noisy(3.2, 4),
+    }
     rows = rows_of(write_expansion(tmp_path, losses, places=same))
     ag = rows["ag"]
     assert ag["verdict"] == verdicts.FAILS and "exactly 0 at every run: no difference" in ag["reproduced"]
@@ -193,7 +216,7 @@ def test_rows_where_ag_places_the_same_layers_say_no_difference(tmp_path):
 
 def test_rows_say_not_run_without_records_and_name_the_command(tmp_path):
     rows = expand_decoder_rows.expand_claims(records.Records(out=tmp_path, preset="mini"))
-    assert len(rows) == 3 and {r["verdict"] for r in rows} == {verdicts.NOT_RUN}
+    assert len(rows) == len(expand_decoder_rows.COMPARED) and {r["verdict"] for r in rows} == {verdicts.NOT_RUN}
     assert all(f"none: python 10_expand_decoder.py --preset mini --out {tmp_path}" == r["records"] for r in rows)
     other = write_expansion(tmp_path / "other", {p: noisy(3.0) for p in POLICIES})  # records of preset mini only
     assert {r["verdict"] for r in expand_decoder_rows.expand_claims(records.Records(out=other, preset="paper"))} == {
@@ -204,7 +227,9 @@ def test_rows_say_not_run_without_records_and_name_the_command(tmp_path):
 def test_rows_without_training_steps_say_not_run_no_training_steps(tmp_path):
     out = write_expansion(tmp_path, {p: noisy(3.0) for p in POLICIES}, steps=0)
     rows = expand_decoder_rows.expand_claims(records.Records(out=out, preset="mini"))
-    assert len(rows) == 3 and {r["verdict"] for r in rows} == {"not run (no training steps)"}
+    assert len(rows) == len(expand_decoder_rows.COMPARED) and {r["verdict"] for r in rows} == {
+        "not run (no training steps)"
+    }
     assert all(r["records"].startswith("6 runs, all with train_steps = 0") for r in rows)
     assert all(
         r["records"].endswith(f"python 10_expand_decoder.py --preset mini --out {out} --train-steps S") for r in rows
@@ -213,10 +238,16 @@ def test_rows_without_training_steps_say_not_run_no_training_steps(tmp_path):
 
 
 def test_the_report_lists_the_rows_last_with_their_power_looked_up(tmp_path):
-    losses = {"criterion": noisy(3.0), "even": noisy(3.2, 1), "bi": noisy(3.1, 2), "ag": noisy(3.3, 3)}
+    losses = criterion_lowest()
     asked = claim_power.PowerTable()
     rows = claim_rows.claim_rows(records.load_records(write_expansion(tmp_path, losses), "mini"), power=asked)
-    assert [r["claim"] for r in rows[-3:]] == [expand_decoder_rows.claim_text(o) for o in expand_decoder_rows.COMPARED]
-    assert all(r["verdict"].startswith(f"{verdicts.HOLDS} (") for r in rows[-3:])  # the mini scale note follows
-    assert all(r["power"].startswith("power not computed for this design") for r in rows[-3:])  # an empty table
+    assert [r["claim"] for r in rows[-len(expand_decoder_rows.COMPARED) :]] == [
+        expand_decoder_rows.claim_text(o) for o in expand_decoder_rows.COMPARED
+    ]
+    assert all(
+        r["verdict"].startswith(f"{verdicts.HOLDS} (") for r in rows[-len(expand_decoder_rows.COMPARED) :]
+    )  # the mini scale note follows
+    assert all(
+        r["power"].startswith("power not computed for this design") for r in rows[-len(expand_decoder_rows.COMPARED) :]
+    )  # an empty table
     assert (CASE, "expand: 6 paired runs (K, seed)") in asked.requested

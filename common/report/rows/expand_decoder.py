@@ -8,7 +8,8 @@ policy; its records are ``<out>/expand_decoder/<name>-<hash8>/config.json`` (``p
 ``seed``, ``policies``) and ``result.json`` (``train_steps``, ``base_held_out_loss``, ``ranking`` and, per policy, ``places``,
 ``sources``, ``held_out_loss``: null without training, S = 0, and ``training``).
 
-One row per policy the criterion is compared with (:data:`COMPARED`), its rule
+One row per arm the criterion is compared with (:data:`COMPARED`: the other policies and the ``none`` control, the
+unexpanded model with as many of its own layers trained the same steps on the same batches), its rule
 :func:`common.report.rules.expand_decoder.expansion_lower_held_out_loss`, paired over the runs (K, seed) of the report's
 preset at the largest S they hold: the number of paired runs, both mean held-out losses, the mean difference with
 its interval and the verdict. Without records of the preset every row is "not run", naming the command; with
@@ -24,13 +25,14 @@ from pathlib import Path
 import pandas as pd
 
 from common.experiments.expand_decoder import EXPERIMENT
+from common.presets.expand_decoder import CONTROLS
 from common.presets.make_figures import report_preset
-from common.report.records import Records
+from common.report.left_out import reading
+from common.report.records import EXPAND, Records, collect
 from common.report.rules import expand_decoder, verdicts
 from common.report.rules.cases import case_named
 from common.report.rules.grow_by_criterion import paired_differences
 from common.report.verdict_row import BASE_DESIGN, claim_row, describe
-from common.runs import run_store
 
 SCRIPT = "10_expand_decoder.py"
 CRITERION = "criterion"
@@ -38,10 +40,10 @@ COMPARED = {  # policy -> the placement in words (the row's claim)
     "even": "LLaMA Pro's even spacing",
     "bi": "beside the blocks ShortGPT's Block Influence rates most important",
     "ag": "where AG_l is largest",
+    "none": "none, the control: the unexpanded model, as many of its own layers trained the same steps on the same batches",
 }
 CASE = "expansion_lower_held_out_loss (paired over runs)"
 BEYOND = "- (beyond the paper: it never places new layers by V_S,l)"
-RESULT_KEYS = ("blocks", "seed", "train_steps", "policies")
 NO_TRAINING = f"{verdicts.NOT_RUN} (no training steps)"
 
 
@@ -51,19 +53,21 @@ def expand_command(preset: str, out: str | Path) -> str:
 
 
 def claim_text(other: str) -> str:
+    than = "not expanding it" if other in CONTROLS else f"{other} placement"
     return (
         "beyond the paper: expanding a trained decoder by K copied zero-output layers placed where V_S,l is largest "
-        f"reaches a lower held-out loss than {other} placement ({COMPARED[other]}), at equal training steps"
+        f"reaches a lower held-out loss than {than} ({COMPARED[other]}), at equal training steps"
     )
 
 
-def expand_runs(rec: Records) -> tuple[pd.DataFrame, list[tuple[Path, str]]]:
-    """10's finished runs of the report's preset under ``rec.out`` (config and result columns, one row per run;
-    empty without), and the malformed ones left out (directory, why)."""
-    problems: list[tuple[Path, str]] = []
-    found = run_store.scan_runs(Path(rec.out) / EXPERIMENT, problems=problems, result_keys=RESULT_KEYS)
-    frame = pd.DataFrame([r.row for r in found if r.config.get("preset") == rec.preset])
-    return frame, problems
+def expand_runs(rec: Records) -> pd.DataFrame:
+    """10's usable finished runs of the report's preset under ``rec.out`` (config and result columns, one row per run;
+    empty without): those :func:`common.report.records.load_records` read, else read now (the malformed ones, which
+    :mod:`common.report.record_scan` names, left out)."""
+    frame = rec.expand if rec.expand is not None else collect(Path(rec.out), EXPAND, [])
+    if frame.empty or "preset" not in frame:
+        return pd.DataFrame()
+    return frame[frame["preset"] == rec.preset].reset_index(drop=True)
 
 
 def held_out(run: dict, policy: str) -> float | None:
@@ -106,24 +110,24 @@ def expand_claims(rec: Records) -> list[dict]:
     (module docstring)."""
     fn = expand_decoder.expansion_lower_held_out_loss
     command = expand_command(rec.preset, rec.out)
-    frame, problems = expand_runs(rec)
-    left = f"; {len(problems)} malformed runs left out: {problems[0][1]}" if problems else ""
+    frame = expand_runs(rec)
     if frame.empty:
-        return [claim_row(claim_text(o), BEYOND, fn, None, f"none: {command}{left}", rec.preset) for o in COMPARED]
+        rows = [claim_row(claim_text(o), BEYOND, fn, None, f"none: {command}", rec.preset) for o in COMPARED]
+        return [reading(r, EXPAND) for r in rows]
     used, steps, dropped = trained_runs(frame)
     if used.empty:
         what = f"{len(frame)} runs, all with train_steps = 0 (no held-out loss after training): {command} "
-        what += f"--train-steps S{left}"
+        what += "--train-steps S"
         rows = [claim_row(claim_text(o), BEYOND, fn, None, what, rec.preset) for o in COMPARED]
-        return [{**r, "verdict": NO_TRAINING} for r in rows]
+        return [reading({**r, "verdict": NO_TRAINING}, EXPAND) for r in rows]
     mine = losses(used, CRITERION)
     rows = []
     for other in COMPARED:
         theirs = losses(used, other)
         paired = paired_differences(mine, theirs)
         if not paired:
-            what = f"no run of S = {steps} steps holds both {CRITERION} and {other}: {command}{left}"
-            rows.append(claim_row(claim_text(other), BEYOND, fn, None, what, rec.preset))
+            what = f"no run of S = {steps} steps holds both {CRITERION} and {other}: {command}"
+            rows.append(reading(claim_row(claim_text(other), BEYOND, fn, None, what, rec.preset), EXPAND))
             continue
         outcome = fn(mine, theirs, other, steps)
         pairs = used[[(int(b), int(s)) in paired for b, s in zip(used["blocks"], used["seed"], strict=True)]]
@@ -131,9 +135,10 @@ def expand_claims(rec: Records) -> list[dict]:
         blocks = ",".join(map(str, sorted({int(b) for b in pairs["blocks"]})))
         extra = f"policies {CRITERION}, {other}, K = {blocks}, S = {steps} steps"
         extra += f" ({dropped} runs at another S or a repeated (K, seed) left out)" if dropped else ""
-        records = describe(rec.preset, text_label(pairs), pairs["seed"], len(pairs), extra) + left
+        records = describe(rec.preset, text_label(pairs), pairs["seed"], len(pairs), extra)
         design = (case_named(CASE), replace(BASE_DESIGN, expand_runs=len(paired)))
-        rows.append(claim_row(claim_text(other), BEYOND, fn, outcome, records, rec.preset, design=design))
+        row = claim_row(claim_text(other), BEYOND, fn, outcome, records, rec.preset, design=design)
+        rows.append(reading(row, EXPAND))  # a run holds every policy: one left out is missing from both arms
     return rows
 
 

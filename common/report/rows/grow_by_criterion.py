@@ -1,8 +1,8 @@
 """The claims report's rows about growth by the criterion (script 09), beyond the paper, and 08's tables and curves
 of it.
 
-Read from 09's runs under ``<out>/grow_by_criterion`` (:func:`common.experiments.grow_by_criterion.read_runs`, the
-report's preset only) and 01's sweep records of the same preset and dataset (:class:`Records`' ``sweep``). Every
+Read from 09's runs under ``<out>/grow_by_criterion`` (as :mod:`common.report.record_scan` read them, the report's
+preset only) and 01's sweep records of the same preset and dataset (:class:`Records`' ``sweep``). Every
 run of 09 trains on one budget B of training FLOPs, so its final clean training loss is the loss at equal FLOPs:
 
 - rows: the criterion's loss against each other arm's (``cyclic``, ``random``, ``ag``, and the controls ``none`` and
@@ -34,7 +34,8 @@ from common.experiments.shared.resnet_sweep import build_resnet
 from common.models.resnet import ResNetConfig
 from common.presets.make_figures import report_preset
 from common.report import grow_by_criterion_stopping
-from common.report.records import Records
+from common.report.left_out import reading
+from common.report.records import GROW, SWEEP, Records, collect
 from common.report.rules import grow_by_criterion as grow_by_criterion_rules
 from common.report.rules import verdicts
 from common.report.rules.cases import case_named
@@ -62,13 +63,13 @@ def grow_command(preset: str, out: str | Path) -> str:
 
 
 def grow_runs(rec: Records) -> pd.DataFrame:
-    """09's runs of the report's preset under ``rec.out`` (one row per arm and seed; empty without)."""
-    if not (Path(rec.out) / grow_by_criterion.EXPERIMENT).is_dir():
-        return pd.DataFrame()
-    frame = grow_by_criterion.read_runs(rec.out)
+    """09's usable runs of the report's preset under ``rec.out`` (one row per arm and seed, by policy and seed; empty
+    without): those :func:`common.report.records.load_records` read, else read now (the malformed ones left out)."""
+    frame = rec.grow if rec.grow is not None else collect(Path(rec.out), GROW, [])
     if frame.empty or "preset" not in frame:
         return pd.DataFrame()
-    return frame[frame["preset"] == rec.preset].reset_index(drop=True)
+    frame = frame[frame["preset"] == rec.preset]
+    return frame.sort_values(["policy", "seed"], ignore_index=True)
 
 
 def by_seed(frame: pd.DataFrame, policy: str, column: str = "train_loss") -> dict[int, float]:
@@ -100,32 +101,40 @@ def grow_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     ]
     frame = grow_runs(rec)
     command = grow_command(rec.preset, rec.out)
+    arms = [(CRITERION, other) if other else (CRITERION,) for _, other in specs]
     if frame.empty:
-        return [claim_row(c, BEYOND, fn, None, f"none: {command}", rec.preset) for (c, _), fn in zip(specs, fns)]
+        rows = [claim_row(c, BEYOND, fn, None, f"none: {command}", rec.preset) for (c, _), fn in zip(specs, fns)]
+        return [reading(row, GROW, policy=policies) for row, policies in zip(rows, arms)]
     rows = []
     for dataset, group in frame.groupby("dataset", sort=True):
         sweep = rec.sweep[rec.sweep["dataset"] == dataset] if len(rec.sweep) else pd.DataFrame()
-        for (claim, other), fn in zip(specs, fns):
-            name = f"{claim} ({dataset})"
-            if other is not None:
-                policies = (CRITERION, other)
-                outcome, design = placement_outcome(group, other)
-            else:
-                policies = (CRITERION,)
-                outcome, design = stop_outcome(group, sweep, cmd)
-            if outcome is None:
-                missing = ", ".join(p for p in policies if p not in set(group["policy"]))
-                what = f"no {missing} runs: {command} --policy {','.join(policies)}"
-                rows.append(claim_row(name, BEYOND, fn, None, what, rec.preset))
-                continue
-            used = group[group["policy"].isin(policies)]
-            budget = used["budget_flops"].iloc[0]
-            extra = f"policies {', '.join(policies)}, B = {budget:.3g} training FLOPs each"
-            records = describe(rec.preset, dataset, used["seed"], len(used), extra)
-            if other is None and len(sweep):
-                records += f"; sweep {len(sweep)} runs at N = {','.join(map(str, sorted(set(sweep['depth_n']))))}"
-            rows.append(claim_row(name, BEYOND, fn, outcome, records, rec.preset, design=design))
+        for (claim, other), fn, policies in zip(specs, fns, arms):
+            row = dataset_row(rec, group, sweep, f"{claim} ({dataset})", fn, other, cmd)
+            rows.append(reading(row, GROW, dataset=str(dataset), policy=policies))
+            if other is None:
+                reading(row, SWEEP, dataset=str(dataset))
     return rows
+
+
+def dataset_row(rec: Records, group: pd.DataFrame, sweep: pd.DataFrame, name: str, fn, other: str | None, cmd) -> dict:
+    """One row on one dataset's runs: the criterion against ``other``, or (None) its stop rule against the sweep."""
+    if other is not None:
+        policies = (CRITERION, other)
+        outcome, design = placement_outcome(group, other)
+    else:
+        policies = (CRITERION,)
+        outcome, design = stop_outcome(group, sweep, cmd)
+    if outcome is None:
+        missing = ", ".join(p for p in policies if p not in set(group["policy"]))
+        what = f"no {missing} runs: {grow_command(rec.preset, rec.out)} --policy {','.join(policies)}"
+        return claim_row(name, BEYOND, fn, None, what, rec.preset)
+    used = group[group["policy"].isin(policies)]
+    budget = used["budget_flops"].iloc[0]
+    extra = f"policies {', '.join(policies)}, B = {budget:.3g} training FLOPs each"
+    records = describe(rec.preset, str(group["dataset"].iloc[0]), used["seed"], len(used), extra)
+    if other is None and len(sweep):
+        records += f"; sweep {len(sweep)} runs at N = {','.join(map(str, sorted(set(sweep['depth_n']))))}"
+    return claim_row(name, BEYOND, fn, outcome, records, rec.preset, design=design)
 
 
 def placement_outcome(frame: pd.DataFrame, other: str):
