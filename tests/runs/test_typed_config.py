@@ -116,7 +116,9 @@ def test_every_jobs_planned_config_round_trips(tmp_path):
         _round_trip(SweepAnalysisRun, config)
     for config in gpt2_ascend.gpt_configs(preset="smoke"):
         _round_trip(GPTRun, config)
-    for config in pythia_cpt.cpt_configs(preset="smoke") + pythia_cpt.cpt_configs(preset="mini"):
+    text = tmp_path / "tinyshakespeare.txt"  # mini's text, made here: a test never downloads
+    text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 200)
+    for config in pythia_cpt.cpt_configs(preset="smoke") + pythia_cpt.cpt_configs(preset="mini", text_path=text):
         _round_trip(CPTRun, config)
     for config in expand_decoder.expand_configs(preset="smoke", out=tmp_path):
         _round_trip(ExpandRun, config)
