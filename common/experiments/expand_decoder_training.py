@@ -14,6 +14,8 @@ policies differ only in where their copies sit.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,7 +26,11 @@ from common.models.hf_decoder import HFDecoder
 from common.science.activations import mean_loss
 from common.training.epoch import classification_loss
 
+log = logging.getLogger(__name__)
+
 BETAS = (0.9, 0.95)
+LONG_S = 3600.0  # a training estimated longer than this is announced with its estimate, once, after a few timed steps
+TIMED_STEPS = 3
 WARMUP_FRACTION = 0.1
 GRAD_CLIP = 1.0
 
@@ -112,7 +118,10 @@ def train_new_layers(
     evals = set(eval_steps(steps, n_evals))
     curve, losses = [], []
     decoder.eval()
+    started = time.perf_counter()
     for step in range(steps + 1):
+        if step == TIMED_STEPS:
+            warn_if_long(steps, (time.perf_counter() - started) / TIMED_STEPS)
         if step in evals:
             train = sum(losses) / len(losses) if losses else None
             curve.append({"step": step, "train_loss": train, "held_out_loss": held_out_loss(decoder, split)})
@@ -130,3 +139,15 @@ def train_new_layers(
     for p in decoder.parameters():
         p.requires_grad_(False)
     return curve
+
+
+def warn_if_long(steps: int, step_s: float) -> None:
+    """One warning when ``steps`` steps at the measured ``step_s`` (the first steps' mean, held-out evaluation
+    included) would take longer than :data:`LONG_S`: a step count that is merely large is announced with its estimate
+    (docs/runs.md, section "Bounds"; one far beyond the bound never gets here)."""
+    if steps * step_s > LONG_S:
+        log.warning(
+            "--train-steps %d: about %.1f hours for each policy at the %.3f s per step of the first %d steps "
+            "(an estimate); interrupt and pass fewer steps, or let it run: a killed run resumes at its policy",
+            steps, steps * step_s / 3600, step_s, TIMED_STEPS,
+        )  # fmt: skip

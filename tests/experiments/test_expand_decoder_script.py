@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from common.experiments import expand_decoder_training as training
 from common.models.hf_decoder import HFDecoder
 from common.models.hf_expand import FUNCTION_ATOL, POLICIES, greedy_tokens
 from common.presets.expand_decoder import ARMS
@@ -92,3 +93,11 @@ def test_smoke_preset_runs_and_a_killed_run_resumes_at_its_policy(tmp_path, caps
     assert main(["--preset", "smoke", "--device", "cpu", "--out", str(out)]) == 0
     again = run_store.read_result(run)
     assert again["policies"] == first["policies"] and len(run_store.read_metrics(run)) == len(ARMS)
+
+
+def test_a_merely_large_step_count_is_announced_with_its_estimate(caplog):
+    with caplog.at_level("WARNING"):
+        training.warn_if_long(1_000_000, 0.05)  # 50,000 s: announced
+        training.warn_if_long(1_000, 0.05)  # 50 s: quiet
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "--train-steps 1000000: about 13.9 hours" in line and "an estimate" in line
