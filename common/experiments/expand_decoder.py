@@ -274,16 +274,16 @@ def expand_configs(
         for s in seeds
     ]
     if save:
-        check_save(Path(save), [ExpandRun.from_config(c) for c in configs])
-        check_finished_saved(Path(save), configs, out)
+        runs = [ExpandRun.from_config(c) for c in configs]
+        check_save(Path(save), runs)
+        check_finished_saved(Path(save), runs, configs, out)
     return configs
 
 
-def check_finished_saved(save: Path, configs: Sequence[dict], out) -> None:
+def check_finished_saved(save: Path, runs: Sequence[ExpandRun], configs: Sequence[dict], out) -> None:
     """A finished run is skipped, so it writes no checkpoint: with a ``--save`` folder that lacks its expansions it is
-    refused in one line (its first execution saved them where it was told, if anywhere)."""
-    for config in configs:
-        run = ExpandRun.from_config(config)
+    refused in one line (its first execution saved them where it was told, if anywhere). ``runs``: ``configs`` typed."""
+    for run, config in zip(runs, configs, strict=True):
         missing = [p for p in run.policies if p not in CONTROLS and not (save_folder(run, p) / REPORT).is_file()]
         if missing and run_store.is_done(done := run_store.run_dir(out, config)):
             raise UserError(

@@ -354,18 +354,14 @@ def comma_ints(text: str) -> list[int]:
             step = parts[2] if len(parts) == 3 else 1
             if step <= 0:
                 raise ValueError
-            span = range(start, stop + 1, step)
-            if len(span) > MAX_LIST_VALUES:  # measured before it is made: no list of a billion values
-                raise argparse.ArgumentTypeError(
-                    f"{text!r} gives {len(span):,} values, more than any list flag takes ({MAX_LIST_VALUES:,})"
-                )
-            values = list(span)
+            values = range(start, stop + 1, step)  # measured before it is made: no list of a billion values
         else:
             values = [int(p) for p in text.split(",") if p.strip()]
-            if len(values) > MAX_LIST_VALUES:
-                raise argparse.ArgumentTypeError(
-                    f"{len(values):,} values, more than any list flag takes ({MAX_LIST_VALUES:,})"
-                )
+        if len(values) > MAX_LIST_VALUES:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r} gives {len(values):,} values, more than any list flag takes ({MAX_LIST_VALUES:,})"
+            )
+        values = list(values)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a list like 0,1,2 or a range like 1:100 or 1:49:4") from None
     if not values:

@@ -297,7 +297,7 @@ class NetworkProbe:
 
 def rows_of(score: CandidateScore, result: ProbeResult) -> int:
     """Gradient rows behind the pooled values: the probe's count, else examples times rows per example."""
-    rows = getattr(score, "n_rows", None) or score.rows_pooled
+    rows = score.rows_pooled  # the exact probe's count (its n_rows too)
     return int(rows) if rows else result.n_examples * score.rows_per_example
 
 

@@ -19,6 +19,7 @@ import pytest
 from common.launch import bounds
 from common.launch.cli import comma_ints
 from common.presets.choose import names_of, repeated_values
+from tests.helpers.script_checks import main_error
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p.stem for p in ROOT.glob("[0-9][0-9]_*.py"))
@@ -28,16 +29,10 @@ LAUNCHING = [s for s in SCRIPTS if not s.startswith("08")]
 def refused(script: str, argv: list[str], tmp_path: Path, capsys) -> str:
     """Run ``script``'s ``main`` in this process; assert exit 2 with one error line and nothing created under
     ``tmp_path``; return the line."""
-    out = tmp_path / "out"
-    try:
-        code = importlib.import_module(script).main([*argv, "--out", str(out)])
-    except SystemExit as exc:  # argparse's errors
-        code = exc.code
+    code, line = main_error(script, [*argv, "--out", str(tmp_path / "out")], capsys)
     assert code == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"{script}.py: error:"), lines
     assert not list(tmp_path.iterdir()), "a refused command created something"
-    return lines[0]
+    return line
 
 
 @pytest.mark.parametrize(

@@ -3,28 +3,19 @@ made (a file in the way) is refused in one line naming the flag, before any prob
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.script_checks import main_error
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p.stem for p in ROOT.glob("[0-9][0-9]_*.py"))
 
 
-def run(script: str, argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        code = importlib.import_module(script).main(argv)
-    except SystemExit as exc:  # argparse's errors
-        code = exc.code
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"{script}.py: error:"), lines
-    return code, lines[0]
-
-
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_an_empty_out_is_an_error(script, capsys):
-    code, line = run(script, ["--preset", "smoke", "--out", " "], capsys)
+    code, line = main_error(script, ["--preset", "smoke", "--out", " "], capsys)
     assert code == 2 and "--out: an empty path" in line, line
 
 
@@ -35,7 +26,7 @@ def test_an_output_folder_that_cannot_be_made_is_refused_before_work_and_creates
     blocker = tmp_path / "a-file"
     blocker.write_text("in the way")
     out = tmp_path / "runs"
-    code, line = run(script, ["--preset", "smoke", "--out", str(out), flag, str(blocker / "inside")], capsys)
+    code, line = main_error(script, ["--preset", "smoke", "--out", str(out), flag, str(blocker / "inside")], capsys)
     assert code == 2 and f"{flag} {blocker / 'inside'}: cannot write there" in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["a-file", *(["runs"] if script.startswith("08") else [])]
@@ -45,5 +36,5 @@ def test_an_output_folder_that_cannot_be_made_is_refused_before_work_and_creates
 
 @pytest.mark.parametrize(("script", "flag"), [("10_expand_decoder", "--save"), ("08_make_figures", "--figures-dir")])
 def test_an_empty_output_folder_name_is_an_error(script, flag, tmp_path, capsys):
-    code, line = run(script, ["--preset", "smoke", "--out", str(tmp_path), flag, ""], capsys)
+    code, line = main_error(script, ["--preset", "smoke", "--out", str(tmp_path), flag, ""], capsys)
     assert code == 2 and f"argument {flag}: an empty path" in line, line
