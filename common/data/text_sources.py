@@ -25,7 +25,7 @@ import os
 import pydoc_data.topics
 import re
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -264,7 +264,13 @@ def documents(
         for f in files:
             yield f.read_text(encoding="utf-8", errors="replace")
     elif spec.source == "fineweb-edu":
-        for row in dataset if dataset is not None else load_fineweb(spec):
-            yield row["text"]
+        for index, row in enumerate(dataset if dataset is not None else load_fineweb(spec)):
+            text = row.get("text") if isinstance(row, Mapping) else None
+            if not isinstance(text, str):
+                raise UserError(
+                    f"--source fineweb-edu: row {index:,} of {spec.dataset} ({spec.subset}) has no 'text' string "
+                    f"(got {type(text).__name__}); this code reads FineWeb-Edu's schema: a 'text' column of documents"
+                )
+            yield text
     else:
         raise UserError(f"--source {spec.source}: unknown source; use one of {', '.join(SOURCES)}")

@@ -99,6 +99,8 @@ def read_shard(path: str | os.PathLike) -> tuple[ShardHeader, np.memmap]:
         header = ShardHeader(**json.loads(head[len(MAGIC) + 8 : len(MAGIC) + 8 + length]))
     except (ValueError, TypeError):
         raise UserError(f"{path} has a corrupt shard header; {fix}") from None
+    if problem := header_problem(header):
+        raise UserError(f"{path} has a corrupt shard header ({problem}); {fix}")
     expected = HEADER_BYTES + header.count * np.dtype(header.dtype).itemsize
     if size != expected:
         raise UserError(
@@ -108,6 +110,28 @@ def read_shard(path: str | os.PathLike) -> tuple[ShardHeader, np.memmap]:
     if header.count == 0:
         return header, np.zeros(0, dtype=header.dtype)  # type: ignore[return-value]
     return header, np.memmap(path, dtype=header.dtype, mode="r", offset=HEADER_BYTES, shape=(header.count,))
+
+
+def header_problem(header: ShardHeader) -> str | None:
+    """What is wrong with a shard header's fields against their meaning, or None: counts and stream positions are
+    non-negative integers, the vocabulary has at least two ids, the EOT id is one of them, the dtype is the one
+    :func:`token_dtype` gives that vocabulary, the split is ``val`` or ``train``. Checked before anything is read."""
+    numbers = {
+        f: getattr(header, f)
+        for f in ("count", "vocab_size", "eot_id", "doc_start", "start_offset", "doc_end", "end_offset")
+    }
+    for name, value in numbers.items():
+        if type(value) is not int or value < 0:
+            return f"{name} {value!r} is not a non-negative integer"
+    if header.vocab_size < 2:
+        return f"vocab_size {header.vocab_size} is below 2"
+    if header.eot_id >= header.vocab_size:
+        return f"eot_id {header.eot_id} is outside the vocabulary of {header.vocab_size:,}"
+    if header.dtype != token_dtype(header.vocab_size).name:
+        return f"dtype {header.dtype!r} for a vocabulary of {header.vocab_size:,} (expected {token_dtype(header.vocab_size).name})"
+    if header.split not in ("val", "train"):
+        return f"split {header.split!r} is neither 'val' nor 'train'"
+    return None
 
 
 def read_meta(directory: str | os.PathLike) -> dict:
@@ -136,11 +160,16 @@ class TokenData:
             )
         meta = read_meta(directory)
         arrays = {}
-        for name in [*meta["val"]["files"], *meta["train"]["files"]]:
+        for name in _checked_shard_names(meta, directory):
             header, tokens = read_shard(directory / name)
-            if (header.tokenizer, header.dtype) != (meta["tokenizer"], meta["dtype"]):
+            if (header.tokenizer, header.dtype, header.vocab_size) != (
+                meta["tokenizer"],
+                meta["dtype"],
+                meta["vocab_size"],
+            ):
                 raise UserError(
-                    f"{directory / name} was written with {header.tokenizer}/{header.dtype}, not {meta['tokenizer']}/{meta['dtype']}; delete {directory} and prepare again"
+                    f"{directory / name} was written with {header.tokenizer}/{header.dtype}/{header.vocab_size:,} ids, not "
+                    f"{meta['tokenizer']}/{meta['dtype']}/{meta['vocab_size']} as {META} says; delete {directory} and prepare again"
                 )
             arrays[name] = tokens
         return cls(directory, meta, arrays[meta["val"]["files"][0]], [arrays[n] for n in meta["train"]["files"]])
@@ -149,16 +178,49 @@ class TokenData:
     def vocab_size(self) -> int:
         return int(self.meta["vocab_size"])
 
+    def windows(self, split: str, block_size: int) -> TokenWindows:
+        """The windows of the ``val`` shard or the ``train`` shards, each batch checked against the vocabulary."""
+        arrays = [self.val] if split == "val" else self.train
+        return TokenWindows(arrays, block_size, vocab_size=self.vocab_size)
+
     @property
     def train_tokens(self) -> int:
         return int(self.meta["train"]["tokens"])
 
 
-class TokenWindows:
-    """Windows of ``T + 1`` tokens at stride ``T`` over token arrays (never across arrays): ``x = w[:-1]``, ``y = w[1:]``."""
+def _checked_shard_names(meta: dict, directory: Path) -> list[str]:
+    """The shard files ``meta.json`` lists, its fields first checked against their meaning: one val shard and a list
+    of train shards, each a plain file name in the directory (no folder, no ``..``), a vocabulary of at least two ids
+    and the dtype :func:`token_dtype` gives it."""
+    try:
+        val, train = list(meta["val"]["files"]), list(meta["train"]["files"])
+    except (TypeError, KeyError):
+        val, train = [], None
+    vocab = meta["vocab_size"]
+    bad = [n for n in [*val, *(train or [])] if not isinstance(n, str) or Path(n).name != n or n in (".", "..")]
+    if train is None or len(val) != 1:
+        problem = "not one val shard and a list of train shards"
+    elif bad:
+        problem = f"shard names {bad[:3]!r} are not file names in the folder"
+    elif type(vocab) is not int or vocab < 2:
+        problem = f"vocab_size {vocab!r} is not an integer of at least 2"
+    elif meta["dtype"] != token_dtype(vocab).name:
+        problem = f"dtype {meta['dtype']!r} for a vocabulary of {vocab:,} (expected {token_dtype(vocab).name})"
+    else:
+        return [*val, *train]
+    raise UserError(
+        f"{directory / META}: {problem}; delete {directory} and rerun the command to prepare the tokens again"
+    )
 
-    def __init__(self, arrays: Sequence[np.ndarray], block_size: int) -> None:
-        self.arrays, self.block_size = list(arrays), int(block_size)
+
+class TokenWindows:
+    """Windows of ``T + 1`` tokens at stride ``T`` over token arrays (never across arrays): ``x = w[:-1]``, ``y = w[1:]``.
+
+    With ``vocab_size``, every gathered batch is checked to hold ids below it: a token the shard's header does not
+    allow is refused in one line before it reaches an embedding (cheap: one ``max`` over ``B x (T + 1)`` ids)."""
+
+    def __init__(self, arrays: Sequence[np.ndarray], block_size: int, *, vocab_size: int | None = None) -> None:
+        self.arrays, self.block_size, self.vocab_size = list(arrays), int(block_size), vocab_size
         counts = [max(0, (len(a) - 1) // self.block_size) for a in self.arrays]
         self.starts = np.cumsum([0, *counts])
 
@@ -173,7 +235,14 @@ class TokenWindows:
             self.arrays[a][(i - self.starts[a]) * t : (i - self.starts[a]) * t + t + 1]
             for a, i in zip(which, indices, strict=True)
         ]
-        return torch.from_numpy(np.stack(rows).astype(np.int64))
+        windows = np.stack(rows)
+        if self.vocab_size is not None and windows.size and int(windows.max()) >= self.vocab_size:
+            where = int(indices[int(np.argmax(windows.max(axis=1)))])
+            raise UserError(
+                f"token id {int(windows.max()):,} in window {where:,} is outside the vocabulary of {self.vocab_size:,}: "
+                "a corrupt token shard; delete its folder and prepare the data again (--prepare-only)"
+            )
+        return torch.from_numpy(windows.astype(np.int64))
 
 
 def to_device(windows: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

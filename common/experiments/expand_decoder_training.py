@@ -24,13 +24,13 @@ import torch
 from common.errors import UserError
 from common.models.hf_decoder import HFDecoder
 from common.science.activations import mean_loss
+from common.training import long_run
 from common.training.epoch import classification_loss
 
 log = logging.getLogger(__name__)
 
 BETAS = (0.9, 0.95)
-LONG_S = 3600.0  # a training estimated longer than this is announced with its estimate, once, after a few timed steps
-TIMED_STEPS = 3
+TIMED_STEPS = 3  # the steps timed for the estimate of common.training.long_run.warn_if_long
 WARMUP_FRACTION = 0.1
 GRAD_CLIP = 1.0
 
@@ -141,13 +141,8 @@ def train_new_layers(
     return curve
 
 
-def warn_if_long(steps: int, step_s: float) -> None:
-    """One warning when ``steps`` steps at the measured ``step_s`` (the first steps' mean, held-out evaluation
-    included) would take longer than :data:`LONG_S`: a step count that is merely large is announced with its estimate
-    (docs/runs.md, section "Bounds"; one far beyond the bound never gets here)."""
-    if steps * step_s > LONG_S:
-        log.warning(
-            "--train-steps %d: about %.1f hours for each policy at the %.3f s per step of the first %d steps "
-            "(an estimate); interrupt and pass fewer steps, or let it run: a killed run resumes at its policy",
-            steps, steps * step_s / 3600, step_s, TIMED_STEPS,
-        )  # fmt: skip
+def warn_if_long(steps: int, step_s: float) -> bool:
+    """One warning when ``steps`` steps at the measured ``step_s`` (the first steps' mean, held-out evaluation included)
+    would take longer than an hour (:func:`common.training.long_run.warn_if_long`; docs/runs.md, section "Bounds")."""
+    fix = "interrupt and pass fewer, or let it run: a killed run resumes at its policy"
+    return long_run.warn_if_long(f"--train-steps {steps}", steps, step_s, TIMED_STEPS, fix)

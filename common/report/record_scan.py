@@ -4,7 +4,8 @@ it leaves out (docs/08_make_figures.md, section "Which records, and which preset
 :func:`scan_records` reads every experiment folder of scripts 01-07, 09 and 10 through the one reader of run records
 (:func:`common.runs.run_store.collect`, with :data:`REQUIRED` keys and :data:`NUMBERS` as finite numbers), then
 checks what that reader does not (:data:`DEEP_CHECKS`: 09's probes and epoch records, 10's per-policy losses), so
-that a NaN or an infinity never reaches a row, a table or a figure. A run that fails any check is a :class:`LeftOut`:
+that a NaN or an infinity never reaches a row, a table or a figure; 03's table files are checked as well
+(:mod:`common.report.growth_table_scan`). A run (or table) that fails any check is a :class:`LeftOut`:
 its directory, why, its experiment and what its ``config.json`` says (its preset, its arm), so that 08 can name it in
 one warning line, in the report's banner and in every claims row it would have entered
 (:mod:`common.report.left_out`). :func:`records_preset` picks the preset of the report; :func:`other_presets` counts
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +34,7 @@ from common.experiments import (
     weight_scaling,
 )
 from common.experiments.shared import resnet_sweep, resnet_sweep_records
+from common.report.growth_table_scan import scan_tables
 from common.runs import run_store
 from common.runs.record_io import is_number
 
@@ -186,13 +188,14 @@ def collect(out: Path, experiment: str, dropped: list[tuple[Path, str]] | None =
 @dataclass
 class Scan:
     """Every finished run under ``out``, all presets, as read once: one frame per experiment (usable runs only; a run
-    that analysed a sweep run carries that run's ``preset``), the runs left out and the preset of each sweep run (by
-    directory name)."""
+    that analysed a sweep run carries that run's ``preset``), the runs (and 03's table files) left out, the preset of
+    each sweep run (by directory name) and 03's usable table files."""
 
     out: Path
     frames: dict[str, pd.DataFrame]
     dropped: list[LeftOut]
     sweep_presets: dict[str, str]
+    tables: dict[Path, pd.DataFrame] = field(default_factory=dict)  # 03's usable table files, by path
 
     def presets(self) -> set[str]:
         """The presets the usable records belong to."""
@@ -249,7 +252,9 @@ def scan_records(out: str | Path) -> Scan:
         analysed = sweep_presets.get(str(config.get("sweep_run"))) if where[i] in ANALYSES else None
         preset = analysed or config.get("preset")
         left.append(LeftOut(Path(directory), why, where[i], config, str(preset) if preset else None))
-    return Scan(out, frames, left, sweep_presets)
+    tables, torn = scan_tables(out, frames[growth_vs_scratch.EXPERIMENT])
+    left += [LeftOut(path, why, growth_vs_scratch.EXPERIMENT, named, preset) for path, why, named, preset in torn]
+    return Scan(out, frames, left, sweep_presets, tables)
 
 
 # ----------------------------------------------------------------------------- the report's preset

@@ -39,7 +39,6 @@ Which records (docs/decisions.md, section "Figures and the claims report"):
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ from common.experiments import (
 from common.experiments.probe_ag import probe_tag
 from common.presets.make_figures import report_preset
 from common.presets.probe_ag import DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES
+from common.report.growth_table_scan import GROWTH_TABLE, table_presets
 from common.report.record_scan import (
     EXPAND,
     EXPERIMENTS,
@@ -73,9 +73,6 @@ from common.report.record_scan import (
 
 PROBE_KEYS = ("split", "batch_size", "n_batches", "bn_mode", "probe_seed")
 DEFAULT_PROBE = ("train", DEFAULT_BATCH_SIZE, DEFAULT_N_BATCHES, "eval", 0)
-GROWTH_TABLE = re.compile(  # 03's table_stem: its table (growth against scratch) or its restart ablation
-    r"^(?P<kind>table|ablation)-(?P<dataset>.+?)-e(?P<epochs>\d+)-at(?P<at>[\d.-]+)-seeds(?P<seeds>[\d-]+)$"
-)
 
 
 # ----------------------------------------------------------------------------- the records
@@ -188,7 +185,7 @@ def load_records(out: str | Path, preset: str, scan: Scan | None = None) -> Reco
     rec.gpt = largest_group(gpt, gpt_group)
     rec.exact_candidates = exact_candidates(probe, gpt)
     read_pythia(rec, select_preset(scan.frames[PYTHIA], preset, PYTHIA, rec.elsewhere))
-    rec.growth = growth_tables(out, preset, rec.elsewhere, scan.frames[growth_vs_scratch.EXPERIMENT])
+    rec.growth = growth_tables(scan, preset, rec.elsewhere)
     rec.grow = select_preset(scan.frames[GROW], preset, GROW, rec.elsewhere)
     rec.expand = select_preset(scan.frames[EXPAND], preset, EXPAND, rec.elsewhere)
     matched = select_preset(
@@ -311,21 +308,16 @@ def largest_group(df: pd.DataFrame, key: Callable[[dict], str]) -> pd.DataFrame:
     return rows.drop_duplicates(["n_layer", "seed"]).sort_values(["n_layer", "seed"]).reset_index(drop=True)
 
 
-def growth_tables(out: Path, preset: str, elsewhere: dict[str, set[str]], grown: pd.DataFrame) -> list[GrowthTable]:
+def growth_tables(scan: Scan, preset: str, elsewhere: dict[str, set[str]]) -> list[GrowthTable]:
     """Per dataset, script 03's table of ``preset`` with the most seeds, then the most epochs, with its restart
     ablation (the file of the same name with ``ablation`` for ``table``) when there is one. A table's preset is its
-    growth runs' (the runs of its dataset and epochs: ``grown``, 03's usable runs as :func:`scan_records` read them)."""
-    folder = out / growth_vs_scratch.EXPERIMENT
-    if not folder.is_dir():
-        return []
-    presets: dict[tuple[str, int], set[str]] = {}
-    for r in grown.to_dict("records") if len(grown) else []:
-        if isinstance(r.get("growth"), dict):
-            presets.setdefault((r["dataset"], int(r["train"]["epochs"])), set()).add(r.get("preset"))
+    growth runs' (:func:`common.report.growth_table_scan.table_presets`); only the table files the scan could use
+    (:func:`common.report.growth_table_scan.scan_tables`: a torn one is left out and named)."""
+    presets = table_presets(scan.frames[growth_vs_scratch.EXPERIMENT])
     best: dict[str, GrowthTable] = {}
-    for path in sorted(folder.glob("table-*.csv")):
+    for path, rows in sorted(scan.tables.items()):
         match = GROWTH_TABLE.match(path.stem)
-        if not match:
+        if match is None or match["kind"] != "table":
             continue
         dataset, epochs = match["dataset"], int(match["epochs"])
         found = presets.get((dataset, epochs), set())
@@ -333,10 +325,10 @@ def growth_tables(out: Path, preset: str, elsewhere: dict[str, set[str]], grown:
             elsewhere.setdefault(growth_vs_scratch.EXPERIMENT, set()).update(str(p) for p in found if p)
             continue
         seeds = [int(s) for s in match["seeds"].split("-")]
-        table = GrowthTable(dataset, path, pd.read_csv(path), seeds, epochs, match["at"])
+        table = GrowthTable(dataset, path, rows, seeds, epochs, match["at"])
         ablation = path.with_name("ablation" + path.name.removeprefix("table"))
-        if ablation.is_file():
-            table.ablation, table.ablation_path = pd.read_csv(ablation), ablation
+        if ablation in scan.tables:
+            table.ablation, table.ablation_path = scan.tables[ablation], ablation
         current = best.get(dataset)
         if current is None or (len(table.seeds), table.epochs) > (len(current.seeds), current.epochs):
             best[dataset] = table

@@ -89,6 +89,7 @@ def train_epoch(
     where: str = "training",
     epoch: int = 0,
     no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+    on_sync: Callable[[int], None] | None = None,
 ) -> EpochStats:
     """One pass over ``loader``: per step the scheduled learning rate, a forward (autocast), the loss, a
     backward and an optimizer step; every ``settings.nan_check_every`` steps one host sync checks that
@@ -99,7 +100,8 @@ def train_epoch(
     loss is divided by ``k`` and the gradients add up, so the step sees the gradient of the mean loss
     over the ``k`` batches (under DDP, ``no_sync`` skips the gradient all-reduce of all but the last).
     A recipe with ``grad_clip`` clips the gradient's global norm before the step. Under
-    ``torch.distributed`` the returned loss, accuracy and example count cover every process.
+    ``torch.distributed`` the returned loss, accuracy and example count cover every process. ``on_sync(step)``
+    runs after each finite-loss check, a host sync (:class:`common.training.long_run.StepClock` times it).
 
     The training loop of every run, and what ``benchmarks/bench_train_step.py`` times. ``step`` is the
     global step the pass starts at; the time includes a device synchronisation at the end.
@@ -129,10 +131,10 @@ def train_epoch(
         batches += 1
         step += 1
         if len(pending) >= settings.nan_check_every:
-            loss_sum += _check_finite(pending, step, epoch, batches - 1, where, device)
+            loss_sum += _synced(pending, step, epoch, batches - 1, where, device, on_sync)
             pending = []
     if pending:
-        loss_sum += _check_finite(pending, step, epoch, batches - 1, where, device)
+        loss_sum += _synced(pending, step, epoch, batches - 1, where, device, on_sync)
     sums = {"loss_sum": loss_sum, "batches": batches, "correct": correct, "seen": seen, "targets": targets}
     return _epoch_stats(settings, device, start, step, lr, **sums)
 
@@ -202,6 +204,22 @@ def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> float:
     for group in optimizer.param_groups:
         group["lr"] = lr
     return lr
+
+
+def _synced(
+    losses: list[torch.Tensor],
+    step: int,
+    epoch: int,
+    batch: int,
+    where: str,
+    device: torch.device,
+    on_sync: Callable[[int], None] | None,
+) -> float:
+    """:func:`_check_finite` (a host synchronisation), then ``on_sync(step)``."""
+    total = _check_finite(losses, step, epoch, batch, where, device)
+    if on_sync is not None:
+        on_sync(step)
+    return total
 
 
 def _check_finite(

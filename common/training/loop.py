@@ -10,7 +10,8 @@ and every ``checkpoint_every``-th an atomic checkpoint (model, optimizer, schedu
 always both, so a killed run resumes (:func:`common.training.checkpoints.resume_run`) and ends with bit-identical
 weights on the CPU. A non-finite loss stops the run with :class:`common.training.epoch.NonFiniteLossError` naming the
 step; nothing is marked finished. ``TrainSettings.stopping`` (an ``EarlyStopping``) may end a run after any epoch;
-its state is in every checkpoint, so a resumed run stops at the same epoch.
+its state is in every checkpoint, so a resumed run stops at the same epoch. A run whose steps left would take more
+than an hour at the rate of its first steps is announced once, with the estimate (:mod:`common.training.long_run`).
 
 Batches are ``(inputs, targets)``; the model maps inputs to logits ``(..., classes)`` and the
 loss is the mean cross-entropy over all target positions (images: one per image; tokens: one
@@ -60,6 +61,7 @@ from common.training.epoch import train_epoch
 from common.training.evaluation import evaluate, final_evaluation
 from common.training.growing import GrowthState, RunGrowth, refuse_distributed, replay, schedule_at
 from common.training.growing import insert as insert_block
+from common.training.long_run import StepClock
 from common.training.parallel import distribute, fsdp_bf16, full_state, place_model, rank, world_size
 from common.training.recipes import Schedule, TrainSettings
 
@@ -147,6 +149,8 @@ def _train_rounds(
     """The rounds from the one after the resumed checkpoint to the recipe's last, until early stopping or a growing
     run's FLOP budget ends them; ``on_epoch_end`` after each."""
     growth = run.growth
+    if run.clock is not None:
+        run.clock.start(run.step)
     for epoch in range(run.start_epoch, run.settings.recipe.rounds):
         if run.stop is not None and run.stop["stopped"]:
             break  # resumed after the stopping epoch's checkpoint
@@ -186,6 +190,7 @@ class _Run:
     cudnn_benchmark: bool = False  # cudnn.benchmark during the training rounds (common.training.device.cudnn_benchmark)
     growth: RunGrowth | None = None  # the growth plan (common.training.growing), None: a fixed model
     grown: GrowthState | None = None  # the insertions applied so far and the FLOPs counted
+    clock: StepClock | None = None  # times the first steps: one warning if the run looks longer than an hour (rank 0)
 
     @property
     def main(self) -> bool:
@@ -226,6 +231,9 @@ def _start(
     run = _Run(run_dir, settings, device, model, optimizer, schedule, shard, wrapped, no_sync, desc, counts)
     run.start_epoch, run.step, run.wall, run.stop = start_epoch, step, wall, stop
     run.steps_per_epoch, run.base_schedule = steps_per_epoch, schedule
+    if run.main:
+        flag = "--epochs" if settings.recipe.ROUNDS == "epochs" else "--steps"
+        run.clock = StepClock(settings.recipe.rounds * steps_per_epoch, desc, flag)
     return run
 
 
@@ -280,6 +288,7 @@ def _train_round(run: _Run, train_loader: Iterable, eval_loaders: dict[str, Iter
         where=str(run.run_dir),
         epoch=epoch,
         no_sync=run.no_sync,
+        on_sync=run.clock.tick if run.clock is not None else None,
     )
     run.step = stats.step
     record = {

@@ -100,4 +100,4 @@ def test_a_merely_large_step_count_is_announced_with_its_estimate(caplog):
         training.warn_if_long(1_000_000, 0.05)  # 50,000 s: announced
         training.warn_if_long(1_000, 0.05)  # 50 s: quiet
     [line] = [r.getMessage() for r in caplog.records]
-    assert "--train-steps 1000000: about 13.9 hours" in line and "an estimate" in line
+    assert "--train-steps 1000000: 1,000,000 steps to go, about 14 hours" in line and "an estimate" in line

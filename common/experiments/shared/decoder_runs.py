@@ -36,7 +36,6 @@ from common.data.token_shards import (
     TokenBatches,
     TokenData,
     TokenLoader,
-    TokenWindows,
     read_meta,
     sample_windows,
 )
@@ -193,7 +192,7 @@ def train_loader(run: Any, data: TokenData, block_size: int, device: torch.devic
     one round of the loader is one evaluation interval. ``run``: a typed decoder run (``train``, ``runtime``, ``seed``)."""
     hp = run.train
     return TokenLoader(
-        TokenWindows(data.train, block_size),
+        data.windows("train", block_size),
         global_batch=hp.batch_tokens // block_size,
         micro_batch=run.runtime.micro_batch_size,
         steps_per_epoch=hp.eval_interval,
@@ -206,7 +205,7 @@ def train_loader(run: Any, data: TokenData, block_size: int, device: torch.devic
 
 def val_batches(data: TokenData, block_size: int, batch_size: int, device: torch.device) -> TokenBatches:
     """Every window of the validation shard, in order."""
-    return TokenBatches(TokenWindows([data.val], block_size), batch_size, device=device)
+    return TokenBatches(data.windows("val", block_size), batch_size, device=device)
 
 
 def train_decoder(
@@ -293,7 +292,7 @@ def probe_windows(
     probe: DecoderProbe, data: TokenData, block_size: int, device: torch.device
 ) -> tuple[np.ndarray, TokenBatches]:
     """The probe's seeded sample of validation windows and its ``B`` batches."""
-    windows = TokenWindows([data.val], block_size)
+    windows = data.windows("val", block_size)
     chosen = sample_windows(windows, probe.batch_size, probe.n_batches, probe.seed)
     return chosen, TokenBatches(windows, probe.batch_size, indices=chosen, device=device)
 

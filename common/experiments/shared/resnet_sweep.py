@@ -55,6 +55,7 @@ from common.training.checkpoints import finish_run
 from common.training.device import resolve_device, seed_everything
 from common.training.flops import training_flops_per_image
 from common.training.growing import RunGrowth
+from common.training.long_run import duration_words
 from common.training.loop import train
 from common.training.recipes import TrainSettings
 
@@ -409,7 +410,7 @@ def warn_cpu_time(configs: Sequence[Mapping]) -> None:
         "counted); that preset is sized for GPUs (--device cuda, --launcher slurm), --preset mini for a CPU",
         paper[0].preset,
         len(paper),
-        _duration(seconds),
+        duration_words(seconds),
         step_s,
         batch,
     )
@@ -472,13 +473,6 @@ def sweep_run_cost(config: Mapping) -> float:
     images = run.data.train_subset.k if run.data.train_subset else 1
     shape = (3, 32, 32)
     return float(run.train.epochs * images * _training_flops(run.model.widths, shape, 10, run.depth_n))
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("years", 365 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:,.0f} {unit}"
-    return f"{seconds:.0f} s"
 
 
 __all__ = [
