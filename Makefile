@@ -72,9 +72,12 @@ claim-tables: $(STAMP)
 	$(PY) -m common.power.power_table --out results/mini --preset mini --fresh
 	$(PY) -m common.power.claim_rates --write-docs docs/claim-rules.md
 
-## test: install, then run the whole test suite (ruff check and ruff format --check included, as tests)
+## test: install, then run the whole test suite (ruff check and ruff format --check included, as tests), one test
+## file at a time on each of TEST_WORKERS processes (pytest-xdist, --dist loadfile: a file's fixtures are made once;
+## the SLURM tests share one file, so one worker owns the cluster); TEST_WORKERS=0 runs it in one process
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ## slurm-up / slurm-down: a real single-node SLURM cluster on this Debian machine (as root;
 ## installs munge and slurm if missing; state under /tmp/ds-slurm-<uid>; see slurm/README.md).

@@ -63,6 +63,18 @@ def cluster_plan(*, sinfo_ok: bool, root: bool, debian: bool, ci: bool) -> tuple
     return ("fail" if ci else "skip"), reason
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist (``make test``: ``-n 2 --dist loadfile``) each worker brings up the session's cluster for
+    the files it runs and stops it at its end: the tests on the cluster must stay in one file, or one worker would stop
+    the cluster under the other's jobs."""
+    files = {item.path for item in items if "slurm_cluster" in getattr(item, "fixturenames", ())}
+    if len(files) > 1 and config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
+        names = ", ".join(sorted(str(f.relative_to(ROOT)) for f in files))
+        raise pytest.UsageError(
+            f"the SLURM tests span several files ({names}); keep them in tests/launch/test_slurm.py"
+        )
+
+
 def _give_up(reason: str) -> None:
     if in_ci():
         pytest.fail(f"CI=true requires the SLURM tests to run: {reason}", pytrace=False)
