@@ -14,8 +14,6 @@ policies differ only in where their copies sit.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,13 +22,10 @@ import torch
 from common.errors import UserError
 from common.models.hf_decoder import HFDecoder
 from common.science.activations import mean_loss
-from common.training import long_run
 from common.training.epoch import classification_loss
-
-log = logging.getLogger(__name__)
+from common.training.long_run import TIMED_STEPS, StepClock
 
 BETAS = (0.9, 0.95)
-TIMED_STEPS = 3  # the steps timed for the estimate of common.training.long_run.warn_if_long
 WARMUP_FRACTION = 0.1
 GRAD_CLIP = 1.0
 
@@ -118,10 +113,11 @@ def train_new_layers(
     evals = set(eval_steps(steps, n_evals))
     curve, losses = [], []
     decoder.eval()
-    started = time.perf_counter()
+    fix = "interrupt and pass fewer, or let it run: a killed run resumes at its policy"
+    clock = StepClock(steps, f"--train-steps {steps}", fix, min_steps=TIMED_STEPS)  # held-out evaluations included
+    clock.start(0)
     for step in range(steps + 1):
-        if step == TIMED_STEPS:
-            warn_if_long(steps, (time.perf_counter() - started) / TIMED_STEPS)
+        clock.tick(step)
         if step in evals:
             train = sum(losses) / len(losses) if losses else None
             curve.append({"step": step, "train_loss": train, "held_out_loss": held_out_loss(decoder, split)})
@@ -139,10 +135,3 @@ def train_new_layers(
     for p in decoder.parameters():
         p.requires_grad_(False)
     return curve
-
-
-def warn_if_long(steps: int, step_s: float) -> bool:
-    """One warning when ``steps`` steps at the measured ``step_s`` (the first steps' mean, held-out evaluation included)
-    would take longer than an hour (:func:`common.training.long_run.warn_if_long`; docs/runs.md, section "Bounds")."""
-    fix = "interrupt and pass fewer, or let it run: a killed run resumes at its policy"
-    return long_run.warn_if_long(f"--train-steps {steps}", steps, step_s, TIMED_STEPS, fix)

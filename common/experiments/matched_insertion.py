@@ -73,6 +73,7 @@ from common.science.gram import TangentRegression, per_example_tangent_regressio
 from common.science.precision import full_precision
 from common.science.tangent import make_zero_block
 from common.training.device import resolve_device
+from common.training.long_run import TIMED_STEPS, StepClock
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,11 @@ def fit_by_gradient_descent(
         features = [(block.psi(z), g) for z, g in cached]
     weight = block.terminal.weight
     step = regression.examples / float(torch.linalg.eigvalsh(regression.gram.P).max())
-    for _ in range(steps):
+    fix = "interrupt and pass a smaller --gd-steps (the fit is a check for small cases), or let it run"
+    clock = StepClock(steps, f"--gd-steps {steps}", fix, min_steps=TIMED_STEPS)
+    clock.start(0)
+    for done in range(steps):
+        clock.tick(done)
         weight.grad = None
         objective = sum(0.5 * (block.terminal(f) - g).square().sum() for f, g in features) / regression.examples
         objective.backward()

@@ -8,7 +8,7 @@ and warm-up included, so it errs long) times the steps left; evaluation is not c
 :class:`StepClock` times a run of :func:`common.training.loop.train` at its first host synchronisation (the
 non-finite-loss check of :func:`common.training.epoch.train_epoch`, which waits for an accelerator's queue, so
 asynchronous steps are not undercounted); :func:`warn_if_long` is the warning itself, also used where a job times
-its own steps (10's new layers).
+its own steps (06's gradient-descent fit, 10's new layers) with :class:`StepClock` too.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 LONG_S = 3600.0  # a training estimated longer than this is announced, once, with its estimate
+TIMED_STEPS = 3  # the steps a job's own loop times before its estimate (the loop of train(): its first sync)
 
 
 def duration_words(seconds: float) -> str:
@@ -45,15 +46,17 @@ def warn_if_long(what: str, steps: int, step_s: float, timed: int, fix: str) -> 
 
 @dataclass
 class StepClock:
-    """The time of one :func:`common.training.loop.train` call's first steps, and its one warning when the
-    ``total_steps`` of the run would take longer than :data:`LONG_S` at that rate (a resumed run is timed afresh).
+    """The time of a training's first steps, and its one warning when its ``total_steps`` would take longer than
+    :data:`LONG_S` at that rate (a resumed run is timed afresh).
 
-    ``what`` names the run; ``flag`` the count to lower (``--epochs``, ``--steps``). Call :meth:`start` before the
-    first step and :meth:`tick` with the global step after a host synchronisation; only the first tick counts."""
+    ``what`` starts the warning (the run, the flag), ``fix`` ends it (the count to lower, what an interrupted run
+    does). Call :meth:`start` before the first step and :meth:`tick` with the step reached (after a host
+    synchronisation, on an accelerator); the first tick with at least ``min_steps`` steps behind it estimates."""
 
     total_steps: int
     what: str
-    flag: str
+    fix: str
+    min_steps: int = 1
     started: float = field(default=0.0, init=False)
     first_step: int = field(default=0, init=False)
     done: bool = field(default=False, init=False)
@@ -66,12 +69,11 @@ class StepClock:
         """At global step ``step``, right after a host synchronisation: the first call with steps behind it estimates
         the rest of the run and warns if it is long; later calls do nothing."""
         timed = step - self.first_step
-        if self.done or timed <= 0:
+        if self.done or timed < max(1, self.min_steps):
             return
         self.done = True
         step_s = (time.perf_counter() - self.started) / timed
-        fix = f"interrupt and pass a smaller {self.flag}, or let it run: a killed run resumes from its last checkpoint"
-        warn_if_long(self.what, self.total_steps - step, step_s, timed, fix)
+        warn_if_long(self.what, self.total_steps - step, step_s, timed, self.fix)
 
 
-__all__ = ["LONG_S", "StepClock", "duration_words", "warn_if_long"]
+__all__ = ["LONG_S", "TIMED_STEPS", "StepClock", "duration_words", "warn_if_long"]

@@ -233,7 +233,8 @@ def _start(
     run.steps_per_epoch, run.base_schedule = steps_per_epoch, schedule
     if run.main:
         flag = "--epochs" if settings.recipe.ROUNDS == "epochs" else "--steps"
-        run.clock = StepClock(settings.recipe.rounds * steps_per_epoch, desc, flag)
+        fix = f"interrupt and pass a smaller {flag}, or let it run: a killed run resumes from its last checkpoint"
+        run.clock = StepClock(settings.recipe.rounds * steps_per_epoch, desc, fix)
     return run
 
 

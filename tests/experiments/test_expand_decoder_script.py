@@ -10,11 +10,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from common.experiments import expand_decoder_training as training
 from common.models.hf_decoder import HFDecoder
 from common.models.hf_expand import FUNCTION_ATOL, POLICIES, greedy_tokens
 from common.presets.expand_decoder import ARMS
 from common.runs import run_store
+from common.training import long_run
 from tests.helpers import hf_tiny
 
 main = importlib.import_module("10_expand_decoder").main
@@ -81,9 +81,14 @@ def test_every_policy_saves_an_expansion_that_loads_and_computes_the_same_functi
     assert f"run {run.name} is finished and its expansions" in err and "--save" in err and not elsewhere.exists()
 
 
-def test_smoke_preset_runs_and_a_killed_run_resumes_at_its_policy(tmp_path, capsys):
+def test_smoke_preset_runs_and_a_killed_run_resumes_at_its_policy(tmp_path, capsys, monkeypatch, caplog):
     out = tmp_path / "runs"
-    assert main(["--preset", "smoke", "--device", "cpu", "--out", str(out)]) == 0
+    monkeypatch.setattr(long_run, "LONG_S", 0.0)  # every training is "long": each policy's estimate is announced
+    with caplog.at_level("WARNING", logger=long_run.__name__):
+        assert main(["--preset", "smoke", "--device", "cpu", "--out", str(out)]) == 0
+    announced = [r.getMessage() for r in caplog.records if r.name == long_run.__name__]
+    assert len(announced) == len(ARMS)  # once per arm: each trains its layers (the control its own)
+    assert all(x.startswith("--train-steps ") and "a killed run resumes at its policy" in x for x in announced)
     [run] = run_store.run_dirs(out / "expand_decoder")
     first = run_store.read_result(run)
     assert first["model"]["model_class"] == "LlamaForCausalLM" and first["blocks"] == 2
@@ -93,11 +98,3 @@ def test_smoke_preset_runs_and_a_killed_run_resumes_at_its_policy(tmp_path, caps
     assert main(["--preset", "smoke", "--device", "cpu", "--out", str(out)]) == 0
     again = run_store.read_result(run)
     assert again["policies"] == first["policies"] and len(run_store.read_metrics(run)) == len(ARMS)
-
-
-def test_a_merely_large_step_count_is_announced_with_its_estimate(caplog):
-    with caplog.at_level("WARNING"):
-        training.warn_if_long(1_000_000, 0.05)  # 50,000 s: announced
-        training.warn_if_long(1_000, 0.05)  # 50 s: quiet
-    [line] = [r.getMessage() for r in caplog.records]
-    assert "--train-steps 1000000: 1,000,000 steps to go, about 14 hours" in line and "an estimate" in line

@@ -34,6 +34,7 @@ from common.science.activations import activation_gradients, probe_mode
 from common.science.gram import per_example_tangent_regression
 from common.science.precision import math_mode
 from common.science.tangent import make_zero_block
+from common.training import long_run
 from tests.helpers import CASES, MLPBlock, precision_flags
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +161,8 @@ def test_a_gradient_orthogonal_to_the_tangent_space_gives_no_first_order_change(
     assert saturated["relative_residual"] == pytest.approx(1.0, abs=1e-10)
 
 
-def test_closed_form_fit_equals_gradient_descent_run_to_convergence():
+def test_closed_form_fit_equals_gradient_descent_run_to_convergence(monkeypatch, caplog):
+    monkeypatch.setattr(long_run, "LONG_S", 0.0)  # any fit is "long": its estimate is announced once
     model, x, y = CASES["resnet"](2, batch=2, size=8)  # candidate 0: 128 rows, k = 36 features
     reg = per_example_tangent_regression(model, one_pass(x, y, 1)(), 0)
     evals = torch.linalg.eigvalsh(reg.gram.P)
@@ -168,7 +170,10 @@ def test_closed_form_fit_equals_gradient_descent_run_to_convergence():
     assert reg.gram.rank() == 36 and condition < 200  # full rank, so GD's limit is the unique fit
     # The error shrinks like (1 - 1/condition)^steps: run until that is below 1e-7 relative.
     steps = math.ceil(math.log(1e-7) / math.log(1 - 1 / condition))
-    [row] = matched_insertion(model, one_pass(x, y, 1), 0, [1e-3], fit="gradient-descent", gd_steps=steps)
+    with caplog.at_level("WARNING", logger=long_run.__name__):
+        [row] = matched_insertion(model, one_pass(x, y, 1), 0, [1e-3], fit="gradient-descent", gd_steps=steps)
+    [line] = [r.getMessage() for r in caplog.records if r.name == long_run.__name__]
+    assert line.startswith(f"--gd-steps {steps}: {steps - 3:,} steps to go") and "pass a smaller --gd-steps" in line
     assert row["fit_gap_closed_form"] < 1e-5
     [closed] = matched_insertion(model, one_pass(x, y, 1), 0, [1e-3])
     assert row["measured_change"] == pytest.approx(closed["measured_change"], rel=1e-6)

@@ -67,3 +67,14 @@ def test_the_warning_names_the_flag_and_the_estimate_and_stays_quiet_under_an_ho
     assert [long_run.duration_words(s) for s in (45, 150, 7200, 3 * 86400, 800 * 86400)] == [
         "45 s", "2 minutes", "2 hours", "3 days", "2 years",
     ]  # fmt: skip
+
+
+def test_a_job_s_own_loop_is_timed_over_its_first_steps(monkeypatch, caplog):
+    monkeypatch.setattr(long_run, "time", FakeClock(1000.0))
+    clock = long_run.StepClock(100, "--gd-steps 100", "fix it", min_steps=3)
+    clock.start(0)  # reads 0 s
+    with caplog.at_level(logging.WARNING):
+        for step in range(100):
+            clock.tick(step)  # steps 0-2: not yet timed, no clock read; step 3 reads 1,000 s
+    [line] = warnings_of(caplog)
+    assert line.startswith("--gd-steps 100: 97 steps to go, about 9 hours at the 333.333 s per step of the first 3")
