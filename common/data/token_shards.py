@@ -160,7 +160,8 @@ class TokenData:
             )
         meta = read_meta(directory)
         arrays = {}
-        for name in _checked_shard_names(meta, directory):
+        val, train = _checked_shard_names(meta, directory)
+        for name in [val, *train]:
             header, tokens = read_shard(directory / name)
             if (header.tokenizer, header.dtype, header.vocab_size) != (
                 meta["tokenizer"],
@@ -172,7 +173,7 @@ class TokenData:
                     f"{meta['tokenizer']}/{meta['dtype']}/{meta['vocab_size']} as {META} says; delete {directory} and prepare again"
                 )
             arrays[name] = tokens
-        return cls(directory, meta, arrays[meta["val"]["files"][0]], [arrays[n] for n in meta["train"]["files"]])
+        return cls(directory, meta, arrays[val], [arrays[n] for n in train])
 
     @property
     def vocab_size(self) -> int:
@@ -188,10 +189,10 @@ class TokenData:
         return int(self.meta["train"]["tokens"])
 
 
-def _checked_shard_names(meta: dict, directory: Path) -> list[str]:
-    """The shard files ``meta.json`` lists, its fields first checked against their meaning: one val shard and a list
-    of train shards, each a plain file name in the directory (no folder, no ``..``), a vocabulary of at least two ids
-    and the dtype :func:`token_dtype` gives it."""
+def _checked_shard_names(meta: dict, directory: Path) -> tuple[str, list[str]]:
+    """The val shard and the train shards ``meta.json`` lists, its fields first checked against their meaning: one val
+    shard and a list of train shards, each a plain file name in the directory (no folder, no ``..``), a vocabulary of
+    at least two ids and the dtype :func:`token_dtype` gives it."""
     try:
         val, train = list(meta["val"]["files"]), list(meta["train"]["files"])
     except (TypeError, KeyError):
@@ -207,7 +208,7 @@ def _checked_shard_names(meta: dict, directory: Path) -> list[str]:
     elif meta["dtype"] != token_dtype(vocab).name:
         problem = f"dtype {meta['dtype']!r} for a vocabulary of {vocab:,} (expected {token_dtype(vocab).name})"
     else:
-        return [*val, *train]
+        return val[0], train
     raise UserError(
         f"{directory / META}: {problem}; delete {directory} and rerun the command to prepare the tokens again"
     )
