@@ -14,11 +14,12 @@ import pandas as pd
 from common.presets.make_figures import MINI_NOTE, report_preset
 from common.report.records import Records
 from common.report.rules import margins, verdicts
-from common.report.verdict_row import CLAIM, IDENTITY, POWER_NOT_COMPUTED, regime, unfit_note
+from common.report.verdict_row import CLAIM, IDENTITY, POWER_NOT_COMPUTED, SCALE_NOTES, regime, unfit_note
 from common.runs import atomic, tables
 
 MINI_DATA_TITLES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "npz": "CIFAR-10", "imagenet100": "ImageNet-100"}
 REPORT_COLUMNS = ("id", "claim", "paper", "reproduced", "records", "verdict", "power", "rule")
+VERDICT_COUNTS = "Verdicts: "  # the start of the report's line of verdict counts (:func:`verdict_counts`)
 
 
 # ----------------------------------------------------------------------------- the banner
@@ -137,7 +138,7 @@ def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | 
         "",
         "## Claims",
         "",
-        "Verdicts: " + verdict_counts(rows),
+        VERDICT_COUNTS + verdict_counts(rows),
         "",
         tables.markdown_table([r for r in rows if r.get("kind", CLAIM) == CLAIM], REPORT_COLUMNS),
         "",
@@ -152,9 +153,9 @@ def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | 
 
 
 # ----------------------------------------------------------------------------- the README's Results block
-README_START = "<!-- mini-results: start (make mini-readme copies this table from results/mini/figures/claims.md) -->"
+README_START = "<!-- mini-results: start (make mini-readme writes this block from results/mini/figures/claims.md) -->"
 README_END = "<!-- mini-results: end -->"
-RESULTS_COLUMNS = ("id", "claim", "paper", "reproduced", "verdict")  # the claims report's columns the README shows
+RESULTS_COLUMNS = ("id", "claim", "verdict")  # the README's short table; every number stays in claims.md
 
 
 def claims_cells(claims_text: str) -> list[dict[str, str]]:
@@ -174,8 +175,19 @@ def claims_cells(claims_text: str) -> list[dict[str, str]]:
 
 
 def results_block(claims_text: str) -> str:
-    """The README's Results table: every row of the claims report, in :data:`RESULTS_COLUMNS`."""
-    return tables.markdown_table(claims_cells(claims_text), RESULTS_COLUMNS)
+    """The README's Results block: the claims report's verdict counts, then one row per claim in
+    :data:`RESULTS_COLUMNS`, its verdict cut to its kind (:func:`common.report.rules.verdicts.verdict_kind`; the
+    report's reasons, numbers and scale note stay in claims.md, the scale note moving to the counts line).
+    A text that is not a claims report (no counts line or no claims) is a ``ValueError``."""
+    cells = claims_cells(claims_text)
+    counts = [line for line in claims_text.splitlines() if line.startswith(VERDICT_COUNTS)]
+    if not cells or len(counts) != 1:
+        raise ValueError(f"not a claims report: expected one {VERDICT_COUNTS!r} line and a table of claims")
+    notes = sorted({n for n in SCALE_NOTES.values() for r in cells if r["verdict"].endswith(f" ({n})")})
+    scale = f" ({'; '.join(notes)})" if notes else ""
+    rows = [{**r, "verdict": verdicts.verdict_kind(r["verdict"])} for r in cells]
+    head = f"{VERDICT_COUNTS.rstrip(': ')}{scale}: {counts[0].removeprefix(VERDICT_COUNTS)}"
+    return f"{head}\n\n{tables.markdown_table(rows, RESULTS_COLUMNS)}"
 
 
 def readme_block(readme_text: str) -> str | None:

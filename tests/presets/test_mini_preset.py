@@ -325,7 +325,7 @@ def test_08_mini_labels_every_verdict_and_names_the_scale_and_the_data(tmp_path)
     assert not_run and all("--preset mini" in r["records"] for r in not_run)
 
 
-def test_the_readme_block_holds_every_claims_row_beside_the_papers_value(tmp_path):
+def test_the_readme_block_holds_the_verdict_counts_and_every_claims_verdict(tmp_path):
     rows = [
         {
             "id": 1,
@@ -348,10 +348,17 @@ def test_the_readme_block_holds_every_claims_row_beside_the_papers_value(tmp_pat
     ]
     report = claims_report.claims_markdown(rows, "mini", Path("results/mini"), banner="**Mini scale.** b")
     block = claims_report.results_block(report)
-    assert block.splitlines()[2:] == [
-        "| 1 | a \\| b | 0.5 | 0.4 | holds (mini scale) |",
-        "| 2 | c | 1e-3 | - | not run |",
+    assert block.splitlines() == [
+        "Verdicts (mini scale): holds: 1, does not hold: 0, not decidable: 0, not decidable at this design: 0, "
+        "not comparable: 0, not run: 1",
+        "",
+        "| id | claim | verdict |",
+        "|---|---|---|",
+        "| 1 | a \\| b | holds |",
+        "| 2 | c | not run |",
     ]
+    with pytest.raises(ValueError, match="not a claims report"):
+        claims_report.results_block("# notes\n\n| id | claim |\n|---|---|\n| 1 | a |\n")
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{claims_report.README_START}\nold\n{claims_report.README_END}\n\nafter\n")
     (tmp_path / "claims.md").write_text(report)
