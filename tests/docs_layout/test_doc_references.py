@@ -47,6 +47,7 @@ DOTTED = re.compile(r"`(?P<name>common(?:\.\w+)+)`")
 LINE_BREAK = re.compile(r"[ \t]*\n[ \t]*(?:#+[ \t]*)?")
 PLACEHOLDER = re.compile(r"^<[^<>]+>$")
 HEADING = re.compile(r"^#{1,6}\s+(?P<text>.+?)\s*#*\s*$")
+FRONT_PAGES = ("README.md", "benchmarks/README.md")  # checked as on disk, tracked or not
 
 
 def tracked_files() -> list[Path]:
@@ -195,27 +196,71 @@ def test_every_test_named_exists():
     assert not found, "references to missing tests:\n" + "\n".join(found)
 
 
-def test_every_relative_markdown_link_resolves():
+def relative_links(text: str) -> list[str]:
+    """The targets of a Markdown text's links that point inside the repository (not ``https:``, ``mailto:``, ...),
+    outside fenced code blocks."""
+    return [
+        m.group("target")
+        for line in outside_code_blocks(text)
+        for m in MD_LINK.finditer(line)
+        if not re.match(r"^[a-z][a-z0-9+.-]*:", m.group("target"))
+    ]
+
+
+def link_problems(name: str, text: str) -> list[str]:
+    """``<file>: <target>: <problem>`` for every relative link of ``text`` (the file ``name``, relative to the
+    repository root) whose file does not exist in the repository or whose ``#anchor`` names no heading there."""
     found = []
-    for name, text in text_files().items():
-        if not name.endswith(".md"):
-            continue
-        for line in outside_code_blocks(text):
-            for m in MD_LINK.finditer(line):
-                target = m.group("target")
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:, ...
-                    continue
-                path, _, anchor = target.partition("#")
-                resolved = (ROOT / name).parent / path if path else ROOT / name
-                if not resolved.resolve().is_relative_to(ROOT) or not resolved.exists():
-                    found.append(f"{name}: {target}: no such file in the repository")
-                elif (
-                    anchor
-                    and resolved.suffix == ".md"
-                    and anchor not in anchors(resolved.resolve().relative_to(ROOT).as_posix())
-                ):
-                    found.append(f"{name}: {target}: no heading with anchor #{anchor}")
+    for target in relative_links(text):
+        path, _, anchor = target.partition("#")
+        resolved = (ROOT / name).parent / path if path else ROOT / name
+        if not resolved.resolve().is_relative_to(ROOT) or not resolved.exists():
+            found.append(f"{name}: {target}: no such file in the repository")
+        elif (
+            anchor
+            and resolved.suffix == ".md"
+            and anchor not in anchors(resolved.resolve().relative_to(ROOT).as_posix())
+        ):
+            found.append(f"{name}: {target}: no heading with anchor #{anchor}")
+    return found
+
+
+def test_every_relative_markdown_link_resolves():
+    found = [
+        problem for name, text in text_files().items() if name.endswith(".md") for problem in link_problems(name, text)
+    ]
     assert not found, "Markdown links that do not resolve:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("page", FRONT_PAGES)
+def test_every_link_of_the_front_pages_resolves(page):
+    """README.md and benchmarks/README.md as they are on disk (committed or not): every relative link resolves."""
+    text = (ROOT / page).read_text()
+    assert relative_links(text), f"{page} has no relative link: nothing would be checked"
+    found = link_problems(page, text)
+    assert not found, "Markdown links that do not resolve:\n" + "\n".join(found)
+
+
+def test_the_readme_links_the_timings_once():
+    """The dated timings live in benchmarks/README.md (issue 55): the README points there once."""
+    links = [
+        t for t in relative_links((ROOT / "README.md").read_text()) if t.partition("#")[0] == "benchmarks/README.md"
+    ]
+    assert len(links) == 1, f"README.md links benchmarks/README.md {len(links)} times: {links}"
+
+
+def test_the_link_check_catches_a_missing_file_and_a_missing_anchor():
+    missing = "docs/" + "no-such-page.md"  # in pieces: a made-up page must not be named in this file
+    text = (
+        "[ok](docs/design.md#import-layering) [web](https://example.org/x.md) [here](#two-commands)\n"
+        f"[file]({missing}) [anchor](docs/design.md#no-such-heading) [up](../outside.md)\n"
+        f"```\n[in code]({missing})\n```\n"
+    )
+    assert link_problems("README.md", text) == [
+        f"README.md: {missing}: no such file in the repository",
+        "README.md: docs/design.md#no-such-heading: no heading with anchor #no-such-heading",
+        "README.md: ../outside.md: no such file in the repository",
+    ]
 
 
 @functools.cache

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 60
 MIN_COPY_LINES = 6
-MAX_README_LINES = 250
+MAX_README_LINES = 200
 
 
 def source_files() -> list[Path]:
