@@ -14,7 +14,7 @@ import pandas as pd
 from common.presets.make_figures import MINI_NOTE, report_preset
 from common.report.records import Records
 from common.report.rules import margins, verdicts
-from common.report.verdict_row import CLAIM, IDENTITY, POWER_NOT_COMPUTED, regime, unfit_note
+from common.report.verdict_row import CLAIM, IDENTITY, POWER_NOT_COMPUTED, REGIME_ROW, regime, unfit_note
 from common.runs import atomic, tables
 
 MINI_DATA_TITLES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "npz": "CIFAR-10", "imagenet100": "ImageNet-100"}
@@ -115,7 +115,8 @@ def verdict_counts(rows: Sequence[dict]) -> str:
 
 def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | None = None) -> str:
     """The claims report: a banner (``banner``, else the preset's fixed one, :mod:`common.presets.make_figures`), the claims with their
-    verdict counts, then the identity checks apart (never counted among reproduced claims)."""
+    verdict counts (the regime rows among them, not counted), then the identity checks apart (never counted among
+    reproduced claims)."""
     lines = ["# Claims: the paper against this reproduction", ""]
     if banner:
         lines += [f"> {banner}", ""]
@@ -133,13 +134,14 @@ def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | 
         "true) at the records' own design (their depths, seeds and sample sizes), simulated in the claim's own world at "
         "noise 0.5x the effect (`common/report/claim_power.csv`); a decided verdict stands beside it. Readings "
         "that order the runs identically are one test and one row. A claim that does not reproduce is reported as "
-        "such; nothing is tuned to make a claim hold.",
+        "such; nothing is tuned to make a claim hold. A row about the regime of a design (its verdict yes or no) says "
+        "whether the claims beside it can be judged there at all; it is not a claim and is not counted.",
         "",
         "## Claims",
         "",
         "Verdicts: " + verdict_counts(rows),
         "",
-        tables.markdown_table([r for r in rows if r.get("kind", CLAIM) == CLAIM], REPORT_COLUMNS),
+        tables.markdown_table([r for r in rows if r.get("kind", CLAIM) in (CLAIM, REGIME_ROW)], REPORT_COLUMNS),
         "",
         "## Identity checks",
         "",
