@@ -268,6 +268,7 @@ def grow_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
         report.figure(f"fig11_grow_choices-{dataset}", plots_growth.grow_choices(probes, dataset=dataset))
         report.table(f"grow_at_budget-{dataset}", grow_by_criterion.budget_rows(group))
         report.table(f"grow_stops_post_hoc-{dataset}", grow_by_criterion.stop_rows(group, sweep))
+        report.table(f"grow_stop_ratio-{dataset}", grow_by_criterion.ratio_table(rec, group, dataset))
         if sweep.empty:
             report.skipped.append(
                 skip_line(f"09 against the sweep ({dataset})", "sweep runs", cmd["sweep"], rec, (SWEEP,))

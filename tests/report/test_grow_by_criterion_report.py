@@ -216,11 +216,12 @@ def test_08_draws_figures_10_and_11_and_writes_the_budget_compute_and_post_hoc_t
     names = {p.name for p in report.written}
     for stem in ("fig10_grow_vs_compute-digits", "fig11_grow_choices-digits"):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
-    for table in ("grow_at_budget", "grow_compute_to_reach", "grow_stops_post_hoc"):
+    for table in ("grow_at_budget", "grow_compute_to_reach", "grow_stops_post_hoc", "grow_stop_ratio"):
         assert {f"{table}-digits.csv", f"{table}-digits.md"} <= names
     tables = tmp_path / "figures" / "tables"
     stops = pd.read_csv(tables / "grow_stops_post_hoc-digits.csv")
-    assert len(stops) == 4 * 3 * 3  # rules a-d x policy arms x seeds
+    assert len(stops) == 5 * 3 * 3  # rules a-d and r x policy arms x seeds
+    assert not stops[stops["rule"] == "r"]["fired"].any()  # the hand-made ratio, 2, never falls below 1
     c = stops[(stops["rule"] == "c") & (stops["policy"] == "cyclic")]
     assert (c["depth_n"] == 2).all() and (c["depths_from_plateau"] == 0).all()
     budget = pd.read_csv(tables / "grow_at_budget-digits.csv")

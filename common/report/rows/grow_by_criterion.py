@@ -35,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from common.experiments import grow_by_criterion
+from common.experiments.grow_by_criterion_calibration import CALIBRATION
 from common.experiments.grow_by_criterion_controller import STOP_RULE
 from common.experiments.shared.resnet_sweep import build_resnet
 from common.models.resnet import ResNetConfig, depth_label
@@ -388,6 +389,22 @@ def stop_rows(frame: pd.DataFrame, sweep: pd.DataFrame) -> list[dict]:
     return _plain(table)
 
 
+def ratio_table(rec: Records, group: pd.DataFrame, dataset: str) -> list[dict]:
+    """08's ``grow_stop_ratio`` table (:func:`common.report.grow_by_criterion_stopping.ratio_rows`): the controller's
+    ratio against the numbers of candidates and branches, on the calibration record (``<out>/grow_calibration``, the
+    images no 09 run uses, where the constants were fixed) and on 09's runs of ``dataset``."""
+    calibration = grow_by_criterion.read_runs(Path(rec.out) / CALIBRATION)
+    if len(calibration) and {"preset", "dataset"} <= set(calibration):
+        calibration = calibration[(calibration["preset"] == rec.preset) & (calibration["dataset"] == dataset)]
+    probes = pd.concat(
+        [
+            grow_by_criterion_stopping.ratio_probes(calibration, "calibration") if len(calibration) else None,
+            grow_by_criterion_stopping.ratio_probes(group, f"09 {rec.preset}"),
+        ]
+    )
+    return grow_by_criterion_stopping.ratio_rows(probes)
+
+
 def _plain(table: pd.DataFrame) -> list[dict]:
     """Rows of plain values: None where pandas has NA or NaN (the CSV's empty cells)."""
     return [{k: (None if _missing(v) else v) for k, v in r.items()} for r in table.astype(object).to_dict("records")]
@@ -415,6 +432,7 @@ __all__ = [
     "grow_command",
     "grow_runs",
     "placement_outcome",
+    "ratio_table",
     "stop_rows",
     "stops",
     "sweep_flops",
