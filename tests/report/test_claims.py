@@ -445,7 +445,8 @@ def test_identity_checks_are_reported_apart_and_not_counted(tmp_path):
     claims_part, checks_part = text.split("## Identity checks")
     assert "never exceeds AG_l" in checks_part and "never exceeds AG_l" not in claims_part
     regime = next(r for r in rows if r["kind"] == verdict_row.REGIME_ROW)
-    assert regime["claim"] in claims_part  # listed among the claims, where the rows it gates are, and not counted
+    assert regime["claim"] in claims_part  # listed among the claims, not counted: after every claim, renumbering none
+    assert regime["id"] > max(r["id"] for r in rows if r["kind"] == verdict_row.CLAIM)
     counted = sum(1 for r in rows if r["kind"] == verdict_row.CLAIM)
     counts = claims_report.verdict_counts(rows)
     assert sum(int(re.match(r"[^:]+: (\d+)", part)[1]) for part in counts.split(", ")) == counted

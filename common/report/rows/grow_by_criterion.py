@@ -5,7 +5,7 @@ Read from 09's runs under ``<out>/grow_by_criterion`` (as :mod:`common.report.re
 preset only) and 01's sweep records of the same preset and dataset (:class:`Records`' ``sweep``). Every
 run of 09 trains on one budget B of training FLOPs, so its final clean training loss is the loss at equal FLOPs:
 
-- rows: first the regime of the design (issue 57, :func:`depth_regime`): at B, does the sweep's run that defines B
+- rows: the regime of the design (issue 57, :func:`depth_regime`; the report lists it after every claim): at B, does the sweep's run that defines B
   (the deeper network) reach a lower clean training loss than 09's ``none`` arm, the ResNet-8 trained on the same
   FLOPs (:func:`common.report.rules.grow_by_criterion.depth_pays_at_equal_flops`); "yes" or "no", not counted among
   the claims. Then the criterion's loss against each other arm's (``cyclic``, ``random``, ``ag``, and the controls
@@ -120,7 +120,7 @@ def grow_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
         sweep = rec.sweep[rec.sweep["dataset"] == dataset] if len(rec.sweep) else pd.DataFrame()
         regime = depth_regime(group, sweep)
         for i, ((claim, other), fn, policies) in enumerate(zip(specs, fns, arms)):
-            if i == first_gated:  # placement is judged at any design; the regime row stands before the rows it gates
+            if i == first_gated:  # before the rows it gates (the report moves it after every claim)
                 rows.append(regime_row(rec, str(dataset), regime, cmd))
             row = dataset_row(rec, group, sweep, f"{claim} ({dataset})", fn, other, cmd)
             rows.append(reading(row, GROW, dataset=str(dataset), policy=policies))
