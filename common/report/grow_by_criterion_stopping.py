@@ -41,7 +41,6 @@ import numpy as np
 import pandas as pd
 
 from common.presets import paper
-from common.presets.grow_by_criterion import PRESETS as GROW_PRESETS
 from common.science import saturation
 
 TRAJECTORY_COLUMNS = (
@@ -261,7 +260,10 @@ def val_loss_stalled(trajectory: pd.DataFrame, margin: float = IMPROVEMENT_MARGI
     return no_stop(rule, rows, f"last improvement at round {int(rows['round'].iloc[last_improvement])}")
 
 
-RATIO_BELOW, IN_A_ROW = GROW_PRESETS["mini"].ratio_below, GROW_PRESETS["mini"].in_a_row  # the runs' own rule
+RATIO_BELOW, IN_A_ROW = 1.0, 2
+"""Rule (r)'s constants: the controller's, every preset's ``ratio_below`` and ``in_a_row``
+(``common/presets/grow_by_criterion.py``; a test holds them equal), written here so that these rules keep reading
+only the science's saturation and the paper's numbers."""
 
 
 def ratio_stopped(trajectory: pd.DataFrame, below: float = RATIO_BELOW, in_a_row: int = IN_A_ROW) -> Stop:

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from common.presets import paper
+from common.presets.grow_by_criterion import PRESETS as GROW_PRESETS
 from common.report import grow_by_criterion_stopping as gs
 from common.science import saturation
 
@@ -159,7 +160,7 @@ def test_a_trajectory_is_checked_one_policy_and_seed_unique_rounds_and_its_colum
 
 # ----------------------------------------------------------------------------- (r), the runs' own rule, and its ratio
 def test_r_fires_on_the_second_probe_in_a_row_strictly_below_the_constant_and_a_nan_breaks_the_streak():
-    assert (gs.RATIO_BELOW, gs.IN_A_ROW) == (1.0, 2)  # every preset's (common/presets/grow_by_criterion.py)
+    assert {(p.ratio_below, p.in_a_row) for p in GROW_PRESETS.values()} == {(gs.RATIO_BELOW, gs.IN_A_ROW)} == {(1.0, 2)}
     stop = gs.ratio_stopped(trajectory(ratio=[1.2, 0.9, 1.0, 0.8, 0.7]))  # 1.0 ties: not below
     assert stop.fired and stop.round == 4 and "2 probes in a row" in stop.text
     stop = gs.ratio_stopped(trajectory(ratio=[0.9, math.nan, 0.9, 1.1, 0.9]))
