@@ -30,7 +30,7 @@ import pandas as pd
 from common.experiments import gpt2_ascend, growth_vs_scratch, matched_insertion, pythia_cpt, weight_scaling
 from common.models.resnet import BACKBONE_DEPTH
 from common.presets import paper
-from common.report import plots, plots_ag, plots_growth, plots_scaling
+from common.report import plots, plots_ag, plots_growth, plots_scaling, sweep_compute
 from common.report.claim_rows import claim_rows
 from common.report.claims_report import claims_markdown, report_banner, verdict_counts
 from common.report.record_scan import left_out_warning, other_presets
@@ -268,6 +268,7 @@ def grow_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
         report.figure(f"fig11_grow_choices-{dataset}", plots_growth.grow_choices(probes, dataset=dataset))
         report.table(f"grow_at_budget-{dataset}", grow_by_criterion.budget_rows(group))
         report.table(f"grow_stops_post_hoc-{dataset}", grow_by_criterion.stop_rows(group, sweep))
+        report.table(f"grow_stop_ratio-{dataset}", grow_by_criterion.ratio_table(rec, group, dataset))
         if sweep.empty:
             report.skipped.append(
                 skip_line(f"09 against the sweep ({dataset})", "sweep runs", cmd["sweep"], rec, (SWEEP,))
@@ -276,6 +277,25 @@ def grow_figures(rec: Records, report: Report, cmd: dict[str, str]) -> None:
         compute = grow_by_criterion.compute_rows(points, sweep)
         rows = [{"comparison": "compute", "result": compute}] if isinstance(compute, str) else compute
         report.table(f"grow_compute_to_reach-{dataset}", rows)
+
+
+def sweep_compute_figure(rec: Records, report: Report, cmd: dict[str, str]) -> None:
+    """Figure 12 and its table, per dataset: the sweep's runs at equal epochs and at equal training FLOPs
+    (:mod:`common.report.sweep_compute`; what 09's claims against the never-grown ResNet-8 depend on)."""
+    datasets = sorted(rec.sweep["dataset"].unique()) if len(rec.sweep) else []
+    curves = {d: sweep_compute.sweep_curves(rec.sweep[rec.sweep["dataset"] == d]) for d in datasets}
+    if all(c.empty for c in curves.values()):
+        what = "figure 12 (the sweep at equal FLOPs)"
+        report.skip(what, "sweep runs with per-epoch training losses", cmd["sweep"], rec, (SWEEP,))
+        return
+    for dataset, runs in curves.items():
+        if runs.empty:
+            continue
+        means, seeds = sweep_compute.mean_curves(runs), int(runs["seed"].nunique())
+        figure = plots_growth.sweep_equal_flops(means, dataset=dataset, seeds=seeds)
+        report.figure(f"fig12_sweep_equal_flops-{dataset}", figure)
+        rows = sweep_compute.equal_flops_rows(runs)
+        report.table(f"sweep_equal_flops-{dataset}", rows, f"{tables.markdown_table(rows)}\n\n{sweep_compute.NOTE}")
 
 
 FIGURE_GROUPS = (  # in the order build draws them (and lists what it skipped)
@@ -287,6 +307,7 @@ FIGURE_GROUPS = (  # in the order build draws them (and lists what it skipped)
     scaling_figure,
     growth_value_figure,
     grow_figures,
+    sweep_compute_figure,
 )
 
 

@@ -18,8 +18,10 @@ from (preset, dataset, seeds, number of runs), the verdict and the rule that gav
   same candidate from ``next`` / ``all`` runs), the closed-form fit and the paper's alpha, one value per seed.
 - **Weight scaling** (07): Cohen et al.'s exponents against the fits of the Frobenius norm; a beta-based verdict
   uses the max-norm estimator, Step 2's estimate is shown beside it.
-- **Growth by the criterion** (09, beyond the paper, last): placing by ``V_S,l`` against cyclic and random
-  placement after K rounds, and stop rule (c) against the sweep's N* (:mod:`common.report.rows.grow_by_criterion`).
+- **Growth by the criterion** (09, beyond the paper, last): placing by ``V_S,l`` against the other arms at the
+  budget B, and the controller's stop rule against the sweep's N* (:mod:`common.report.rows.grow_by_criterion`); the
+  rows against the never-grown ResNet-8, against scratch and about the stop are judged only where the regime row
+  (after every claim) says that depth pays at equal FLOPs at B.
 - **Expanding a decoder by the criterion** (10, beyond the paper, last): K new layers placed where ``V_S,l`` is
   largest against even spacing, Block Influence and ``AG_l``, held-out loss at equal training steps
   (:mod:`common.report.rows.expand_decoder`).
@@ -62,14 +64,16 @@ from common.report.rows.matched_insertion import matched_claims
 from common.report.rows.probe_ag import decoder_claims, projection_claims, resnet_claims, saturation_claims
 from common.report.rows.weight_scaling import scaling_claims
 from common.report.rules import verdicts
-from common.report.verdict_row import about_test_performance, finish_row, regime
+from common.report.verdict_row import REGIME_ROW, about_test_performance, finish_row, regime
 
 
 def claim_rows(rec: Records, power: claim_power.PowerTable | None = None) -> list[dict]:
     """Every row of the report, in the paper's order (``kind``: claim or identity check), each with its verdict cell
     and its power at the records' own design, looked up in ``power`` (default: the committed table,
     :data:`common.power.claim_power.POWER_TABLE`). A row about test performance states the regime of the
-    sweep on its dataset (:func:`regime`)."""
+    sweep on its dataset (:func:`regime`). The rows about a design's regime (09's "does depth pay at equal FLOPs",
+    :data:`~common.report.verdict_row.REGIME_ROW`) come after every claim: they are not counted, and adding one
+    renumbers no claim."""
     power = claim_power.PowerTable.load() if power is None else power
     cmd = commands(rec.preset, rec.out)
     groups = [  # each group of rows, and the experiments its rows read (a row's own ``_reads`` says more)
@@ -91,6 +95,8 @@ def claim_rows(rec: Records, power: claim_power.PowerTable | None = None) -> lis
             if said and about_test_performance(row) and row["_outcome"] is not None:
                 row["reproduced"] = verdicts.clauses(row["reproduced"], f"regime of the sweep: {said}")
             rows.append(mark_left_out(row, rec.dropped, default_reads(row, experiments)))
+    # the rows about a design's regime are not claims: after every claim, so that adding one renumbers no claim
+    rows = [r for r in rows if r["kind"] != REGIME_ROW] + [r for r in rows if r["kind"] == REGIME_ROW]
     return [{"id": i + 1, **finish_row(r, power)} for i, r in enumerate(rows)]
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from common.presets.make_figures import MINI_NOTE, report_preset
 from common.report.records import Records
 from common.report.rules import margins, verdicts
-from common.report.verdict_row import CLAIM, IDENTITY, POWER_NOT_COMPUTED, SCALE_NOTES, regime, unfit_note
+from common.report.verdict_row import CLAIM, IDENTITY, POWER_NOT_COMPUTED, REGIME_ROW, SCALE_NOTES, regime, unfit_note
 from common.runs import atomic, tables
 
 MINI_DATA_TITLES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "npz": "CIFAR-10", "imagenet100": "ImageNet-100"}
@@ -116,7 +116,8 @@ def verdict_counts(rows: Sequence[dict]) -> str:
 
 def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | None = None) -> str:
     """The claims report: a banner (``banner``, else the preset's fixed one, :mod:`common.presets.make_figures`), the claims with their
-    verdict counts, then the identity checks apart (never counted among reproduced claims)."""
+    verdict counts (the regime rows among them, not counted), then the identity checks apart (never counted among
+    reproduced claims)."""
     lines = ["# Claims: the paper against this reproduction", ""]
     if banner:
         lines += [f"> {banner}", ""]
@@ -134,13 +135,14 @@ def claims_markdown(rows: Sequence[dict], preset: str, out: Path, banner: str | 
         "true) at the records' own design (their depths, seeds and sample sizes), simulated in the claim's own world at "
         "noise 0.5x the effect (`common/report/claim_power.csv`); a decided verdict stands beside it. Readings "
         "that order the runs identically are one test and one row. A claim that does not reproduce is reported as "
-        "such; nothing is tuned to make a claim hold.",
+        "such; nothing is tuned to make a claim hold. A row about the regime of a design (its verdict yes or no) says "
+        "whether the claims beside it can be judged there at all; it is not a claim and is not counted.",
         "",
         "## Claims",
         "",
         VERDICT_COUNTS + verdict_counts(rows),
         "",
-        tables.markdown_table([r for r in rows if r.get("kind", CLAIM) == CLAIM], REPORT_COLUMNS),
+        tables.markdown_table([r for r in rows if r.get("kind", CLAIM) in (CLAIM, REGIME_ROW)], REPORT_COLUMNS),
         "",
         "## Identity checks",
         "",
@@ -185,9 +187,20 @@ def results_block(claims_text: str) -> str:
         raise ValueError(f"not a claims report: expected one {VERDICT_COUNTS!r} line and a table of claims")
     notes = sorted({n for n in SCALE_NOTES.values() for r in cells if r["verdict"].endswith(f" ({n})")})
     scale = f" ({'; '.join(notes)})" if notes else ""
-    rows = [{**r, "verdict": verdicts.verdict_kind(r["verdict"])} for r in cells]
+    rows = [{**r, "verdict": _short_verdict(r["verdict"])} for r in cells]
     head = f"{VERDICT_COUNTS.rstrip(': ')}{scale}: {counts[0].removeprefix(VERDICT_COUNTS)}"
     return f"{head}\n\n{tables.markdown_table(rows, RESULTS_COLUMNS)}"
+
+
+def _short_verdict(verdict: str) -> str:
+    """A claim's verdict cut to its kind; a regime row's answer ("no: depth does not pay ...", not a claim's verdict)
+    as it stands, less its scale note."""
+    try:
+        return verdicts.verdict_kind(verdict)
+    except ValueError:
+        for note in SCALE_NOTES.values():
+            verdict = verdict.removesuffix(f" ({note})")
+        return verdict
 
 
 def readme_block(readme_text: str) -> str | None:

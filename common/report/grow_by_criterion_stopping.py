@@ -18,7 +18,17 @@ A rule *stops at round r* when it fires on probe r's measurements: the network k
   (never fires where the interval was not measured: "no verdict");
 - (c) :func:`v_max_fallen`: ``max_l V_S,l < V_FRACTION x`` its round-0 value;
 - (d) :func:`val_loss_stalled`: the validation loss has not improved by ``IMPROVEMENT_MARGIN`` (relative) for
-  ``PATIENCE`` rounds (the constructive-learning baseline).
+  ``PATIENCE`` rounds (the constructive-learning baseline);
+- (r) :func:`ratio_stopped`: the rule the runs used online, read back off the same records, beside (a)-(d):
+  ``max_l V_S,l / max_b V_b`` below the preset's ``ratio_below`` on ``in_a_row`` probes in a row.
+
+The stop rule examined (issue 57, not tuned): :func:`ratio_probes` puts, per probe, the controller's ratio beside the
+numbers of candidates and branches, and takes it apart with the same-place statistic ``s_b = V_b / V_S,p(b)``, a
+trained branch's terminal value over a fresh zero block's at the place it writes to (candidate ``b + 1``: the
+candidates are the block inputs in order, then the head's): with ``b*`` the branch of largest ``V_b``,
+``ratio = (max_l V_S,l / V_S,p(b*)) / s_b*``, the first factor at least 1 (a maximum over every place, ``p(b*)``
+among them), so the ratio can fall below 1 only where the best trained branch beats a fresh block at its own place by
+more than the spread of ``V_S`` over the places. :func:`ratio_rows` is 08's ``grow_stop_ratio`` table of them.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from common.science import saturation
 
 TRAJECTORY_COLUMNS = (
     "policy", "seed", "round", "depth_n", "chosen_candidate", "v_max", "ag_max", "app_g_verdict", "app_g_lower",
-    "app_g_upper", "val_loss", "train_loss", "test_loss", "flops_cum",
+    "app_g_upper", "val_loss", "ratio", "train_loss", "test_loss", "flops_cum",
 )  # fmt: skip
 AT_STOP = ("round", "depth_n", "train_loss", "test_loss", "flops_cum")  # what a stop reports, read off its round
 # Optional columns: the asymptotic interval beside Theorem 3's (read beside rule (b), never its verdict).
@@ -144,7 +154,7 @@ def first_true(mask) -> int | None:
     return int(hits[0]) if len(hits) else None
 
 
-# ----------------------------------------------------------------------------- the four rules
+# ----------------------------------------------------------------------------- the rules
 def ag_below_line(trajectory: pd.DataFrame, line: float = AG_LINE) -> Stop:
     """Rule (a): the first round whose ``AGmax`` (batch-mean ``AG_l`` at the probe batch size) is below ``line``.
 
@@ -250,11 +260,34 @@ def val_loss_stalled(trajectory: pd.DataFrame, margin: float = IMPROVEMENT_MARGI
     return no_stop(rule, rows, f"last improvement at round {int(rows['round'].iloc[last_improvement])}")
 
 
+RATIO_BELOW, IN_A_ROW = 1.0, 2
+"""Rule (r)'s constants: the controller's, every preset's ``ratio_below`` and ``in_a_row``
+(``common/presets/grow_by_criterion.py``; a test holds them equal), written here so that these rules keep reading
+only the science's saturation and the paper's numbers."""
+
+
+def ratio_stopped(trajectory: pd.DataFrame, below: float = RATIO_BELOW, in_a_row: int = IN_A_ROW) -> Stop:
+    """Rule (r), the controller's own (:mod:`common.experiments.grow_by_criterion_controller`), read post hoc: the
+    first round that ends ``in_a_row`` rounds in a row whose ``ratio`` (``max_l V_S,l / max_b V_b``) is below
+    ``below``. Strictly below; a round without a ratio breaks the streak."""
+    rule = f"r: max V_S,l / max V_b below {below:g} on {in_a_row} probes in a row (the runs' own rule)"
+    rows = one_trajectory(trajectory, ("ratio",))
+    ratio = rows["ratio"].to_numpy(dtype=float)
+    streak = 0
+    for i, value in enumerate(ratio):
+        streak = streak + 1 if value < below else 0  # NaN compares False: it breaks the streak
+        if streak >= in_a_row:
+            return stop_at(rule, rows, i, f"ratio {fmt(value)} < {below:g}, {streak} probes in a row")
+    low = np.nanmin(ratio) if np.isfinite(ratio).any() else math.nan
+    return no_stop(rule, rows, f"ratio never below {below:g} on {in_a_row} probes in a row (lowest {fmt(low)})")
+
+
 RULES: Mapping[str, Callable[[pd.DataFrame], Stop]] = {
     "a": ag_below_line,
     "b": app_g_saturated,
     "c": v_max_fallen,
     "d": val_loss_stalled,
+    "r": ratio_stopped,
 }
 
 
@@ -341,4 +374,69 @@ def stops_against_sweep(stops: pd.DataFrame, sweep: pd.DataFrame, margin: float 
             against.append(f"stopped at N = {int(row['depth_n'])}, {where} the sweep's N* = {plateau.depth_n}")
     out["depths_from_plateau"] = pd.array(gap, dtype="Int64")
     out["against"] = against
+    return out
+
+
+# ----------------------------------------------------------------------------- the runs' ratio, examined (issue 57)
+def ratio_parts(probe: Mapping) -> dict | None:
+    """One probe's ratio taken apart (module docstring), None without the branch of largest ``V_b`` and a positive
+    ``V_S`` at its place: ``s_star``, that branch's ``s_b = V_b / V_S,p(b)``; ``spread``, ``max_l V_S,l`` over
+    ``V_S`` at that place (at least 1: a maximum over every place); the ratio is ``spread / s_star`` exactly. Beside
+    them the same-place statistic of every branch (``s_max``, ``s_median``)."""
+    v_s = {int(c["index"]): float(c["v_s"]) for c in probe.get("candidates") or []}
+    same = {}
+    for branch in probe.get("branches") or []:
+        there = v_s.get(int(branch["index"]) + 1, math.nan)
+        if math.isfinite(there) and there > 0:
+            same[int(branch["index"])] = (float(branch["v_b"]), there)
+    if not same or not v_s:
+        return None
+    star = max(same, key=lambda b: same[b][0])
+    v_b, there = same[star]
+    s = [vb / vs for vb, vs in same.values()]
+    return {
+        "s_star": v_b / there,
+        "spread": max(v_s.values()) / there,
+        "s_max": max(s),
+        "s_median": float(np.median(s)),
+    }
+
+
+def ratio_probes(runs: pd.DataFrame, source: str) -> pd.DataFrame:
+    """One row per measured probe of every policy run of ``runs`` (09's result rows, with ``probes``): ``source``
+    (which records), ``policy``, ``seed``, ``round``, ``depth_n``, ``candidates``, ``branches``, ``ratio`` and its
+    parts (:func:`ratio_parts`)."""
+    rows = []
+    for run in runs.to_dict("records"):
+        for probe in run.get("probes") or []:
+            parts = ratio_parts(probe) if probe.get("ratio") is not None else None
+            if parts is None:
+                continue  # a record of why growth stopped: nothing measured
+            rows.append({
+                "source": source, "policy": run["policy"], "seed": int(run["seed"]), "round": int(probe["probe"]),
+                "depth_n": int(probe["depth_n"]), "candidates": len(probe["candidates"]),
+                "branches": len(probe["branches"]), "ratio": float(probe["ratio"]), **parts,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def ratio_rows(probes: pd.DataFrame) -> list[dict]:
+    """08's ``grow_stop_ratio`` table: per (records, policy, number of candidates and branches), over the seeds, the
+    controller's ratio (least, median, largest) and how many probes had it below 1; its two factors (medians): the
+    spread of ``V_S`` over the places and ``s_b`` of the branch of largest ``V_b``; and the same-place statistic of
+    every branch (the largest, and the median of the probes' medians)."""
+    if probes.empty:
+        return []
+    out = []
+    keys = ["source", "policy", "candidates", "branches"]
+    for (source, policy, cands, branches), group in probes.groupby(keys, sort=True):
+        r = group["ratio"]
+        out.append({
+            "records": source, "policy": policy, "candidates": int(cands), "branches": int(branches),
+            "probes (seeds)": f"{len(group)} ({','.join(str(s) for s in sorted(group['seed'].unique()))})",
+            "ratio min": f"{r.min():.3g}", "ratio median": f"{r.median():.3g}", "ratio max": f"{r.max():.3g}",
+            "below 1": int((r < 1).sum()), "max_l V_S,l / V_S at b*'s place": f"{group['spread'].median():.3g}",
+            "s_b* = V_b* / V_S there": f"{group['s_star'].median():.3g}",
+            "s_b, largest": f"{group['s_max'].max():.3g}", "s_b, median": f"{group['s_median'].median():.3g}",
+        })  # fmt: skip
     return out

@@ -1,6 +1,7 @@
 """The growth figures: growth against scratch, the matched insertion, and growth by the criterion (script 09).
 
-Figures 5, 6, 10 and 11, one function each, drawn with :mod:`common.report.plots` (a tidy table of run records in,
+Figures 5, 6, 10, 11 and 12 (the sweep at equal epochs and at equal FLOPs, what 09's claims against the never-grown
+ResNet-8 depend on), one function each, drawn with :mod:`common.report.plots` (a tidy table of run records in,
 a matplotlib ``Figure`` out).
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -172,6 +174,40 @@ def grow_choices(probes: pd.DataFrame, *, dataset: str) -> Figure:
     axes[0].set_yticks(range(len(names)), names, fontsize=7)
     axes[0].set_ylabel("candidate chosen")
     fig.suptitle(f"where each probe's block went, {dataset}: one line per seed", fontsize=9)
+    return fig
+
+
+# ----------------------------------------------------------------------------- figure 12 (the sweep, for 09)
+def sweep_equal_flops(means: pd.DataFrame, *, dataset: str, seeds: int) -> Figure:
+    """Figure 12: the ResNet sweep's running training loss, mean over seeds, one line per depth, against the epoch
+    (left: equal epochs) and against cumulative training FLOPs (right: equal FLOPs), the shallowest depth's total
+    FLOPs dashed (:mod:`common.report.sweep_compute`).
+
+    ``means``: ``depth_n``, ``epoch``, ``train_flops``, ``train_loss`` (:func:`common.report.sweep_compute.mean_curves`).
+    """
+    fig = new_figure(9.5, 3.8)
+    axes = fig.subplots(1, 2, sharey=True)
+    depths = sorted(means["depth_n"].unique())
+    colors = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, max(len(depths), 2)))
+    for color, n in zip(colors, depths, strict=False):
+        curve = means[means["depth_n"] == n].sort_values("epoch")
+        for ax, x in zip(axes, ("epoch", "train_flops"), strict=True):
+            ax.plot(curve[x], curve["train_loss"], color=color, linewidth=0.9, label=f"N={int(n)}")
+    shallowest = means[means["depth_n"] == depths[0]]["train_flops"].max() if depths else None
+    if shallowest:
+        axes[1].axvline(shallowest, **LINE_STYLE, label=f"N={int(depths[0])}'s total")
+    axes[0].set_xlabel("epoch (each run on its own schedule)")
+    axes[1].set_xlabel("cumulative training FLOPs")
+    axes[1].set_xscale("log")
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("running training loss")
+    axes[0].set_title(
+        f"the sweep at equal epochs, {dataset}, {seeds} seed{'s' if seeds != 1 else ''} (mean)", fontsize=9
+    )
+    axes[1].set_title("the same runs at equal training FLOPs", fontsize=9)
+    axes[1].legend(fontsize=7, ncol=2)
+    for ax in axes:
+        ax.grid(alpha=0.3)
     return fig
 
 

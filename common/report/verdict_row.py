@@ -29,7 +29,10 @@ from common.report.rules.design import Design
 from common.report.rules.verdicts import fmt
 
 SCALE_NOTES = {name: r.scale_note for name, r in REPORTS.items() if r.scale_note}  # presets whose verdicts are marked
-CLAIM, IDENTITY = "claim", "identity check"  # the two kinds of report rows: only claims are counted as reproduced
+CLAIM, IDENTITY = "claim", "identity check"  # report rows: only claims are counted as reproduced
+# A third kind: whether the design lets some claims be judged at all (09's "depth pays at equal FLOPs", issue 57). It is
+# listed among the claims, where the rows it decides are, with "yes" or "no" for a verdict, and is never counted.
+REGIME_ROW = "regime of the design"
 READINGS = (("ag_max", "batch-mean AG_l"), ("ag_max_per_example", "per-example RMS"))
 CANDIDATE_COLUMNS = {"ag_max": "ag_norm", "ag_max_per_example": "per_example_rms"}  # a reading's per-candidate value
 STEM_OUTPUT = "block0.in"  # the probe's name of the stem's output (the first block's input), where AGmax often sits
@@ -281,6 +284,7 @@ __all__ = [
     "LINE_RULES",
     "POWER_NOT_COMPUTED",
     "READINGS",
+    "REGIME_ROW",
     "RowDesign",
     "SCALE_NOTES",
     "STEM_OUTPUT",

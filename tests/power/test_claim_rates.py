@@ -49,6 +49,7 @@ STATED_RATES = {
     "sign_within_tolerance ('<= 0')": (0.649, 0.213, 0.025, 0.026),
     "placement_lower_train_loss (paired over seeds)": (0.466, 0.197, 0.018, 0.025),
     "stop_within_depths": (0.057, 0.007, 0.001, 0.002),
+    "depth_pays_at_equal_flops": (0.469, 0.157, 0.025, 0.031),
     "expansion_lower_held_out_loss (paired over runs)": (0.967, 0.521, 0.029, 0.025),
 }
 # Rules that cannot reach 80% power at the paper preset's design (docs/claim-rules.md lists why).
@@ -60,6 +61,7 @@ LOW_POWER_AT_PAPER_DESIGN = {
     "sign_within_tolerance",
     "placement_lower_train_loss",  # 3 paired seeds: a one-sample t-test at 2 dof (about 5 seeds reach 0.8)
     "stop_within_depths",  # whole-depth stops within ±1 at 3 seeds (about 16 seeds reach 0.8)
+    "depth_pays_at_equal_flops",  # 3 + 3 unpaired runs, a two-sample t-test at 4 dof (the regime of 09's design)
 }
 TOLERANCE = 0.02  # the stated rates are rounded; a seeded rerun on another platform may differ in the last digits
 PAPER = claim_power.design_for_preset("paper")

@@ -440,10 +440,13 @@ def test_identity_checks_are_reported_apart_and_not_counted(tmp_path):
     kinds = {r["claim"]: r["kind"] for r in rows}
     assert kinds["the exact growth value never exceeds AG_l at any candidate"] == verdict_row.IDENTITY
     assert kinds["matched insertion lowers the training loss at every depth (digits)"] == verdict_row.IDENTITY
-    assert {r["kind"] for r in rows} == {verdict_row.CLAIM, verdict_row.IDENTITY}
+    assert {r["kind"] for r in rows} == {verdict_row.CLAIM, verdict_row.IDENTITY, verdict_row.REGIME_ROW}
     text = claims_report.claims_markdown(rows, "smoke", out)
     claims_part, checks_part = text.split("## Identity checks")
     assert "never exceeds AG_l" in checks_part and "never exceeds AG_l" not in claims_part
+    regime = next(r for r in rows if r["kind"] == verdict_row.REGIME_ROW)
+    assert regime["claim"] in claims_part  # listed among the claims, not counted: after every claim, renumbering none
+    assert regime["id"] > max(r["id"] for r in rows if r["kind"] == verdict_row.CLAIM)
     counted = sum(1 for r in rows if r["kind"] == verdict_row.CLAIM)
     counts = claims_report.verdict_counts(rows)
     assert sum(int(re.match(r"[^:]+: (\d+)", part)[1]) for part in counts.split(", ")) == counted

@@ -33,8 +33,10 @@ def test_every_figure_table_and_the_claims_report_appear(tmp_path, capsys):
     for stem in FIGURES:
         for ext in ("png", "pdf"):
             assert (folder / f"{stem}.{ext}").stat().st_size > 1000, f"{stem}.{ext}"
-    # figures 10 and 11 read 09's trajectories, which figure_records does not write (tests/report/test_grow_by_criterion_report.py)
-    assert "1 skipped" in printed and "figures 10 and 11 (growth by the criterion): skipped" in printed
+    # figures 10 and 11 read 09's trajectories, which figure_records does not write (tests/report/test_grow_by_criterion_report.py),
+    # and figure 12 the sweep's per-epoch losses, which it does not write either (tests/report/test_sweep_compute.py)
+    assert "2 skipped" in printed and "figures 10 and 11 (growth by the criterion): skipped" in printed
+    assert "figure 12 (the sweep at equal FLOPs): skipped" in printed
     tables = folder / "tables"
     for stem in (
         "ag_vs_depth-digits",
@@ -61,7 +63,7 @@ def test_no_records_name_what_makes_each_figure_and_the_script_refuses_an_empty_
     report = make_figures.build(tmp_path, tmp_path / "figures", "smoke")  # what each figure needs, named
     printed = "\n".join(report.skipped)
     skipped = [line for line in printed.splitlines() if ": skipped, no " in line]
-    assert len(skipped) == 10, printed  # figures 1, 2, 9 share the probe's records but get a line each
+    assert len(skipped) == 11, printed  # figures 1, 2, 9 share the probe's records but get a line each
     for needed in (
         "01_train_resnet_sweep.py --preset smoke",
         "02_probe_ag.py --preset smoke",

@@ -60,6 +60,7 @@ FIGURES = (
     "fig7_weight_scaling",
     "fig8_growth_value_vs_ag",
     "fig9_ag_vs_train_loss",
+    "fig12_sweep_equal_flops-npz",
 )
 CLAIMS_OF = {  # script(s) -> a fragment of the claim text of every row its records feed
     "01 and 02: AGmax across the ResNet sweep": "(ResNet sweep, npz, ",

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from common.presets import paper
+from common.presets.grow_by_criterion import PRESETS as GROW_PRESETS
 from common.report import grow_by_criterion_stopping as gs
 from common.science import saturation
 
@@ -23,7 +24,7 @@ def trajectory(rounds: int = 4, policy: str = "criterion", seed: int = 0, **colu
         "policy": policy, "seed": seed, "round": range(n), "depth_n": range(n),
         "chosen_candidate": "block0.in", "v_max": [1.0] * n, "ag_max": [0.05] * n,
         "app_g_verdict": saturation.UNDECIDED, "app_g_lower": [0.0] * n, "app_g_upper": [1.0] * n,
-        "val_loss": [2.0 - 0.2 * r for r in range(n)],
+        "val_loss": [2.0 - 0.2 * r for r in range(n)], "ratio": [1.4] * n,
         "train_loss": [1.0 / (r + 1) for r in range(n)], "test_loss": [2.0 + 0.1 * r for r in range(n)],
         "flops_cum": [1e9 * (r + 1) for r in range(n)],
     })  # fmt: skip
@@ -66,7 +67,7 @@ def test_on_a_single_round_a_and_b_can_stop_before_any_growth_and_c_and_d_cannot
     stop = gs.ag_below_line(trajectory(0))
     assert not stop.fired and stop.text.startswith("did not stop within 0 rounds")
     table = gs.stop_table(trajectory(0, ag_max=[0.001], v_max=[0.0], val_loss=[math.nan]))
-    assert table["fired"].tolist() == [True, False, False, False] and table["round"].tolist()[0] == 0
+    assert table["fired"].tolist() == [True, False, False, False, False] and table["round"].tolist()[0] == 0
 
 
 # ----------------------------------------------------------------------------- (b)
@@ -157,6 +158,33 @@ def test_a_trajectory_is_checked_one_policy_and_seed_unique_rounds_and_its_colum
     assert gs.ag_below_line(shuffled).round == 2  # rows in any order: read by round
 
 
+# ----------------------------------------------------------------------------- (r), the runs' own rule, and its ratio
+def test_r_fires_on_the_second_probe_in_a_row_strictly_below_the_constant_and_a_nan_breaks_the_streak():
+    assert {(p.ratio_below, p.in_a_row) for p in GROW_PRESETS.values()} == {(gs.RATIO_BELOW, gs.IN_A_ROW)} == {(1.0, 2)}
+    stop = gs.ratio_stopped(trajectory(ratio=[1.2, 0.9, 1.0, 0.8, 0.7]))  # 1.0 ties: not below
+    assert stop.fired and stop.round == 4 and "2 probes in a row" in stop.text
+    stop = gs.ratio_stopped(trajectory(ratio=[0.9, math.nan, 0.9, 1.1, 0.9]))
+    assert not stop.fired and "lowest 0.9" in stop.text
+
+
+def test_the_ratio_is_the_spread_over_the_places_over_the_best_branchs_same_place_value():
+    probe = {  # candidates 0..3 (3: the head's input); branch b writes to candidate b + 1
+        "ratio": 0.5 / 0.3,
+        "candidates": [{"index": i, "v_s": v} for i, v in enumerate([0.1, 0.2, 0.5, 0.25])],
+        "branches": [{"index": 0, "v_b": 0.1}, {"index": 1, "v_b": 0.3}, {"index": 2, "v_b": 0.2}],
+    }
+    parts = gs.ratio_parts(probe)
+    assert parts["s_star"] == pytest.approx(0.3 / 0.5) and parts["spread"] == pytest.approx(1.0)  # b* = 1 at the max
+    assert parts["spread"] / parts["s_star"] == pytest.approx(probe["ratio"])
+    assert parts["s_max"] == pytest.approx(0.8) and parts["s_median"] == pytest.approx(0.6)
+    runs = pd.DataFrame([{"policy": "criterion", "seed": 0, "probes": [
+        {**probe, "probe": 0, "depth_n": 0}, {"probe": 1, "depth_n": 1, "stopped": "growth phase over"}]}])  # fmt: skip
+    probes = gs.ratio_probes(runs, "hand-made")
+    assert len(probes) == 1 and (probes["candidates"].item(), probes["branches"].item()) == (4, 3)
+    [row] = gs.ratio_rows(probes)
+    assert row["ratio median"] == "1.67" and row["below 1"] == 0 and row["s_b* = V_b* / V_S there"] == "0.6"
+
+
 # ----------------------------------------------------------------------------- every rule, every trajectory
 def test_the_stop_table_has_one_row_per_rule_policy_and_seed():
     frame = pd.concat([
@@ -165,7 +193,7 @@ def test_the_stop_table_has_one_row_per_rule_policy_and_seed():
         trajectory(2, policy="cyclic", seed=0, val_loss=[1.0, 1.0, 1.0]),
     ])  # fmt: skip
     table = gs.stop_table(frame)
-    assert len(table) == 4 * 3 and not table.duplicated(["rule", "policy", "seed"]).any()
+    assert len(table) == 5 * 3 and not table.duplicated(["rule", "policy", "seed"]).any()
     assert list(table.columns[:4]) == ["rule", "policy", "seed", "rounds"]
     fired = table[table["fired"]]
     assert set(zip(fired["rule"], fired["policy"], fired["seed"], fired["round"])) == {
@@ -173,7 +201,7 @@ def test_the_stop_table_has_one_row_per_rule_policy_and_seed():
         ("d", "cyclic", 0, 2),
     }
     assert table.loc[(table["policy"] == "cyclic") & (table["rule"] == "a"), "rounds"].item() == 2
-    assert table["rule_name"].str.startswith(("a:", "b:", "c:", "d:")).all()
+    assert table["rule_name"].str.startswith(("a:", "b:", "c:", "d:", "r:")).all()
     with pytest.raises(ValueError, match="no trajectories"):
         gs.stop_table(frame.iloc[:0])
 

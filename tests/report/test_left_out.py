@@ -163,10 +163,11 @@ def test_each_class_of_unusable_run_is_left_out_named_with_why_and_never_reaches
         assert len(marked) == len(expand_rows.COMPARED) and all(
             "left out: every policy: " in r["records"] for r in marked.values()
         )
-    else:  # a 09 run is one arm: only the rows of that arm (its name unknown without a config: every 09 row)
+    else:  # a 09 run is one arm: only the rows of that arm (its name unknown without a config: every 09 row, the
+        # regime row among them: it reads the none arm)
         arm = "arm unknown" if kind in ("09-no-config", "09-config-a-number") else "cyclic"
         assert all(f"left out: {arm}: {bad.name}" in r["records"] for r in marked.values())
-        assert len(marked) == (6 if arm == "arm unknown" else 1)
+        assert len(marked) == (7 if arm == "arm unknown" else 1)
 
 
 def test_rows_of_other_arms_stand_and_an_arm_left_out_entirely_is_not_decidable_never_not_run(out):
@@ -179,7 +180,11 @@ def test_rows_of_other_arms_stand_and_an_arm_left_out_entirely_is_not_decidable_
     )
     assert cyclic["records"].count("digits-cyclic-seed") == 3 and "left out: cyclic: " in cyclic["records"]
     none = next(r for c, r in rows.items() if "than the ResNet-8 never grown" in c)
-    assert verdicts.verdict_kind(none["verdict"]) == verdicts.HOLDS and "left out" not in none["records"]
+    assert "left out" not in none["records"] and "could not be used" not in none["reproduced"]
+    # no sweep here, so whether depth pays at B is not known: the row is not judged (issue 57), whatever was left out
+    assert none["verdict"].startswith(
+        "not decidable at this design: whether depth pays at equal FLOPs here is not known"
+    )
     random = next(r for c, r in rows.items() if "than random placement" in c)  # never run: still "not run"
     assert verdicts.verdict_kind(random["verdict"]) == verdicts.NOT_RUN
 

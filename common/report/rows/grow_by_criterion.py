@@ -5,10 +5,16 @@ Read from 09's runs under ``<out>/grow_by_criterion`` (as :mod:`common.report.re
 preset only) and 01's sweep records of the same preset and dataset (:class:`Records`' ``sweep``). Every
 run of 09 trains on one budget B of training FLOPs, so its final clean training loss is the loss at equal FLOPs:
 
-- rows: the criterion's loss against each other arm's (``cyclic``, ``random``, ``ag``, and the controls ``none`` and
-  ``scratch``), paired over seeds (:func:`common.report.rules.grow_by_criterion.placement_lower_train_loss`); and where the
-  controller's own stop rule stopped the criterion against the sweep's N* (:func:`~common.report.rules.grow_by_criterion.
-  stop_within_depths`); without 09 records every row is "not run", naming the command;
+- rows: the regime of the design (issue 57, :func:`depth_regime`; the report lists it after every claim): at B, does the sweep's run that defines B
+  (the deeper network) reach a lower clean training loss than 09's ``none`` arm, the ResNet-8 trained on the same
+  FLOPs (:func:`common.report.rules.grow_by_criterion.depth_pays_at_equal_flops`); "yes" or "no", not counted among
+  the claims. Then the criterion's loss against each other arm's (``cyclic``, ``random``, ``ag``, and the controls
+  ``none`` and ``scratch``), paired over seeds (:func:`common.report.rules.grow_by_criterion.placement_lower_train_loss`);
+  and where the controller's own stop rule stopped the criterion against the sweep's N*
+  (:func:`~common.report.rules.grow_by_criterion.stop_within_depths`). Placement (``cyclic``, ``random``, ``ag``) is
+  judged at any design; the rows against ``none`` and ``scratch`` and the stop row (:data:`NEEDS_DEPTH_TO_PAY`) are
+  judged only where the regime says yes, else "not decidable at this design: depth does not pay at equal FLOPs here"
+  with both losses (:func:`gate`). Without 09 records every row is "not run", naming the command;
 - 08's tables: per arm at B (:func:`budget_rows`: the losses, the test loss beside and not scored, depth, FLOPs,
   why growth stopped); the FLOPs the criterion needed to reach the sweep's mean loss at N* against the sweep's own
   cost to find N* (:func:`compute_rows`); the post-hoc stopping rules on the probe records, apart
@@ -23,15 +29,16 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
 from common.experiments import grow_by_criterion
+from common.experiments.grow_by_criterion_calibration import CALIBRATION
 from common.experiments.grow_by_criterion_controller import STOP_RULE
 from common.experiments.shared.resnet_sweep import build_resnet
-from common.models.resnet import ResNetConfig
+from common.models.resnet import ResNetConfig, depth_label
 from common.presets.make_figures import report_preset
 from common.report import grow_by_criterion_stopping
 from common.report.left_out import reading
@@ -41,7 +48,7 @@ from common.report.rules import verdicts
 from common.report.rules.cases import case_named
 from common.report.rules.grow_by_criterion import mean_sd, paired_differences
 from common.report.rules.statistics import Estimate
-from common.report.verdict_row import BASE_DESIGN, claim_row, describe
+from common.report.verdict_row import BASE_DESIGN, REGIME_ROW, claim_row, describe
 from common.training.flops import training_flops
 
 CRITERION = "criterion"
@@ -52,6 +59,7 @@ COMPARED = {  # the other arms, and how a row names them
     "none": "the ResNet-8 never grown",
     "scratch": "its own final architecture trained from scratch",
 }
+NEEDS_DEPTH_TO_PAY = ("none", "scratch", None)  # the rows judged only where depth pays at B (None: the stop row)
 PLACEMENT_CASE = "placement_lower_train_loss (paired over seeds)"
 STOP_CASE = "stop_within_depths"
 BEYOND = "- (beyond the paper: it never grows by V_S,l)"
@@ -102,18 +110,125 @@ def grow_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
     frame = grow_runs(rec)
     command = grow_command(rec.preset, rec.out)
     arms = [(CRITERION, other) if other else (CRITERION,) for _, other in specs]
+    first_gated = next(i for i, (_, other) in enumerate(specs) if other in NEEDS_DEPTH_TO_PAY)
     if frame.empty:
         rows = [claim_row(c, BEYOND, fn, None, f"none: {command}", rec.preset) for (c, _), fn in zip(specs, fns)]
-        return [reading(row, GROW, policy=policies) for row, policies in zip(rows, arms)]
+        rows = [reading(row, GROW, policy=policies) for row, policies in zip(rows, arms)]
+        return [*rows[:first_gated], regime_row(rec, None, None, cmd), *rows[first_gated:]]
     rows = []
     for dataset, group in frame.groupby("dataset", sort=True):
         sweep = rec.sweep[rec.sweep["dataset"] == dataset] if len(rec.sweep) else pd.DataFrame()
-        for (claim, other), fn, policies in zip(specs, fns, arms):
+        regime = depth_regime(group, sweep)
+        for i, ((claim, other), fn, policies) in enumerate(zip(specs, fns, arms)):
+            if i == first_gated:  # before the rows it gates (the report moves it after every claim)
+                rows.append(regime_row(rec, str(dataset), regime, cmd))
             row = dataset_row(rec, group, sweep, f"{claim} ({dataset})", fn, other, cmd)
             rows.append(reading(row, GROW, dataset=str(dataset), policy=policies))
             if other is None:
                 reading(row, SWEEP, dataset=str(dataset))
+            if other in NEEDS_DEPTH_TO_PAY:
+                rows[-1] = regime_reads(gate(row, regime), str(dataset))
     return rows
+
+
+# ----------------------------------------------------------------------------- the regime: does depth pay at B?
+REGIME_CLAIM = (
+    "the regime of 09's design: at equal training FLOPs (the budget B) depth pays, the sweep's deeper network that "
+    "defines B reaching a lower clean training loss than the ResNet-8 trained on B (09's none arm)"
+)
+REGIME_SAID = (
+    "- (beyond the paper; not a claim, not counted: the rows against the ResNet-8 never grown, against scratch and "
+    "about the stop rule are judged only where it says yes)"
+)
+REGIME_WORDS = {  # the regime row's verdict cell, by its rule's verdict
+    verdicts.HOLDS: "yes: depth pays at equal FLOPs here",
+    verdicts.FAILS: "no: depth does not pay at equal FLOPs here",
+    verdicts.UNDECIDABLE: verdicts.UNDECIDABLE,
+}
+GATED = {  # a gated row's verdict, by the regime's verdict (None: the regime has no records)
+    verdicts.FAILS: "depth does not pay at equal FLOPs here",
+    verdicts.UNDECIDABLE: "depth is not shown to pay at equal FLOPs here",
+    None: "whether depth pays at equal FLOPs here is not known",
+}
+BUDGET_MATCH = 1e-3  # a sweep run "spent B" when its counted training FLOPs are within 0.1% of B (the same counter)
+
+
+@dataclass(frozen=True)
+class DepthRegime:
+    """Whether depth pays at B on one dataset's records (:func:`depth_regime`): the rule's outcome (None: no records
+    to judge it on, ``why`` says which), the two sides' mean losses and the deeper network's name."""
+
+    outcome: verdicts.Outcome | None
+    why: str = ""
+    sweep: bool = False  # what is missing (outcome None) is the sweep's run at B, not 09's none runs
+    budget: float = math.nan
+    shallow: float | None = None
+    deep: float | None = None
+    deep_name: str = "the deeper network"
+    seeds: tuple[int, ...] = ()
+    runs: int = 0
+
+    def losses(self) -> str:
+        """``ResNet-8 0.00598, ResNet-13 0.0328 (clean training loss at B, means)`` (the gated rows' numbers)."""
+        if self.shallow is None or self.deep is None:
+            return self.why
+        return f"clean training loss at B: ResNet-8 {self.shallow:.3g}, {self.deep_name} {self.deep:.3g} (means)"
+
+
+def depth_regime(group: pd.DataFrame, sweep: pd.DataFrame) -> DepthRegime:
+    """09's ``none`` runs against the sweep's runs whose counted training FLOPs are B (:func:`sweep_flops`, within
+    :data:`BUDGET_MATCH`), both at B: :func:`~common.report.rules.grow_by_criterion.depth_pays_at_equal_flops`."""
+    none = group[group["policy"] == "none"]
+    if none.empty:
+        return DepthRegime(None, "no none runs (the ResNet-8 never grown)")
+    budget = float(none["budget_flops"].iloc[0])
+    counted = sweep_flops(sweep)
+    at_b = counted[(counted["flops"] - budget).abs() <= BUDGET_MATCH * budget] if len(counted) else counted
+    if at_b.empty:
+        return DepthRegime(None, f"no sweep run spent B = {budget:.3g} training FLOPs", sweep=True, budget=budget)
+    depths = sorted({int(n) for n in at_b["depth_n"]})
+    name = "/".join(f"ResNet-{depth_label(n)}" for n in depths)
+    shallow, deep = [float(v) for v in none["train_loss"]], [float(v) for v in at_b["train_loss"]]
+    outcome = grow_by_criterion_rules.depth_pays_at_equal_flops(shallow, deep, "ResNet-8 never grown", name)
+    seeds = tuple(sorted({int(s) for s in (*none["seed"], *at_b["seed"])}))
+    means = mean_sd(shallow)[0], mean_sd(deep)[0]
+    return DepthRegime(outcome, "", False, budget, *means, name, seeds, len(none) + len(at_b))
+
+
+def regime_row(rec: Records, dataset: str | None, regime: DepthRegime | None, cmd: dict[str, str]) -> dict:
+    """The regime row of ``dataset`` (kind :data:`~common.report.verdict_row.REGIME_ROW`): "yes" or "no" with its
+    numbers; "not run" naming what is missing and the command that makes it (``regime`` None: no 09 records)."""
+    fn = grow_by_criterion_rules.depth_pays_at_equal_flops
+    claim = f"{REGIME_CLAIM} ({dataset})" if dataset else REGIME_CLAIM
+    if regime is None or regime.outcome is None:
+        grow = f"{grow_command(rec.preset, rec.out)} --policy none"
+        what = f"none: {grow}" if regime is None else f"{regime.why}: {cmd.get('sweep') if regime.sweep else grow}"
+        return reading(claim_row(claim, REGIME_SAID, fn, None, what, rec.preset, kind=REGIME_ROW), GROW, policy="none")
+    outcome = verdicts.Outcome(REGIME_WORDS[regime.outcome.verdict], regime.outcome.value)
+    extra = f"09's none runs and the sweep's {regime.deep_name} runs, B = {regime.budget:.3g} training FLOPs"
+    records = describe(rec.preset, str(dataset), regime.seeds, regime.runs, extra)
+    return regime_reads(claim_row(claim, REGIME_SAID, fn, outcome, records, rec.preset, kind=REGIME_ROW), str(dataset))
+
+
+def regime_reads(row: dict, dataset: str) -> dict:
+    """``row``, noted as reading what the regime reads: 09's none runs and the sweep, of ``dataset``."""
+    return reading(reading(row, GROW, dataset=dataset, policy="none"), SWEEP, dataset=dataset)
+
+
+def gate(row: dict, regime: DepthRegime) -> dict:
+    """A row judged only where depth pays at B (:data:`NEEDS_DEPTH_TO_PAY`): as it is where the regime says yes or the
+    row has no records; else "not decidable at this design" saying why, with both losses, its own rule's reading kept
+    in the reproduced value (not a verdict) and no power (its rule is not what decides it)."""
+    said = regime.outcome.verdict if regime.outcome is not None else None
+    if said == verdicts.HOLDS or row["_outcome"] is None:
+        return row
+    why = f"{verdicts.UNDECIDABLE_AT_DESIGN}: {GATED[said]} ({regime.losses()})"
+    row["reproduced"] = verdicts.clauses(
+        f"not judged, {GATED[said]}", f"its rule reads (not a verdict): {row['reproduced']}"
+    )
+    row["_outcome"] = verdicts.Outcome(why, row["reproduced"])
+    row["_design"] = None
+    return row
 
 
 def dataset_row(rec: Records, group: pd.DataFrame, sweep: pd.DataFrame, name: str, fn, other: str | None, cmd) -> dict:
@@ -274,6 +389,22 @@ def stop_rows(frame: pd.DataFrame, sweep: pd.DataFrame) -> list[dict]:
     return _plain(table)
 
 
+def ratio_table(rec: Records, group: pd.DataFrame, dataset: str) -> list[dict]:
+    """08's ``grow_stop_ratio`` table (:func:`common.report.grow_by_criterion_stopping.ratio_rows`): the controller's
+    ratio against the numbers of candidates and branches, on the calibration record (``<out>/grow_calibration``, the
+    images no 09 run uses, where the constants were fixed) and on 09's runs of ``dataset``."""
+    calibration = grow_by_criterion.read_runs(Path(rec.out) / CALIBRATION)
+    if len(calibration) and {"preset", "dataset"} <= set(calibration):
+        calibration = calibration[(calibration["preset"] == rec.preset) & (calibration["dataset"] == dataset)]
+    probes = pd.concat(
+        [
+            grow_by_criterion_stopping.ratio_probes(calibration, "calibration") if len(calibration) else None,
+            grow_by_criterion_stopping.ratio_probes(group, f"09 {rec.preset}"),
+        ]
+    )
+    return grow_by_criterion_stopping.ratio_rows(probes)
+
+
 def _plain(table: pd.DataFrame) -> list[dict]:
     """Rows of plain values: None where pandas has NA or NaN (the CSV's empty cells)."""
     return [{k: (None if _missing(v) else v) for k, v in r.items()} for r in table.astype(object).to_dict("records")]
@@ -289,6 +420,11 @@ def _missing(value) -> bool:
 __all__ = [
     "COMPARED",
     "CRITERION",
+    "NEEDS_DEPTH_TO_PAY",
+    "REGIME_CLAIM",
+    "DepthRegime",
+    "depth_regime",
+    "gate",
     "budget_rows",
     "compute_rows",
     "curves",
@@ -296,6 +432,7 @@ __all__ = [
     "grow_command",
     "grow_runs",
     "placement_outcome",
+    "ratio_table",
     "stop_rows",
     "stops",
     "sweep_flops",

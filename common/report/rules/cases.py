@@ -24,7 +24,7 @@ from common.report.rules import (
 )
 from common.report.rules.design import Design
 from common.report.rules.expand_decoder_cases import sim_expansion
-from common.report.rules.grow_by_criterion_cases import STOP_EFFECT, sim_placement, sim_stop
+from common.report.rules.grow_by_criterion_cases import STOP_EFFECT, sim_placement, sim_regime, sim_stop
 from common.science.scaling import DEFAULT_LEVEL
 
 LINE = paper.LOW_SIGNAL_AG
@@ -437,6 +437,16 @@ CASES: tuple[Case, ...] = (
         "rule (c) stops at N* without noise",
         f"as true, the crossing {STOP_EFFECT} depths later: rule (c) stops at N* + {STOP_EFFECT} without noise",
         sim_stop,
+        experiment="grow",
+    ),
+    Case(
+        grow_by_criterion.depth_pays_at_equal_flops,
+        "",
+        STAT,
+        "the log ratio of the two losses at B",
+        "every seed's deeper network's log loss below the ResNet-8's by the effect (depth pays)",
+        "equal log losses (effect 0)",
+        sim_regime,
         experiment="grow",
     ),
     Case(

@@ -8,13 +8,16 @@ one budget B of training FLOPs).
   scratch), paired over seeds;
 - :func:`stop_within_depths`: the controller's online stop rule (:mod:`common.experiments.grow_by_criterion_controller`) stops
   growth within ``±STOP_TOLERANCE`` depths of ``N*``, the depth where the fixed sweep's training loss stops
-  improving (:func:`common.report.grow_by_criterion_stopping.sweep_plateau`).
+  improving (:func:`common.report.grow_by_criterion_stopping.sweep_plateau`);
+- :func:`depth_pays_at_equal_flops`, the regime of the design (issue 57), which the claims about the ResNet-8 never
+  grown, the criterion's architecture from scratch and the stop rule need before they can be judged: at the budget B,
+  does the sweep's deeper network reach a lower clean training loss than the ResNet-8 trained on the same FLOPs?
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from common.report.rules.statistics import Estimate
 from common.report.rules.verdicts import FAILS, HOLDS, UNDECIDABLE, Outcome, fmt, rule
@@ -119,8 +122,47 @@ def stop_within_depths(
     return Outcome(UNDECIDABLE, value)
 
 
+@rule(
+    "the regime of 09's design (beyond the paper): the log of each run's clean training loss at the budget B, the "
+    "ResNet-8 never grown (09's none arm) against the sweep's run whose training FLOPs are B (the deeper network that "
+    "defines B); the difference of their means (ResNet-8 minus the deeper network) with a two-sample Student-t "
+    "interval, the two sides' spreads pooled on the log scale; yes (depth pays at equal FLOPs) when its 95% interval "
+    "is above 0, no when it is below 0; else, or with no spread to pool (a side without a run, fewer than 3 runs), "
+    "not decidable"
+)
+def depth_pays_at_equal_flops(
+    shallow: Sequence[float], deep: Sequence[float], shallow_name: str = "ResNet-8", deep_name: str = "deeper"
+) -> Outcome:
+    """``shallow``, ``deep``: the clean training losses at B of the never-grown ResNet-8's runs and of the deeper
+    network's (one per seed, unpaired: different architectures share no initialisation). On the log scale, as the
+    matched insertion's drops: losses at one budget differ by factors, and a spread in absolute units is set by the
+    larger one. HOLDS means "yes, depth pays", FAILS "no"."""
+    a = [math.log(v) for v in map(float, shallow) if math.isfinite(v) and v > 0]
+    b = [math.log(v) for v in map(float, deep) if math.isfinite(v) and v > 0]
+    if not a or not b:
+        missing = shallow_name if not a else deep_name
+        return Outcome(UNDECIDABLE, f"no run of the {missing} network with a positive training loss at B")
+    shown = (
+        f"clean training loss at B: {shallow_name} {sum(map(math.exp, a)) / len(a):.4g} ({len(a)} runs) vs "
+        f"{deep_name} {sum(map(math.exp, b)) / len(b):.4g} ({len(b)} runs) (means)"
+    )
+    dof = len(a) + len(b) - 2
+    if dof < 1:
+        return Outcome(UNDECIDABLE, f"{shown}; one run a side: no spread to test")
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    pooled = math.sqrt((sum((x - ma) ** 2 for x in a) + sum((y - mb) ** 2 for y in b)) / dof)
+    est = Estimate(ma - mb, pooled * math.sqrt(1 / len(a) + 1 / len(b)), dof)
+    low, high = est.interval()
+    value = (
+        f"{shown}; {deep_name} / {shallow_name} x{math.exp(-est.mean):.3g} [x{math.exp(-high):.3g}, "
+        f"x{math.exp(-low):.3g}] (geometric means, log spread pooled over {dof} dof), p = {fmt(est.p_value())}"
+    )
+    return Outcome(HOLDS if low > 0 else FAILS if high < 0 else UNDECIDABLE, value)
+
+
 __all__ = [
     "ROUNDING_SD",
+    "depth_pays_at_equal_flops",
     "mean_sd",
     "STOP_TOLERANCE",
     "paired_differences",

@@ -6,7 +6,10 @@ functions :data:`common.report.rules.cases.CASES` simulates them with (docs/clai
 - :func:`sim_stop`: per seed, a largest ``V_S,l`` falling geometrically, ``V(r) = V(0) 10^(-r / c)``, so that rule
   (c) (``V < V(0) / 10``) fires at the first round past ``c``: ``max(1, floor(c) + 1)``, or not within K rounds. The
   sweep's N* is the middle round ``ceil(K / 2)``; ``c = N* - 1/2 + gap + noise`` puts the noiseless stop at
-  ``N* + gap``: gap 0 (claim true), ``k + 1`` (claim false: the nearest whole depth outside ``±k``).
+  ``N* + gap``: gap 0 (claim true), ``k + 1`` (claim false: the nearest whole depth outside ``±k``);
+- :func:`sim_regime`: the regime of the design, per seed a log training loss at B of the ResNet-8 and of the deeper
+  network, the deeper one lower by the effect (depth pays) or equal (the boundary of "pays"), Gaussian noise on the
+  log scale, the design's seeds on each side.
 """
 
 from __future__ import annotations
@@ -17,7 +20,12 @@ from collections.abc import Callable
 import numpy as np
 
 from common.report.rules.design import Design
-from common.report.rules.grow_by_criterion import STOP_TOLERANCE, placement_lower_train_loss, stop_within_depths
+from common.report.rules.grow_by_criterion import (
+    STOP_TOLERANCE,
+    depth_pays_at_equal_flops,
+    placement_lower_train_loss,
+    stop_within_depths,
+)
 from common.report.rules.verdicts import Outcome
 
 STOP_EFFECT = STOP_TOLERANCE + 1  # depths from the true world's gap (0) to the false world's (k + 1)
@@ -56,4 +64,12 @@ def sim_stop(design: Design, rng: np.random.Generator, reps: int, k: float, worl
     return verdicts
 
 
-__all__ = ["STOP_EFFECT", "paired_verdicts", "sim_placement", "sim_stop", "stop_plateau"]
+def sim_regime(design: Design, rng: np.random.Generator, reps: int, k: float, world: str) -> list[str]:
+    n = design.grow_seeds
+    gap = 1.0 if world == "true" else 0.0  # log(ResNet-8's loss / the deeper one's): the effect is the noise unit
+    shallow = np.exp(k * rng.normal(size=(reps, n)))
+    deep = np.exp(-gap + k * rng.normal(size=(reps, n)))
+    return [depth_pays_at_equal_flops(a.tolist(), b.tolist()).verdict for a, b in zip(shallow, deep, strict=True)]
+
+
+__all__ = ["STOP_EFFECT", "paired_verdicts", "sim_placement", "sim_regime", "sim_stop", "stop_plateau"]
