@@ -50,6 +50,7 @@ from common.runs.run_store import RunSpec
 from common.training.device import npu_available, rng_state
 from common.training.flops import training_flops_per_image
 from tests.helpers import hf_tiny
+from tests.helpers.script_checks import main_error
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p.stem for p in ROOT.glob("[0-9][0-9]_*.py"))
@@ -368,6 +369,7 @@ CASES: list[Case] = [
         "empty",
         setup=write(lambda out: out.parent / "empty.txt", b""),
     ),
+    *each("04 05", "text-too-short", ["--text-file", "{tmp}/short.txt"], "too short", setup=write_other("short.txt")),
     # an absent device
     *[
         with_device(c, DEVICE)
@@ -642,6 +644,19 @@ def process_outcomes(records, tmp_path_factory) -> dict[str, tuple[Case, Path, O
 def test_a_bad_input_in_a_real_process_gives_one_line_exit_2_and_changes_no_record(number, process_outcomes):
     case, out, outcome = process_outcomes[number]
     check(case, outcome, out)
+
+
+@pytest.mark.parametrize("number", ["04", "05", "10"])
+def test_a_text_too_short_for_its_validation_split_is_one_line_and_creates_nothing(number, tmp_path, capsys):
+    """A one-line ``--text-file``: one line naming it and the flags its split needs, before any folder exists (04
+    and 05 once left an empty ``<data-root>/text-byte-<hash>/``; issue 59). The one check of all three:
+    ``common.data.text_sources.require_tokens``."""
+    (tmp_path / "one.txt").write_text("A single line.\n")
+    data_root = [] if number == "10" else ["--data-root", str(tmp_path / "tokens")]
+    argv = ["--preset", "smoke", "--device", "cpu", "--text-file", str(tmp_path / "one.txt"), *data_root]
+    code, line = main_error(script_of(number), [*argv, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "one.txt: " in line and "tokens, too short for --" in line, line
+    assert [p.name for p in tmp_path.iterdir()] == ["one.txt"]
 
 
 def test_every_script_has_cases_and_one_process_case():
