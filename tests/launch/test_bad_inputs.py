@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1038,15 +1037,19 @@ def test_a_full_disk_is_one_line_and_leaves_a_run_that_resumes(tmp_path, capsys)
 
 
 def test_a_torn_metrics_line_after_a_kill_is_cut_once_and_the_resumed_run_has_every_epoch_once(tmp_path, capsys):
+    """01 held after its first epoch's checkpoint (``tests/helpers/resnet_jobs.py``), then killed there: mid-training
+    on any machine, fast or slow (issue 59: the kill once raced the training)."""
     epochs = 10
     argv, run = tiny_sweep(tmp_path, epochs)
-    proc = subprocess.Popen([sys.executable, "01_train_resnet_sweep.py", *argv], cwd=ROOT, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not run_store.checkpoint_path(run).exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)  # mid-training, after a first checkpoint
-    proc.wait()
-    assert not run_store.is_done(run), "the run finished before it could be killed"
+    held = [sys.executable, "-m", "tests.helpers.resnet_jobs", *argv]
+    proc = subprocess.Popen(held, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = iter(proc.stdout.readline, "")  # ends when the process does
+        assert any(line.startswith("holding after epoch 1") for line in lines), "it never reached its first epoch"
+    finally:
+        proc.send_signal(signal.SIGKILL)  # mid-training, after a first checkpoint
+        proc.wait()
+    assert run_store.checkpoint_path(run).exists() and not run_store.is_done(run)
     done = len(run_store.read_metrics(run))
     with open(run / run_store.METRICS, "a") as handle:  # what a kill mid-append leaves: a line without its end
         handle.write(f'{{"epoch": {done + 1}, "step": {done + 1}, "train_lo')
