@@ -5,7 +5,10 @@ values it may hold; :data:`SCRIPT_BOUNDS` the few flags whose meaning, and so wh
 ``--depths`` are network depths L up to thousands, 01's are extra blocks N). The bounds are wide: the paper's preset
 fits inside each with room to spare (the paper's widest grid is 01's N = 0..100 and 07's L up to 1,024), and a plan
 beyond one is a typo or a plan no machine finishes, so :func:`check_bounds` refuses it with its size and the bound
-before any folder, allocation or process exists (docs/runs.md, section "Bounds", is :func:`bounds_markdown`).
+before any folder, allocation or process exists (docs/runs.md, section "Bounds", is :func:`bounds_markdown`). The table
+is the only limit: a preset or a planner checks what a value must be to mean something (an epoch count >= 1), never a
+second, different upper limit (issue 59; ``tests/launch/test_bounds.py`` tries each preset at each row's highest).
+A list of names (``--policy``, 04's ``--model``) has a size only.
 
 A list flag's type (:func:`common.launch.cli.comma_ints`) never builds more than :data:`MAX_LIST_VALUES` values: a
 range is measured before it is made. Every check here is linear in the number of values.
