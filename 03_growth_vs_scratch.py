@@ -31,7 +31,15 @@ from common.experiments.growth_vs_scratch import (
 )
 from common.experiments.growth_vs_scratch_tables import ablation_table, growth_table
 from common.experiments.shared.resnet_sweep import check_sweep_data
-from common.launch.cli import add_training_data_flags, check_flag_use, comma_ints, entry_point, make_parser, parse_args
+from common.launch.cli import (
+    add_training_data_flags,
+    check_flag_use,
+    comma_ints,
+    comma_list,
+    entry_point,
+    make_parser,
+    parse_args,
+)
 from common.launch.launcher import launch_from_args
 from common.presets.growth_vs_scratch import INSERT_AT, PAPER_DEPTHS, SMOKE_DEPTHS
 from common.presets.train_resnet_sweep import DEFAULT_DATASET
@@ -63,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--insert-at",
-        type=str,  # checked by the plan (common.presets.growth_vs_scratch.insert_fractions), which names this flag in its error
+        type=comma_list,  # the values are checked by the plan (common.presets.growth_vs_scratch.insert_fractions)
         default=None,
         help="fractions of the run (0 < f < 1, increasing, rounded to whole epochs) after which the 1st, 2nd, ... "
         f"block goes in, one per block up to the deepest depth; None: {','.join(map(str, INSERT_AT))}",

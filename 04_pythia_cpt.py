@@ -41,7 +41,15 @@ from common.experiments.pythia_cpt import (
     summary_table,
 )
 from common.experiments.pythia_cpt_models import fetch_model, mini_hub_check
-from common.launch.cli import check_flag_use, comma_ints, entry_point, make_parser, parse_args, positive_int
+from common.launch.cli import (
+    check_flag_use,
+    comma_ints,
+    comma_names,
+    entry_point,
+    make_parser,
+    parse_args,
+    positive_int,
+)
 from common.launch.decoder_flags import (
     add_preset_flags,
     data_and_device_kwargs,
@@ -103,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--model",
         dest="models",
+        type=comma_names,
         default=None,
         help="Hugging Face causal LM ids (or local folders), comma-separated; replaces the preset's models",
     )
@@ -153,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    models = [m for m in (args.models or "").split(",") if m]
+    models = args.models or []
     if PRESETS[args.preset].offline_not_run and not models and not args.model_paths:
         reason = mini_hub_check(args.revision)  # offline, the Pythia rows are "not run", not an error
         if reason is not None:

@@ -37,13 +37,14 @@ from common.launch.cli import (
     comma_ints,
     entry_point,
     make_parser,
+    names_flag,
     non_negative_float,
     parse_args,
     positive_float,
     positive_int,
 )
 from common.launch.launcher import launch_from_args
-from common.presets.grow_by_criterion import ARMS
+from common.presets.grow_by_criterion import ARMS, policies_of
 from common.presets.train_resnet_sweep import DEFAULT_DATASET
 from common.runs.run_store import make_specs
 
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--policy",
         dest="policies",
+        type=names_flag(policies_of),
         default=None,
         help=f"the arms, comma-separated, one run each per seed: {', '.join(ARMS)}; None: the preset's",
     )

@@ -94,6 +94,14 @@ def text_data_spec(
     return TextDataSpec(source=source, tokenizer=tokenizer, val_tokens=val_tokens, train_tokens=train_tokens, **keys)
 
 
+def require_tokens(held: int, need: int, what: str, split: str, fix: str) -> None:
+    """The one check of a text too short for its split, in 04, 05 (:func:`common.data.token_preparation.prepare_tokens`,
+    before the token directory exists) and 10 (its held-out part and probe windows) alike: when ``held`` tokens are
+    fewer than the ``need`` of ``split`` (the flags that ask for them), one line naming ``what`` text and ``fix``."""
+    if held < need:
+        raise UserError(f"{what}: {held:,} tokens, too short for {split} (needs {need:,}); {fix}")
+
+
 def text_fingerprint(text_path: str | os.PathLike) -> dict:
     """``{"text_name", "text_sha256"}`` of a ``--text-file`` (a file or folder): the data identity of a text source,
     its files' relative paths and bytes hashed (the files are checked as :func:`text_files` checks them)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from common.data.text_sources import TextDataSpec, documents
+from common.data.text_sources import TextDataSpec, documents, require_tokens
 from common.data.token_shards import (
     META,
     VAL_SHARD,
@@ -57,7 +57,8 @@ def prepare_tokens(
 ) -> Path:
     """Tokenise ``spec``'s documents into ``root/<spec.dirname()>``; resumable; returns the directory.
 
-    A complete directory (``meta.json``) is returned at once. Otherwise finished shards are kept
+    A complete directory (``meta.json``) is returned at once. A local source too short for its validation shard is
+    refused in one line before the directory exists (:func:`check_holds_validation`). Otherwise finished shards are kept
     and the stream restarts where the last one ended (earlier documents are skipped without
     tokenising). Only one process prepares a directory at a time (a lock file); the others wait,
     then find it complete.
@@ -66,6 +67,9 @@ def prepare_tokens(
     if (directory / META).is_file():
         read_meta(directory)  # a corrupt meta.json is named now, before any run starts
         return directory
+    tokenizer = tokenizer or get_tokenizer(spec.tokenizer)
+    if not directory.exists():
+        check_holds_validation(spec, tokenizer, text_path=text_path, dataset=dataset)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -75,13 +79,36 @@ def prepare_tokens(
     with file_lock(directory / ".lock"):
         if (directory / META).is_file():
             return directory
-        tokenizer = tokenizer or get_tokenizer(spec.tokenizer)
         if tokenizer.name != spec.tokenizer:
             raise ValueError(f"tokenizer {tokenizer.name!r} does not match the spec's {spec.tokenizer!r}")
         _prepare(
             spec, directory, tokenizer, documents(spec, text_path=text_path, dataset=dataset), shard_tokens, progress
         )
     return directory
+
+
+def check_holds_validation(
+    spec: TextDataSpec,
+    tokenizer: Tokenizer,
+    *,
+    text_path: str | os.PathLike | None = None,
+    dataset: Iterable[dict] | None = None,
+) -> None:
+    """Before anything is created: a local source (``text``, ``python-docs``) must hold its validation shard and at
+    least one training token, counted with the run's tokenizer on the stream :func:`_prepare` cuts (reading stops once
+    there are enough); else one line (:func:`common.data.text_sources.require_tokens`). FineWeb-Edu is streamed from
+    the Hub (billions of tokens) and counted as it is prepared."""
+    if spec.source == "fineweb-edu":
+        return
+    need, held = spec.val_tokens + 1, 0
+    docs = documents(spec, text_path=text_path, dataset=dataset)
+    for _, tokens, _ in _document_tokens(docs, tokenizer, token_dtype(tokenizer.vocab_size), (0, 0)):
+        held += len(tokens)
+        if held >= need:
+            return
+    name = f"--text-file {spec.text_name}" if spec.source == "text" else f"the {spec.source} source"
+    fix = "give more text or lower --val-tokens"
+    require_tokens(held, need, name, f"--val-tokens {spec.val_tokens:,} and one training token", fix)
 
 
 def _prepare(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.errors import UserError
+from common.data.text_sources import require_tokens
 from common.models.hf_decoder import HFDecoder
 from common.science.activations import mean_loss
 from common.training.epoch import classification_loss
@@ -57,13 +57,11 @@ def batches_of(w: torch.Tensor, batch_size: int) -> list[tuple[torch.Tensor, tor
 def split_tokens(
     tokens: torch.Tensor, *, held_out_tokens: int, seq_len: int, sequences: int, batch_size: int, what: str
 ) -> TextSplit:
-    """The split of the module docstring; too short a text is a one-line :class:`UserError` naming the flags."""
-    need = held_out_tokens + sequences * seq_len + 1
-    if len(tokens) < need + seq_len:
-        raise UserError(
-            f"{what}: {len(tokens):,} tokens, too short for --held-out-tokens {held_out_tokens:,} and --sequences "
-            f"{sequences} of --seq-len {seq_len} (needs more than {need:,}); give a longer --text-file or smaller values"
-        )
+    """The split of the module docstring; too short a text is one line naming the flags
+    (:func:`common.data.text_sources.require_tokens`, the check 04 and 05 make too)."""
+    split = f"--held-out-tokens {held_out_tokens:,} and --sequences {sequences} of --seq-len {seq_len}"
+    need = held_out_tokens + sequences * seq_len + 1 + seq_len
+    require_tokens(len(tokens), need, what, split, "give a longer --text-file or smaller values")
     held, rest = tokens[:held_out_tokens], tokens[held_out_tokens:]
     probe = windows(rest, seq_len, sequences)
     return TextSplit(batches_of(windows(held, seq_len), batch_size), batches_of(probe, batch_size), rest, seq_len)

@@ -44,20 +44,20 @@ from common.errors import ParamError, UserError
 from common.experiments.grow_by_criterion_config import CriterionRun
 from common.experiments.grow_by_criterion_controller import Controller, probe_examples
 from common.experiments.shared.resnet_sweep import (
-    build_resnet,
     growth_hooks,
     load_sweep_data,
     sweep_configs,
     train_resnet_run,
 )
 from common.models.resnet import ResNet
+from common.models.resnet_flops import resnet_training_flops_per_image
 from common.presets.choose import choose_preset
 from common.presets.grow_by_criterion import POLICIES, PRESETS, GrowPreset, policies_of
 from common.runs import atomic, locks, run_store, tables
 from common.runs.locks import RunLocked
 from common.runs.run_store import RunSpec
 from common.science.growth import insert_zero_block
-from common.training.flops import training_flops, training_flops_per_image
+from common.training.flops import training_flops
 from common.training.growing import RunGrowth
 
 log = logging.getLogger(__name__)
@@ -172,11 +172,11 @@ def run_config(sweep: dict, arm: str, growth: dict, probe: dict, max_epochs: int
 
 def depth_ratio(depth_n: int, config: dict) -> float:
     """Training FLOPs per image of ResNet-(8+``depth_n``) over ResNet-8's, at ``config``'s widths (32 x 32, 10
-    classes: the ratio bounds the epochs of a run, :func:`budget_flops` counts the budget itself)."""
-    per_image = [
-        training_flops_per_image(build_resnet({**config, "depth_n": n}, 10), (3, 32, 32), 10) for n in (depth_n, 0)
-    ]
-    return per_image[0] / per_image[1]
+    classes: the ratio bounds the epochs of a run, :func:`budget_flops` counts the budget itself). Counted on the meta
+    device from four cached models (:func:`common.models.resnet_flops.resnet_training_flops_per_image`), so planning
+    takes the same time at every depth: building and counting ResNet-1008 itself took minutes (a dry run's hang)."""
+    widths = tuple(config["model"]["widths"])
+    return resnet_training_flops_per_image(depth_n, widths) / resnet_training_flops_per_image(0, widths)
 
 
 def budget_flops(run: CriterionRun, data: VisionData) -> int:

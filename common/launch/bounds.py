@@ -5,7 +5,10 @@ values it may hold; :data:`SCRIPT_BOUNDS` the few flags whose meaning, and so wh
 ``--depths`` are network depths L up to thousands, 01's are extra blocks N). The bounds are wide: the paper's preset
 fits inside each with room to spare (the paper's widest grid is 01's N = 0..100 and 07's L up to 1,024), and a plan
 beyond one is a typo or a plan no machine finishes, so :func:`check_bounds` refuses it with its size and the bound
-before any folder, allocation or process exists (docs/runs.md, section "Bounds", is :func:`bounds_markdown`).
+before any folder, allocation or process exists (docs/runs.md, section "Bounds", is :func:`bounds_markdown`). The table
+is the only limit: a preset or a planner checks what a value must be to mean something (an epoch count >= 1), never a
+second, different upper limit (issue 59; ``tests/launch/test_bounds.py`` tries each preset at each row's highest).
+A list of names (``--policy``, 04's ``--model``) has a size only.
 
 A list flag's type (:func:`common.launch.cli.comma_ints`) never builds more than :data:`MAX_LIST_VALUES` values: a
 range is measured before it is made. Every check here is linear in the number of values.
@@ -23,22 +26,23 @@ SEED_MAX = 2**31 - 1  # seeds are offset by run indices and passed to torch, num
 
 @dataclass(frozen=True)
 class Bound:
-    """``low <= value <= high``; a list flag holds at most ``size`` values."""
+    """``low <= value <= high``; a list flag holds at most ``size`` values (a list of names, ``--policy``: a size
+    only, ``low`` and ``high`` None)."""
 
-    low: float
-    high: float
+    low: float | None
+    high: float | None
     size: int | None = None
     what: str = ""
 
     def problem(self, value) -> str | None:
-        """Why ``value`` (a number, or a list of numbers) is outside this bound; None when it is inside."""
+        """Why ``value`` (a number, or a list of numbers or names) is outside this bound; None when it is inside."""
         values = list(value) if isinstance(value, list | tuple) else [value]
         if self.size is not None and len(values) > self.size:
             return f"{len(values):,} values, more than the {self.size:,} this flag takes"
         numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-        if numbers and (lo := min(numbers)) < self.low:
+        if numbers and self.low is not None and (lo := min(numbers)) < self.low:
             return f"{lo:,} is below the lowest value, {self.low:,}"
-        if numbers and (hi := max(numbers)) > self.high:
+        if numbers and self.high is not None and (hi := max(numbers)) > self.high:
             return f"{hi:,} is above the highest value, {self.high:,}"
         return None
 
@@ -52,8 +56,12 @@ BOUNDS: dict[str, Bound] = {
     "ablation_depths": Bound(0, 1_000, 1_000, "extra blocks N (03)"),
     "blocks": Bound(1, 1_000, 100, "layers K added to the decoder (10)"),
     "alphas": Bound(0, 10**6, 1_000, "step sizes alpha (06)"),
+    "insert_at": Bound(None, None, 1_000, "fractions of the run in (0, 1), increasing, one per inserted block (03)"),
+    "models": Bound(None, None, 100, "models, one run each per seed (04)"),
+    "model_paths": Bound(None, None, 100, "local model folders, one run each per seed (04)"),
     "budget_depth_n": Bound(0, 1_000, what="N of the budget's sweep run (09)"),
     "cap": Bound(1, 1_000, what="blocks a run may add (09)"),
+    "ratio_below": Bound(0, 10**6, what="the stop rule's constant on max V_S,l / max V_b (09; 0: never stops)"),
     # how long
     "epochs": Bound(1, 100_000, what="epochs"),
     "steps": Bound(0, _STEPS, what="optimizer steps (04 mini: 0, probe only)"),
@@ -97,6 +105,8 @@ BOUNDS: dict[str, Bound] = {
 SCRIPT_BOUNDS: dict[tuple[str, str], Bound] = {  # (script number, dest): where a flag means something else
     ("05", "depths"): Bound(1, 1_000, 1_000, "decoder depths L (05)"),
     ("07", "depths"): Bound(1, 100_000, 1_000, "network depths L (07)"),
+    ("09", "policies"): Bound(None, None, 6, "arms, one run each per seed: each of the 6 once (09)"),
+    ("10", "policies"): Bound(None, None, 5, "arms, one expansion each: each of the 5 once (10)"),
 }
 
 
@@ -123,6 +133,6 @@ def bounds_markdown(rows: Iterable[tuple[str, Bound]] | None = None) -> str:
     rows = rows if rows is not None else [*BOUNDS.items(), *((f"{n}: {d}", b) for (n, d), b in SCRIPT_BOUNDS.items())]
     lines = ["| flag (dest) | lowest | highest | most values | what |", "|---|---|---|---|---|"]
     for dest, b in rows:
-        size = f"{b.size:,}" if b.size is not None else ""
-        lines.append(f"| `{dest}` | {b.low:,} | {b.high:,} | {size} | {b.what} |")
+        low, high, size = (f"{v:,}" if v is not None else "" for v in (b.low, b.high, b.size))
+        lines.append(f"| `{dest}` | {low} | {high} | {size} | {b.what} |")
     return "\n".join(lines)

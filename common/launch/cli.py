@@ -29,7 +29,7 @@ from common.errors import ParamError, UserError
 from common.launch.bounds import MAX_LIST_VALUES, check_bounds
 from common.launch.logs import setup_logging
 from common.launch.slurm import load_profile
-from common.presets.choose import repeated_values
+from common.presets.choose import BlankItem, comma_items, repeated_values
 
 PRESETS = ("smoke", "mini", "paper", "gpu-hour")
 # A preset that only some scripts have, and those scripts (their prog); any other script refuses it in one line
@@ -356,12 +356,14 @@ def comma_ints(text: str) -> list[int]:
                 raise ValueError
             values = range(start, stop + 1, step)  # measured before it is made: no list of a billion values
         else:
-            values = [int(p) for p in text.split(",") if p.strip()]
+            values = [int(p) for p in comma_items(text)]
         if len(values) > MAX_LIST_VALUES:
             raise argparse.ArgumentTypeError(
                 f"{text[:40]!r} gives {len(values):,} values, more than any list flag takes ({MAX_LIST_VALUES:,})"
             )
         values = list(values)
+    except BlankItem as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a list like 0,1,2 or a range like 1:100 or 1:49:4") from None
     if not values:
@@ -378,18 +380,41 @@ def comma_ints(text: str) -> list[int]:
     return values
 
 
-def names_flag(names_of: Callable[[str], tuple[str, ...]]) -> Callable[[str], tuple[str, ...]]:
-    """A flag type from a preset's names parser (``policies_of``): its :class:`ParamError` (an unknown or repeated
-    name) becomes argparse's error, so the line names the flag (``--policy``), not the preset's field."""
+def names_flag(names_of: Callable[[str], tuple]) -> Callable[[str], tuple]:
+    """A flag type from a preset's names parser (``policies_of``): its :class:`ParamError` (an unknown, repeated or
+    blank name) becomes argparse's error, so the line names the flag (``--policy``), not the preset's field; the
+    parsed tuple then meets its bound (its size) like any list flag's."""
 
     @functools.wraps(names_of)
-    def parse(text: str) -> tuple[str, ...]:
+    def parse(text: str) -> tuple:
         try:
             return names_of(text)
         except ParamError as exc:
             raise argparse.ArgumentTypeError(f"{exc.shown!r}: {exc.message}") from None
 
     return parse
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    """An argparse type: the comma-separated items of a list flag whose values its planner checks (03's
+    ``--insert-at``), as a tuple, so that its size meets the bounds table; a blank item is refused here."""
+    try:
+        return tuple(comma_items(text))
+    except BlankItem as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def comma_names(text: str) -> list[str]:
+    """An argparse type: comma-separated names (model ids, folders), at least one, none blank, none twice (each name is
+    one run, so a repeat would plan it twice)."""
+    names = list(comma_list(text))
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} gives no names; give one or more, comma-separated")
+    if repeated := repeated_values(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names {', '.join(repeated)} twice; give each once (each is one run)"
+        )
+    return names
 
 
 def folder(text: str) -> Path:

@@ -30,10 +30,33 @@ def repeated_values(values: Iterable[H]) -> list[H]:
     return [value for value, count in Counter(values).items() if count > 1]
 
 
+class BlankItem(ValueError):
+    """A comma-separated list with a blank item between its values (``0.15,,0.3``, ``criterion,``): a value left out
+    or a comma too many, refused rather than skipped (docs/runs.md, section "Bounds")."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(f"{text!r} holds a blank item; remove the extra comma or give the missing value")
+
+
+def comma_items(text: str) -> list[str]:
+    """``text``'s comma-separated items, stripped; ``[]`` when every item is blank (``""``, ``","``: the caller's "no
+    values" error); :class:`BlankItem` when a blank item stands among values. The one splitter of every list flag."""
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
+        return []
+    if "" in items:
+        raise BlankItem(text)
+    return items
+
+
 def names_of(text: str, allowed: tuple[str, ...], param: str) -> tuple[str, ...]:
     """Comma-separated names of ``allowed``, each once, in the order given (a flag's type, e.g. ``--policy``); a
-    :class:`~common.errors.ParamError` of ``param`` naming the choices otherwise."""
-    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    :class:`~common.errors.ParamError` of ``param`` naming the choices, or the blank item, otherwise."""
+    try:
+        names = tuple(comma_items(text))
+    except BlankItem:
+        raise ParamError(param, text, "holds a blank item; remove the extra comma or give the missing name") from None
     unknown = [n for n in names if n not in allowed]
     if not names or unknown:
         near = difflib.get_close_matches(unknown[0], allowed, n=1, cutoff=0.5) if unknown else []

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from common.errors import ParamError, one_of
 from common.models.resnet import BACKBONE_DEPTH
+from common.presets.choose import BlankItem, comma_items
 from common.presets.paper import GROWTH_DEPTHS
 from common.presets.train_resnet_sweep import MINI_SEEDS
 
@@ -27,11 +28,15 @@ SMOKE_INSERT_AT = (0.15, 0.3, 0.5, 0.65)  # the smoke sweep's 6 epochs: insertio
 def insert_fractions(text: str | Sequence[float]) -> tuple[float, ...]:
     """``insert_at`` as a tuple (also ``--insert-at``'s type): comma-separated fractions of the run, each in (0, 1),
     strictly increasing."""
+    shown = text if isinstance(text, str) else ",".join(map(str, text))
     try:
-        values = tuple(float(t) for t in (text.split(",") if isinstance(text, str) else text) if str(t).strip())
+        values = tuple(float(t) for t in (comma_items(text) if isinstance(text, str) else text))
+    except BlankItem:
+        raise ParamError(
+            "insert_at", shown, "holds a blank item; remove the extra comma or give the missing fraction"
+        ) from None
     except ValueError:
         values = ()
-    shown = text if isinstance(text, str) else ",".join(map(str, text))
     if not values or any(not 0 < v < 1 for v in values) or list(values) != sorted(set(values)):
         raise ParamError(
             "insert_at",

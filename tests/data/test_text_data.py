@@ -113,6 +113,27 @@ def test_validation_documents_come_first_then_the_training_budget_cut_exactly(tm
         list(text_sources.documents(spec, text_path=folder))
 
 
+def test_a_source_too_short_for_its_validation_shard_is_one_line_before_anything_is_created(tmp_path):
+    """The stream of two documents "ab" and "cd" is [EOT] a b [EOT] c d: 6 tokens. The validation shard and one
+    training token fit in it up to --val-tokens 5; at 6 the refusal comes before the data root exists (issue 59)."""
+    folder = write_docs(tmp_path / "docs", ["ab", "cd"])
+    root = tmp_path / "tokens"
+    for val_tokens in (6, 10**9):
+        spec = text_data_spec("text", "byte", val_tokens=val_tokens, train_tokens=None, text_path=folder)
+        with pytest.raises(UserError) as info:
+            prepare_tokens(spec, root, text_path=folder, progress=False)
+        needs = f"--text-file docs: 6 tokens, too short for --val-tokens {val_tokens:,} and one training token"
+        assert str(info.value).startswith(needs) and "\n" not in str(info.value), info.value
+        assert not root.exists()
+    docs = text_data_spec("python-docs", "byte", val_tokens=10**9, train_tokens=None)
+    with pytest.raises(UserError, match=r"the python-docs source: [\d,]+ tokens, too short for --val-tokens"):
+        prepare_tokens(docs, root, progress=False)
+    assert not root.exists()
+    spec = text_data_spec("text", "byte", val_tokens=5, train_tokens=None, text_path=folder)
+    data = TokenData.open(prepare_tokens(spec, root, text_path=folder, progress=False))
+    assert data.val.tolist() == [EOT, *b"ab", EOT, *b"c"] and np.concatenate(data.train).tolist() == [*b"d"]
+
+
 def local_fineweb(n: int, seed: int = 0) -> datasets.Dataset:
     rng = np.random.default_rng(seed)
     words = ["learn", "depth", "residual", "gradient", "token", "block", "saturation"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -17,15 +18,31 @@ from common.runs import run_store
 from common.runs.run_store import make_specs
 from common.training.distributed import destroy_distributed, init_distributed
 
+HOLD_S = 600  # the longest a held job waits for its test: a guard, the test releases (or interrupts) it in seconds
+
+
+def hold_until(done, what: str) -> None:
+    """Wait, polling, until ``done()``: the state a test needs is held, never raced (issue 59: no test may depend
+    on the machine's speed). After :data:`HOLD_S` it raises, so a test that never releases fails instead of hanging."""
+    deadline = time.monotonic() + HOLD_S
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"held {HOLD_S} s waiting for {what}; the test never released it")
+        time.sleep(0.05)
+
 
 def square_job(spec) -> dict:
     """Record ``x`` and ``x**2``; one metrics line per execution (to count re-runs).
 
-    ``config["runtime"]["sleep_s"]`` (optional) keeps the job busy that long first.
+    ``config["runtime"]["gate"]`` (optional): the job waits until that file exists, so a test holds it queued or
+    running as long as it needs; ``config["runtime"]["sleep_s"]`` (optional) keeps the job busy that long first.
     """
     path = run_store.prepare_run(spec.out, spec.config)
     run_store.append_metrics(path, {"x": spec.config["x"], "pid": os.getpid()})
-    time.sleep(spec.config.get("runtime", {}).get("sleep_s", 0))
+    runtime = spec.config.get("runtime", {})
+    if runtime.get("gate"):
+        hold_until(Path(runtime["gate"]).exists, f"the gate file {runtime['gate']}")
+    time.sleep(runtime.get("sleep_s", 0))
     result = {"x": spec.config["x"], "y": spec.config["x"] ** 2}
     run_store.write_result(path, result)
     return result
@@ -55,8 +72,10 @@ def device_report_job(spec) -> dict:
     return result
 
 
-def demo_configs(xs, sleep_s: float = 0.0) -> list[dict]:
-    runtime = {"runtime": {"sleep_s": sleep_s}} if sleep_s else {}
+def demo_configs(xs, sleep_s: float = 0.0, gate: str | None = None) -> list[dict]:
+    """Configs of :func:`square_job`; ``sleep_s`` and ``gate`` are runtime, not identity."""
+    given = {k: v for k, v in (("sleep_s", sleep_s), ("gate", gate)) if v}
+    runtime = {"runtime": given} if given else {}
     return [{"experiment": "demo", "name": f"x{x}", "x": x, **runtime} for x in xs]
 
 
@@ -65,8 +84,9 @@ def demo_main(argv=None) -> int:
     parser = make_parser("demo sweep for the CLI tests")
     parser.add_argument("--xs", type=comma_ints, default=[1, 2, 3])
     parser.add_argument("--sleep-s", type=float, default=0.0, help="seconds each job sleeps")
+    parser.add_argument("--gate", default=None, help="each job waits until this file exists")
     args = parse_args(parser, argv)
-    specs = make_specs(demo_configs(args.xs, args.sleep_s), args.out)
+    specs = make_specs(demo_configs(args.xs, args.sleep_s, args.gate), args.out)
     results = launch_from_args(square_job, specs, args, job_kind="probe")
     if results is not None:
         print("results:", " ".join(f"{r['x']}->{r['y']}" for r in results))
@@ -74,12 +94,19 @@ def demo_main(argv=None) -> int:
 
 
 # ----------------------------------------------------------------------------- checkpointing job
-def epoch_configs(seeds, *, epochs: int = 4, sleep_s: float = 0.0) -> list[dict]:
-    """Configs of :func:`epoch_train_job`; ``sleep_s`` (per epoch) is runtime, not identity."""
+def epoch_configs(seeds, *, epochs: int = 4, hold_after: int = 0) -> list[dict]:
+    """Configs of :func:`epoch_train_job`; ``hold_after`` is runtime, not identity."""
     return [
-        {"experiment": "epochs", "name": f"seed{s}", "seed": s, "epochs": epochs, "runtime": {"sleep_s": sleep_s}}
+        {"experiment": "epochs", "name": f"seed{s}", "seed": s, "epochs": epochs, "runtime": {"hold_after": hold_after}}
         for s in seeds
     ]
+
+
+def hold_for_a_signal(epoch: int) -> None:
+    """Hold a first execution after ``epoch``'s checkpoint until a signal ends the process (submitit's preemption
+    signal: ``checkpoint()``, requeue, exit), so a test interrupts it mid-run however fast or slow the machine."""
+    print(f"holding after epoch {epoch} for a signal", flush=True)
+    hold_until(lambda: False, f"a signal after epoch {epoch}")
 
 
 def epoch_train_job(spec) -> dict:
@@ -87,8 +114,9 @@ def epoch_train_job(spec) -> dict:
 
     Deterministic: the data and each epoch's batch order come from generators seeded by
     (seed, epoch), so an interrupted-and-resumed run ends with bit-identical weights. Each
-    epoch first sleeps ``runtime.sleep_s`` (so a test can interrupt it mid-run); a resume
-    prints ``resumed from epoch E`` to the job's stdout.
+    first execution (not a resumed one) holds after epoch ``runtime.hold_after`` (0: never) until a signal ends it
+    (:func:`hold_for_a_signal`: a test interrupts it mid-run); a resume prints ``resumed from epoch E`` to the job's
+    stdout.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the same reduction order in every process
@@ -109,13 +137,13 @@ def _epoch_train(spec) -> dict:
     y = torch.sin(x.sum(dim=1, keepdim=True))
     start, loss = 0, float("nan")
     state = run_store.resume_state(path)
-    if state is not None:
+    resumed = state is not None
+    if resumed:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start, loss = state["epoch"], state["loss"]
         print(f"resumed from epoch {start}", flush=True)
     for epoch in range(start, cfg["epochs"]):
-        time.sleep(cfg.get("runtime", {}).get("sleep_s", 0))
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1000 * cfg["seed"] + epoch))
         for batch in order.split(32):
             optimizer.zero_grad()
@@ -127,6 +155,8 @@ def _epoch_train(spec) -> dict:
         run_store.save_checkpoint(run_store.checkpoint_path(path), state)
         run_store.append_metrics(path, {"epoch": epoch + 1, "loss": loss, "pid": os.getpid()})
         print(f"epoch {epoch + 1} of {cfg['epochs']} done", flush=True)
+        if not resumed and epoch + 1 == cfg.get("runtime", {}).get("hold_after"):
+            hold_for_a_signal(epoch + 1)
     result = {"epochs": cfg["epochs"], "loss": loss, "weights_sha256": weights_digest(model.state_dict())}
     run_store.write_result(path, result)
     return result

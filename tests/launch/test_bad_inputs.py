@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ from common.runs.run_store import RunSpec
 from common.training.device import npu_available, rng_state
 from common.training.flops import training_flops_per_image
 from tests.helpers import hf_tiny
+from tests.helpers.script_checks import main_error
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p.stem for p in ROOT.glob("[0-9][0-9]_*.py"))
@@ -368,6 +368,7 @@ CASES: list[Case] = [
         "empty",
         setup=write(lambda out: out.parent / "empty.txt", b""),
     ),
+    *each("04 05", "text-too-short", ["--text-file", "{tmp}/short.txt"], "too short", setup=write_other("short.txt")),
     # an absent device
     *[
         with_device(c, DEVICE)
@@ -642,6 +643,19 @@ def process_outcomes(records, tmp_path_factory) -> dict[str, tuple[Case, Path, O
 def test_a_bad_input_in_a_real_process_gives_one_line_exit_2_and_changes_no_record(number, process_outcomes):
     case, out, outcome = process_outcomes[number]
     check(case, outcome, out)
+
+
+@pytest.mark.parametrize("number", ["04", "05", "10"])
+def test_a_text_too_short_for_its_validation_split_is_one_line_and_creates_nothing(number, tmp_path, capsys):
+    """A one-line ``--text-file``: one line naming it and the flags its split needs, before any folder exists (04
+    and 05 once left an empty ``<data-root>/text-byte-<hash>/``; issue 59). The one check of all three:
+    ``common.data.text_sources.require_tokens``."""
+    (tmp_path / "one.txt").write_text("A single line.\n")
+    data_root = [] if number == "10" else ["--data-root", str(tmp_path / "tokens")]
+    argv = ["--preset", "smoke", "--device", "cpu", "--text-file", str(tmp_path / "one.txt"), *data_root]
+    code, line = main_error(script_of(number), [*argv, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "one.txt: " in line and "tokens, too short for --" in line, line
+    assert [p.name for p in tmp_path.iterdir()] == ["one.txt"]
 
 
 def test_every_script_has_cases_and_one_process_case():
@@ -1023,15 +1037,19 @@ def test_a_full_disk_is_one_line_and_leaves_a_run_that_resumes(tmp_path, capsys)
 
 
 def test_a_torn_metrics_line_after_a_kill_is_cut_once_and_the_resumed_run_has_every_epoch_once(tmp_path, capsys):
+    """01 held after its first epoch's checkpoint (``tests/helpers/resnet_jobs.py``), then killed there: mid-training
+    on any machine, fast or slow (issue 59: the kill once raced the training)."""
     epochs = 10
     argv, run = tiny_sweep(tmp_path, epochs)
-    proc = subprocess.Popen([sys.executable, "01_train_resnet_sweep.py", *argv], cwd=ROOT, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not run_store.checkpoint_path(run).exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)  # mid-training, after a first checkpoint
-    proc.wait()
-    assert not run_store.is_done(run), "the run finished before it could be killed"
+    held = [sys.executable, "-m", "tests.helpers.resnet_jobs", *argv]
+    proc = subprocess.Popen(held, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = iter(proc.stdout.readline, "")  # ends when the process does
+        assert any(line.startswith("holding after epoch 1") for line in lines), "it never reached its first epoch"
+    finally:
+        proc.send_signal(signal.SIGKILL)  # mid-training, after a first checkpoint
+        proc.wait()
+    assert run_store.checkpoint_path(run).exists() and not run_store.is_done(run)
     done = len(run_store.read_metrics(run))
     with open(run / run_store.METRICS, "a") as handle:  # what a kill mid-append leaves: a line without its end
         handle.write(f'{{"epoch": {done + 1}, "step": {done + 1}, "train_lo')

@@ -1,9 +1,10 @@
 """Every number has a range and every list a size, checked while the flags are parsed (issue 47, classes 1 and 6).
 
 Classes, each with its own cases: a value above or below its flag's bound, a list longer than its flag takes, a range
-too long to build, a repeated value in any list flag (``--policy`` included), a mistyped choice or flag answered with
-the nearest valid one, an abbreviated flag refused. A refused command creates nothing (checked on the filesystem).
-The table in docs/runs.md is the module's, and every preset of every script fits inside it.
+too long to build, a repeated value in any list flag (``--policy`` included), a blank list item (issue 59), a mistyped
+choice or flag answered with the nearest valid one, an abbreviated flag refused. A refused command creates nothing
+(checked on the filesystem). The table in docs/runs.md is the module's, every list flag has a size in it, every preset
+of every script fits inside it, and no preset refuses a value the table allows with a limit of its own (issue 59).
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
-from dataclasses import fields, is_dataclass
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 
 import pytest
 
+from common.errors import ParamError
 from common.launch import bounds
-from common.launch.cli import comma_ints
+from common.launch.cli import comma_ints, comma_list, comma_names, positive_ints
+from common.presets import expand_decoder as expand_presets
+from common.presets import grow_by_criterion as grow_presets
 from common.presets.choose import names_of, repeated_values
 from tests.helpers.script_checks import main_error
 
@@ -50,11 +54,102 @@ def refused(script: str, argv: list[str], tmp_path: Path, capsys) -> str:
         ("10_expand_decoder", ["--blocks", "1:101"], "--blocks: 101 values, more than the 100"),
         ("10_expand_decoder", ["--runs-per-device", "65"], "--runs-per-device: 65 is above"),
         ("03_growth_vs_scratch", ["--seed", "2147483648"], "--seed: 2,147,483,648 is above"),
+        ("03_growth_vs_scratch", ["--insert-at", "FRACTIONS:1001"], "--insert-at: 1,001 values, more than the 1,000"),
+        ("03_growth_vs_scratch", ["--insert-at", "FRACTIONS:15000"], "--insert-at: 15,000 values, more than the"),
+        ("04_pythia_cpt", ["--model", ",".join(f"m{i}" for i in range(101))], "--model: 101 values, more than the 100"),
+        ("04_pythia_cpt", [x for i in range(101) for x in ("--model-path", f"m{i}")], "--model-path: 101 values"),
+        ("09_grow_by_criterion", ["--every", "100001"], "--every: 100,001 is above the highest value, 100,000"),
+        ("09_grow_by_criterion", ["--ratio-below", "2e6"], "--ratio-below: 2,000,000.0 is above the highest value"),
     ],
 )
 def test_a_value_or_a_list_beyond_its_bound_is_one_line_and_creates_nothing(script, argv, needle, tmp_path, capsys):
+    argv = [fractions(int(a.split(":")[1])) if a.startswith("FRACTIONS:") else a for a in argv]
     line = refused(script, ["--preset", "smoke", *argv], tmp_path, capsys)
     assert needle in line and 'docs/runs.md, section "Bounds"' in line, line
+
+
+def fractions(n: int) -> str:
+    """``n`` increasing fractions of a run in (0, 1), as ``--insert-at`` takes them."""
+    return ",".join(str((i + 1) / (n + 1)) for i in range(n))
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "flag"),
+    [
+        ("03_growth_vs_scratch", ["--insert-at", "0.15,,0.3"], "--insert-at"),
+        ("09_grow_by_criterion", ["--policy", "criterion,,none"], "--policy"),
+        ("09_grow_by_criterion", ["--policy", "criterion,none,"], "--policy"),
+        ("10_expand_decoder", ["--policy", ",criterion"], "--policy"),
+        ("01_train_resnet_sweep", ["--seeds", "0,,1"], "--seeds"),
+        ("06_matched_insertion", ["--depths", "0, ,6"], "--depths"),
+        ("10_expand_decoder", ["--blocks", "1,2,"], "--blocks"),
+        ("04_pythia_cpt", ["--model", "a,,b"], "--model"),
+    ],
+)
+def test_a_blank_list_item_is_one_line_and_creates_nothing(script, argv, flag, tmp_path, capsys):
+    line = refused(script, ["--preset", "smoke", *argv], tmp_path, capsys)
+    assert f"argument {flag}: " in line and "holds a blank item" in line, line
+
+
+def is_list_flag(action: argparse.Action) -> bool:
+    """A flag that takes several values: a list type, a repeatable flag, or help that says comma-separated."""
+    list_types = (comma_ints, positive_ints, comma_names, comma_list)
+    return (
+        isinstance(action, argparse._AppendAction)
+        or action.type in list_types
+        or hasattr(action.type, "__wrapped__")  # cli.names_flag of a preset's list parser
+        or "comma-separated" in (action.help or "")
+    )
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_list_flag_has_a_size_in_the_table(script):
+    parser = importlib.import_module(script).build_parser()
+    lists = [a for a in parser._actions if a.option_strings and is_list_flag(a)]
+    for action in lists:
+        bound = bounds.bound_of(parser.prog, action.dest)
+        assert bound is not None and bound.size is not None, f"{script} {max(action.option_strings, key=len)}"
+    assert lists or script[:2] in ("08", "11"), script  # 08 reads records; 11 probes one network
+
+
+def test_a_names_flags_size_is_the_number_of_its_names():
+    assert bounds.SCRIPT_BOUNDS["09", "policies"].size == len(grow_presets.ARMS)
+    assert bounds.SCRIPT_BOUNDS["10", "policies"].size == len(expand_presets.ARMS)
+
+
+# A preset may refuse a field's highest value for another field's sake (these checks, by their words); any other
+# refusal of a value the table allows would be a second limit, which the table alone sets (issue 59).
+CROSS_FIELD = (
+    "is not a multiple of block_size",  # batch_tokens and block_size (04, 05)
+    "must divide the width",  # n_head and n_embd (05)
+    "not among the depths",  # ablation_depths and depths (03)
+    "give one fraction per block",  # depths and insert_at (03)
+)
+
+
+@pytest.mark.parametrize("script", LAUNCHING)
+def test_no_preset_keeps_a_second_limit_below_the_tables_highest(script):
+    slug = re.sub(r"^\d\d_", "", script)
+    presets = getattr(importlib.import_module(f"common.presets.{slug}"), "PRESETS", {})
+    for name, preset in presets.items():
+        for f in fields(preset):
+            bound, value = bounds.bound_of(script, f.name), getattr(preset, f.name)
+            if bound is None or bound.high is None or isinstance(value, bool):
+                continue
+            if isinstance(value, list | tuple):
+                if not value or not all(isinstance(v, int | float) for v in value):
+                    continue
+                highest = type(value)([type(value[0])(bound.high)])
+            elif value is None:  # the preset leaves it to the data (06's depths: every finished one)
+                highest = (bound.high,) if "tuple" in str(f.type) else bound.high
+            elif isinstance(value, int | float):
+                highest = type(value)(bound.high)
+            else:
+                continue  # a count of seeds where the table bounds a list of them, and the like
+            try:
+                replace(preset, **{f.name: highest})
+            except ParamError as exc:
+                assert any(words in str(exc) for words in CROSS_FIELD), (script, name, f.name, str(exc))
 
 
 @pytest.mark.parametrize("text", ["0:1000000000000", "0:" + str(10**18) + ":1", ",".join(["1"] * 10_001)])
@@ -92,7 +187,7 @@ def test_the_repeat_check_is_linear_in_the_list():
 @pytest.mark.parametrize(
     ("script", "argv", "needle"),
     [
-        ("09_grow_by_criterion", ["--policy", "criterion,cyclic,criterion"], "--policy criterion,cyclic,criterion"),
+        ("09_grow_by_criterion", ["--policy", "criterion,cyclic,criterion"], "--policy: 'criterion,cyclic,criterion'"),
         ("10_expand_decoder", ["--policy", "even,even"], "argument --policy: 'even,even': names even twice"),
         ("01_train_resnet_sweep", ["--depths", "0,1,0"], "argument --depths: '0,1,0' repeats 0"),
         ("06_matched_insertion", ["--seeds", "3,3"], "argument --seeds: '3,3' repeats 3"),

@@ -2,7 +2,9 @@
 
 Job arrays, requeue-and-resume after submitit's preemption signal, failure reports, no double
 submission, and a two-task distributed job. Every wait is bounded, so a broken cluster fails
-the test instead of hanging it.
+the test instead of hanging it. No test races the machine's speed (issue 59): a job a test needs queued waits on a
+gate file the test creates, and a job a test interrupts mid-run holds after its second epoch until the signal comes
+(``tests/helpers/jobs.py``); the bounds are guards against hangs, far above the normal waits.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +36,14 @@ from tests.helpers.jobs import (
     rank_failure_job,
     square_job,
 )
-from tests.helpers.resnet_jobs import paced_resnet_run
+from tests.helpers.resnet_jobs import held_resnet_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "slurm" / "local.toml"
-WAIT_S = 150
+HELD_AFTER = 2  # the epoch after which an interrupted job's first execution waits for its signal
+WAIT_S = 600  # a hang guard: every wait here normally ends within 30 s, and a loaded machine takes a few times that
 
 
 def params(job_kind: str = "train", **overrides) -> dict:
@@ -83,17 +87,49 @@ def test_smoke_sweep_runs_as_one_job_array_with_the_inline_records(tmp_path):
 
 
 def test_submitted_runs_are_collected_by_a_rerun_with_wait_not_submitted_twice(tmp_path):
-    flags = ["--launcher", "slurm", "--slurm-profile", str(PROFILE), "--out", str(tmp_path), "--xs", "1,2,3"]
-    first = run_demo(*flags, "--sleep-s", "4")
+    """The jobs of the first command wait on a gate file, so they are still queued (or running) when the second
+    command looks, however slow the machine; the gate opens once the second has said what it found."""
+    gate = tmp_path / "gate"
+    out = tmp_path / "runs"
+    flags = ["--launcher", "slurm", "--slurm-profile", str(PROFILE), "--out", str(out), "--xs", "1,2,3", "--gate"]
+    first = run_demo(*flags, str(gate))
     assert first.returncode == 0, first.stderr
     assert "submitted 3 runs as SLURM job array" in first.stdout and "rerun this command with --wait" in first.stdout
     assert "results:" not in first.stdout  # submitted, not waited
-    second = run_demo(*flags, "--sleep-s", "4", "--wait")
-    assert second.returncode == 0, second.stderr
-    assert "submitted nothing" in second.stdout and "already queued" in second.stdout, second.stdout
-    assert "results: 1->1 2->4 3->9" in second.stdout
-    specs = make_specs(demo_configs([1, 2, 3], 4), tmp_path)
-    assert [len(run_store.read_metrics(s.dir)) for s in specs] == [1, 1, 1]
+    report, stdout = collect_then_open(["--wait", *flags, str(gate)], gate, tmp_path / "second.err")
+    assert report.startswith("submitted nothing; 0 already finished, 3 already queued"), report
+    assert "results: 1->1 2->4 3->9" in stdout, stdout
+    specs = make_specs(demo_configs([1, 2, 3]), out)
+    assert [len(run_store.read_metrics(s.dir)) for s in specs] == [1, 1, 1]  # each job ran once
+
+
+def collect_then_open(args: list[str], gate: Path, err: Path) -> tuple[str, str]:
+    """Run the demo with ``args`` (a rerun with ``--wait``); once it has printed its submission report, create
+    ``gate`` (the jobs it waits for then finish). Its report line and whole stdout; it must exit 0."""
+    code = "import sys; from tests.helpers.jobs import demo_main; raise SystemExit(demo_main(sys.argv[1:]))"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
+        lines: list[str] = []
+        reader = threading.Thread(target=read_and_open, args=(proc.stdout, lines, gate), daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=WAIT_S)
+        finally:
+            gate.touch()  # whatever happened, no job stays held
+            proc.kill()
+        reader.join(timeout=WAIT_S)
+    assert proc.returncode == 0, err.read_text()[-3000:]
+    report = next((line for line in lines if line.startswith("submitted")), "")
+    return report, "".join(lines)
+
+
+def read_and_open(stream, lines: list[str], gate: Path) -> None:
+    for line in stream:
+        lines.append(line)
+        if line.startswith("submitted"):  # the report: what the rerun found is said; let the jobs finish
+            gate.touch()
 
 
 def test_failing_job_is_reported_with_its_log_and_not_marked_finished(tmp_path):
@@ -125,10 +161,10 @@ class Preempted:
 
 @pytest.fixture(scope="module")
 def preempted(tmp_path_factory, slurm_cluster) -> dict[str, Preempted]:
-    """Two runs submitted together, each sent submitit's preemption signal (``job._interrupt()``:
-    SIGTERM then USR2) once two epochs are checkpointed, then collected by launching again with
-    ``wait`` (which attaches to the queued jobs): a small checkpointing job and the real
-    ``train_resnet_run``. Sharing one requeue round trip (~25 s) keeps the file under 3 minutes.
+    """Two runs submitted together, each held after its second epoch's checkpoint and sent submitit's preemption
+    signal there (``job._interrupt()``: SIGTERM then USR2), then collected by launching again with ``wait`` (which
+    attaches to the queued jobs): a small checkpointing job and the real ``train_resnet_run``. The hold makes the
+    interruption land mid-run on any machine; sharing one requeue round trip (~25 s) keeps the file under 3 minutes.
 
     Once more, in fresh directories, when SLURM killed a job's own ``scontrol requeue`` (:func:`requeue_killed`): then
     there was no requeue to test, and the rerun rightly submitted the run again."""
@@ -157,26 +193,30 @@ def preempt_and_collect(base: Path) -> dict[str, Preempted] | None:
         synthetic={"num_train": 256, "num_test": 64, "image_size": 16},
         overrides={"depths": [0], "epochs": 5},
     )
-    paced = [{**c, "runtime": {**c["runtime"], "pause_s": 1.5}} for c in resnet]
+    held = [{**c, "runtime": {**c["runtime"], "hold_after": HELD_AFTER}} for c in resnet]
     cases = {
         "tiny": Preempted(
-            epoch_train_job, epoch_train_job, epoch_configs([3], epochs=6), epoch_configs([3], epochs=6, sleep_s=1.5), 6
+            epoch_train_job,
+            epoch_train_job,
+            epoch_configs([3], epochs=6),
+            epoch_configs([3], epochs=6, hold_after=HELD_AFTER),
+            6,
         ),
-        "resnet": Preempted(train_resnet_run, paced_resnet_run, resnet, paced, 5),
+        "resnet": Preempted(train_resnet_run, held_resnet_run, resnet, held, 5),
     }
     for name, case in cases.items():
         case.specs = make_specs(case.slurm_configs, base / name / "slurm")
         assert launch(case.slurm_fn, case.specs, launcher="slurm", executor_params=params(), wait=False) is None
     waiting = dict(cases)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + WAIT_S
     while waiting:
         for name, case in list(waiting.items()):
             case.epochs_at_interrupt = len(run_store.read_metrics(case.specs[0].dir))
-            if case.epochs_at_interrupt >= 2:
+            if case.epochs_at_interrupt >= HELD_AFTER:  # held there until the signal (tests/helpers/jobs.py)
                 waiting.pop(name)
                 if case.epochs_at_interrupt < case.epochs:  # else the test fails: the run ended first
                     slurm.attach(record(case.specs[0]))._interrupt()  # checkpoint() -> requeue
-        assert time.monotonic() < deadline, f"no second epoch within 120 s: {sorted(waiting)}"
+        assert time.monotonic() < deadline, f"no epoch {HELD_AFTER} within {WAIT_S} s: {sorted(waiting)}"
         time.sleep(0.1)
     for name, case in cases.items():  # the references train while the interrupted jobs requeue
         [case.reference] = launch(case.inline_fn, make_specs(case.inline_configs, base / name / "inline"))
@@ -234,7 +274,7 @@ def test_distributed_job_runs_one_process_per_task(tmp_path):
 
 
 def test_a_failing_rank_ends_every_task_of_a_distributed_job(tmp_path):
-    specs = make_specs([{"experiment": "dist", "name": "rank1fails", "hang_s": 600}], tmp_path)
+    specs = make_specs([{"experiment": "dist", "name": "rank1fails", "hang_s": 3000}], tmp_path)
     distributed = slurm.resolve(slurm.load_profile(PROFILE), "gpt2", distributed=True).executor_params()
     assert (
         launch(
@@ -248,6 +288,6 @@ def test_a_failing_rank_ends_every_task_of_a_distributed_job(tmp_path):
         states = slurm.squeue_states()
         return states is not None and states.get(job.job_id) not in slurm.ALIVE_STATES
 
-    wait_until(ended, WAIT_S, "srun --kill-on-bad-exit to end rank 0, which would otherwise wait 600 s")
+    wait_until(ended, WAIT_S, "srun --kill-on-bad-exit to end rank 0, which would otherwise wait 3,000 s")
     assert submitit_jobs.failed_task(job) == (1, "RuntimeError: deliberate failure on rank 1")
     assert not job.task(0).paths.result_pickle.exists() and not run_store.is_done(specs[0].dir)  # rank 0 was ended

@@ -157,10 +157,24 @@ def test_a_run_lock_is_refused_while_its_holder_lives_and_taken_over_once_it_is_
 
 
 def test_a_run_lock_is_renewed_by_its_holder_and_reentrant(tmp_path):
+    def renewed() -> float:
+        """The lease's renewal time; -1 when read mid-write (the holder writes under its flock, this test reads
+        without it)."""
+        try:
+            return json.loads((tmp_path / locks.LOCK).read_text())["renewed"]
+        except json.JSONDecodeError:
+            return -1.0
+
     with locks.RunLock(tmp_path, renew_s=0.05) as lock:
-        first = json.loads((tmp_path / locks.LOCK).read_text())["renewed"]
-        time.sleep(0.3)
-        assert json.loads((tmp_path / locks.LOCK).read_text())["renewed"] > first  # the background thread
+        deadline = time.monotonic() + 60  # a hang guard: renewals come every 0.05 s, later on a loaded machine
+        first = renewed()
+        while first < 0 and time.monotonic() < deadline:
+            first = renewed()
+        later = first
+        while later <= first and time.monotonic() < deadline:  # waited for, not slept on (issue 59)
+            time.sleep(0.05)
+            later = renewed()
+        assert first > 0 and later > first  # the background thread
         with locks.RunLock(tmp_path):  # a job locking its own run again (re-entrant)
             pass
         assert (tmp_path / locks.LOCK).is_file() and lock.renew()
