@@ -97,6 +97,10 @@ BOUNDS: dict[str, Bound] = {
 SCRIPT_BOUNDS: dict[tuple[str, str], Bound] = {  # (script number, dest): where a flag means something else
     ("05", "depths"): Bound(1, 1_000, 1_000, "decoder depths L (05)"),
     ("07", "depths"): Bound(1, 100_000, 1_000, "network depths L (07)"),
+    # script 11 (probe_network)
+    ("11", "batch_size"): Bound(1, 4_096, what="examples per analysis batch, held at once with their activations (11)"),
+    ("11", "n_batches"): Bound(1, 10_000, what="analysis batches, every example held in memory (11)"),
+    ("11", "app_g_n"): Bound(0, 1_000_000, what="examples of App. G's sample, held in memory (11)"),
 }
 
 
