@@ -90,7 +90,7 @@ def script_names(config: dict, app_g: bool = False) -> Names:
     data = config["data"]
     where = {"text": "--text-file", "npz": "--data", "folder": "--data"}.get(data["source"])
     return Names(
-        places="--places NAMES (module names or patterns, e.g. --places 'blocks.*')",
+        places="--places NAMES: module names or patterns, e.g. --places 'blocks.*'",
         exact="--no-exact (AG_l only)",
         data=f"{where} {data['name']}" if where else "the smoke preset's synthetic images",
         batches="a smaller --app-g-n" if app_g else "a smaller --batch-size or fewer --n-batches",

@@ -92,8 +92,9 @@ def build_model(spec: dict, runtime: dict, num_classes: int | None):
     if spec["source"] == "hf":
         try:
             loaded = load_causal_lm(runtime["model_path"], tokenizer=True, hash_weights=False)
-        except UserError as exc:
-            raise UserError(f"--model-path {runtime['model_path']}: {exc}") from None
+        except UserError as exc:  # its own line, named by the flag (and not the path twice)
+            text, path = str(exc), runtime["model_path"]
+            raise UserError(f"--model-path {path}: {text.removeprefix(f'{path}: ')}") from None
         except Exception as exc:  # a corrupt folder transformers reads halfway
             raise UserError(f"--model-path {runtime['model_path']}: cannot load it ({one_line(exc)})") from None
         if loaded.tokenizer is None:

@@ -47,7 +47,7 @@ def resolve_places(model: nn.Module, places, names: Names = PYTHON) -> list[Plac
             raise UserError("places lists one module twice; give each place once")
         return entries
     if all(isinstance(p, str) for p in entries):
-        entries = modules_named(model, entries, names.places)
+        entries = modules_named(model, places if isinstance(places, str) else entries, names.places)
     return places_of_modules(model, entries)
 
 

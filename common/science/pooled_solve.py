@@ -203,7 +203,7 @@ class ProgressLines:
         self.report(f"probe: batch {self.batches}/{total} ({examples} examples) done, {elapsed:.1f} s{left}")
 
     def start_factorising(self, dims: Sequence[int]) -> None:
-        """Before the candidates' factorisations; ``dims`` their ``k`` (0: nothing to factorise)."""
+        """Before the candidates' factorisations; ``dims`` the size of each Gram, ``k`` or (rows form) ``n`` (0: none)."""
         self.weights = [float(k) ** 3 for k in dims]
         self.done_weight, self.factor_start = 0.0, time.perf_counter()
 

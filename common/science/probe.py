@@ -395,7 +395,7 @@ def block_input_flags(model: nn.Module, candidates: list) -> list[bool]:
 def _scores(sums: list[_CandidateSums], n: int, nb: int, flags: list[bool], lines: ProgressLines):
     """Each candidate's :class:`CandidateScore` (the exact modes factorise its pooled Gram here), one progress line
     per factorised candidate."""
-    lines.start_factorising([s.pooled.k if s.pooled is not None else 0 for s in sums])
+    lines.start_factorising([min(s.pooled.k, s.pooled.rows) if s.pooled is not None else 0 for s in sums])
     scores = []
     for position, (s, flag) in enumerate(zip(sums, flags, strict=True)):
         start = time.perf_counter()
