@@ -344,15 +344,12 @@ NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
 def load_npz(data_root: str | Path | None, flag: str = "--data-root") -> VisionData:
-    """An ``.npz`` of 01's layout, every defect one :class:`UserError` line; ``flag`` is the flag that named the file
-    (``--data-root`` for 01-03, ``--data`` for script 11)."""
+    """An ``.npz`` of 01's layout, each defect one line naming ``flag`` (``--data-root``; script 11: ``--data``)."""
     hint = f"pass {flag} a .npz holding x_train, y_train, x_test, y_test (uint8 NHWC images, integer labels)"
     if data_root is None or not Path(data_root).is_file():
-        where = "--dataset npz: " if flag == "--data-root" else ""
-        raise UserError(f"{where}no .npz file at {flag} {data_root}; {hint}")
-    path = Path(data_root)
+        raise UserError(f"{'--dataset npz: ' * (flag == '--data-root')}no .npz file at {flag} {data_root}; {hint}")
     try:
-        archive = np.load(path, allow_pickle=False)
+        archive = np.load(path := Path(data_root), allow_pickle=False)
     except Exception as exc:
         raise UserError(f"{path} is not a readable .npz file ({type(exc).__name__}); {hint}") from None
     with archive:

@@ -94,7 +94,6 @@ def script_names(config: dict, app_g: bool = False) -> Names:
         exact="--no-exact (AG_l only)",
         data=f"{where} {data['name']}" if where else "the smoke preset's synthetic images",
         batches="a smaller --app-g-n" if app_g else "a smaller --batch-size or fewer --n-batches",
-        more_rows="a larger --batch-size or more --n-batches",
     )
 
 

@@ -183,12 +183,12 @@ def prepare(
         family_of(p.name, s, t, family) for p, s, t in zip(found, measured.shapes, measured.dtypes, strict=True)
     ]
     candidates = [Candidate(i, p.name, p.module, f) for i, (p, f) in enumerate(zip(found, families, strict=True))]
-    skip, raw = skip_connections(wrapped, found, x0[:1])
+    named = not (isinstance(places, str) and places == "auto")  # a rule's places are residual states by its family
+    skip, raw = skip_connections(wrapped, found, x0[:1]) if named else ([None] * len(found), [False] * len(found))
     flags = [[RAW_INPUT] if r else [] for r in raw]
     warnings = [f"{p.name} reads {RAW_INPUT}" for p, r in zip(found, raw, strict=True) if r]
-    named = not (isinstance(places, str) and places == "auto")
     blocks = [s for p, s in zip(found, skip, strict=True) if not p.head]
-    if named and blocks and all(s is False for s in blocks):
+    if blocks and all(s is False for s in blocks):
         warnings.append(
             "none of the places is the input of a module that adds its input to its output (z + f(z)): the model "
             "looks like it has no residual connections there, and V_S,l asks what a new residual block would add"
@@ -356,20 +356,14 @@ def probe_network(
         rows_form=True,
     )
     by_rank(result)
-    zero_layers = zero_weight_modules(model)
-    flags = [
-        [*extra, *(f for f in (zero_flag(s, zero_layers), rank_flag(s, rows_of(s, result))) if f is not None)]
-        for s, extra in zip(result.scores, prep.flags, strict=True)
-    ]
     normalisation = normalisation_of(result, per_batch, prep.loss_note)
-    return NetworkProbe(
-        result,
-        prep.places,
-        flags,
-        normalisation,
-        per_batch,
-        prep.wrapped,
-        prep.pairs[0][0],
-        prep.warnings,
-        prep.memory_bytes,
-    )
+    flags = flags_of(result, prep.flags, zero_weight_modules(model))
+    return NetworkProbe(result, prep.places, flags, normalisation, per_batch, prep.wrapped, prep.pairs[0][0], prep.warnings, prep.memory_bytes)  # fmt: skip
+
+
+def flags_of(result: ProbeResult, before: list[list[str]], zero_layers: list[str]) -> list[list[str]]:
+    """Per place: the flags found before probing (the raw input), all-zero gradients, ``V_S,l = AG_l`` by rank."""
+    return [
+        [*extra, *(f for f in (zero_flag(s, zero_layers), rank_flag(s, rows_of(s, result))) if f is not None)]
+        for s, extra in zip(result.scores, before, strict=True)
+    ]

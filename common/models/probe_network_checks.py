@@ -10,7 +10,7 @@ never reaches torch as a traceback (``dtrtri failed``, a shape error from inside
   dtype, in ``0 .. C-1`` (or soft labels of the logits' shape); token labels of the ids' shape in the vocabulary or
   ``-100``;
 - :func:`loss_normalisation`: a loss that sums over the examples (``reduction='sum'``) is refused, since ``AG_l``
-  and ``V_S,l`` are defined on the batch-mean loss (docs/design.md, section "Quantities"); the answer says how the
+  and ``V_S,l`` are defined on the batch-mean loss (docs/design.md, section "Activation-gradient score AG_l"); the answer says how the
   loss normalises, for the record;
 - :func:`finite_loss`: the loss of every batch must be finite (a NaN there would surface as a failed factorisation).
 
@@ -42,7 +42,6 @@ class Names:
     exact: str = "exact=False (AG_l only)"
     data: str = ""  # where the batches come from ("": the batches given)
     batches: str = "smaller or fewer batches"
-    more_rows: str = "more examples"
 
     def batch(self, i: int) -> str:
         return f"{self.data}: batch {i}" if self.data else f"batch {i}"

@@ -11,6 +11,7 @@ from common.science.pooled_solve import solve_pooled
 from common.science.probe import probe_activation_gradients
 from common.science.projection import GramAccumulator
 from common.science.row_gram import RowGram, merge_grams
+from common.science.tangent import get_family
 from tests.helpers import mlp_case, resnet_case
 
 F64 = {"dtype": torch.float64}
@@ -84,3 +85,19 @@ def test_the_probes_rows_form_gives_todays_values_ranks_and_rows(case):
         assert b.cross_gradient_norm_pooled == pytest.approx(a.cross_gradient_norm_pooled, rel=1e-10)
         assert b.growth_value_pooled <= b.ag_norm_pooled * (1 + 1e-10)
     assert routes & {"rows", "rows-eigh"}, routes  # some candidate had fewer rows than k
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5, 6), (2, 3, 4, 4), (2, 5, 2, 3)])
+def test_the_conv_maps_route_to_k_equals_the_im2col_rows_product(shape):
+    conv = get_family("conv3x3")
+    psi = torch.randn(*shape, generator=torch.Generator().manual_seed(3), **F64)
+    rows = conv.feature_rows(psi)
+    assert torch.allclose(conv.row_gram(psi), rows @ rows.T, rtol=1e-12, atol=1e-12)
+    n, d = rows.shape[0], 2
+    grad = torch.randn(n, d, generator=torch.Generator().manual_seed(4), **F64)
+    maps = RowGram(rows.shape[1], d, features=conv.feature_rows, gram=conv.row_gram)
+    maps.update(psi, grad)
+    plain = RowGram(rows.shape[1], d)
+    plain.update(rows, grad)
+    assert maps.rows == n and maps.rank() == plain.rank()
+    assert maps.growth_value() == pytest.approx(plain.growth_value(), rel=1e-12)
