@@ -1,8 +1,10 @@
 """Job module of ``11_probe_network.py``: the paper's question on one's own network (is it deep enough?).
 
 :func:`network_configs` plans one run (experiment ``probe_network``; identity: the model (its name and the sha256 of
-its weights), the data (its name, and the sha256 of a file), every probe setting and the seed; the paths sit under
-``runtime``). :func:`probe_network_run` loads the model and the examples
+its weights), the data (its name, and the sha256 of a file), every probe setting, ``--places`` when given, and the
+seed; the paths sit under ``runtime``). :func:`check_network_inputs` loads and checks everything the run will read
+before any run folder exists (the model, its weights, the examples, and the probe's own checks with script 11's flags
+named: :func:`script_names`). :func:`probe_network_run` loads the model and the examples
 (:mod:`common.experiments.probe_network_inputs`), probes every place with
 :func:`common.models.probe_network.probe_network` (``AG_l``, ``V_S,l`` pooled, the guard rails), runs App. G's
 separated saturation test on an independent sample (a calibration part for the traces, a test part for
