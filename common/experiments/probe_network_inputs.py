@@ -173,8 +173,9 @@ def data_spec(data: str | None, text_file: str | None, smoke: bool) -> tuple[dic
     if data and text_file:
         raise UserError("--data and --text-file name two samples; give one")
     if text_file:
-        if Path(text_file).is_dir():
-            raise UserError(f"--text-file {text_file} is a folder; give one text file")
+        if not Path(text_file).is_file():
+            what = "is a folder" if Path(text_file).is_dir() else ": no such file"
+            raise UserError(f"--text-file {text_file}{' ' * (what[0] != ':')}{what}; give one text file")
         text_files(text_file)  # as 04, 05 and 10 check it: missing, binary (NUL bytes, not UTF-8) or empty: refused
         return {"source": "text", "name": Path(text_file).name, "sha256": sha256_of(Path(text_file))}, {
             "data": str(Path(text_file).resolve())
@@ -227,7 +228,10 @@ def image_tensors(config: dict):
     if source == "folder":
         return folder_images(config, need)
     if source == "npz":
-        data = load_npz(config["runtime"]["data"], flag="--data")
+        try:
+            data = load_npz(config["runtime"]["data"], flag="--data")
+        except UserError as exc:  # its lines start with the file's path: named by the flag
+            raise UserError(str(exc) if str(exc).startswith("--data") else f"--data {exc}") from None
         check_sample_memory(min(need, len(data.x_train)) + len(data.x_test) * bool(app_g_n), data.image_shape, config)
     else:
         check_sample_memory(need + max(app_g_n, 1), (3, p["image_size"], p["image_size"]), config)

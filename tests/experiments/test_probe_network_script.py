@@ -149,6 +149,7 @@ def inputs(tmp_path_factory):
 
 
 SMALL = "common.models.places.torchvision_resnet:small_resnet"
+ELEVENS_FLAGS = ("--model", "--weights", "--places", "--data ", "--text-file", "--batch-size", "--n-batches", "--app-g-n")
 BAD_INPUTS = [
     (
         "missing-module",
@@ -225,6 +226,7 @@ BAD_INPUTS = [
         "that is a binary file, not text",
     ),
     ("text-folder", ["--model-path", "{d}/emptydir", "--text-file", "{d}/emptydir"], "is a folder; give one text file"),
+    ("text-missing", ["--model-path", "{d}/emptydir", "--text-file", "{d}/none.txt"], "none.txt: no such file; give one text file"),
     ("unreadable-image", ["--model", "resnet18", "--data", "{d}/images"], "--data {d}/images: cannot read"),
     ("app-g-n-bound", ["--app-g-n", "100000000"], "--app-g-n: 100,000,000 is above the highest value, 1,000,000"),
     ("batch-size-bound", ["--batch-size", "1000000"], "--batch-size: 1,000,000 is above the highest value, 4,096"),
@@ -263,6 +265,7 @@ def test_each_bad_input_is_one_line_naming_elevens_flag_and_creates_nothing(
     )
     assert code == 2 and needle.replace("{d}", str(inputs)) in line, line
     assert "--data-root" not in line and not out.exists()
+    assert any(flag in line for flag in ELEVENS_FLAGS), line  # named by one of script 11's own flags
 
 
 def test_an_exact_probe_that_would_not_fit_names_elevens_flags_before_anything_exists(tmp_path, capsys, monkeypatch):
