@@ -149,7 +149,16 @@ def inputs(tmp_path_factory):
 
 
 SMALL = "common.models.places.torchvision_resnet:small_resnet"
-ELEVENS_FLAGS = ("--model", "--weights", "--places", "--data ", "--text-file", "--batch-size", "--n-batches", "--app-g-n")
+ELEVENS_FLAGS = (
+    "--model",
+    "--weights",
+    "--places",
+    "--data ",
+    "--text-file",
+    "--batch-size",
+    "--n-batches",
+    "--app-g-n",
+)
 BAD_INPUTS = [
     (
         "missing-module",
@@ -226,7 +235,11 @@ BAD_INPUTS = [
         "that is a binary file, not text",
     ),
     ("text-folder", ["--model-path", "{d}/emptydir", "--text-file", "{d}/emptydir"], "is a folder; give one text file"),
-    ("text-missing", ["--model-path", "{d}/emptydir", "--text-file", "{d}/none.txt"], "none.txt: no such file; give one text file"),
+    (
+        "text-missing",
+        ["--model-path", "{d}/emptydir", "--text-file", "{d}/none.txt"],
+        "none.txt: no such file; give one text file",
+    ),
     ("unreadable-image", ["--model", "resnet18", "--data", "{d}/images"], "--data {d}/images: cannot read"),
     ("app-g-n-bound", ["--app-g-n", "100000000"], "--app-g-n: 100,000,000 is above the highest value, 1,000,000"),
     ("batch-size-bound", ["--batch-size", "1000000"], "--batch-size: 1,000,000 is above the highest value, 4,096"),
