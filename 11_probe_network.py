@@ -4,7 +4,9 @@ Beyond the reproduction: the paper's question asked of any residual network. The
 name with a state_dict checkpoint (--model resnet18 --weights ckpt.pt, read with torch.load(weights_only=True)),
 any function returning an nn.Module (--model pkg.module:function), or a Hugging Face causal LM folder
 (--model-path DIR); the examples are an image folder or an .npz (--data), or a text file (--text-file) for a
-language model. It probes every place of the residual stream (each block's input and the state entering the head)
+language model. Every input is loaded and checked before the run folder exists, and the exact probe's memory is
+estimated first (one line naming the flag to change when it would not fit). It probes every place of the residual
+stream (each block's input and the state entering the head; --places for a model no rule knows)
 on --n-batches batches of --batch-size examples and prints the ranking (AG_l, the exact growth value V_S,l pooled over
 the examples, the tangent family, rows against tangent features, and flags where V_S,l says no more than AG_l or the
 gradients are zero), App. G's verdict on an independent sample (--app-g-n examples; Theorem 3's interval and the
@@ -16,6 +18,7 @@ result.json under --out (experiment probe_network). The job function is
     python 11_probe_network.py --preset smoke
     python 11_probe_network.py --model resnet18 --weights ckpt.pt --data images/ --image-size 224
     python 11_probe_network.py --model mypkg.models:build_net --weights net.pt --data data/cifar10.npz
+    python 11_probe_network.py --model mypkg.models:build_net --places 'blocks.*,head' --data data/cifar10.npz
     python 11_probe_network.py --model-path models/pythia-70m-deduped --text-file notes.txt --seq-len 128
 """
 
@@ -85,7 +88,10 @@ PROBE_FLAGS: dict[str, PresetFlag] = {  # each sets the field of common.presets.
     ),
 }
 PRESET_FIELDS = preset_fields(PROBE_FLAGS)
-PLANNER_FLAGS = (*PRESET_FIELDS, "preset", "model", "weights", "model_path", "data", "text_file", "seed", "device")
+PLANNER_FLAGS = (
+    *PRESET_FIELDS,
+    *("preset", "model", "weights", "model_path", "places", "data", "text_file", "seed", "device"),
+)
 SCRIPT_FLAGS = ()
 
 
@@ -101,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--model-path", default=None, help="a Hugging Face causal LM folder (save_pretrained); works offline"
+    )
+    group.add_argument(
+        "--places",
+        default=None,
+        help="where to probe: module names (blocks.0,blocks.1) or patterns (* is one name part: 'blocks.*'), the "
+        "input of each a place; None: the rule of a torchvision ResNet or ViT or a Hugging Face causal LM",
     )
     group = parser.add_argument_group("the examples (one of --data and --text-file; smoke: synthetic images)")
     group.add_argument(
@@ -122,6 +134,7 @@ def main(argv=None) -> int:
         model_path=args.model_path,
         data=args.data,
         text_file=args.text_file,
+        places=args.places,
         seed=args.seed,
         device=args.device,
     )
@@ -135,6 +148,8 @@ def main(argv=None) -> int:
     print(ranking_table(result["places"], result["normalisation"]))
     print(app_g_lines(result["app_g"]))
     print(best_line(result["places"], result["exact"]))
+    for warning in result.get("warnings", []):
+        print(f"warning: {warning}")
     print(run_dir(args.out, configs[0]) / PLACES_CSV)
     print(Path(args.out) / EXPERIMENT)
     return 0

@@ -20,6 +20,16 @@ routes (and its maximum), each route's progress lines as they come, and then, fo
 ``passes``; ``--no-train-step`` leaves it out).
 
     .venv/bin/python benchmarks/bench_probe_network.py [--images 64] [--size 224] [--batch 8] [--threads 2]
+    .venv/bin/python benchmarks/bench_probe_network.py --memory [--threads 2]
+
+``--memory`` (issue 58, item 1) instead times the one call, ``probe_network(model, batches)`` (exact, pooled, the
+rows x rows form where a place has fewer rows than tangent features), and measures its peak memory, on two cases,
+each in a fresh forked process: torchvision ``resnet50(weights=None)`` on 8 random 64x64 images in batches of 4
+(every place but the first has fewer rows than ``k``: 32 rows against ``k = 18,432`` at ``layer4``) and
+``resnet18(weights=None)`` on 96 random 224x224 images in batches of 8 (more rows than ``k`` at every place: 4,704
+against 4,608 at ``layer4.1``). Printed per case: the wall time of the call, the peak resident memory above the
+process that built the model and the batches (``ru_maxrss``; the CPU seconds beside, for a loaded machine), the call's own estimate of its peak
+(``NetworkProbe.memory_bytes``), the routes and the best place.
 
 Today's route costs about ``(B + 1)`` eigendecompositions of each ``k x k`` Gram (``B`` = images / batch), ~30 s
 each at ``k = 4,608`` on one thread of this project's CPU, so the full default run takes long (13 min on one thread
@@ -29,7 +39,9 @@ here, benchmarks/README.md): time a small setting first (``--size 64 --images 16
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -44,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_train_step import RECIPE, make_loader, passes  # benchmarks/ is this script's directory
 
 from common.models.candidates import Candidate
+from common.models.probe_network import probe_network
 from common.science.probe import ProbeResult, probe_activation_gradients
 from common.training.recipes import TrainSettings
 
@@ -112,6 +125,69 @@ def train_step_figure(threads: int) -> None:
     )
 
 
+MEMORY_CASES = {  # name: (torchvision model, images, side, batch)
+    "resnet50, rows < k": ("resnet50", 8, 64, 4),
+    "resnet18, rows >= k": ("resnet18", 96, 224, 8),
+}
+
+
+def memory_case(model_name: str, images: int, size: int, batch: int) -> dict:
+    """In this (forked) process: build the model and the batches, then time ``probe_network`` and read its peak."""
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(model_name, weights=None).eval()
+    batches = analysis_batches(images, size, batch)
+    base = int(next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmRSS:")).split()[1])
+    start, cpu = time.perf_counter(), time.process_time()
+    probe = probe_network(model, batches)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    routes = [r["route"] for r in probe.records()]
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "peak_mib": (peak - base) / 1024,
+        "estimate_mib": probe.memory_bytes / 2**20,
+        "places": len(routes),
+        "rows_form": sum(r.startswith("rows") for r in routes),
+        "routes": ", ".join(f"{r} {routes.count(r)}" for r in dict.fromkeys(routes)),
+        "best": f"{probe.summary()['best_place']} ({probe.summary()['best_place_reason']})",
+    }
+
+
+def in_child(job, *args) -> dict:
+    """``job(*args)`` in a forked child (its own peak memory), its result back through a pipe."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            os.write(write, json.dumps(job(*args)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as handle:
+        text = handle.read()
+    os.waitpid(pid, 0)
+    return json.loads(text)
+
+
+def memory_report() -> None:
+    for name, (model_name, images, size, batch) in MEMORY_CASES.items():
+        load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+        print(
+            f"{name}: {model_name} (random weights), {images} images of {size}x{size} in batches of {batch}; "
+            f"load average {load}",
+            flush=True,
+        )
+        r = in_child(memory_case, model_name, images, size, batch)
+        print(
+            f"  probe_network: {r['seconds']:.1f} s ({r['cpu_seconds']:.0f} CPU s), peak {r['peak_mib']:,.0f} MiB above the built model and batches "
+            f"(estimated {r['estimate_mib']:,.0f} MiB); {r['places']} places, {r['rows_form']} in the rows x rows "
+            f"form (routes: {r['routes']}); best place {r['best']}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--images", type=int, default=64)
@@ -119,8 +195,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="examples per analysis batch")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
     parser.add_argument("--no-train-step", action="store_true", help="leave out bench_train_step.py's figure")
+    parser.add_argument("--memory", action="store_true", help="the one call's time and peak memory (issue 58)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.memory:
+        memory_report()
+        return
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None).eval()
     candidates = resnet18_candidates(model)

@@ -134,7 +134,7 @@ def load_vision(
     if dataset == "imagenet100":
         return _load_imagenet100(data_root, image_size or IMAGENET100_IMAGE_SIZE)
     if dataset == "npz":
-        return _load_npz(data_root)
+        return load_npz(data_root)
     if dataset == "digits":
         return _load_digits()
     if dataset == "synthetic":
@@ -343,13 +343,13 @@ def _write_cache(paths: list[Path], meta: dict, tensors: dict) -> None:
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
-def _load_npz(data_root: str | Path | None) -> VisionData:
-    hint = "pass --data-root a .npz holding x_train, y_train, x_test, y_test (uint8 NHWC images, integer labels)"
+def load_npz(data_root: str | Path | None, flag: str = "--data-root") -> VisionData:
+    """An ``.npz`` of 01's layout, each defect one line naming ``flag`` (``--data-root``; script 11: ``--data``)."""
+    hint = f"pass {flag} a .npz holding x_train, y_train, x_test, y_test (uint8 NHWC images, integer labels)"
     if data_root is None or not Path(data_root).is_file():
-        raise UserError(f"--dataset npz: no .npz file at --data-root {data_root}; {hint}")
-    path = Path(data_root)
+        raise UserError(f"{'--dataset npz: ' * (flag == '--data-root')}no .npz file at {flag} {data_root}; {hint}")
     try:
-        archive = np.load(path, allow_pickle=False)
+        archive = np.load(path := Path(data_root), allow_pickle=False)
     except Exception as exc:
         raise UserError(f"{path} is not a readable .npz file ({type(exc).__name__}); {hint}") from None
     with archive:

@@ -2,14 +2,19 @@
 Face folder) and its examples (an image folder, an ``.npz`` as :mod:`common.data.vision` reads it, or a text file),
 as the analysis batches and App. G's independent sample (a calibration and a test part).
 
-Every mistake (a missing file, an unknown model, a checkpoint that does not fit) is one :class:`UserError` naming the
-flag and the fix. Checkpoints are read with ``torch.load(weights_only=True)``: a tensor file, never pickled code.
+Every mistake (a missing file, an unknown model, a factory that fails, a checkpoint that does not fit, an ``.npz``
+or an image folder that cannot be read, a binary or empty text, a sample that would not fit in memory) is one
+:class:`UserError` naming script 11's flag and the fix; :func:`load_inputs` loads and checks them all, and the
+script calls it before any run folder exists. Checkpoints are read with ``torch.load(weights_only=True)``: a tensor
+file, never pickled code. Text files are checked as 04, 05 and 10 check them
+(:func:`common.data.text_sources.text_files`: binary or empty is refused).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,11 +23,13 @@ import torchvision
 from torch import nn
 from torchvision import transforms
 
-from common.data.vision import load_vision, make_synthetic
+from common.data.text_sources import text_files
+from common.data.vision import load_npz, make_synthetic
 from common.errors import ParamError, UserError
 from common.models.hf_decoder import load_causal_lm
 from common.models.places.torchvision_resnet import small_resnet
 from common.presets.probe_ag import app_g_sizes
+from common.science.memory import available_bytes
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 SMOKE_CLASSES = 10
@@ -30,6 +37,13 @@ HEAD_WEIGHTS = ("fc.weight", "heads.head.weight", "classifier.weight", "head.wei
 MODEL_HINT = (
     "give --model NAME (a torchvision model, e.g. resnet18) or --model pkg.module:function, or --model-path DIR"
 )
+BYTES_PER_VALUE = 9  # an image value held as uint8, as float32, and (synthetic) as float32 noise while made
+FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # pkg.module:function
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as a short line: its type and the start of its text."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:240]}"
 
 
 def sha256_of(path: Path) -> str:
@@ -45,6 +59,10 @@ def model_spec(model: str | None, weights: str | None, model_path: str | None, s
     where the files are; a missing file or an unknown name is a :class:`UserError`."""
     if model and model_path:
         raise UserError("--model and --model-path name two models; give one")
+    if weights and model_path:
+        raise UserError(
+            "--weights is for --model; a --model-path folder holds its own weights (save_pretrained): leave it out"
+        )
     if weights and not Path(weights).is_file():
         raise UserError(f"--weights {weights}: no such file; give a state_dict saved with torch.save")
     digest = sha256_of(Path(weights)) if weights else None
@@ -61,6 +79,8 @@ def model_spec(model: str | None, weights: str | None, model_path: str | None, s
             raise UserError(f"no model given; {MODEL_HINT}")
         return {"source": "smoke", "name": "small-resnet", "weights_sha256": digest}, runtime
     if ":" in model:
+        if not FACTORY.fullmatch(model):
+            raise UserError(f"--model {model}: not pkg.module:function (a module path, a colon, a function's name)")
         return {"source": "callable", "name": model, "weights_sha256": digest}, runtime
     if model not in torchvision.models.list_models(module=torchvision.models):
         raise UserError(f"--model {model}: not a torchvision image classifier; {MODEL_HINT}")
@@ -70,7 +90,15 @@ def model_spec(model: str | None, weights: str | None, model_path: str | None, s
 def build_model(spec: dict, runtime: dict, num_classes: int | None):
     """``(model, tokenizer)``: the model of :func:`model_spec` with its weights loaded, in eval mode on the CPU."""
     if spec["source"] == "hf":
-        loaded = load_causal_lm(runtime["model_path"], tokenizer=True, hash_weights=False)
+        try:
+            loaded = load_causal_lm(runtime["model_path"], tokenizer=True, hash_weights=False)
+        except UserError as exc:  # its own line, named by the flag (and not the path twice)
+            text, path = str(exc), runtime["model_path"]
+            raise UserError(f"--model-path {path}: {text.removeprefix(f'{path}: ')}") from None
+        except Exception as exc:  # a corrupt folder transformers reads halfway
+            raise UserError(f"--model-path {runtime['model_path']}: cannot load it ({one_line(exc)})") from None
+        if loaded.tokenizer is None:
+            raise UserError(f"--model-path {runtime['model_path']}: the folder has no tokenizer; save it beside")
         return loaded.model.eval(), loaded.tokenizer
     state = read_state_dict(runtime["weights"]) if runtime.get("weights") else None
     classes = next((int(state[k].shape[0]) for k in HEAD_WEIGHTS if state and k in state), num_classes)
@@ -106,13 +134,23 @@ def read_state_dict(path: str) -> dict:
 
 
 def call_factory(text: str) -> nn.Module:
-    """``pkg.module:function`` called with no arguments; it must return an ``nn.Module``."""
+    """``pkg.module:function`` called with no arguments; it must return an ``nn.Module``. The user's code failing
+    (on import or in the call) is one line naming ``--model``."""
     module_name, _, function = text.partition(":")
     try:
-        factory = getattr(importlib.import_module(module_name), function)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"--model {text}: cannot import it ({type(exc).__name__}: {exc}); {MODEL_HINT}") from None
-    model = factory()
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or the module's own code failing on import
+        raise UserError(f"--model {text}: cannot import {module_name} ({one_line(exc)}); {MODEL_HINT}") from None
+    factory = getattr(module, function, None)
+    if not callable(factory):
+        raise UserError(f"--model {text}: {module_name} has no function {function}; {MODEL_HINT}")
+    try:
+        model = factory()
+    except Exception as exc:
+        raise UserError(
+            f"--model {text}: {function}() failed ({one_line(exc)}); give a function that takes no arguments and "
+            "returns the nn.Module"
+        ) from None
     if not isinstance(model, nn.Module):
         raise UserError(f"--model {text} returned a {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -136,7 +174,9 @@ def data_spec(data: str | None, text_file: str | None, smoke: bool) -> tuple[dic
         raise UserError("--data and --text-file name two samples; give one")
     if text_file:
         if not Path(text_file).is_file():
-            raise UserError(f"--text-file {text_file}: no such file; give a plain-text file")
+            what = "is a folder" if Path(text_file).is_dir() else ": no such file"
+            raise UserError(f"--text-file {text_file}{' ' * (what[0] != ':')}{what}; give one text file")
+        text_files(text_file)  # as 04, 05 and 10 check it: missing, binary (NUL bytes, not UTF-8) or empty: refused
         return {"source": "text", "name": Path(text_file).name, "sha256": sha256_of(Path(text_file))}, {
             "data": str(Path(text_file).resolve())
         }
@@ -166,24 +206,47 @@ def load_examples(config: dict, tokenizer) -> Examples:
     return examples
 
 
+def check_sample_memory(images: int, shape: tuple[int, ...], config: dict) -> None:
+    """Before ``images`` images of ``shape`` are made or read: about :data:`BYTES_PER_VALUE` bytes per value (the
+    uint8 images and their float32 copy, and the synthetic noise) against the memory there is, else one line."""
+    need = images * BYTES_PER_VALUE * int(torch.tensor(shape).prod())
+    have, source = available_bytes()
+    if have is not None and need > have:
+        p = config["probe"]
+        raise UserError(
+            f"--batch-size {p['batch_size']} x --n-batches {p['n_batches']} and --app-g-n {p['app_g_n']}: {images:,} "
+            f"images of {'x'.join(map(str, shape))} need about {need / 2**30:.1f} GiB but {have / 2**30:.1f} GiB is "
+            f"free ({source}); give fewer or smaller batches, a smaller --app-g-n or --image-size"
+        )
+
+
 def image_tensors(config: dict):
-    """``((x, y) analysis pool, (x, y) App. G pool, classes)`` of an image source, normalised float images."""
+    """``((x, y) analysis pool, (x, y) App. G pool, classes)`` of an image source, normalised float images (only the
+    analysis examples used, and App. G's pool when it is run), their memory checked first."""
     source, p, seed = config["data"]["source"], config["probe"], config["seed"]
-    need = p["batch_size"] * p["n_batches"]
+    need, app_g_n = p["batch_size"] * p["n_batches"], p["app_g_n"]
     if source == "folder":
-        return folder_images(config["runtime"]["data"], p["image_size"], need, p["app_g_n"], seed)
+        return folder_images(config, need)
     if source == "npz":
-        data = load_vision("npz", config["runtime"]["data"])
+        try:
+            data = load_npz(config["runtime"]["data"], flag="--data")
+        except UserError as exc:  # its lines start with the file's path: named by the flag
+            raise UserError(str(exc) if str(exc).startswith("--data") else f"--data {exc}") from None
+        check_sample_memory(min(need, len(data.x_train)) + len(data.x_test) * bool(app_g_n), data.image_shape, config)
     else:
-        data = make_synthetic(num_train=need, num_test=max(p["app_g_n"], 1), image_size=p["image_size"], seed=seed)
+        check_sample_memory(need + max(app_g_n, 1), (3, p["image_size"], p["image_size"]), config)
+        data = make_synthetic(num_train=need, num_test=max(app_g_n, 1), image_size=p["image_size"], seed=seed)
     mean, std = torch.tensor(data.mean).view(1, -1, 1, 1), torch.tensor(data.std).view(1, -1, 1, 1)
     norm = lambda x: (x.float() / 255 - mean) / std  # noqa: E731
-    return (norm(data.x_train), data.y_train), (norm(data.x_test), data.y_test), data.num_classes
+    pool = (norm(data.x_test), data.y_test) if app_g_n else (data.x_test[:0], data.y_test[:0])
+    return (norm(data.x_train[:need]), data.y_train[:need]), pool, data.num_classes
 
 
-def folder_images(root: str, size: int, need: int, app_g_n: int, seed: int):
+def folder_images(config: dict, need: int):
     """An ImageFolder's images (resized, centre-cropped, ImageNet-normalised): a seeded ``need`` for the analysis and
-    the next ``app_g_n`` for App. G."""
+    the next ``app_g_n`` for App. G; a folder or an image that cannot be read is one line naming ``--data``."""
+    p, root, seed = config["probe"], config["runtime"]["data"], config["seed"]
+    size, app_g_n = p["image_size"], p["app_g_n"]
     transform = transforms.Compose(
         [
             transforms.Resize(size),
@@ -197,7 +260,13 @@ def folder_images(root: str, size: int, need: int, app_g_n: int, seed: int):
     except (FileNotFoundError, OSError) as exc:
         raise UserError(f"--data {root}: not an image folder ({exc}); give one subfolder of images per class") from None
     order = torch.randperm(len(folder), generator=torch.Generator().manual_seed(seed))[: need + app_g_n].tolist()
-    items = [folder[i] for i in order]
+    check_sample_memory(len(order), (3, size, size), config)
+    items = []
+    for i in order:
+        try:
+            items.append(folder[i])
+        except Exception as exc:  # PIL's UnidentifiedImageError, a truncated file, ...
+            raise UserError(f"--data {root}: cannot read {folder.samples[i][0]} ({one_line(exc)}); remove it") from None
     x, y = torch.stack([im for im, _ in items]), torch.tensor([label for _, label in items])
     return (x[:need], y[:need]), (x[need:], y[need:]), len(folder.classes)
 
@@ -247,3 +316,14 @@ def chunks(data, size: int) -> list:
         (data[0][i : i + size], data[1][i : i + size]) if isinstance(data, tuple) else data[i : i + size]
         for i in range(0, n, size)
     ]
+
+
+def load_inputs(config: dict) -> tuple[nn.Module, Examples]:
+    """The model (weights loaded; with random weights, a head for the data's classes) and its examples, every
+    defect one :class:`UserError` line: what the script checks before any run folder exists, and what the job uses."""
+    model, tokenizer = build_model(config["model"], config["runtime"], None)
+    examples = load_examples(config, tokenizer)
+    random = config["model"]["source"] in ("smoke", "torchvision") and not config["runtime"]["weights"]
+    if examples.num_classes and random:
+        model, _ = build_model(config["model"], config["runtime"], examples.num_classes)  # the data's classes
+    return model, examples

@@ -10,6 +10,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from common.models.probe_network_rails import best_place
 from common.runs import atomic
 
 FIGURE = "places"  # places.png and places.pdf in the run directory
@@ -38,25 +39,20 @@ def ranking_table(records: list[dict], normalisation: str) -> str:
 
 
 def best_line(records: list[dict], exact: bool) -> str:
-    """Where a block would help most: the first place of the ranking that no guard rail flags (a flagged place's
-    ``V_S,l`` says no more than its ``AG_l``, or its gradients are zero)."""
+    """Where a block would help most: the first place of the ranking that no guard rail flags
+    (:func:`common.models.probe_network_rails.best_place`, the record's ``best_place``), or why there is none."""
+    place, why = best_place(records, exact)
+    if place is None:
+        return f"no best place: {why}"
+    best = next(r for r in records if r["place"] == place)
     if not exact:
-        best = records[0]
         return (
-            f"largest AG_l at {best['place']} (AG_l pooled {_num(best['ag_norm_pooled'])}); run with --exact for V_S,l"
+            f"largest AG_l at {place} (AG_l pooled {_num(best['ag_norm_pooled'])}; {why}); run with --exact for V_S,l"
         )
-    informative = [r for r in records if not r["flags"]]
-    if not informative:
-        return "every place is flagged (see above): probe more examples before V_S,l can rank them"
-    best = informative[0]
-    if best["growth_value_pooled"] == 0:
-        return "no place has first-order value: V_S,l = 0 at every place that is not flagged"
-    line = (
-        f"a block would help most at {best['place']}: V_S,l = {_num(best['growth_value_pooled'])} of AG_l "
-        f"{_num(best['ag_norm_pooled'])} (pooled)"
+    return (
+        f"a block would help most at {place}: V_S,l = {_num(best['growth_value_pooled'])} of AG_l "
+        f"{_num(best['ag_norm_pooled'])} (pooled; {why})"
     )
-    skipped = [r["place"] for r in records[: records.index(best)]]
-    return line + (f"; {', '.join(skipped)} rank higher but are flagged (see above)" if skipped else "")
 
 
 def app_g_lines(app_g: dict | None) -> str:

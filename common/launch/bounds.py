@@ -107,6 +107,10 @@ SCRIPT_BOUNDS: dict[tuple[str, str], Bound] = {  # (script number, dest): where 
     ("07", "depths"): Bound(1, 100_000, 1_000, "network depths L (07)"),
     ("09", "policies"): Bound(None, None, 6, "arms, one run each per seed: each of the 6 once (09)"),
     ("10", "policies"): Bound(None, None, 5, "arms, one expansion each: each of the 5 once (10)"),
+    # script 11 (probe_network)
+    ("11", "batch_size"): Bound(1, 4_096, what="examples per analysis batch, held at once with their activations (11)"),
+    ("11", "n_batches"): Bound(1, 10_000, what="analysis batches, every example held in memory (11)"),
+    ("11", "app_g_n"): Bound(0, 1_000_000, what="examples of App. G's sample, held in memory (11)"),
 }
 
 

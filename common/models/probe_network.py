@@ -5,25 +5,35 @@ each residual block, and the state entering the head): ``AG_l``, the exact growt
 zero-output block pooled over every example (docs/design.md, sections "Activation-gradient score AG_l" and "Exact
 growth value V_S,l"), and with ``contributions=True`` App. G's per-example statistics. ``places="auto"`` asks the
 registered rules of :mod:`common.models.places` (torchvision ResNets and ViTs, Hugging Face causal LMs); any other
-model names its blocks (``places=[model.block1, ...]``: the input of each listed module is a place). The tangent
-family follows from the captured state's layout: an NCHW map is ``conv3x3``, ``(batch, tokens, width)`` or
-``(batch, width)`` is ``linear``; a family that does not fit is refused with a sentence.
+model names its blocks (``places=[model.block1, ...]``, or module names and patterns, ``places="blocks.*"``: the
+input of each is a place). The tangent family follows from the captured state's layout: an NCHW map is
+``conv3x3``, ``(batch, tokens, width)`` or ``(batch, width)`` is ``linear``; a family that does not fit is refused.
 
-Batches are ``(x, y)`` pairs (cross-entropy on ``model(x)``'s logits unless ``loss_fn``) or dicts as Hugging Face
-models take (``input_ids``, ``attention_mask``, ``labels``; no labels: the input ids where the mask is 1), whose loss
-is next-token cross-entropy on the logits. The model is wrapped (``forward(x) -> logits``), never modified: the
-probe's hooks are placed and removed for it, its modes and ``requires_grad`` flags restored.
+Batches are ``(x, y)`` pairs (cross-entropy on ``model(x)``'s logits unless ``loss_fn``, which must be a mean over
+the examples) or dicts as Hugging Face models take (``input_ids``, ``attention_mask``, ``labels``; no labels: the
+input ids where the mask is 1), whose loss is next-token cross-entropy on the logits. The model is wrapped
+(``forward(x) -> logits``), never modified: the probe's hooks are placed and removed, its modes and
+``requires_grad`` flags restored.
 
-The result (:class:`NetworkProbe`) holds today's :class:`common.science.probe.ProbeResult` and the guard rails: a
-place whose tangent features reach the number of gradient rows (``V_S,l = AG_l`` by rank alone), all-zero gradients
-with their likely cause (a zero-initialised head), and which normalisation each ``AG_l`` carries. ``.records()`` and
+Before anything is probed (:func:`prepare`), the batches, labels, dtypes, loss and places are checked
+(:mod:`common.models.probe_network_checks`), one example goes through the model, and the peak memory is estimated
+from the places' widths and the batches against what this process may use (:mod:`common.models.probe_network_plan`):
+each mistake, and a probe that would not fit, is one :class:`UserError` line. Places with fewer gradient rows than
+tangent features are solved in the rows x rows form, with no ``k x k`` Gram (:mod:`common.science.row_gram`).
+
+The result (:class:`NetworkProbe`) holds today's :class:`common.science.probe.ProbeResult` and the guard rails
+(:mod:`common.models.probe_network_rails`): a place whose tangent features reach the number of gradient rows
+(``V_S,l = AG_l`` by rank, set equal there), all-zero gradients with their likely cause, a place reading the raw
+input, the best unflagged place, and which normalisation each number carries. ``.records()`` and
 ``.to_dataframe()`` give one row per place; ``.insert(place)`` grows the model there by the zero-output block whose
-``V_S,l`` was reported, checked to be reached by the forward pass (:func:`common.science.growth.insert_zero_block_into`).
+``V_S,l`` was reported, checked to be run by the forward pass and to leave the outputs on the probe batch unchanged
+(:func:`common.science.growth.insert_zero_block_into`), else undone and refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -33,14 +43,42 @@ from torch import nn
 
 from common.errors import UserError
 from common.models.candidates import Candidate
-from common.models.places.registry import Place, places_for, places_of_modules
-from common.science.activations import probe_mode
+from common.models.places.registry import Place
+from common.models.probe_network_checks import (
+    IGNORE,
+    PYTHON,
+    Names,
+    as_pairs,
+    check_batches,
+    check_labels,
+    finite_loss,
+    loss_normalisation,
+)
+from common.models.probe_network_plan import (
+    check_memory,
+    family_of,
+    gb,
+    measure,
+    place_sizes,
+    resolve_places,
+    skip_connections,
+)
+from common.models.probe_network_rails import (
+    RAW_INPUT,
+    OutputsBefore,
+    best_place,
+    by_rank,
+    normalisation_of,
+    rank_flag,
+    rows_of,
+    zero_flag,
+    zero_weight_modules,
+)
 from common.science.growth import insert_zero_block_into
-from common.science.probe import CandidateScore, ProbeResult, probe_activation_gradients
+from common.science.probe import ProbeResult, probe_activation_gradients
 from common.science.tangent import ZeroOutputBlock, get_family
 
-IGNORE = -100  # label of a token the loss leaves out (Hugging Face's convention)
-LAYOUTS = {4: "conv3x3", 3: "linear", 2: "linear"}  # state dimensions -> tangent family (NCHW map, tokens, vectors)
+log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- the model as forward(x) -> logits
@@ -71,149 +109,102 @@ def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, labels[:, 1:].flatten(), ignore_index=IGNORE)
 
 
-def as_pairs(batches: Iterable) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], bool]:
-    """``([(x, y)], tokens)``: tuple batches as they are; dict batches (Hugging Face) as ``x`` = the ids (and the mask
-    stacked on dim 1) and ``y`` = the labels (default: the ids, ``-100`` where the mask is 0)."""
-    pairs, kinds = [], set()
-    for i, batch in enumerate(batches):
-        if isinstance(batch, Mapping):
-            if "input_ids" not in batch:
-                raise UserError(f"batch {i} is a dict without input_ids; give dicts as Hugging Face models take them")
-            ids, mask = batch["input_ids"], batch.get("attention_mask")
-            labels = batch.get("labels")
-            if labels is None:
-                labels = ids if mask is None else ids.masked_fill(mask == 0, IGNORE)
-            pairs.append((ids if mask is None else torch.stack([ids, mask.to(ids.dtype)], 1), labels))
-            kinds.add("tokens")
-        elif isinstance(batch, tuple | list) and len(batch) == 2:
-            pairs.append((batch[0], batch[1]))
-            kinds.add("pairs")
-        else:
-            raise UserError(f"batch {i} is a {type(batch).__name__}; give (x, y) pairs or Hugging Face dicts")
-    if not pairs:
-        raise UserError("probe_network got no batches; give at least one (x, y) pair or dict")
-    if len(kinds) > 1:
-        raise UserError("the batches mix (x, y) pairs and dicts; give one kind")
-    return pairs, kinds == {"tokens"}
+# ----------------------------------------------------------------------------- before the probe
+@dataclass
+class Prepared:
+    """What :func:`prepare` checked and measured: the batches as pairs, the places and their candidates, the wrapped
+    model, the loss and its normalisation, per-place flags and warnings found before probing, the estimated peak."""
+
+    pairs: list[tuple[torch.Tensor, torch.Tensor]]
+    tokens: bool
+    places: list[Place]
+    wrapped: LogitsOf
+    candidates: list[Candidate]
+    loss_fn: Callable
+    loss_note: str
+    flags: list[list[str]]
+    warnings: list[str]
+    memory_bytes: int
 
 
-# ----------------------------------------------------------------------------- places and their families
-def state_shapes(wrapped: nn.Module, places: Sequence[Place], x: torch.Tensor) -> list[tuple[int, ...]]:
-    """The shape of the state entering each place on one forward pass of ``x`` (eval mode, no gradients); a place the
-    forward pass never enters is a :class:`UserError`."""
-    shapes: list[tuple[int, ...] | None] = [None] * len(places)
-
-    def hook(i: int):
-        def keep(module, args):
-            if args and isinstance(args[0], torch.Tensor) and shapes[i] is None:
-                shapes[i] = tuple(args[0].shape)
-
-        return keep
-
-    handles = [p.module.register_forward_pre_hook(hook(i)) for i, p in enumerate(places)]
-    try:
-        with probe_mode(wrapped), torch.no_grad():
-            wrapped(x)
-    finally:
-        for h in handles:
-            h.remove()
-    missing = [p.name for p, s in zip(places, shapes, strict=True) if s is None]
-    if missing:
-        raise UserError(
-            f"the forward pass never enters {', '.join(missing)} with a tensor as its first input; list modules "
-            "whose input is the residual stream"
+def loss_check(tokens: bool, loss_fn, names: Names) -> tuple[Callable, Callable, list[str]]:
+    """``(loss, check, note)``: the loss, the check of the first examples' logits and labels before it is taken
+    (labels for the defaults, :func:`common.models.probe_network_checks.check_labels`; a given ``loss_fn``'s
+    normalisation, :func:`common.models.probe_network_checks.loss_normalisation`), and the sentence on its
+    normalisation (filled by the check)."""
+    if loss_fn is None:
+        note = (
+            ["loss: next-token cross-entropy, mean over the tokens"]
+            if tokens
+            else ["loss: cross-entropy, mean over the batch's examples"]
         )
-    return shapes
+        return (next_token_loss if tokens else F.cross_entropy), lambda logits, y: None, note
+    note = []
+
+    def check(logits: torch.Tensor, y: torch.Tensor) -> None:
+        try:
+            note.append(loss_normalisation(logits, y, loss_fn, names))
+        except UserError:
+            raise
+        except Exception as exc:
+            text = " ".join(str(exc).split())[:300]
+            raise UserError(f"loss_fn(logits, y) fails on {names.batch(0)} ({type(exc).__name__}: {text})") from None
+
+    return loss_fn, check, note
 
 
-def family_of(name: str, shape: tuple[int, ...], family: str | None = None) -> str:
-    """The tangent family of a state of ``shape``: ``conv3x3`` for an NCHW map, ``linear`` for ``(batch, tokens,
-    width)`` or ``(batch, width)``; an explicit ``family`` must fit the layout. Otherwise a :class:`UserError`."""
-    found = LAYOUTS.get(len(shape))
-    if family is not None:
-        get_family(family)  # an unknown name: ValueError naming the known ones
-    chosen = family or found
-    fits = chosen == "conv3x3" and len(shape) == 4 or chosen == "linear" and len(shape) in (2, 3)
-    if not fits:
-        want = (
-            "an NCHW feature map (batch, channels, height, width)" if chosen == "conv3x3" else "(batch, tokens, width)"
-        )
-        raise UserError(
-            f"place {name}: its state has shape {tuple(shape)}, which the {chosen or 'no'} tangent family does not fit "
-            f"(it needs {want if chosen else 'an NCHW map or (batch, tokens, width)'}); "
-            "name modules whose input is the residual stream, or another family"
-        )
-    return chosen
+def prepare(
+    model: nn.Module,
+    batches: Iterable,
+    places="auto",
+    *,
+    loss_fn: Callable | None = None,
+    family: str | None = None,
+    names: Names = PYTHON,
+    **modes,
+) -> Prepared:
+    """Everything :func:`probe_network` checks before it probes (modules :mod:`common.models.probe_network_checks`
+    and :mod:`common.models.probe_network_plan`), each mistake one :class:`UserError` line; ``modes``: ``exact``,
+    ``contributions``, ``direction`` (for the memory estimate)."""
+    pairs, tokens = as_pairs(batches, names)
+    check_batches(pairs, tokens, model, names)
+    found = resolve_places(model, places, names)
+    wrapped = LogitsOf(model, tokens, [p.module for p in found if not p.head])
+    x0, y0 = pairs[0]
+    loss, check, note = loss_check(tokens, loss_fn, names)
 
+    def on_logits(logits: torch.Tensor, y: torch.Tensor) -> None:
+        if loss_fn is None:
+            check_labels(pairs, tokens, (1, *logits.shape[1:]), names)
+        check(logits, y)
 
-def resolve_places(model: nn.Module, places) -> list[Place]:
-    """``"auto"``: :func:`common.models.places.places_for`; a list of modules: :func:`places_of_modules`; a list of
-    :class:`Place`: as given."""
-    if isinstance(places, str):
-        if places != "auto":
-            raise UserError(f"places={places!r}: give 'auto' or a list of the model's blocks")
-        return places_for(model)
-    places = list(places)
-    if not places:
-        raise UserError("places is empty; give 'auto' or at least one of the model's blocks")
-    if all(isinstance(p, Place) for p in places):
-        return places
-    return places_of_modules(model, places)
-
-
-# ----------------------------------------------------------------------------- the guard rails
-def zero_weight_modules(model: nn.Module) -> list[str]:
-    """Names of the Linear and Conv layers whose weights are all zero (inserted zero-output blocks' ``V`` left out)."""
-    skip = {id(m.terminal) for m in model.modules() if isinstance(m, ZeroOutputBlock)}
-    return [
-        name
-        for name, m in model.named_modules()
-        if isinstance(m, nn.Linear | nn.Conv1d | nn.Conv2d) and id(m) not in skip and not m.weight.detach().any()
+    measured = measure(wrapped, found, x0, y0, loss, names, on_logits)
+    families = [
+        family_of(p.name, s, t, family) for p, s, t in zip(found, measured.shapes, measured.dtypes, strict=True)
     ]
-
-
-def rank_flag(score: CandidateScore, rows: int) -> str | None:
-    """``V_S,l = AG_l by rank`` when the tangent features' rank (their number, without the exact values) reaches the
-    gradient rows: every gradient is then realisable and ``V_S,l`` says nothing beyond ``AG_l``."""
-    k = score.tangent_dim or get_family(score.family).feature_dim(score.width)
-    reach = score.tangent_rank if score.tangent_rank is not None else k
-    if reach < rows:
-        return None
-    examples = k // max(score.rows_per_example, 1) + 1
-    return (
-        f"V_S,l = AG_l by rank: needs more rows (about {examples} examples; {rows} rows of {score.rows_per_example} per "
-        f"example against {k} tangent features)"
-    )
-
-
-def zero_flag(score: CandidateScore, zero_layers: Sequence[str]) -> str | None:
-    """All-zero gradients at a place, with the likely cause."""
-    if score.ag_norm_pooled != 0.0:
-        return None
-    if zero_layers:
-        return (
-            f"all-zero gradients: {', '.join(zero_layers[:3])} has all-zero weights (a zero-initialised head, as "
-            "torchvision's VisionTransformer has), so the loss does not depend on the state; load trained weights"
+    candidates = [Candidate(i, p.name, p.module, f) for i, (p, f) in enumerate(zip(found, families, strict=True))]
+    named = not (isinstance(places, str) and places == "auto")  # a rule's places are residual states by its family
+    skip, raw = skip_connections(wrapped, found, x0[:1]) if named else ([None] * len(found), [False] * len(found))
+    flags = [[RAW_INPUT] if r else [] for r in raw]
+    warnings = [f"{p.name} reads {RAW_INPUT}" for p, r in zip(found, raw, strict=True) if r]
+    blocks = [s for p, s in zip(found, skip, strict=True) if not p.head]
+    if blocks and all(s is False for s in blocks):
+        warnings.append(
+            "none of the places is the input of a module that adds its input to its output (z + f(z)): the model "
+            "looks like it has no residual connections there, and V_S,l asks what a new residual block would add"
         )
-    return "all-zero gradients: the loss does not depend on this state (a detached path, or dead activations after it)"
-
-
-def normalisation_of(result: ProbeResult, per_batch: bool) -> str:
-    """Which normalisation each number carries."""
-    b, nb, n = result.batch_size, result.n_batches, result.n_examples
-    pooled = f"pooled: ||dL_S/dz_l|| of the mean loss over all n = {n} examples"
-    if not result.exact:
-        return f"AG_l per batch mean (B.1: batch-mean loss, b = {b}, averaged over B = {nb} batches); AG_l {pooled}"
-    v = f"V_S,l {pooled.split(': ', 1)[0]} (same normalisation as AG_l pooled, so V_S,l <= AG_l pooled)"
-    extra = "; V_S,l per batch beside AG_l per batch" if per_batch else ""
-    return f"AG_l per batch mean (B.1: b = {b}, B = {nb}) and AG_l {pooled}; {v}{extra}"
+    pass_examples = max(int(x.shape[0]) for x, _ in pairs)
+    sizes = place_sizes(found, measured, families, sum(int(x.shape[0]) for x, _ in pairs), pass_examples)
+    memory = check_memory(sizes, measured, pass_examples, x0.device, names, **modes)
+    return Prepared(pairs, tokens, found, wrapped, candidates, loss, note[0], flags, warnings, memory)
 
 
 # ----------------------------------------------------------------------------- the result
 @dataclass
 class NetworkProbe:
     """:func:`probe_network`'s answer: the probe's :class:`ProbeResult` (``result``), the places probed, the guard
-    rails (``flags``: per place, a list of sentences) and which normalisation each number carries."""
+    rails (``flags``: per place, a list of sentences), which normalisation each number carries, the warnings and the
+    estimated peak memory."""
 
     result: ProbeResult
     places: list[Place]
@@ -221,11 +212,13 @@ class NetworkProbe:
     normalisation: str
     per_batch: bool = False
     wrapped: LogitsOf | None = field(default=None, repr=False)
-    example: torch.Tensor | None = field(default=None, repr=False)  # one batch, for the insertion's reach check
+    example: torch.Tensor | None = field(default=None, repr=False)  # one batch, for the insertion's checks
+    warnings: list[str] = field(default_factory=list)
+    memory_bytes: int | None = None
 
     def records(self) -> list[dict]:
         """One row per place: name, ``AG_l`` (per batch mean and pooled), ``V_S,l`` (pooled; per batch with
-        ``per_batch``), family, rows against tangent features, the flags."""
+        ``per_batch``), family, rows against tangent features, the pooled route, the flags."""
         rows = []
         for place, s, flags in zip(self.places, self.result.scores, self.flags, strict=True):
             row = {
@@ -243,6 +236,7 @@ class NetworkProbe:
                 "rows_per_example": s.rows_per_example,
                 "tangent_dim": s.tangent_dim or get_family(s.family).feature_dim(s.width),
                 "tangent_rank": s.tangent_rank,
+                "route": s.pooled_route,
                 "flags": "; ".join(flags),
             }
             if self.per_batch:
@@ -263,25 +257,38 @@ class NetworkProbe:
         return sorted(self.records(), key=lambda r: -float(r[key]))
 
     def summary(self) -> dict:
-        best = self.ranking()[0]
+        """The probe's summary with the best place (the best unflagged one, or None and why:
+        :func:`common.models.probe_network_rails.best_place`), the normalisation, the flags and the warnings."""
+        best, why = best_place(self.ranking(), self.result.exact)
         return {
             **self.result.summary(),
             "places": len(self.places),
-            "best_place": best["place"],
+            "best_place": best,
+            "best_place_reason": why,
             "best_by": "V_S,l pooled" if self.result.exact else "AG_l pooled",
             "normalisation": self.normalisation,
             "flagged": {r["place"]: r["flags"] for r in self.records() if r["flags"]},
+            "warnings": list(self.warnings),
+            "memory_estimate_bytes": self.memory_bytes,
         }
 
     def insert(self, place: str | int, *, example: torch.Tensor | None = None) -> ZeroOutputBlock:
         """Grow the model at ``place`` (name or index) by the zero-output block whose ``V_S,l`` was reported (same
-        family, width and ``U_l`` seed), in place; the forward pass on ``example`` (default: the first batch probed)
-        must run it, else it is undone and refused (:class:`common.science.growth.InsertionNotReached`)."""
-        i = place if isinstance(place, int) else [p.name for p in self.places].index(place)
+        family, width and ``U_l`` seed), in place. On ``example`` (default: the first batch probed) the forward pass
+        must run it (else :class:`common.science.growth.InsertionNotReached`) and the model's outputs must be those
+        before (float64 copies, bit for bit, where the model runs in float64; else its dtype within
+        :data:`common.models.probe_network_rails.FLOAT32_RTOL`), else
+        :class:`common.models.probe_network_rails.InsertionChangedFunction`; either way the block is removed first."""
+        names = [p.name for p in self.places]
+        if not isinstance(place, int) and place not in names:
+            raise UserError(f"place {place!r} was not probed; give one of {', '.join(names)}")
+        i = place if isinstance(place, int) else names.index(place)
         p, s = self.places[i], self.result.scores[i]
         if p.container is None:
             raise UserError(f"place {p.name}: no nn.Sequential or ModuleList to put a block in ({p.note})")
         x = self.example if example is None else example
+        before = OutputsBefore(self.wrapped, x) if x is not None else None
+        where = f"place {p.name}"
         return insert_zero_block_into(
             self.wrapped.model,
             p.container,
@@ -291,14 +298,9 @@ class NetworkProbe:
             seed=self.result.seed,
             index=s.index,
             example=(lambda: self.wrapped(x)) if x is not None else None,
-            where=f"place {p.name}",
+            where=where,
+            verify=(lambda: before.check(where)) if before is not None else None,
         )
-
-
-def rows_of(score: CandidateScore, result: ProbeResult) -> int:
-    """Gradient rows behind the pooled values: the probe's count, else examples times rows per example."""
-    rows = score.rows_pooled  # the exact probe's count (its n_rows too)
-    return int(rows) if rows else result.n_examples * score.rows_per_example
 
 
 # ----------------------------------------------------------------------------- the one call
@@ -315,41 +317,53 @@ def probe_network(
     family: str | None = None,
     contributions: bool = False,
     contribution_directions: list[torch.Tensor] | None = None,
+    names: Names = PYTHON,
 ) -> NetworkProbe:
     """``AG_l`` and ``V_S,l`` at every place of an unmodified ``model`` (module docstring).
 
-    ``places``: ``"auto"`` (a registered rule), or a list of the model's modules (the input of each is a place).
-    ``loss_fn``: on the logits and targets; default cross-entropy, next-token cross-entropy for dict batches.
+    ``places``: ``"auto"`` (a registered rule), module names or patterns (``"blocks.*"``, ``["blocks.0", ...]``), or
+    the model's modules (the input of each is a place). ``loss_fn``: on the logits and targets, a mean over the
+    examples (a sum is refused); default cross-entropy, next-token cross-entropy for dict batches.
     ``exact``: ``V_S,l`` pooled over every example (one factorisation per place); ``per_batch`` adds it per batch.
     ``seed`` fixes the zero-output blocks' ``U_l``; ``family`` forces one tangent family (it must fit every state);
     ``contributions`` (and ``contribution_directions``) add App. G's per-example statistics;
-    ``progress``: called with one line of text per step of the probe.
+    ``progress``: called with one line of text per step of the probe; ``names``: how refusals name the arguments
+    (:class:`common.models.probe_network_checks.Names`; script 11 passes its flags).
     """
-    pairs, tokens = as_pairs(batches)
-    found = resolve_places(model, places)
-    wrapped = LogitsOf(model, tokens, [p.module for p in found if not p.head])
-    shapes = state_shapes(wrapped, found, pairs[0][0])
-    candidates = [
-        Candidate(i, p.name, p.module, family_of(p.name, s, family))
-        for i, (p, s) in enumerate(zip(found, shapes, strict=True))
-    ]
+    direction = contribution_directions is not None
+    prep = prepare(
+        model, batches, places, loss_fn=loss_fn, family=family, names=names, exact=exact,
+        contributions=contributions, direction=direction,
+    )  # fmt: skip
+    for line in prep.warnings:
+        log.warning("probe_network: %s", line)
     if progress is not None:
-        progress(f"probing {len(found)} places on {len(pairs)} batches ({'exact' if exact else 'AG_l only'})")
+        progress(
+            f"probing {len(prep.places)} places on {len(prep.pairs)} batches ({'exact' if exact else 'AG_l only'}; "
+            f"about {gb(prep.memory_bytes)} at the peak, estimated)"
+        )
     result = probe_activation_gradients(
-        wrapped,
-        pairs,
-        loss_fn=loss_fn or (next_token_loss if tokens else F.cross_entropy),
+        prep.wrapped,
+        prep.pairs,
+        loss_fn=finite_loss(prep.loss_fn, names),
         exact=exact,
         seed=seed,
-        candidates=candidates,
+        candidates=prep.candidates,
         exact_per_batch=per_batch,
         progress=progress,
         contributions=contributions,
         contribution_directions=contribution_directions,
+        rows_form=True,
     )
-    zero_layers = zero_weight_modules(model)
-    flags = [
-        [f for f in (zero_flag(s, zero_layers), rank_flag(s, rows_of(s, result))) if f is not None]
-        for s in result.scores
+    by_rank(result)
+    normalisation = normalisation_of(result, per_batch, prep.loss_note)
+    flags = flags_of(result, prep.flags, zero_weight_modules(model))
+    return NetworkProbe(result, prep.places, flags, normalisation, per_batch, prep.wrapped, prep.pairs[0][0], prep.warnings, prep.memory_bytes)  # fmt: skip
+
+
+def flags_of(result: ProbeResult, before: list[list[str]], zero_layers: list[str]) -> list[list[str]]:
+    """Per place: the flags found before probing (the raw input), all-zero gradients, ``V_S,l = AG_l`` by rank."""
+    return [
+        [*extra, *(f for f in (zero_flag(s, zero_layers), rank_flag(s, rows_of(s, result))) if f is not None)]
+        for s, extra in zip(result.scores, before, strict=True)
     ]
-    return NetworkProbe(result, found, flags, normalisation_of(result, per_batch), per_batch, wrapped, pairs[0][0])

@@ -28,6 +28,7 @@ from torch import nn
 from common.science.activations import LossFn, activation_gradients, probe_mode
 from common.science.precision import float64_device
 from common.science.projection import GramAccumulator
+from common.science.row_gram import RowGram
 from common.science.tangent import ZeroOutputBlock, candidate_family, make_zero_block
 
 CHUNK_ELEMENTS = 1 << 20  # float64 elements per chunk of tangent features or padded maps (8 MiB)
@@ -59,18 +60,28 @@ def example_contributions(
 
 
 @torch.no_grad()
-def tangent_gram(block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor, chunk_elements: int) -> GramAccumulator:
-    """``P = Psi^T Psi`` and ``X = Psi^T G`` of one batch, streamed over example chunks (float64)."""
+def tangent_gram(
+    block: ZeroOutputBlock, fam, z: torch.Tensor, g: torch.Tensor, chunk_elements: int, rows_form: bool = False
+) -> GramAccumulator | RowGram:
+    """``P = Psi^T Psi`` and ``X = Psi^T G`` of one batch, streamed over example chunks (float64); with
+    ``rows_form``, the rows themselves where there are fewer than ``k`` (:class:`common.science.row_gram.RowGram`)."""
     fam.check_state(z)  # a state of another layout: a sentence, not an error from inside psi
     psi = block.psi(z)  # whole batch: train-mode BN inside psi sees the batch's statistics
-    return features_gram(fam, psi, g, chunk_elements)
+    return features_gram(fam, psi, g, chunk_elements, rows_form)
 
 
-def features_gram(fam, psi: torch.Tensor, g: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS) -> GramAccumulator:
+def features_gram(
+    fam, psi: torch.Tensor, g: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS, rows_form: bool = False
+) -> GramAccumulator | RowGram:
     """``P = Psi^T Psi`` and ``X = Psi^T G`` (float64) of the tangent features of ``psi`` (the map a terminal layer
     of family ``fam`` reads) and the state-shaped gradient ``g`` at its output: the family's structured route where
-    it has one, else the rows, streamed over example chunks."""
+    it has one, else the rows, streamed over example chunks. With ``rows_form`` and fewer rows than ``k``: the rows
+    (n x k and n x d, less than ``P``), for the rows x rows form."""
     d, k = fam.width(g), int(fam.feature_rows(psi[:1]).shape[1])  # k: the features' columns (one example's rows)
+    if rows_form and g.numel() // d < k:  # what the rows are made of (the family's psi output), and its K route
+        rows = RowGram(k, d, device=psi.device, features=fam.feature_rows, gram=fam.row_gram)
+        rows.update(psi.to(rows.device), fam.state_rows(g.to(rows.device)))
+        return rows
     acc = GramAccumulator(k, d, device=psi.device)
     psi, g = psi.to(acc.device), g.to(acc.device)  # float64 only where the device has it (the CPU for MPS, NPU)
     if fam.gram is not None and fam.gram_supported(psi):  # structured route, chunked inside

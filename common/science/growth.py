@@ -103,11 +103,13 @@ def insert_zero_block_into(
     index: int = 0,
     example: torch.Tensor | Callable[[], object] | None = None,
     where: str | None = None,
+    verify: Callable[[], None] | None = None,
 ) -> ZeroOutputBlock:
     """The protocol's zero-output block (``U_l`` seeded by ``(seed, index)``) put into ``container`` (an
     ``nn.Sequential`` or ``nn.ModuleList`` that ``model``'s forward pass runs in order) at ``position``
     (``len(container)``: appended), in place; with ``example`` (one batch, or a callable running one forward pass)
-    the forward pass must reach it, else it is undone and :class:`InsertionNotReached` raised."""
+    the forward pass must reach it, else it is undone and :class:`InsertionNotReached` raised. ``verify`` (e.g. the
+    model's outputs compared with those before) runs last; whatever it raises, the insertion is undone first."""
     if not isinstance(container, nn.Sequential | nn.ModuleList):
         raise TypeError(
             f"a zero-output block goes into an nn.Sequential or nn.ModuleList, not {type(container).__name__}"
@@ -119,6 +121,12 @@ def insert_zero_block_into(
     undo = _insert_child(container, position, block)
     if example is not None:
         require_reached(model, block, example, undo, where or f"position {position} of {type(container).__name__}")
+    if verify is not None:
+        try:
+            verify()
+        except BaseException:
+            undo()
+            raise
     return block
 
 

@@ -26,6 +26,11 @@ of three routes whose conditions are *checked*, each giving the rank that the ei
 - **eigendecomposition** (``route = "eigh"``) otherwise: :class:`GramAccumulator`'s own route, value and rank
   exactly as the per-batch probe gives them.
 
+In the rows x rows form (:class:`common.science.row_gram.RowGram`, fewer rows ``n`` than ``k``), :func:`rows_solve`
+factorises ``K = Psi Psi^T`` (n x n) instead: the same Cholesky certificate on ``K`` (whose nonzero eigenvalues are
+``P``'s) gives ``rank = n`` and ``V_S,l = ||G||_F`` (route ``"rows"``, the case "``V_S,l = AG_l`` by rank"), else
+``K``'s eigendecomposition (``"rows-eigh"``).
+
 Both discard-side arguments, like the tolerance itself (:mod:`common.science.projection`), take the rounding noise
 of ``P``'s null directions to lie below the cut ``rtol * lambda_max``.
 
@@ -57,6 +62,7 @@ import scipy.linalg.lapack
 import torch
 
 from common.science.projection import GramAccumulator
+from common.science.row_gram import RowGram
 
 RANK_MARGIN = 10.0  # the Cholesky routes need every kept eigenvalue above RANK_MARGIN * rtol * lambda_max
 ANGLE_TOL = 1e-4  # the pivoted route's bound on |V_pivoted - V_eigh| / V from the angle of the two spans
@@ -68,7 +74,7 @@ class PooledSolve:
 
     value: float  # V_S,l = sqrt(tr(X^T P^+ X))
     rank: int  # tangent_rank
-    route: str  # "cholesky" or "eigh"
+    route: str  # "cholesky", "pivoted", "eigh"; the rows form: "rows" (V = ||G|| by rank) or "rows-eigh"
     condition_bound: float | None  # kappa_bound >= cond(P), the Cholesky route's certificate (None: not formed)
 
 
@@ -83,18 +89,36 @@ def _triangular_inverse(lower: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve_triangular(lower, eye, upper=False)
 
 
-def cholesky_solve(P: torch.Tensor, X: torch.Tensor, rtol: float) -> PooledSolve | None:
-    """The Cholesky route: ``V = ||L^{-1} X||_F`` with ``rank = k`` when ``P`` is certified full rank
-    (module docstring), else None (the caller takes the eigendecomposition)."""
+def certified_cholesky(P: torch.Tensor, rtol: float) -> tuple[torch.Tensor, float] | None:
+    """``(L^{-1}, kappa_bound)`` when the Cholesky factor ``L`` of ``P`` exists and certifies full rank (module
+    docstring), else None."""
     lower, info = torch.linalg.cholesky_ex(P)
     if int(info) != 0:
         return None
     inverse = _triangular_inverse(lower)
     kappa = _kappa_bound(P, inverse, rtol)
-    if kappa is None:
+    return None if kappa is None else (inverse, kappa)
+
+
+def cholesky_solve(P: torch.Tensor, X: torch.Tensor, rtol: float) -> PooledSolve | None:
+    """The Cholesky route: ``V = ||L^{-1} X||_F`` with ``rank = k`` when ``P`` is certified full rank
+    (module docstring), else None (the caller takes the eigendecomposition)."""
+    certified = certified_cholesky(P, rtol)
+    if certified is None:
         return None
+    inverse, kappa = certified
     value = math.sqrt(float((inverse @ X).square().sum()))
     return PooledSolve(value, int(P.shape[0]), "cholesky", kappa)
+
+
+def rows_solve(acc: RowGram) -> PooledSolve:
+    """The rows x rows form (:mod:`common.science.row_gram`, fewer rows than ``k``): where ``K = Psi Psi^T`` is
+    certified full rank by the Cholesky certificate, ``Pi = I`` and ``V_S,l = ||G||_F`` with ``rank = n`` (route
+    ``"rows"``: ``V_S,l = AG_l`` by rank, no projection computed); else ``K``'s eigendecomposition (``"rows-eigh"``)."""
+    certified = certified_cholesky(acc.gram(), acc.rtol) if acc.rows else None
+    if certified is not None:
+        return PooledSolve(acc.grad_norm(), acc.rows, "rows", certified[1])
+    return PooledSolve(acc.growth_value(), acc.rank(), "rows-eigh", None)
 
 
 def _kappa_bound(P: torch.Tensor, inverse: torch.Tensor, rtol: float) -> float | None:
@@ -139,10 +163,12 @@ def pivoted_solve(P: torch.Tensor, X: torch.Tensor, rtol: float, rows: int, grad
     return PooledSolve(value, int(r), "pivoted", kappa)
 
 
-def solve_pooled(acc: GramAccumulator) -> PooledSolve:
+def solve_pooled(acc: GramAccumulator | RowGram) -> PooledSolve:
     """``V_S,l`` and ``tangent_rank`` of an accumulator's pooled ``P`` and ``X``, factorised once: Cholesky where
     certified full rank, else pivoted Cholesky where its rank is certified, else the accumulator's eigendecomposition
-    (module docstring)."""
+    (module docstring); in the rows form (:class:`~common.science.row_gram.RowGram`), :func:`rows_solve`."""
+    if isinstance(acc, RowGram):
+        return rows_solve(acc)
     if acc.rows >= acc.k:  # fewer rows than k: rank <= rows < k, singular by counting
         solved = cholesky_solve(acc.P, acc.X, acc.rtol)
         if solved is not None:
@@ -177,7 +203,7 @@ class ProgressLines:
         self.report(f"probe: batch {self.batches}/{total} ({examples} examples) done, {elapsed:.1f} s{left}")
 
     def start_factorising(self, dims: Sequence[int]) -> None:
-        """Before the candidates' factorisations; ``dims`` their ``k`` (0: nothing to factorise)."""
+        """Before the candidates' factorisations; ``dims`` the size of each Gram, ``k`` or (rows form) ``n`` (0: none)."""
         self.weights = [float(k) ** 3 for k in dims]
         self.done_weight, self.factor_start = 0.0, time.perf_counter()
 

@@ -69,7 +69,9 @@ Options of :func:`probe_activation_gradients` beyond the modes:
   positions, examples x tokens), ``pooled_route`` and ``gram_condition_bound``, in ``records()`` too
   (``tangent_dim`` k and ``tangent_rank`` as before: ``tangent_rank = n_rows < k`` means ``V_S,l = AG_l`` by rank);
 - ``progress``: called with a short line per batch and per factorised candidate, with an estimate of the time left
-  (:class:`common.science.pooled_solve.ProgressLines`); None (default) prints nothing.
+  (:class:`common.science.pooled_solve.ProgressLines`); None (default) prints nothing;
+- ``rows_form`` (with ``exact``): a candidate with fewer pooled rows than ``k`` keeps its rows and factorises
+  ``K = Psi Psi^T`` (n x n) instead of the ``k x k`` Gram (:mod:`common.science.row_gram`; the same value and rank).
 
 BatchNorm runs in eval mode (running statistics) unless ``bn_mode="train"``; train mode uses
 batch statistics and the running buffers are restored afterwards.
@@ -101,6 +103,7 @@ from common.science.gram import CHUNK_ELEMENTS, example_contributions, tangent_g
 from common.science.pooled_solve import ProgressLines, solve_pooled
 from common.science.precision import float64_device, full_precision
 from common.science.projection import ContributionMoments
+from common.science.row_gram import merge_grams
 from common.science.tangent import candidate_family, make_zero_block
 
 
@@ -258,9 +261,9 @@ class _CandidateSums:
     the tangent regression's Gram statistics (:meth:`add_exact`), with ``contributions`` the per-example ``c_i(l)``
     (:meth:`add_contributions`); both on the protocol's zero-output block, made on first use."""
 
-    def __init__(self, candidate, family, seed: int, bn_mode: str, exact, contributions: bool, direction, chunk):
+    def __init__(self, candidate, family, seed: int, bn_mode: str, exact, contributions: bool, direction, chunk, rows):
         self.candidate, self.fam = candidate, candidate_family(candidate, family)
-        self.direction, self.chunk = direction, chunk
+        self.direction, self.chunk, self.rows_form = direction, chunk, rows
         self.seed, self.bn_mode, self.contributions = seed, bn_mode, contributions
         self.exact, self.per_batch = bool(exact), exact != "pooled"  # exact: False, True or "pooled" (pooled only)
         self.shape = self.block = self.gram = self.pooled = self.moments = None  # gram: this batch's; pooled: all's
@@ -276,6 +279,7 @@ class _CandidateSums:
         if (self.exact or self.contributions) and self.block is None:
             self.block = make_zero_block(self.fam.name, width, self.seed, self.candidate.index, like=z)
             self.block.train(self.bn_mode == "train")
+            self.block.terminal = None  # V_l = 0 takes no part in the probe (psi does): its k x d weights not kept
         if self.contributions:
             self.add_contributions(z, g, b, f64)
         if self.exact:
@@ -291,11 +295,8 @@ class _CandidateSums:
 
     def add_exact(self, z: torch.Tensor, g: torch.Tensor) -> None:
         """The ``exact`` mode: ``P = Psi^T Psi`` and ``X = Psi^T G`` of the sub-batch, merged into its batch's."""
-        acc = tangent_gram(self.block, self.fam, z, g, self.chunk)
-        if self.gram is None:
-            self.gram = acc
-        else:
-            self.gram.merge(acc)
+        acc = tangent_gram(self.block, self.fam, z, g, self.chunk, self.rows_form)
+        self.gram = acc if self.gram is None else merge_grams(self.gram, acc)
 
     def end_batch(self, b: int) -> None:
         self.ag_sum += math.sqrt(self.grad_sq)  # ||dL_b/dz_l||_F
@@ -308,9 +309,9 @@ class _CandidateSums:
             self.cross_gradient_sum += self.gram.cross_gradient_norm()
         # Rows of dL_S/dz are (b / n) dL_b/dz: scale by b now, by 1/n at the end.
         if self.pooled is None:
-            self.pooled = self.gram.scaled(b)  # keeps the eigendecomposition: free with one batch
+            self.pooled = self.gram.scale_(b)  # keeps the eigendecomposition: free with one batch
         else:
-            self.pooled.merge(self.gram, grad_scale=b)
+            self.pooled = merge_grams(self.pooled, self.gram, grad_scale=b)
         self.gram = None
 
     def score(self, n: int, nb: int, block_input: bool) -> CandidateScore:
@@ -336,7 +337,7 @@ class _CandidateSums:
         ``||C_l||``, ``tangent_dim`` k, ``tangent_rank`` and the pooled rows. The pooled ``V_S,l`` by the
         accumulator's eigendecomposition (per-batch mode, as it always was) or by :func:`solve_pooled` (pooled only:
         Cholesky or pivoted Cholesky where their rank is certified, else the same eigendecomposition)."""
-        pooled = self.pooled.scaled(1.0 / n)
+        pooled = self.pooled.scale_(1.0 / n)
         if self.per_batch:
             vp, rank = pooled.growth_value(), pooled.rank()
             s.growth_value, s.cross_gradient_norm = self.growth_value_sum / nb, self.cross_gradient_sum / nb
@@ -362,6 +363,7 @@ def _candidate_sums(
     contributions: bool,
     directions: list[torch.Tensor] | None,
     candidates: list | None,
+    rows_form: bool = False,
 ) -> list[_CandidateSums]:
     """The options of :func:`probe_activation_gradients` checked, then one :class:`_CandidateSums` per candidate
     (``candidates``, default ``model.candidates()``), each with its entry of ``directions`` (the probe's
@@ -373,7 +375,7 @@ def _candidate_sums(
     candidates = list(candidates) if candidates is not None else model.candidates()
     directions = directions or [None] * len(candidates)
     return [
-        _CandidateSums(c, family, seed, bn_mode, exact, contributions, d, chunk)
+        _CandidateSums(c, family, seed, bn_mode, exact, contributions, d, chunk, rows_form)
         for c, d in zip(candidates, directions, strict=True)
     ]
 
@@ -393,11 +395,12 @@ def block_input_flags(model: nn.Module, candidates: list) -> list[bool]:
 def _scores(sums: list[_CandidateSums], n: int, nb: int, flags: list[bool], lines: ProgressLines):
     """Each candidate's :class:`CandidateScore` (the exact modes factorise its pooled Gram here), one progress line
     per factorised candidate."""
-    lines.start_factorising([s.pooled.k if s.pooled is not None else 0 for s in sums])
+    lines.start_factorising([min(s.pooled.k, s.pooled.rows) if s.pooled is not None else 0 for s in sums])
     scores = []
     for position, (s, flag) in enumerate(zip(sums, flags, strict=True)):
         start = time.perf_counter()
         score = s.score(n, nb, flag)
+        s.pooled = None  # its statistics are done with: their memory back before the next factorisation
         route = score.pooled_route or "eigh"
         lines.candidate_done(
             position, score.name, score.tangent_dim or 0, score.n_rows or 0, route, time.perf_counter() - start
@@ -410,12 +413,15 @@ def _probe_batch(model, x, y, loss_fn: LossFn, sub_batch: int | None, sums: list
     """The shared pass over one analysis batch: each sub-batch's states and rows of ``dL_b/dz_l`` at every candidate
     into that candidate's sums, dropped before the next sub-batch's forward; returns ``L_b``."""
     b, batch_loss = int(x.shape[0]), 0.0
+    one_pass = sub_batch is None or sub_batch >= b  # then each candidate's batch is pooled at once (one batch Gram)
     for loss, states, grads in sub_batch_passes(model, x, y, loss_fn, [s.candidate for s in sums], sub_batch):
         batch_loss += float(loss)
         for candidate, z, g in zip(sums, states, grads, strict=True):  # g: these examples' rows of dL_b/dz_l
             candidate.add(z, g, b, f64)
+            if one_pass:
+                candidate.end_batch(b)
         del states, grads, z, g  # this sub-batch's activations and gradients, before the next forward
-    for candidate in sums:
+    for candidate in sums if not one_pass else ():
         candidate.end_batch(b)
     return batch_loss
 
@@ -449,6 +455,7 @@ def probe_activation_gradients(
     candidates: list | None = None,
     exact_per_batch: bool = True,
     progress: Callable[[str], None] | None = None,
+    rows_form: bool = False,
 ) -> ProbeResult:
     """``AG_l``, ``AG~_l``, per-example RMS (with ``exact`` ``V_S,l``; with ``contributions`` the pooled
     ``C_l`` and ``tr(Sigma_hat_l)`` of App. G) for every candidate; the options are described in the module docstring.
@@ -462,6 +469,7 @@ def probe_activation_gradients(
         raise ValueError(f"exact_per_batch must be True or False, got {exact_per_batch!r}")
     mode_exact = "pooled" if exact and not exact_per_batch else exact
     modes = {"exact": mode_exact, "contributions": contributions, "directions": contribution_directions}
+    modes["rows_form"] = rows_form
     sums = _candidate_sums(
         model, family, seed, bn_mode, chunk_elements, sub_batch=sub_batch, candidates=candidates, **modes
     )

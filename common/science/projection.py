@@ -127,6 +127,12 @@ class GramAccumulator:
         out._eig = self._eig
         return out
 
+    def scale_(self, grad_scale: float) -> GramAccumulator:
+        """:meth:`scaled` in place (the same numbers, no copy of the ``k x k`` ``P``); returns ``self``."""
+        self.X.mul_(grad_scale)
+        self.grad_sq = self.grad_sq * grad_scale**2
+        return self
+
     # ------------------------------------------------------------------ results
     def _eigh(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._eig is None:
@@ -135,12 +141,7 @@ class GramAccumulator:
         return self._eig
 
     def _kept(self) -> tuple[torch.Tensor, torch.Tensor]:
-        evals, evecs = self._eigh()
-        top = evals.max().clamp_min(0.0)
-        keep = evals > self.rtol * top
-        if top <= 0:
-            keep = torch.zeros_like(keep)
-        return evals[keep], evecs[:, keep]
+        return kept_eigenpairs(*self._eigh(), self.rtol)
 
     def rank(self) -> int:
         """Numerical rank of ``Psi`` (= of ``P``) under the documented tolerance."""
@@ -171,6 +172,15 @@ class GramAccumulator:
     def grad_norm(self) -> float:
         """``||G||_F`` over the rows seen (the activation-gradient norm on the same sample)."""
         return math.sqrt(float(self.grad_sq))
+
+
+def kept_eigenpairs(evals: torch.Tensor, evecs: torch.Tensor, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The eigenpairs of a Gram matrix that count (module docstring): eigenvalues above ``rtol * max_eig``."""
+    top = evals.max().clamp_min(0.0)
+    keep = evals > rtol * top
+    if top <= 0:
+        keep = torch.zeros_like(keep)
+    return evals[keep], evecs[:, keep]
 
 
 def growth_value(psi_rows: torch.Tensor, grad_rows: torch.Tensor, *, rtol: float | None = None) -> float:

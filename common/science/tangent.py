@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils import skip_init
 
 LINEAR_EXPANSION = 4  # hidden width of the linear family's psi: m = 4 d (GPT-2's MLP ratio)
 
@@ -110,6 +111,8 @@ class TangentFamily:
     # used where gram_supported(psi).
     gram: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
     gram_supported: Callable[[torch.Tensor], bool] = lambda psi: False
+    # Optional rows x rows route: psi output (float64) -> K = Psi Psi^T (n x n), without the n x k rows.
+    row_gram: Callable[[torch.Tensor], torch.Tensor] | None = None
     state_dims: tuple[int, ...] = ()  # the tensor dimensions a state z_l may have (empty: any)
     layout: str = ""  # those layouts in words, for the refusal of another
 
@@ -154,12 +157,13 @@ def candidate_family(candidate, family: str | None = None) -> TangentFamily:
 
 # ----------------------------------------------------------------------------- conv3x3
 def _conv3x3_block(channels: int, generator: torch.Generator) -> ZeroOutputBlock:
-    conv_u = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+    # skip_init: no default initialisation to overwrite (nothing drawn from the global generator either)
+    conv_u = skip_init(nn.Conv2d, channels, channels, 3, padding=1, bias=False)
     with torch.no_grad():  # U_l: Kaiming normal (fan-out, ReLU gain), as ResNet._init_weights, seeded
         std = (2.0 / (channels * 9)) ** 0.5
         conv_u.weight.copy_(torch.randn(conv_u.weight.shape, generator=generator) * std)
     psi = nn.Sequential(conv_u, nn.BatchNorm2d(channels), nn.ReLU())
-    terminal = nn.Conv2d(channels, channels, 3, padding=1, bias=False)  # V_l
+    terminal = skip_init(nn.Conv2d, channels, channels, 3, padding=1, bias=False)  # V_l
     nn.init.zeros_(terminal.weight)
     return ZeroOutputBlock(psi, terminal, "conv3x3")
 
@@ -273,6 +277,28 @@ def _conv_p_blocks(
     return p_blocks
 
 
+def _conv_row_gram(psi: torch.Tensor) -> torch.Tensor:
+    """``K = Psi Psi^T`` (n x n, ``n = B H W`` im2col rows) of maps of at least 4 x 4 without the rows (smaller maps:
+    the rows' product). With the maps zero-padded by one pixel and flattened (``M = B (H + 2) (W + 2)`` positions),
+    row ``p`` of ``Psi`` is ``psi_pad[:, p + o]`` over the nine offsets ``o``, so ``K[p, q] = sum_o A[p + o, q + o]``
+    with ``A = psi_pad^T psi_pad`` (M x M): products of ``C``-long columns, not ``9 C``-long rows (``(M / n)^2 / 9``
+    of the work, ``M / n <= 2.25`` at 4 x 4), then nine shifted views summed. Exact in exact arithmetic (the tests
+    compare it with the rows' product)."""
+    b, c, h, w = psi.shape
+    if h < 4 or w < 4:
+        rows = _conv_feature_rows(psi)
+        return rows @ rows.T
+    flat = F.pad(psi, (1, 1, 1, 1)).transpose(0, 1).reshape(c, -1)  # (C, M)
+    a = flat.T @ flat
+    at = torch.arange
+    real = ((at(b)[:, None, None] * (h + 2) + at(h)[None, :, None] + 1) * (w + 2) + at(w)[None, None, :] + 1).flatten()
+    out = torch.zeros(real.numel(), real.numel(), dtype=psi.dtype, device=psi.device)
+    for oy, ox in _OFFSETS:
+        shifted = real.to(psi.device) + oy * (w + 2) + ox
+        out += a[shifted][:, shifted]
+    return out
+
+
 def _shifted_product(a: torch.Tensor, b: torch.Tensor, shift: int) -> torch.Tensor:
     """``sum_t a[:, t] b[:, t + shift]^T`` over the valid ``t`` of two (rows, M) matrices (views, no copies)."""
     m = a.shape[1]
@@ -298,6 +324,7 @@ register_family(
         name="conv3x3",
         gram=_conv_gram,
         gram_supported=_conv_gram_supported,
+        row_gram=_conv_row_gram,
         make_block=_conv3x3_block,
         state_rows=_conv_state_rows,
         feature_rows=_conv_feature_rows,
@@ -313,13 +340,13 @@ register_family(
 # ----------------------------------------------------------------------------- linear
 def _linear_block(width: int, generator: torch.Generator) -> ZeroOutputBlock:
     hidden = LINEAR_EXPANSION * width
-    u = nn.Linear(width, hidden)
+    u = skip_init(nn.Linear, width, hidden)
     with torch.no_grad():  # U_l: PyTorch's default Linear init, drawn from the protocol's generator
         bound = 1.0 / width**0.5
         u.weight.copy_(torch.rand(u.weight.shape, generator=generator) * 2 * bound - bound)
         u.bias.copy_(torch.rand(u.bias.shape, generator=generator) * 2 * bound - bound)
     psi = nn.Sequential(nn.LayerNorm(width), u, nn.GELU())
-    terminal = nn.Linear(hidden, width, bias=False)  # V_l
+    terminal = skip_init(nn.Linear, hidden, width, bias=False)  # V_l
     nn.init.zeros_(terminal.weight)
     return ZeroOutputBlock(psi, terminal, "linear")
 

@@ -21,6 +21,7 @@ from common.models.places.registry import (
     Place,
     PlaceRule,
     in_sequence,
+    modules_named,
     places_for,
     places_of_modules,
     register_places,
@@ -28,6 +29,7 @@ from common.models.places.registry import (
 )
 
 __all__ = [
+    "modules_named",
     "PLACE_RULES",
     "Place",
     "PlaceRule",

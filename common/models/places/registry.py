@@ -1,8 +1,10 @@
 """The registry of place rules (:mod:`common.models.places`): :class:`Place`, :class:`PlaceRule`, :func:`register_places`,
-:func:`places_for` and the places of a user's list of modules (:func:`places_of_modules`)."""
+:func:`places_for`, the places of a user's list of modules (:func:`places_of_modules`) and the modules that names or
+patterns pick (:func:`modules_named`, script 11's ``--places``)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -48,15 +50,43 @@ def rule_for(model: nn.Module) -> PlaceRule | None:
     return next((rule for rule in PLACE_RULES.values() if rule.matches(model)), None)
 
 
-def places_for(model: nn.Module) -> list[Place]:
-    """``places="auto"``: the places of a model a registered rule knows; otherwise a one-line :class:`UserError`."""
+PLACES_HINT = (
+    "places=[model.block1, model.block2, ...] or places='blocks.*': the input of each listed module is a place"
+)
+
+
+def places_for(model: nn.Module, hint: str = PLACES_HINT) -> list[Place]:
+    """``places="auto"``: the places of a model a registered rule knows; otherwise a one-line :class:`UserError`
+    naming ``hint`` (how to list the blocks: the Python argument, or script 11's ``--places``)."""
     rule = rule_for(model)
     if rule is None:
         raise UserError(
             f"{type(model).__name__}: places='auto' knows {', '.join(PLACE_RULES)} models only; pass the list of its "
-            "residual blocks instead (places=[model.block1, model.block2, ...]: the input of each listed module is a place)"
+            f"residual blocks instead ({hint})"
         )
     return rule.places(model)
+
+
+def modules_named(model: nn.Module, spec: str | Sequence[str], hint: str = PLACES_HINT) -> list[nn.Module]:
+    """The modules of ``model`` that ``spec`` names: module names as ``named_modules`` spells them (``blocks.0``), or
+    patterns in which ``*`` stands for one name part and ``?`` for one character (``blocks.*``, ``layer?.*``), comma
+    separated in one string or listed; in the order given (a pattern: the model's order). A name or pattern that
+    finds nothing is a :class:`UserError` naming a few of the model's modules."""
+    entries = [e.strip() for e in (spec.split(",") if isinstance(spec, str) else spec)]
+    named = {name: m for name, m in model.named_modules() if name}
+    found: list[nn.Module] = []
+    for entry in entries:
+        if not entry:
+            raise UserError(f"places {spec!r} holds an empty name; give module names or patterns ({hint})")
+        pattern = re.compile(re.escape(entry).replace(r"\*", "[^.]+").replace(r"\?", "[^.]"))
+        hits = [m for name, m in named.items() if pattern.fullmatch(name)]
+        if not hits:
+            some = ", ".join(list(named)[:8]) or "none"
+            raise UserError(
+                f"places: {entry!r} names no module of {type(model).__name__} (its modules: {some}, ...); {hint}"
+            )
+        found += hits
+    return found
 
 
 def places_of_modules(model: nn.Module, modules: Sequence[nn.Module]) -> list[Place]:
@@ -64,13 +94,16 @@ def places_of_modules(model: nn.Module, modules: Sequence[nn.Module]) -> list[Pl
     goes in front of it in the ``nn.Sequential`` or ``nn.ModuleList`` that holds it (none: probed, not grown into)."""
     paths = {id(m): path for path, m in model.named_modules()}
     parents = {id(child): m for m in model.modules() for child in m.children()}
-    places = []
+    places, seen = [], set()
     for i, module in enumerate(modules):
         if not isinstance(module, nn.Module) or id(module) not in paths:
             raise UserError(
                 f"places[{i}] ({type(module).__name__}) is not a submodule of {type(model).__name__}; "
                 "list the model's own blocks (places=[model.layers[0], ...])"
             )
+        if id(module) in seen:
+            raise UserError(f"places names {paths[id(module)] or 'the model'} twice; give each place once")
+        seen.add(id(module))
         parent = parents.get(id(module))
         container, position = in_sequence(parent, module)
         note = (
