@@ -44,11 +44,11 @@ def resolve_places(model: nn.Module, places, names: Names = PYTHON) -> list[Plac
         raise UserError(f"places is empty; give 'auto' or at least one of the model's blocks ({names.places})")
     if all(isinstance(p, Place) for p in entries):
         if len({id(p.module) for p in entries}) < len(entries):
-            raise UserError("places lists one module twice; give each place once")
+            raise UserError(f"places lists one module twice; give each place once ({names.places})")
         return entries
     if all(isinstance(p, str) for p in entries):
         entries = modules_named(model, places if isinstance(places, str) else entries, names.places)
-    return places_of_modules(model, entries)
+    return places_of_modules(model, entries, names.places)
 
 
 @dataclass

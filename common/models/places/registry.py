@@ -89,9 +89,10 @@ def modules_named(model: nn.Module, spec: str | Sequence[str], hint: str = PLACE
     return found
 
 
-def places_of_modules(model: nn.Module, modules: Sequence[nn.Module]) -> list[Place]:
+def places_of_modules(model: nn.Module, modules: Sequence[nn.Module], hint: str = "places=[...]") -> list[Place]:
     """The places of a user's list: the input of each module, named by its path in ``model``; a zero-output block
-    goes in front of it in the ``nn.Sequential`` or ``nn.ModuleList`` that holds it (none: probed, not grown into)."""
+    goes in front of it in the ``nn.Sequential`` or ``nn.ModuleList`` that holds it (none: probed, not grown into).
+    ``hint``: how the caller's refusals name the list (script 11: its ``--places`` flag)."""
     paths = {id(m): path for path, m in model.named_modules()}
     parents = {id(child): m for m in model.modules() for child in m.children()}
     places, seen = [], set()
@@ -102,7 +103,7 @@ def places_of_modules(model: nn.Module, modules: Sequence[nn.Module]) -> list[Pl
                 "list the model's own blocks (places=[model.layers[0], ...])"
             )
         if id(module) in seen:
-            raise UserError(f"places names {paths[id(module)] or 'the model'} twice; give each place once")
+            raise UserError(f"places names {paths[id(module)] or 'the model'} twice; give each place once ({hint})")
         seen.add(id(module))
         parent = parents.get(id(module))
         container, position = in_sequence(parent, module)
