@@ -13,7 +13,7 @@ choice below):
 - ``none``: the ResNet-8, never grown, on the same ``B`` (so more epochs than a deeper network);
 - ``scratch``: the criterion's final architecture of the same seed (read from its finished run, trained here first
   when missing), trained from random initialisation on the same ``B``: the ResNet-8 as the sweep initialises it, the
-  blocks' ``U_l`` from their seeds, their ``V_l`` zero (:func:`scratch_resnet`).
+  blocks' ``U_l`` from their seeds, their ``V_l`` Kaiming-normal as the sweep's (:func:`scratch_resnet`).
 
 ``B`` is the training FLOPs of the sweep's run at the preset's ``budget_depth_n`` (:func:`budget_flops`, counted by
 :mod:`common.training.flops` as every FLOP here). A run trains whole epochs while the next one fits in what is left of ``B``.
@@ -49,13 +49,14 @@ from common.experiments.shared.resnet_sweep import (
     sweep_configs,
     train_resnet_run,
 )
-from common.models.resnet import ResNet
+from common.models.resnet import ResNet, init_weights
 from common.models.resnet_flops import resnet_training_flops_per_image
 from common.presets.choose import choose_preset
 from common.presets.grow_by_criterion import POLICIES, PRESETS, GrowPreset, policies_of
 from common.runs import atomic, locks, run_store, tables
 from common.runs.locks import RunLocked
 from common.runs.run_store import RunSpec
+from common.science.branch_scale import ratio_summary
 from common.science.growth import insert_zero_block
 from common.training.flops import training_flops
 from common.training.growing import RunGrowth
@@ -64,7 +65,7 @@ log = logging.getLogger(__name__)
 
 EXPERIMENT = "grow_by_criterion"
 BLOCK = "conv3x3 zero-output block (common.tangent), U_l seeded by its probe's seed"
-SCRATCH_V = "zero (each branch starts at the identity, as zero-init residual training does; U_l random)"
+SCRATCH_V = "Kaiming-normal from the block's seed, as the sweep initialises every V (U_l random from its seed)"
 LOCK_POLL_S = 5.0  # how often a scratch run waiting for its criterion run looks again
 RECORD_KEYS = ("policy", "seed", "depth_n", "train_loss", "test_loss", "train_flops", "budget_flops", "stop")
 
@@ -247,11 +248,14 @@ def starting_resnet(run: CriterionRun, data: VisionData) -> tuple[ResNet, dict]:
 def scratch_resnet(run: CriterionRun, data: VisionData, criterion: dict) -> tuple[ResNet, dict]:
     """The criterion's final architecture from random initialisation: the sweep's ResNet-8 of the seed as the sweep
     initialises it, the criterion's blocks inserted in its order with their ``U_l`` (random, from their seeds) and
-    ``V_l = 0``, the usual start of a residual branch with no normalisation after it (:data:`SCRATCH_V`)."""
+    ``V_l`` drawn as the sweep draws every block's ``V`` (:func:`~common.models.resnet.init_weights`, from the block's
+    seed: :data:`SCRATCH_V`): the same architecture and block family as the grown network, initialised as any network
+    of the sweep is."""
     model, _ = starting_resnet(run, data)
     inserted = criterion["growth"]["inserted"]
     for record in inserted:
-        insert_zero_block(model, int(record["place"]), seed=int(record["seed"]))
+        block = insert_zero_block(model, int(record["place"]), seed=int(record["seed"]))
+        init_weights(block.terminal, torch.Generator().manual_seed(int(record["seed"])))
     architecture = [{"place": int(r["place"]), "seed": int(r["seed"])} for r in inserted]
     return model, {"architecture": architecture, "scratch_of": run.growth.scratch_of}
 
@@ -355,17 +359,21 @@ def curve(run_dir: str | Path, result: dict) -> list[dict]:
 
 TABLE_KEYS = (
     "policy", "seed", "depth_n", "stop_why", "stop_epoch", "probes", "epochs", "train_flops", "probe_flops",
-    "budget_flops", "train_loss", "test_loss", "test_acc", "wall_s",
+    "budget_flops", "train_loss", "test_loss", "test_acc", "branch_inserted", "branch_original", "wall_s",
 )  # fmt: skip
 
 
 def run_table(records: Sequence[dict]) -> list[dict]:
-    """One row per run: :data:`TABLE_KEYS` of each record (``stop_*`` from its ``stop``; ``probes`` counted)."""
+    """One row per run: :data:`TABLE_KEYS` of each record (``stop_*`` from its ``stop``; ``probes`` counted;
+    ``branch_*``: the mean branch / input norm of its inserted and of its other blocks at the end, from
+    ``growth.branch_ratios``)."""
     rows = []
     for r in records:
         stop = r.get("stop") or {}
         row = {k: r.get(k) for k in TABLE_KEYS}
         row.update(stop_why=stop.get("why"), stop_epoch=stop.get("epoch"), probes=len(r.get("probes") or []))
+        ratios = ratio_summary((r.get("growth") or {}).get("branch_ratios") or [])
+        row.update(branch_inserted=ratios["inserted_mean"], branch_original=ratios["original_mean"])
         rows.append(row)
     return rows
 
@@ -394,7 +402,10 @@ def markdown_table(rows: Sequence[dict]) -> str:
     note = (
         "One row per run; every run trains on the same budget of training FLOPs (budget flops) and schedule. depth n: "
         "blocks added to the ResNet-8 (scratch: the criterion's, from random initialisation); stop why / epoch: why "
-        "and when growth stopped; probe flops: the controller's measuring, apart from training; losses clean, final."
+        "and when growth stopped; probe flops: the controller's measuring, apart from training; losses clean, final; "
+        "branch inserted / original: the norm of a block's branch output against its input on the clean training "
+        "images at the end, averaged over the inserted blocks (scratch: the criterion's, trained from the start) and "
+        "over the others."
     )
     return f"{tables.markdown_table(rows, TABLE_COLUMNS)}\n\n{note}"
 

@@ -10,7 +10,8 @@ Protocol (one growth run per final depth N and seed):
   initialisation, same batches) and trains the sweep's epochs on the sweep's one schedule. Its ``k``-th block goes
   in before the epoch the preset's fraction ``insert_at[k - 1]`` gives (:meth:`~common.presets.growth_vs_scratch.GrowthPreset.insert_epochs`),
   where the sweep's ResNet-(8+k) has it (stage ``(k - 1) mod 3``, at its end: :func:`common.models.resnet.grow`),
-  at a zero output (zero-gamma on its last BatchNorm), its weights drawn from :func:`block_seed`. The growth
+  at a zero output: the network's own block ``z + V relu(BN(conv_U z))`` with ``V = 0``, the probe's ``conv3x3``
+  candidate at that place, ``U`` drawn from :func:`block_seed` and the place. The growth
   engine (:mod:`common.training.growing`) checks the function bit for bit in float64 in train and eval mode, keeps
   every old parameter's optimizer state, gives the new block none, and never restarts the schedule.
 - Scratch is the sweep's own run of ResNet-(8+N) (:func:`~common.experiments.shared.resnet_sweep.sweep_configs`): the same epochs,
@@ -51,13 +52,14 @@ from common.models.resnet import ResNet, depth_label, grow
 from common.presets.growth_vs_scratch import growth_preset, insert_fractions
 from common.runs import atomic, run_store, tables
 from common.runs.run_store import RunSpec
+from common.science.branch_scale import ratio_summary
 from common.training.growing import Insertion, RunGrowth
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "growth_vs_scratch"
 INSERTION = "cyclic, end of stage (k-1) mod 3"  # where the k-th block goes (common.models.resnet.extra_block_position)
-ZERO_INIT = "zero-gamma: last BatchNorm weight and bias 0, both convolutions Kaiming-normal"
+ZERO_INIT = "conv3x3 block, V = 0, U Kaiming-normal from (block seed, place)"
 
 
 # ----------------------------------------------------------------------------- planning
@@ -190,7 +192,7 @@ def starting_resnet(run: GrowthRun, data: VisionData) -> tuple[ResNet, dict]:
     model = run.resnet(data.num_classes, depth_n=run.growth.start_depth_n)
     final = copy.deepcopy(model)
     for _ in run.growth.epochs:
-        grow(final, torch.Generator().manual_seed(0))
+        grow(final, 0)
     shapes = {k: tuple(v.shape) for k, v in final.state_dict().items()}
     with torch.device("meta"):  # shapes only: the global RNG stays as the sweep's run of this seed leaves it
         target = {k: tuple(v.shape) for k, v in run.resnet(data.num_classes).state_dict().items()}
@@ -206,14 +208,15 @@ def run_growth(run: GrowthRun, data: VisionData, device: torch.device) -> RunGro
     insertions = tuple(Insertion(e, block_seed(run.seed, k)) for k, e in enumerate(plan.epochs, start=1))
     return RunGrowth(
         insertions=insertions,
-        insert=lambda model, seed, place: grow(model, torch.Generator().manual_seed(seed)),
+        insert=lambda model, seed, place: grow(model, seed),
         restart=plan.restart,
         **growth_hooks(data, device),
     )
 
 
 def block_seed(seed: int, k: int) -> int:
-    """Seed of the random weights of the ``k``-th block a run of seed ``seed`` inserts."""
+    """Seed of the random weights ``U`` of the ``k``-th block a run of seed ``seed`` inserts (with its place:
+    :func:`common.science.tangent.protocol_seed`)."""
     return int(hashlib.sha256(f"growth-block:{int(seed)}:{int(k)}".encode()).hexdigest()[:15], 16)
 
 
@@ -246,10 +249,20 @@ def collect_records(plan: GrowthPlan, out: str | Path, which: str = "growth") ->
                     "train_flops": float(flops),
                     "train_loss_slope": tail_slope(history := run_store.read_metrics(run_store.run_dir(out, c))),
                     "train_loss_tail_fall": tail_fall(history),
+                    **branch_columns(r if c is config else None),
                     **{k: r[k] for k in METRICS},
                 }
             )
     return records
+
+
+def branch_columns(result: dict | None) -> dict[str, float]:
+    """A growth run's blocks at its end, branch output against input (``growth.branch_ratios``): the mean over its
+    inserted blocks (``branch_inserted``) and over its original three (``branch_original``); NaN for a scratch run
+    (no record of it) or a growth run from before the records held it."""
+    ratios = ((result or {}).get("growth") or {}).get("branch_ratios")
+    summary = ratio_summary(ratios) if ratios else {}
+    return {f"branch_{kind}": summary.get(f"{kind}_mean", math.nan) for kind in ("inserted", "original")}
 
 
 def finished_result(out: str | Path, config: dict) -> dict:
@@ -266,7 +279,9 @@ def markdown_table(rows: Sequence[dict]) -> str:
         "Both sides train the same epochs and steps on one schedule; growth starts from a ResNet-8 and spends fewer "
         "FLOPs (counted by common/training/flops.py at each epoch's depth). Slope: the running training loss's change per "
         "epoch over the last 10% of the epochs (near 0: levelled off); fall: how much its least-squares line fell "
-        "over those epochs, as a fraction of its last value. "
+        "over those epochs, as a fraction of its last value. Branch / input: the norm of a block's branch output "
+        "V psi(z) against its input on the clean training images at the end of the growth run, averaged over the "
+        "inserted blocks and over the three the ResNet-8 started with (common/science/branch_scale.py). "
         "In parentheses: the paper's CIFAR-10 values (common/presets/paper.py; per architecture it reports only which "
         "method has the lower loss, and the smallest and largest test-loss reductions)."
     )
@@ -297,8 +312,8 @@ def epochs_cell(r: dict) -> str:
 
 
 def _pair_cell(r: dict, key: str, fmt: str, methods: Sequence[str] = METHODS) -> str:
-    """``a / b``: each method's mean of ``key`` ("-" where absent)."""
-    values = [r.get(f"{m}_{key}") for m in methods]
+    """``a / b``: each method's mean of ``key`` (empty ``key``: the columns ``methods`` name; "-" where absent)."""
+    values = [r.get(f"{m}_{key}" if key else m) for m in methods]
     return " / ".join("-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt) for v in values)
 
 
@@ -322,6 +337,10 @@ TABLE_COLUMNS = (  # the markdown table of growth_table's rows
     tables.Column("training FLOPs: growth / scratch", lambda r: _pair_cell(r, "train_flops", ".3g")),
     *(_loss_column(m, "train_loss") for m in METHODS),
     tables.Column("lower train loss", lambda r: _with_paper(r["train_winner"], r["paper_train_winner"])),
+    tables.Column(
+        "growth's branch / input at the end: inserted / original blocks",
+        lambda r: _pair_cell(r, "", ".3f", ("growth_branch_inserted", "growth_branch_original")),
+    ),
     tables.Column("train-loss slope: growth / scratch", lambda r: _pair_cell(r, "train_loss_slope", ".2e")),
     tables.Column("fall over the last 10%: growth / scratch", lambda r: _pair_cell(r, "train_loss_tail_fall", ".1%")),
     *(_loss_column(m, "test_loss") for m in METHODS),

@@ -34,7 +34,9 @@ EXTRA = (
     "train_flops",
     "train_loss_slope",
     "train_loss_tail_fall",
-)  # per-run measures the tables average beside the metrics
+    "branch_inserted",
+    "branch_original",
+)  # per-run measures the tables average beside the metrics (branch_*: growth runs only, NaN for scratch)
 ARMS = ("growth", "restart", "scratch")  # one schedule, restarted at every insertion, the sweep's run
 
 
@@ -68,7 +70,10 @@ def _tail_fit(history: Sequence[dict], tail: float) -> tuple[float, float, float
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (n - 1; NaN for one value)."""
+    """Mean and sample standard deviation (n - 1; NaN for one value); both NaN where a value is (a measure a run does
+    not have: a scratch run's branch norms)."""
+    if any(math.isnan(v) for v in values):
+        return math.nan, math.nan
     mean = statistics.fmean(values)
     return mean, statistics.stdev(values) if len(values) > 1 else math.nan
 
@@ -192,8 +197,10 @@ def ablation_table(growth: Iterable[dict], restart: Iterable[dict]) -> list[dict
             raise ValueError(f"ResNet-{depth_label(n)}: no {', '.join(missing)} records for seeds {seeds}")
         row: dict[str, Any] = {"model": f"ResNet-{depth_label(n)}", "depth_n": n, "seeds": len(seeds)}
         for arm in ARMS:
-            for key in (*METRICS, *EXTRA):
-                row[f"{arm}_{key}"], row[f"{arm}_{key}_std"] = _mean_std([cells[(n, arm)][s][key] for s in seeds])
+            for key in (*METRICS, *EXTRA):  # an EXTRA measure a record lacks (an older one) is NaN
+                values = [cells[(n, arm)][s].get(key, math.nan) if key in EXTRA else cells[(n, arm)][s][key]
+                          for s in seeds]  # fmt: skip
+                row[f"{arm}_{key}"], row[f"{arm}_{key}_std"] = _mean_std(values)
         for metric in ("train_loss", "test_loss"):
             cost = [cells[(n, "restart")][s][metric] - cells[(n, "growth")][s][metric] for s in seeds]
             row[f"restart_cost_{metric}"], row[f"restart_cost_{metric}_std"] = _mean_std(cost)

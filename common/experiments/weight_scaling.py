@@ -7,10 +7,10 @@ Families (``FAMILIES``):
   delta) on the synthetic neural-ODE regression data (:mod:`common.data.neural_ode`, d = 10,
   generated from the run's seed) with the MSE loss through :func:`common.training.loop.train`
   (:func:`train_fc_run`), then computes the statistics of its trained weights.
-- ``sweep``: one analysis run per finished run of script 01 (:func:`analyse_sweep_run`). Each
-  BatchNorm is folded into the conv before it (eval mode, ``W * gamma / sqrt(var + eps)``);
-  per stage, the sequence ``A_k`` is the first (folded) conv of each block and ``delta_k`` its
-  last (folded) conv. The downsampling block (first block of stages 2 and 3: stride 2, other
+- ``sweep``: one analysis run per finished run of script 01 (:func:`analyse_sweep_run`). Each block is
+  ``shortcut(z) + V relu(BN(conv_U z))``: the BatchNorm after ``U`` is folded into it (eval mode,
+  ``W * gamma / sqrt(var + eps)``) and ``V``, which nothing follows, is taken raw; per stage, the sequence
+  ``A_k`` is each block's folded ``U`` and ``delta_k`` its ``V``. The downsampling block (first block of stages 2 and 3: stride 2, other
   input width) is **left out** of the stage's sequences and fits; its folded norms are listed in
   the run's ``layers.csv`` with ``downsample = True``.
 
@@ -27,7 +27,7 @@ Records (plain CSV, one file per family and dataset, written by the script under
   ``family`` ("fc-tanh", "fc-relu", "sweep"), ``dataset`` ("neural-ode" or the sweep's),
   ``seed``, ``run`` (run directory name), ``stage`` (0: the whole network of an FC family;
   1, 2, 3: sweep stages), ``tensor`` ("A", "b", "delta", "delta_A" = ``|delta_k| A_k``; sweep:
-  "A" = first conv, "delta" = last conv), ``norm`` ("fro" or "spectral"), ``depth`` (L: layers in
+  "A" = first conv U with its BatchNorm folded in, "delta" = terminal conv V, raw), ``norm`` ("fro" or "spectral"), ``depth`` (L: layers in
   the sequence; sweep: blocks of the stage without the downsampling block), ``network_depth``
   (FC: L; sweep: d of ResNet-d), ``depth_n`` (sweep: N), ``max_norm``, ``max_increment``
   (unscaled ``max_k ||A_k+1 - A_k||``; the beta-scaled norm is ``depth**beta`` times it),

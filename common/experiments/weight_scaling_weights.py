@@ -2,8 +2,9 @@
 
 FC ResNets (:func:`fc_tensors`, :func:`fc_statistics`): the depth-indexed ``A_k``, ``b_k``, ``delta_k`` and
 ``|delta_k| A_k``, their per-depth records and ``layers.csv`` rows. The sweep's ResNets (:func:`stage_sequences`):
-per block the first conv ``A`` and last conv ``delta``, each with its BatchNorm folded in (:func:`folded_conv`),
-and their input feature-map sizes.
+per block ``z -> shortcut(z) + V relu(BN(conv_U z))`` the first conv ``A`` = ``U`` with the BatchNorm after it folded
+in (:func:`folded_conv`: in eval mode ``BN(conv_U z)`` is one conv with a bias), and the terminal conv ``delta`` = ``V``
+taken raw (nothing follows it), and their input feature-map sizes (docs/decisions.md, section "One residual block").
 """
 
 from __future__ import annotations
@@ -66,13 +67,13 @@ def folded_conv(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> torch.Tensor:
 
 
 def stage_sequences(model: nn.Module, input_size: int) -> list[dict]:
-    """Per block: stage (1-based), downsampling or not, folded first conv ``A`` and last conv ``delta``, and
-    their input feature-map sizes (one dummy forward at ``input_size`` pixels)."""
+    """Per block: stage (1-based), downsampling or not, first conv ``A`` (``U``, its BatchNorm folded in) and terminal
+    conv ``delta`` (``V``, raw), and their input feature-map sizes (one dummy forward at ``input_size`` pixels)."""
     sizes: dict[int, int] = {}
     hooks = [
         conv.register_forward_hook(lambda m, args, out: sizes.__setitem__(id(m), args[0].shape[-1]))
         for block in model.blocks
-        for conv in (block.residual[0], block.residual[3])
+        for conv in (block.psi[0], block.terminal)
     ]
     try:
         with torch.no_grad():
@@ -82,13 +83,13 @@ def stage_sequences(model: nn.Module, input_size: int) -> list[dict]:
             hook.remove()
     blocks = []
     for block, stage in zip(model.blocks, model.stage_of_block, strict=True):
-        first, last = block.residual[0], block.residual[3]
+        first, last = block.psi[0], block.terminal
         blocks.append(
             {
                 "stage": stage + 1,
                 "downsample": not isinstance(block.shortcut, nn.Identity),
-                "A": folded_conv(first, block.residual[1]),
-                "delta": folded_conv(last, block.residual[4]),
+                "A": folded_conv(first, block.psi[1]),
+                "delta": last.weight.detach().double(),
                 "size": {"A": sizes[id(first)], "delta": sizes[id(last)]},
             }
         )

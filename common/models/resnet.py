@@ -1,22 +1,29 @@
-"""CIFAR-style ResNet-8 backbone with ``N`` extra basic blocks added cyclically (paper B.1, B.3).
+"""CIFAR-style ResNet-8 backbone with ``N`` extra residual blocks added cyclically (paper B.1, B.3).
 
 The backbone has a 3x3 stem conv (``widths[0]`` channels) + BN + ReLU, three stages of one
-basic block each (widths 16/32/64 on CIFAR, 32/64/128 on ImageNet-100), global average pooling
-and a linear head. Extra block ``i`` (``i = 0..N-1``) goes to stage ``i mod 3``, giving ``3 + N``
-blocks; widths and head never change. The first block of stages 2 and 3 downsamples with
-stride 2 and a parameter-free option-A shortcut (He et al. 2016, CIFAR ResNets): the identity,
-subsampled and zero-padded in channels.
+residual block each (widths 16/32/64 on CIFAR, 32/64/128 on ImageNet-100), and a head
+(BN + ReLU, global average pooling, a linear classifier). Extra block ``i`` (``i = 0..N-1``) goes
+to stage ``i mod 3``, giving ``3 + N`` blocks; widths and head never change.
+
+Every block has the paper's residual form ``z -> shortcut(z) + V psi(z; U)`` with
+``psi(z; U) = relu(BN(conv3x3_U(z)))`` and ``V`` a bias-free 3x3 convolution, the block's terminal
+layer, with nothing after it (:class:`ResidualBlock`). This is the probe's ``conv3x3`` tangent family
+(``common/science/tangent.py``), so one block is measured, grown and trained from scratch:
+``V_S,l`` at a candidate is the first-order value of inserting exactly the block every other
+place already has, and an insertion (:func:`grow`) is that block with ``V = 0``
+(docs/decisions.md, section "One residual block"). The first block of stages 2 and 3
+downsamples: ``U`` has stride 2 and the shortcut is option A (He et al. 2016, CIFAR ResNets):
+the identity, subsampled and zero-padded in channels; everywhere else the shortcut is the identity.
 
 Blocks sit in one flat ``nn.ModuleList`` so that a zero-output block can be inserted at any
 candidate (``common/science/growth.py``) with ``model.blocks.insert(l, block)``.
 
 Growth (script 03, "Function-preserving growth"): :func:`grow` turns a ResNet-(8+N) into a
-ResNet-(8+N+1) in place by inserting the architecture's own :class:`BasicBlock` where the
+ResNet-(8+N+1) in place by inserting the protocol's zero-output ``conv3x3`` block
+(:func:`common.science.growth.insert_zero_block`: ``U`` seeded by ``(seed, place)``, ``V = 0``) where the
 sweep's ResNet-(8+N+1) has extra block ``N`` (the end of stage ``N mod 3``,
-:func:`extra_block_position`), built by :func:`zero_output_basic_block` with its last
-BatchNorm's weight and bias at zero (zero-gamma): the residual branch outputs exactly 0, the
-block computes ``relu(0 + z) = z`` on the post-ReLU states it receives, and the grown model has
-the same modules and ``state_dict`` keys as ``ResNet(ResNetConfig(extra_blocks=N + 1))``.
+:func:`extra_block_position`); the grown model has the same ``state_dict`` keys and shapes as
+``ResNet(ResNetConfig(extra_blocks=N + 1))``.
 """
 
 from __future__ import annotations
@@ -29,9 +36,12 @@ from torch import nn
 
 from common.models.candidates import Candidate
 from common.presets.paper import CIFAR_STAGE_WIDTHS, IMAGENET100_BASE_CHANNELS
+from common.science.growth import insert_zero_block
+from common.science.tangent import ZeroOutputBlock
 
 BACKBONE_DEPTH = 8  # ResNet-8: stem conv + 3 blocks x 2 convs + head
 TANGENT_FAMILY = "conv3x3"  # the protocol's zero-output block at every candidate (common/science/tangent.py)
+BLOCK = TANGENT_FAMILY  # every block of the network is this family's block (ResidualBlock): in every run's identity
 # B.3 gives only ImageNet-100's base width; doubling it per stage, as CIFAR's 16/32/64 do, is our reading.
 IMAGENET100_STAGE_WIDTHS = (IMAGENET100_BASE_CHANNELS, 2 * IMAGENET100_BASE_CHANNELS, 4 * IMAGENET100_BASE_CHANNELS)
 
@@ -78,40 +88,50 @@ class DownsampleShortcut(nn.Module):
         return F.pad(x, (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
 
 
-class BasicBlock(nn.Module):
-    """``z -> relu(residual(z) + shortcut(z))`` with ``residual = conv-BN-ReLU-conv-BN``."""
+class ResidualBlock(nn.Module):
+    """``z -> shortcut(z) + V psi(z; U)``, ``psi = relu(BN(conv3x3_U z))``, ``V`` a 3x3 conv with nothing after it.
+
+    The module names are the zero-output block's (:class:`~common.science.tangent.ZeroOutputBlock`: ``psi``,
+    ``terminal`` = ``V``), so a stride-1 block and an inserted one have the same ``state_dict`` keys.
+    """
 
     def __init__(self, in_channels: int, out_channels: int, stride: int = 1) -> None:
         super().__init__()
-        self.residual = nn.Sequential(
-            nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False),
+        self.psi = nn.Sequential(
+            nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False),  # U
             nn.BatchNorm2d(out_channels),
             nn.ReLU(inplace=True),
-            nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False),
-            nn.BatchNorm2d(out_channels),
         )
+        self.terminal = nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False)  # V
         if stride != 1 or in_channels != out_channels:
             self.shortcut: nn.Module = DownsampleShortcut(in_channels, out_channels)
         else:
             self.shortcut = nn.Identity()
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return F.relu(self.residual(z) + self.shortcut(z))
+        return self.shortcut(z) + self.terminal(self.psi(z))
 
 
 class Head(nn.Module):
-    """Global average pooling + linear classifier (an endpoint, never a candidate)."""
+    """BN + ReLU, global average pooling and a linear classifier (an endpoint, never a candidate).
+
+    The residual stream is never normalised inside the blocks (nothing follows ``V``), so its scale grows with
+    depth; the head's BatchNorm hands the classifier the same scale at every depth, as the final BN-ReLU of a
+    pre-activation ResNet does (docs/decisions.md, section "One residual block").
+    """
 
     def __init__(self, channels: int, num_classes: int) -> None:
         super().__init__()
+        self.norm = nn.BatchNorm2d(channels)
         self.fc = nn.Linear(channels, num_classes)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.fc(z.mean(dim=(2, 3)))  # (B, C, H, W) -> (B, C) -> (B, classes)
+        z = F.relu(self.norm(z))  # (B, C, H, W)
+        return self.fc(z.mean(dim=(2, 3)))  # (B, C) -> (B, classes)
 
 
 class ResNet(nn.Module):
-    """ResNet-(8+N): stem, ``3 + N`` basic blocks in three stages, head."""
+    """ResNet-(8+N): stem, ``3 + N`` residual blocks in three stages, head."""
 
     def __init__(self, config: ResNetConfig) -> None:
         super().__init__()
@@ -126,7 +146,7 @@ class ResNet(nn.Module):
         for stage, count in enumerate(blocks_per_stage(config.extra_blocks)):
             for i in range(count):
                 stride = 2 if (stage > 0 and i == 0) else 1
-                blocks.append(BasicBlock(channels, w[stage], stride))
+                blocks.append(ResidualBlock(channels, w[stage], stride))
                 stage_of_block.append(stage)
                 channels = w[stage]
         self.blocks = nn.ModuleList(blocks)
@@ -147,8 +167,8 @@ class ResNet(nn.Module):
         """The ``4 + N`` insertion candidates in fixed order (docs/design.md, section "Insertion candidates").
 
         Candidate ``l < len(blocks)`` is the input of block ``l`` (candidate 0 is the stem's
-        output); the last candidate is the tensor entering the pooling head. Each is a feature
-        map whose zero-output block is the ``conv3x3`` family.
+        output); the last candidate is the tensor entering the head. Each is a feature
+        map whose zero-output block is the ``conv3x3`` family: the network's own block with ``V = 0``.
         """
         found = [Candidate(i, f"block{i}.in", b, TANGENT_FAMILY) for i, b in enumerate(self.blocks)]
         found.append(Candidate(len(self.blocks), "head.in", self.head, TANGENT_FAMILY))
@@ -157,8 +177,8 @@ class ResNet(nn.Module):
 
 def init_weights(module: nn.Module, generator: torch.Generator | None = None) -> None:
     """The sweep's initialisation of every submodule (docs/decisions.md): Kaiming-normal
-    convolutions (fan-out) and linear layers (fan-in), ReLU gain, zero biases, BatchNorm weight 1 and
-    bias 0. ``generator``: draw from it instead of the global RNG."""
+    convolutions (fan-out; ``U`` and ``V`` alike) and linear layers (fan-in), ReLU gain, zero biases, BatchNorm
+    weight 1 and bias 0. ``generator``: draw from it instead of the global RNG."""
     for m in module.modules():
         if isinstance(m, nn.Conv2d | nn.Linear):
             mode = "fan_out" if isinstance(m, nn.Conv2d) else "fan_in"
@@ -168,6 +188,12 @@ def init_weights(module: nn.Module, generator: torch.Generator | None = None) ->
         elif isinstance(m, nn.BatchNorm2d):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
+
+
+def residual_blocks(model: nn.Module) -> list[tuple[int, nn.Module]]:
+    """``(index, block)`` of every block of ``model.blocks`` with the ``z + V psi(z)`` form (:class:`ResidualBlock`,
+    or an inserted :class:`~common.science.tangent.ZeroOutputBlock`): what the growth records' branch norms read."""
+    return [(i, b) for i, b in enumerate(model.blocks) if isinstance(b, ResidualBlock | ZeroOutputBlock)]
 
 
 # ----------------------------------------------------------------------------- growth
@@ -181,39 +207,19 @@ def extra_block_position(extra_blocks: int, num_stages: int = 3) -> tuple[int, i
     return stage, sum(blocks_per_stage(extra_blocks + 1, num_stages)[: stage + 1]) - 1
 
 
-def zero_output_basic_block(width: int, generator: torch.Generator | None = None) -> BasicBlock:
-    """The architecture's own stride-1 :class:`BasicBlock` (``width -> width``) at a zero output.
-
-    Initialised as :func:`init_weights` does (both convolutions random, drawn from ``generator``),
-    then the last BatchNorm's weight gamma and bias beta are set to 0 (zero-gamma, Goyal et al.
-    2017): the residual branch is exactly 0 in train and eval mode, so the block is
-    ``z -> relu(z) = z`` on the non-negative (post-ReLU) states of the network. The BatchNorm it
-    multiplies sees the random convolution's output, with variance of order 1, so its
-    normalisation is well conditioned and the first gradients (on gamma and beta) carry no
-    ``1 / sqrt(eps)`` factor (docs/decisions.md, section "Function-preserving growth").
-    """
-    block = BasicBlock(width, width, stride=1)
-    init_weights(block, generator)
-    last_bn = block.residual[-1]
-    nn.init.zeros_(last_bn.weight)
-    nn.init.zeros_(last_bn.bias)
-    return block
-
-
-def grow(model: ResNet, generator: torch.Generator | None = None) -> tuple[int, BasicBlock]:
+def grow(model: ResNet, seed: int) -> tuple[int, ZeroOutputBlock]:
     """ResNet-(8+N) -> ResNet-(8+N+1) in place: insert extra block ``N`` at a zero output; returns ``(index, block)``.
 
-    The block goes where :func:`extra_block_position` says (the end of stage ``N mod 3``), in the
-    model's dtype, device and train/eval mode; ``model.config`` and ``model.stage_of_block`` follow,
-    so the grown model is indistinguishable in structure from ``ResNet(replace(config, extra_blocks=N + 1))``.
+    The block is the protocol's zero-output ``conv3x3`` block at candidate ``index`` (``U`` drawn from
+    ``(seed, index)``, ``V = 0``: :func:`common.science.growth.insert_zero_block`, the block whose tangent space
+    the probe's ``V_S,l`` at that candidate projects onto with the same seed), placed where
+    :func:`extra_block_position` says (the end of stage ``N mod 3``), in the model's dtype, device and train/eval
+    mode; ``model.config`` and ``model.stage_of_block`` follow, so the grown model has the ``state_dict`` of
+    ``ResNet(replace(config, extra_blocks=N + 1))``.
     """
     n = model.config.extra_blocks
-    stage, index = extra_block_position(n)
-    like = next(model.parameters())
-    block = zero_output_basic_block(model.config.widths[stage], generator).to(dtype=like.dtype, device=like.device)
-    block.train(model.training)
-    model.blocks.insert(index, block)
-    model.stage_of_block.insert(index, stage)
+    _, index = extra_block_position(n)
+    block = insert_zero_block(model, index, TANGENT_FAMILY, seed)
     model.config = replace(model.config, extra_blocks=n + 1)
     return index, block
 

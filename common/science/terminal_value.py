@@ -31,7 +31,7 @@ from torch import nn
 from common.science.activations import probe_mode
 from common.science.gram import features_gram
 from common.science.precision import full_precision
-from common.science.tangent import ZeroOutputBlock, get_family
+from common.science.tangent import get_family
 
 
 @dataclass(frozen=True)
@@ -52,16 +52,12 @@ def terminal_layers(block: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """``(terminal layer, branch)`` of a residual block: the layer whose input features span the branch's tangent
     space and the module whose output is the branch's; None for a block with no such branch.
 
-    A :class:`~common.science.tangent.ZeroOutputBlock`: its ``terminal`` (``V_l``), which is also the branch's end. A block
-    with a ``residual`` ``nn.Sequential`` (the ResNets' BasicBlock, ``conv-BN-ReLU-conv-BN``): its last Conv2d and
-    the Sequential itself."""
-    if isinstance(block, ZeroOutputBlock):
-        return block.terminal, block.terminal
-    residual = getattr(block, "residual", None)
-    if isinstance(residual, nn.Sequential):
-        convs = [m for m in residual if isinstance(m, nn.Conv2d)]
-        if convs and convs[-1].kernel_size == (3, 3):
-            return convs[-1], residual
+    A block with a ``terminal`` layer (the ResNets' ``z -> shortcut(z) + V psi(z)`` block and the inserted
+    :class:`~common.science.tangent.ZeroOutputBlock`): that layer ``V``, which is also the branch's end (nothing follows
+    it)."""
+    terminal = getattr(block, "terminal", None)
+    if isinstance(terminal, nn.Module):
+        return terminal, terminal
     return None
 
 

@@ -1,6 +1,6 @@
 """Regional compilation: ``torch.compile`` of each repeated block, not of the whole model (issue 33, item 2).
 
-A model whose repeated blocks sit in ``model.blocks`` (an ``nn.ModuleList``: the ResNet's ``BasicBlock``, the
+A model whose repeated blocks sit in ``model.blocks`` (an ``nn.ModuleList``: the ResNet's ``ResidualBlock``, the
 GPT's ``Block``; the same list FSDP2 shards) has every block's ``forward`` compiled, and its stem, head and
 embeddings run eagerly. Dynamo caches compiled code per code object and takes a block's parameters as graph
 inputs (it inlines ``nn.Module`` calls): every block of one type (its shapes and strides) shares one graph, so
@@ -14,7 +14,7 @@ training batch, each evaluation batch size and a partial last evaluation batch. 
 change, here the spatial size from one stage to the next): static shapes give the fastest kernels and one
 ``cudnn.benchmark`` choice per shape, and the count is a product of block types and batch shapes, not of
 whichever type happened to compile first. Dynamo keeps at most ``recompile_limit`` versions of one function
-(8 by default), and all blocks of a type share ``BasicBlock.forward``: a ResNet needs five types x (training
+(8 by default), and all blocks of a type share ``ResidualBlock.forward``: a ResNet needs five types x (training
 batch, evaluation batch, partial evaluation batch) = 15 or more, so :data:`RECOMPILE_LIMIT` raises the limit
 for the duration of a run only (``torch._dynamo.config.patch``), a bound that does not depend on the depth. A
 model without ``blocks`` (a toy model of the tests) is compiled whole, as before.

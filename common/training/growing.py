@@ -74,7 +74,9 @@ class RunGrowth:
     then or None. ``budget_flops`` with ``epoch_examples`` (the
     examples one round trains): the run's budget (module docstring); the learning rate at a fraction ``f`` of it is
     the schedule of ``schedule_epochs`` epochs (the recipe's warm-up, then its decay) at ``f`` of its steps, while the
-    recipe's epochs only bound the loop.
+    recipe's epochs only bound the loop. ``branch_ratios(model)``: what each block's branch output measures against its
+    input (:func:`common.science.branch_scale.branch_ratios`), recorded in an insertion's record after the round it
+    was inserted before, and in the summary's ``growth`` at the end of the run.
     """
 
     insertions: tuple[Insertion, ...]
@@ -86,6 +88,7 @@ class RunGrowth:
     budget_flops: int | None = None
     epoch_examples: int = 0
     schedule_epochs: int | None = None  # with a budget: the epochs of the schedule it follows (None: the recipe's)
+    branch_ratios: Callable[[nn.Module], list[dict]] | None = None  # per block, branch / input norm (records only)
 
     def __post_init__(self) -> None:
         epochs = [i.epoch for i in self.insertions]

@@ -306,6 +306,7 @@ def _train_round(run: _Run, train_loader: Iterable, eval_loaders: dict[str, Iter
         record.update(train_flops=run.grown.flops, insertions=len(run.grown.inserted))
         if run.growth is not None and run.growth.decide is not None:
             record.update(probe_flops=run.grown.probe_flops, probes=len(run.grown.probes))
+        _record_branch_ratios(run, epoch)
     stop = settings.stopping.update(run.stop, stats.loss) if run.stop is not None else None  # type: ignore[union-attr]
     last = epoch + 1 == settings.recipe.rounds or bool(stop and stop["stopped"])  # always evaluated and checkpointed
     if last or (epoch + 1) % settings.eval_every == 0:
@@ -330,6 +331,15 @@ def _train_round(run: _Run, train_loader: Iterable, eval_loaders: dict[str, Iter
         counts,
     )
     return record
+
+
+def _record_branch_ratios(run: _Run, epoch: int) -> None:
+    """After round ``epoch``, each insertion made before it gets its blocks' branch / input norms
+    (``RunGrowth.branch_ratios``; into the checkpoint and the summary with the insertion's record)."""
+    if run.growth is None or run.growth.branch_ratios is None or run.grown is None:
+        return
+    for inserted in (r for r in run.grown.inserted if int(r["epoch"]) == epoch):
+        inserted["branch_ratios"] = run.growth.branch_ratios(run.model)
 
 
 def _save_round(run: _Run, record: dict, epoch: int, *, checkpoint: bool) -> None:
@@ -381,6 +391,8 @@ def _finish(run: _Run, eval_loaders: dict[str, Iterable], final_eval_loaders: di
             "restart": restart,
         }
         summary["train_flops"] = run.grown.flops
+        if run.growth is not None and run.growth.branch_ratios is not None:
+            summary["growth"]["branch_ratios"] = run.growth.branch_ratios(run.model)
         if run.growth is not None and run.growth.budget_flops is not None:  # ended by its budget: the rounds it trained
             summary[recipe.ROUNDS] = summary.get("epoch", 0)
             summary["growth"]["budget_flops"] = run.growth.budget_flops

@@ -53,7 +53,7 @@ def one_thread():
 
 # ----------------------------------------------------------------------------- 1. compile per run
 def test_five_depths_in_one_process_each_compile_their_block_types_after_the_compiler_reset(tmp_path, monkeypatch):
-    """Dynamo keeps at most ``recompile_limit`` versions of ``BasicBlock.forward`` per process, shared by all depths.
+    """Dynamo keeps at most ``recompile_limit`` versions of ``ResidualBlock.forward`` per process, shared by all depths.
 
     Every run compiles its blocks (common/training/compile.py), one graph per block type here (one full training batch, no
     evaluation): ResNet-8 and -9 have three types (stage 1's blocks, the two downsampling blocks), ResNet-10 adds

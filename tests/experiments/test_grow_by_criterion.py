@@ -17,7 +17,7 @@ from common.experiments import grow_by_criterion as gbc
 from common.experiments import grow_by_criterion_controller as gc
 from common.experiments.shared import resnet_sweep as sweep_module
 from common.models.resnet import ResNet, ResNetConfig, extra_block_position
-from common.presets.grow_by_criterion import PRESETS
+from common.presets.grow_by_criterion import ARMS, PRESETS
 from common.runs import run_store
 from common.science.growth import insert_zero_block
 from common.science.probe import probe_activation_gradients
@@ -194,20 +194,21 @@ def test_the_stop_constants_are_the_committed_ones():
     mini = PRESETS["mini"]
     committed = {"budget_depth_n": 5, "every": 5, "grow_until": 0.5, "cap": 12, "ratio_below": 1.0, "in_a_row": 2}
     assert {k: getattr(mini, k) for k in committed} == committed
-    assert mini.policies == ("criterion", "cyclic", "none", "scratch") and mini.seeds == 3
+    assert mini.policies == ARMS and mini.seeds == 3
 
 
 # ----------------------------------------------------------------------------- the policies and the measurements
 def head_only_model() -> ResNet:
     """A ResNet-8 whose states are exactly 0 at every candidate but the head's input: the stem's BatchNorm outputs 0,
-    so every block's residual and shortcut see 0, and block 2's last BatchNorm bias makes the head's input
-    ``relu(bias) > 0``. Zero states give zero tangent features (``psi(0) = relu(BN(conv 0)) = 0`` in a fresh block),
-    so ``V_S,l = 0`` exactly at candidates 0..2 and ``V_S,head > 0``: the criterion must pick the head's input."""
+    so every block's branch and shortcut see 0 (``V relu(BN(U 0)) = V relu(beta) = 0`` at beta = 0), and block 2's
+    BatchNorm bias makes its branch ``V relu(0.5)``, a non-zero head input. Zero states give zero tangent features
+    (``psi(0) = relu(BN(conv 0)) = 0`` in a fresh block), so ``V_S,l = 0`` exactly at candidates 0..2 and
+    ``V_S,head > 0``: the criterion must pick the head's input."""
     torch.manual_seed(0)
     model = ResNet(ResNetConfig(extra_blocks=0, widths=(4, 8, 16), num_classes=4)).double().eval()
     nn.init.zeros_(model.stem[1].weight)
     nn.init.zeros_(model.stem[1].bias)
-    nn.init.constant_(model.blocks[2].residual[-1].bias, 0.5)
+    nn.init.constant_(model.blocks[2].psi[1].bias, 0.5)
     return model
 
 
@@ -259,7 +260,7 @@ def test_an_inserted_blocks_terminal_value_is_the_growth_value_the_probe_gave_it
         child.double().eval()
         values = {t.index: t.value for t in terminal_values(child, batches)}
         assert values[index] == pytest.approx(scores[index].growth_value, rel=1e-7)
-        assert set(values) == set(range(len(child.blocks)))  # the BasicBlocks' terminal values beside it
+        assert set(values) == set(range(len(child.blocks)))  # the original blocks' terminal values beside it
 
 
 def test_flop_counter_equals_a_hand_count_on_a_tiny_resnet():

@@ -19,18 +19,12 @@ from common.experiments import growth_vs_scratch_tables as gvs_tables
 from common.experiments.shared import resnet_sweep as sweep
 from common.experiments.shared import resnet_sweep_records as sweep_records
 from common.launch import cli
-from common.models.resnet import (
-    BasicBlock,
-    ResNet,
-    ResNetConfig,
-    blocks_per_stage,
-    extra_block_position,
-    grow,
-    zero_output_basic_block,
-)
+from common.models.resnet import ResNet, ResNetConfig, blocks_per_stage, extra_block_position, grow
 from common.presets.paper import GROWTH_MEAN_TEST_LOSS, GROWTH_TEST_ABS_REDUCTION_RANGE, GROWTH_TEST_RELATIVE_REDUCTION
 from common.runs import run_store
-from common.science.growth import GrowthBrokeFunction, check_function_preserved, function_difference
+from common.science.growth import GrowthBrokeFunction, check_function_preserved, function_difference, insert_zero_block
+from common.science.probe import probe_activation_gradients
+from common.science.tangent import ZeroOutputBlock, make_zero_block
 from common.training.checkpoints import load_weights
 from common.training.flops import training_flops_per_image
 from tests.helpers import tiny_resnet
@@ -50,9 +44,9 @@ def images(n: int = 4, size: int = 16, seed: int = 0) -> torch.Tensor:
     return torch.randn(n, 3, size, size, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-def grown_copy(parent: ResNet, seed: int = 0) -> tuple[ResNet, int, BasicBlock]:
+def grown_copy(parent: ResNet, seed: int = 0) -> tuple[ResNet, int, ZeroOutputBlock]:
     model = copy.deepcopy(parent)
-    index, block = grow(model, torch.Generator().manual_seed(seed))
+    index, block = grow(model, seed)
     return model, index, block
 
 
@@ -72,11 +66,10 @@ def test_growth_preserves_the_function_bitwise_in_float64_at_every_cyclic_positi
         with torch.no_grad():
             assert torch.equal(before(x), after(x)), mode  # no tolerance
     assert function_difference(parent, model, x) == {"train": 0.0, "eval": 0.0}
-    # Identical architecture: the same keys, shapes and structure as a freshly built ResNet-(8+N+1).
+    # Identical architecture: the same keys, shapes and block order as a freshly built ResNet-(8+N+1).
     scratch = ResNet(ResNetConfig(extra_blocks=n + 1, widths=parent.config.widths, num_classes=5))
     assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in scratch.state_dict().items()}
     assert model.stage_of_block == scratch.stage_of_block and model.config == scratch.config
-    assert str(model) == str(scratch)
 
 
 def test_extra_block_position_rebuilds_the_sweeps_block_order():
@@ -87,30 +80,84 @@ def test_extra_block_position_rebuilds_the_sweeps_block_order():
         assert order == [s for s, count in enumerate(blocks_per_stage(n + 1)) for _ in range(count)], n
 
 
+@pytest.mark.parametrize("place", range(5))
+def test_insertion_at_any_candidate_preserves_the_function_in_both_batchnorm_modes(place):
+    # Every candidate of a ResNet-9, the stem's output and the head's input included: the protocol's block with V = 0.
+    parent = tiny_resnet(seed=place, extra_blocks=1)
+    model = copy.deepcopy(parent)
+    insert_zero_block(model, place, seed=7)
+    assert function_difference(parent, model, images(seed=place)) == {"train": 0.0, "eval": 0.0}
+
+
+def test_the_grown_block_is_the_probes_candidate_at_that_place():
+    # The same layers, U from the same (seed, place), V = 0: the block whose tangent space V_S,l projects onto.
+    parent = tiny_resnet(seed=1, extra_blocks=1)
+    model, index, block = grown_copy(parent, seed=11)
+    width = parent.config.widths[1 % 3]
+    candidate = make_zero_block("conv3x3", width, 11, index, like=next(parent.parameters()))
+    assert block.state_dict().keys() == candidate.state_dict().keys()
+    assert all(torch.equal(v, candidate.state_dict()[k]) for k, v in block.state_dict().items())
+    assert not block.terminal.weight.any()
+    # ... and the architecture's own stride-1 block has the same module names (psi = U, BN, ReLU; terminal = V).
+    own = next(b for b in parent.blocks if isinstance(b.shortcut, torch.nn.Identity))
+    assert own.state_dict().keys() == block.state_dict().keys()
+
+
+def test_probe_growth_value_is_the_inverse_gram_norm_of_the_inserted_blocks_v_gradient():
+    """V_S,l from the probe (one batch, eval mode, pooled) against, after inserting the block there, the gradient of
+    the same mean loss w.r.t. the inserted V in the inverse Gram metric of its own tangent features:
+    V^2 = tr(grad_V^T (Psi^T Psi)^+ grad_V). 16 x 16 images of 6 examples give at least 384 rows against k = 9 x 4 = 36
+    to 9 x 16 = 144 columns; a channel of psi that is zero everywhere (ReLU) makes exact zero eigenvalues, which the
+    pseudo-inverse's relative cut of 1e-10 drops (the others are above ~1e-4 of the largest). Tolerance 1e-10: two
+    float64 routes through Gram matrices of condition number below ~1e4 on their range."""
+    model = tiny_resnet(seed=5, extra_blocks=2)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 3, 16, 16, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 5, (6,), generator=g)
+    probe = probe_activation_gradients(model, [(x, y)], exact=True, seed=3)
+    checked = 0
+    for place in range(len(model.blocks) + 1):
+        grown = copy.deepcopy(model)
+        block = insert_zero_block(grown, place, seed=3)
+        inputs = {}
+        handle = block.register_forward_pre_hook(lambda m, a, inputs=inputs: inputs.__setitem__("z", a[0]))
+        loss = F.cross_entropy(grown(x), y)
+        handle.remove()
+        (grad,) = torch.autograd.grad(loss, [block.terminal.weight])
+        grad = grad.reshape(grad.shape[0], -1).T  # (k, d): Psi's columns follow V.weight.reshape(d, -1)
+        with torch.no_grad():
+            psi = block.tangent_features(inputs["z"])
+        gram = psi.T @ psi
+        value = float(torch.trace(grad.T @ torch.linalg.pinv(gram, rtol=1e-10, hermitian=True) @ grad).sqrt())
+        score = probe.scores[place]
+        assert score.growth_value_pooled == pytest.approx(value, rel=1e-10), place
+        assert value > 0
+        checked += 1
+    assert checked == 6
+
+
 def test_run_time_check_catches_a_block_that_is_not_zero_output():
     parent = tiny_resnet(seed=0, extra_blocks=1)
     model, _, block = grown_copy(parent)
-    check_function_preserved(parent, model, images())  # passes: zero-gamma
+    check_function_preserved(parent, model, images())  # passes: V = 0
     with torch.no_grad():
-        block.residual[-1].bias.fill_(1e-12)  # a tiny shift is enough
+        block.terminal.weight[0, 0, 1, 1] = 1e-12  # a tiny weight is enough
     with pytest.raises(GrowthBrokeFunction, match="train mode.*eval mode"):
         check_function_preserved(parent, model, images(), what="test")
 
 
-def test_new_block_gets_a_nonzero_finite_gradient_on_its_first_step():
+def test_new_block_moves_at_first_order_through_v_only_and_continuously():
     parent = tiny_resnet(seed=3, extra_blocks=2).train()
     model, index, block = grown_copy(parent, seed=3)
     x, y = images(8, seed=3), torch.arange(8) % 5
     F.cross_entropy(model(x), y).backward()
     grads = {name: p.grad for name, p in block.named_parameters()}
     assert all(torch.isfinite(g).all() for g in grads.values())
-    gamma, beta = grads["residual.4.weight"], grads["residual.4.bias"]
-    assert (gamma != 0).all() and (beta != 0).all()  # every channel of the zero-gamma BN moves
-    # Behind gamma = 0 nothing else has a first-order effect: the tangent space is spanned by gamma and beta.
-    assert all(
-        not grads[k].any() for k in ("residual.0.weight", "residual.1.weight", "residual.1.bias", "residual.3.weight")
-    )
-    # One SGD step moves the block's output by O(lr): the function changes continuously.
+    # V: the cross-gradient C_l = Psi^T G, non-zero; behind V = 0, U and its BatchNorm have exactly zero gradient.
+    assert grads["terminal.weight"].abs().sum() > 0
+    assert all(not grads[k].any() for k in ("psi.0.weight", "psi.1.weight", "psi.1.bias"))
+    # One SGD step moves the block's output by O(lr): the function changes continuously. The branch after the step is
+    # -lr grad_V applied to psi of an input the step also moved by O(lr), so the ratio is 10 up to O(lr) = 1e-3.
     outputs = []
     for lr in (1e-3, 1e-4):
         stepped = copy.deepcopy(model)
@@ -120,41 +167,9 @@ def test_new_block_gets_a_nonzero_finite_gradient_on_its_first_step():
         z = stepped.stem(x)
         for b in stepped.blocks[:index]:
             z = b(z)
-        outputs.append(float(stepped.blocks[index].residual(z).detach().norm()))
-    assert outputs[0] / outputs[1] == pytest.approx(10.0, rel=1e-6)
-
-
-def zero_parameter_gradient_norm(block: BasicBlock, z: torch.Tensor, eps: float, name: str) -> float:
-    """Gradient norm of a fixed loss w.r.t. the block's zero-initialised parameter ``name``, last BatchNorm at ``eps``, train mode."""
-    block = copy.deepcopy(block).train()
-    block.residual[-1].eps = eps
-    out = block(z)
-    assert torch.equal(out, z)  # zero output in train mode at every eps
-    target = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)
-    (grad,) = torch.autograd.grad((out * target).sum(), [dict(block.named_parameters())[name]])
-    return float(grad.norm())
-
-
-def test_zero_gamma_avoids_the_inverse_sqrt_eps_amplification_of_a_zero_conv_before_batchnorm():
-    torch.manual_seed(0)
-    z = F.relu(torch.randn(8, 4, 6, 6, dtype=torch.float64))  # a post-ReLU state
-    ours = zero_output_basic_block(4, torch.Generator().manual_seed(0)).double()
-    zero_conv = copy.deepcopy(ours)  # the alternative: last conv at 0, its BatchNorm at identity
-    with torch.no_grad():
-        zero_conv.residual[3].weight.zero_()
-        zero_conv.residual[4].weight.fill_(1.0)
-    gamma, conv = "residual.4.weight", "residual.3.weight"
-    ratio_ours = zero_parameter_gradient_norm(ours, z, 1e-5, gamma) / zero_parameter_gradient_norm(ours, z, 1e-3, gamma)
-    ratio_zero_conv = zero_parameter_gradient_norm(zero_conv, z, 1e-5, conv) / zero_parameter_gradient_norm(
-        zero_conv, z, 1e-3, conv
-    )
-    # The zero conv feeds the BN a zero batch (variance 0): its gradient is scaled by exactly 1/sqrt(eps).
-    assert ratio_zero_conv == pytest.approx(math.sqrt(1e-3 / 1e-5), rel=1e-9)
-    # Zero-gamma: the BN normalises a random conv output (variance of order 1), eps hardly matters.
-    assert ratio_ours == pytest.approx(1.0, abs=0.01)
-    assert zero_parameter_gradient_norm(zero_conv, z, 1e-5, conv) > 30 * zero_parameter_gradient_norm(
-        ours, z, 1e-5, gamma
-    )
+        branch = stepped.blocks[index]
+        outputs.append(float(branch.terminal(branch.psi(z)).detach().norm()))
+    assert outputs[0] / outputs[1] == pytest.approx(10.0, rel=1e-3)
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -396,7 +411,7 @@ def test_paper_preset_dry_run_plans_resnet10_to_13_and_creates_nothing(tmp_path,
     assert (
         "8 planned runs" in out  # 4 growth runs, the sweep's 4
         and "growth_vs_scratch/cifar10-grown-resnet13-n5-seed0-" in out
-        and "resnet_sweep/cifar10-resnet11-n3-seed0-6e4f1e46" in out
+        and "resnet_sweep/cifar10-resnet11-n3-seed0-c6139158" in out
         and "-restart" not in out  # the paper preset has no ablation
     )
     assert not (tmp_path / "never").exists()

@@ -230,10 +230,8 @@ def test_sweep_statistics_fold_batchnorm_per_stage_without_the_downsampling_bloc
     stage2 = [b for b, s in zip(model.blocks, model.stage_of_block, strict=True) if s == 1][1:]
     folded = torch.stack(
         [
-            b.residual[0].weight.double()
-            * (b.residual[1].weight.double() / (b.residual[1].running_var.double() + b.residual[1].eps).sqrt()).view(
-                -1, 1, 1, 1
-            )
+            b.psi[0].weight.double()
+            * (b.psi[1].weight.double() / (b.psi[1].running_var.double() + b.psi[1].eps).sqrt()).view(-1, 1, 1, 1)
             for b in stage2
         ]
     ).detach()

@@ -146,7 +146,7 @@ def test_exact_values_match_a_direct_projection_per_batch_and_pooled(seed):
 def test_probe_leaves_the_model_unchanged_and_computes_no_parameter_gradients(bn_mode):
     model, x, y = resnet_case(0, batch=4, size=8)
     model.train()
-    model.blocks[0].residual[0].weight.requires_grad_(False)  # a mixed state that must come back as it was
+    model.blocks[0].psi[0].weight.requires_grad_(False)  # a mixed state that must come back as it was
     flags = {n: p.requires_grad for n, p in model.named_parameters()}
     state = copy.deepcopy(model.state_dict())
     result = probe_activation_gradients(model, split_batches(x, y, 2), bn_mode=bn_mode)

@@ -38,7 +38,7 @@ def tiny_resnet() -> ResNet:
 
 
 def seeded_grow(model, seed, place=None):
-    return grow(model, torch.Generator().manual_seed(seed))
+    return grow(model, seed)
 
 
 def run_growth(insert_fn=seeded_grow, *, restart=False, plan=PLAN) -> RunGrowth:
@@ -82,7 +82,7 @@ def test_every_insertion_preserves_the_function_and_a_block_that_does_not_fails_
 
     def broken(model, seed, place=None):  # a block whose output is not zero: the check must catch it
         place, block = seeded_grow(model, seed)
-        nn.init.ones_(block.residual[-1].weight)
+        nn.init.ones_(block.terminal.weight)
         return place, block
 
     with pytest.raises(GrowthBrokeFunction):

@@ -39,9 +39,10 @@ from common.data.loader import TensorLoader
 from common.data.vision import DATASETS, VisionData, load_vision, warn_unused_data_root, with_train_subset
 from common.errors import ParamError
 from common.experiments.shared.resnet_sweep_config import SweepRun, data_source
-from common.models.resnet import ResNet, ResNetConfig, count_parameters, depth_label
+from common.models.resnet import BLOCK, ResNet, ResNetConfig, count_parameters, depth_label
 from common.models.resnet_flops import resnet_training_flops_per_image
 from common.presets.train_resnet_sweep import (
+    EVAL_BATCH_SIZE,
     PRESETS,
     RECIPE_FIELDS,
     SweepPreset,
@@ -51,6 +52,7 @@ from common.presets.train_resnet_sweep import (
 from common.runs import run_store
 from common.runs.run_store import RunSpec
 from common.runs.typed_config import to_mapping
+from common.science.branch_scale import branch_ratios
 from common.training.checkpoints import finish_run
 from common.training.device import resolve_device, seed_everything
 from common.training.flops import training_flops_per_image
@@ -141,7 +143,7 @@ def sweep_configs(
             "depth_label": depth_label(n),
             "seed": seed,
             "data": data,
-            "model": {"widths": widths},
+            "model": {"widths": widths, "block": BLOCK},
             "train": dict(train_keys),
             "runtime": dict(runtime),
         }
@@ -245,15 +247,19 @@ CHECK_BATCH = 8  # training images in a growth run's float64 function-preservati
 
 
 def growth_hooks(data: VisionData, device: torch.device) -> dict:
-    """What every ResNet growth run (03, 09) gives :class:`~common.training.growing.RunGrowth`: ``check_inputs``, the
-    first :data:`CHECK_BATCH` training images normalised, and ``flops_per_example``, training FLOPs per image at a
-    model's current depth (:func:`common.training.flops.training_flops_per_image`)."""
+    """What every ResNet growth run (03, 09) gives :class:`~common.training.growing.RunGrowth`: ``check_inputs`` (the
+    first :data:`CHECK_BATCH` training images normalised), ``flops_per_example`` (:mod:`common.training.flops`) and
+    ``branch_ratios`` on the clean training images (:func:`common.science.branch_scale.branch_ratios`)."""
     n = CHECK_BATCH
     x, _ = next(iter(TensorLoader(data.x_train[:n], data.y_train[:n], n, train=False, mean=data.mean, std=data.std)))
     shape, classes = data.image_shape, data.num_classes
+    clean = TensorLoader(
+        data.x_train, data.y_train, EVAL_BATCH_SIZE, train=False, mean=data.mean, std=data.std, device=device
+    )
     return {
         "check_inputs": x.to(device),
         "flops_per_example": lambda model: training_flops_per_image(model, shape, classes),
+        "branch_ratios": lambda model: [r.to_record() for r in branch_ratios(model, (x for x, _ in clean))],
     }
 
 

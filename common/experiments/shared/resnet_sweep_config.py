@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from common.models.resnet import ResNet, ResNetConfig
+from common.errors import UserError
+from common.models.resnet import BLOCK, ResNet, ResNetConfig
 from common.runs.typed_config import TypedConfig, from_mapping, optional
 from common.training.recipes import SGDRecipe
 
@@ -43,9 +44,18 @@ class SweepData:
 
 @dataclass(frozen=True)
 class SweepModel:
-    """``model``: the stage widths of ResNet-(8+N)."""
+    """``model``: the stage widths of ResNet-(8+N) and its residual block (:data:`common.models.resnet.BLOCK`, the only
+    one: a record without it, or with another, was made with an earlier block and is not this run)."""
 
     widths: tuple[int, ...]
+    block: str
+
+    def __post_init__(self) -> None:
+        if self.block != BLOCK:
+            raise UserError(
+                f"model.block {self.block!r}: this code builds the {BLOCK!r} block only; the record was made by "
+                "another version of the code (rerun it)"
+            )
 
 
 @dataclass(frozen=True)

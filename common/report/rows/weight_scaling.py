@@ -27,7 +27,7 @@ SCALING_CLAIMS = (  # (claim, family, tensor, exponent of the verdict, Step 2's 
         None,
     ),
     (
-        "ResNet sweep (BatchNorm folded): max norm exponent ~0",
+        "ResNet sweep (U's BatchNorm folded, V raw): max norm exponent ~0",
         "sweep",
         None,
         "max_norm_exponent",
@@ -36,7 +36,7 @@ SCALING_CLAIMS = (  # (claim, family, tensor, exponent of the verdict, Step 2's 
         None,
     ),
     (
-        "ResNet sweep (BatchNorm folded): scaled increments bounded, nu >= 0",
+        "ResNet sweep (U's BatchNorm folded, V raw): scaled increments bounded, nu >= 0",
         "sweep",
         None,
         "nu_max_norm",
@@ -45,7 +45,7 @@ SCALING_CLAIMS = (  # (claim, family, tensor, exponent of the verdict, Step 2's 
         ">= 0",
     ),
     (
-        "ResNet sweep (BatchNorm folded): root sum of squares bounded",
+        "ResNet sweep (U's BatchNorm folded, V raw): root sum of squares bounded",
         "sweep",
         None,
         "rss_slope",
