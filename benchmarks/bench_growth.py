@@ -1,6 +1,6 @@
 """An epoch of a grown model vs a scratch run of the same depth (script 03): seconds per epoch and their ratio.
 
-A grown ResNet-(8+N) (ResNet-8 grown N times by ``common.models.resnet.grow``, zero-gamma blocks)
+A grown ResNet-(8+N) (ResNet-8 grown N times by ``common.models.resnet.grow``, blocks with V = 0)
 and a freshly initialised ResNet-(8+N) have the same architecture, so an epoch of either should
 cost the same. Both train with the code every run uses, ``common.training.epoch.train_epoch`` (SGD recipe,
 channels_last, the tensor-resident augmenting loader), on the same synthetic 32x32 images,

@@ -17,7 +17,7 @@ from common.experiments import grow_by_criterion as gbc
 from common.experiments import grow_by_criterion_controller as gc
 from common.experiments.shared import resnet_sweep as sweep_module
 from common.models.resnet import ResNet, ResNetConfig, extra_block_position
-from common.presets.grow_by_criterion import ARMS, PRESETS
+from common.presets.grow_by_criterion import PRESETS
 from common.runs import run_store
 from common.science.growth import insert_zero_block
 from common.science.probe import probe_activation_gradients
@@ -194,7 +194,7 @@ def test_the_stop_constants_are_the_committed_ones():
     mini = PRESETS["mini"]
     committed = {"budget_depth_n": 5, "every": 5, "grow_until": 0.5, "cap": 12, "ratio_below": 1.0, "in_a_row": 2}
     assert {k: getattr(mini, k) for k in committed} == committed
-    assert mini.policies == ARMS and mini.seeds == 3
+    assert mini.policies == ("criterion", "cyclic", "random", "none", "scratch") and mini.seeds == 3
 
 
 # ----------------------------------------------------------------------------- the policies and the measurements

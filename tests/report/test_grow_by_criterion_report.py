@@ -75,6 +75,21 @@ def test_stop_rule_gives_seeds_at_one_depth_the_rounding_spread_and_never_holds_
     assert grow_by_criterion_rules.stop_within_depths({0: 3}, 3, 5).verdict == verdicts_rules.UNDECIDABLE  # one seed
 
 
+def test_a_run_the_rule_stopped_early_does_not_lower_the_horizon_of_one_it_did_not_stop():
+    # mini's records: the rule stopped seeds 0 and 1 at 1 and 5 blocks; seed 2 reached 10 without it firing
+    stop = grow_by_criterion_rows.STOP_RULE
+    frame = pd.DataFrame(
+        [
+            {"policy": "criterion", "seed": 0, "depth_n": 1, "stop": {"why": stop}},
+            {"policy": "criterion", "seed": 1, "depth_n": 5, "stop": {"why": stop}},
+            {"policy": "criterion", "seed": 2, "depth_n": 10, "stop": {"why": "growth phase over"}},
+            {"policy": "cyclic", "seed": 0, "depth_n": 0, "stop": {"why": "growth phase over"}},
+        ]
+    )
+    assert grow_by_criterion_rows.stops(frame) == ({0: 1, 1: 5, 2: None}, 10)
+    assert grow_by_criterion_rows.stops(frame[frame["seed"] < 2]) == ({0: 1, 1: 5}, 5)  # all stopped: the deepest
+
+
 # ----------------------------------------------------------------------------- the regime rule on hand-made values
 def test_depth_pays_when_the_deeper_network_is_lower_at_B_and_not_when_the_resnet8_is():
     pays = grow_by_criterion_rules.depth_pays_at_equal_flops([0.30, 0.32, 0.31], [0.10, 0.11], "ResNet-8", "ResNet-13")

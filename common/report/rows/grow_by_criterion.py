@@ -88,11 +88,13 @@ def by_seed(frame: pd.DataFrame, policy: str, column: str = "train_loss") -> dic
 
 def stops(frame: pd.DataFrame) -> tuple[dict[int, int | None], int]:
     """Seed -> the depth where the criterion's own stop rule stopped growth (None: it did not: the cap or the growth
-    phase did), and K, the fewest blocks a criterion run reached (a run the rule did not stop stops at K + 1 or
-    later, a lower bound)."""
+    phase did), and K, the fewest blocks a run the rule did not stop reached (such a run stops at K + 1 or later, a
+    lower bound); with every run stopped by the rule, the most blocks any reached. A run the rule stopped early
+    says nothing of how far the others went, so it never lowers K."""
     rows = frame[frame["policy"] == CRITERION].to_dict("records")
     out = {int(r["seed"]): (int(r["depth_n"]) if (r.get("stop") or {}).get("why") == STOP_RULE else None) for r in rows}
-    return out, min((int(r["depth_n"]) for r in rows), default=0)
+    open_depths = [int(r["depth_n"]) for r in rows if out[int(r["seed"])] is None]
+    return out, min(open_depths) if open_depths else max((int(r["depth_n"]) for r in rows), default=0)
 
 
 def grow_claims(rec: Records, cmd: dict[str, str]) -> list[dict]:
