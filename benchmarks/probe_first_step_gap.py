@@ -5,7 +5,8 @@ statistics, and the candidate block's own fresh BatchNorm (running mean 0, varia
 ``psi = relu(conv_U(z) / sqrt(1 + eps))``. The block a growth run inserts at that place (the same layers, ``U`` from
 the same seed) takes its first step in train mode: every BatchNorm, the block's own included, normalises with the
 batch's statistics, so both the tangent features ``Psi`` and the gradient ``G`` differ from the probe's. This script
-measures, on finished sweep runs of ``--out`` and one batch of their clean training images, per candidate:
+measures, on finished sweep runs of ``--out`` and one random batch (seeded by ``--seed``) of their clean training
+images, per candidate:
 
 - ``probe``: the probe's ``V_S,l`` (:func:`common.science.probe.probe_activation_gradients`, eval mode, that batch);
 - ``first_step``: after inserting the block there (:func:`common.science.growth.insert_zero_block`, same seed), in
@@ -16,7 +17,8 @@ measures, on finished sweep runs of ``--out`` and one batch of their clean train
 
 A measurement, not a timing; it reads weights (``model.pt``), so it runs where 01's runs were trained:
 
-    .venv/bin/python benchmarks/probe_first_step_gap.py --out results/mini [--batch 100] [--seed 0]
+    .venv/bin/python benchmarks/probe_first_step_gap.py --out results/mini --data-root data/cifar10-jpeg-10k.npz
+        [--batch 100] [--seed 0]
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the folder holding resnet_sweep/ (01's runs, with weights)")
     parser.add_argument("--dataset", default="npz")
+    parser.add_argument("--data-root", help="where the runs' data is now (committed records keep no machine path)")
     parser.add_argument("--batch", type=int, default=100, help="clean training images in the one batch")
     parser.add_argument("--seed", type=int, default=0, help="the protocol seed of the candidates' U")
     parser.add_argument("--runs", default="", help="comma-separated N to read (default: every finished run, seed 0)")
@@ -65,11 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     gaps = []
     print("run | place | probe V_S,l | first step | gap")
     for run_dir in finished_sweep_runs(args.out, args.dataset, seed=0):
-        model, data = load_sweep_run(run_dir)
+        model, data = load_sweep_run(run_dir, data_root=args.data_root)
         if wanted and model.config.extra_blocks not in wanted:
             continue
         model = model.double().eval()
-        x, y = next(iter(TensorLoader(data.x_train, data.y_train, args.batch, train=False, mean=data.mean,
+        # a random batch (seeded), not the first: the training split may be sorted by class, and a one-class batch
+        # gives BatchNorm statistics no training batch had
+        pick = torch.randperm(len(data.y_train), generator=torch.Generator().manual_seed(args.seed))[: args.batch]
+        x, y = next(iter(TensorLoader(data.x_train[pick], data.y_train[pick], args.batch, train=False, mean=data.mean,
                                       std=data.std)))  # fmt: skip
         x = x.double()
         probe = probe_activation_gradients(model, [(x, y)], exact=True, seed=args.seed)

@@ -82,13 +82,11 @@ PRESETS = {
     "smoke": GrowPreset(
         budget_depth_n=2, every=1, cap=3, probe_batch_size=64, probe_batches=2, held_out=128, app_g=False
     ),
-    # the mini sweep's 1,000 CIFAR-10 images; B = its ResNet-13 run's FLOPs (2.14e13); criterion, cyclic, random and
-    # both controls on 3 seeds, so that placement (criterion against cyclic and random) is judged where depth need not
-    # pay; ag is left to --policy (its 3 runs did not fit the chain's time: docs/decisions.md); constants from
-    # common.experiments.grow_by_criterion_calibration (docs/decisions.md, section "Growth by the criterion (09_grow_by_criterion.py)")
-    "mini": GrowPreset(
-        policies=("criterion", "cyclic", "random", "none", "scratch"), held_out=1000, app_g=False, seeds=3
-    ),
+    # the mini sweep's 1,000 CIFAR-10 images; B = its ResNet-13 run's FLOPs (2.14e13); every arm on 3 seeds, so that
+    # placement (criterion against ag, cyclic and random) is judged where depth need not pay (docs/decisions.md,
+    # "Mini's arms"); constants from common.experiments.grow_by_criterion_calibration (docs/decisions.md, section
+    # "Growth by the criterion (09_grow_by_criterion.py)")
+    "mini": GrowPreset(held_out=1000, app_g=False, seeds=3),
     # CIFAR-10 on a GPU: B = the paper recipe's ResNet-13 (200 epochs on 50,000 images), one seed, every arm;
     # a probe every 10 epochs (GPU-hours: docs/reproducing.md, estimates)
     "paper": GrowPreset(every=10, probe_batches=10, held_out=5000),

@@ -194,7 +194,7 @@ def test_the_stop_constants_are_the_committed_ones():
     mini = PRESETS["mini"]
     committed = {"budget_depth_n": 5, "every": 5, "grow_until": 0.5, "cap": 12, "ratio_below": 1.0, "in_a_row": 2}
     assert {k: getattr(mini, k) for k in committed} == committed
-    assert mini.policies == ("criterion", "cyclic", "random", "none", "scratch") and mini.seeds == 3
+    assert mini.policies == ("criterion", "ag", "cyclic", "random", "none", "scratch") and mini.seeds == 3
 
 
 # ----------------------------------------------------------------------------- the policies and the measurements
