@@ -36,6 +36,7 @@ from common.experiments.shared.resnet_sweep import sweep_configs, sweep_run_cost
 from common.models.resnet import depth_label
 from common.runs import run_store
 from common.runs.atomic import atomic_write_json
+from common.training.device import cpu_threads
 
 PROG = "bench_depth_regime.py"
 KEYS = ("train_loss", "test_loss", "test_acc", "epochs", "steps", "wall_s")
@@ -125,8 +126,13 @@ def run_or_read(config: dict, out: str) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    # the thread count only for this call: a caller's process (the test suite's) keeps its own
+    with cpu_threads(args.threads or torch.get_num_threads()):
+        return compare(args)
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Train (or read back) both runs, print them and write the summary."""
     try:
         deep, shallow = regime_configs(args)
         cost = {"deep": sweep_run_cost(deep), "shallow": sweep_run_cost(shallow)}

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from common.experiments.shared.resnet_sweep import sweep_run_cost
 from common.runs import run_store
@@ -20,7 +21,11 @@ TOY = ["--dataset", "synthetic", "--images", "64", "--deep-n", "1", "--deep-epoc
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     out = tmp_path_factory.mktemp("regime")
+    threads = torch.get_num_threads()
     assert bench.main([*TOY, "--out", str(out)]) == 0
+    # --threads 1 held only for the call: a later test in this process (one comparing bits with a SLURM job) would
+    # otherwise train on one thread
+    assert torch.get_num_threads() == threads
     (summary,) = out.glob("depth_regime-*.json")
     return out, json.loads(summary.read_text())
 

@@ -71,7 +71,7 @@ CLAIMS_OF = {  # script(s) -> a fragment of the claim text of every row its reco
     "03: growth vs scratch": "below scratch's",
     "06: matched insertion": "matched",
     "07: FC weight scaling": "fc-",
-    "07: the sweep's weights": "ResNet sweep (BatchNorm folded)",
+    "07: the sweep's weights": "ResNet sweep (U's BatchNorm folded, V raw)",
 }
 
 
@@ -207,7 +207,7 @@ def test_each_claim_row_counts_the_runs_and_seeds_the_jobs_wrote(pipeline):
     sweep_runs = f"seeds {','.join(map(str, SEEDS))}, {len(DEPTHS) * len(SEEDS)} runs"
     assert sweep_runs in reading_row(pipeline, "AGmax falls with depth (ResNet sweep", "batch-mean AG_l")["records"]
     assert sweep_runs in claim(pipeline, "the matched-insertion drop does not increase")["records"]
-    assert sweep_runs in claim(pipeline, "ResNet sweep (BatchNorm folded): max norm")["records"]
+    assert sweep_runs in claim(pipeline, "ResNet sweep (U's BatchNorm folded, V raw): max norm")["records"]
     growth_runs = f"seeds {','.join(map(str, SEEDS))}, {2 * len(SEEDS)} runs, ResNet-{DEEPEST};"
     assert growth_runs in claim(pipeline, "growth's mean test loss")["records"]
     assert f"seeds 0, {len(FC_DEPTHS)} runs, depths {list(FC_DEPTHS)}" in claim(pipeline, "fc-tanh: alpha")["records"]
